@@ -1,0 +1,32 @@
+# Two entry points do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kvscope replay
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/policy_hit_ratio.py
+	$(BIN)/python bench/hot_path.py
+	$(BIN)/python bench/transfer_cpu.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""kvscope's sidecar service and command line."""

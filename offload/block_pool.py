@@ -1,0 +1,73 @@
+"""The CPU tier's slots: who owns which, and which are free.
+
+Kept apart from the cache policy so that policies decide *what* to keep while
+the pool alone guarantees that no slot is ever owned twice.
+"""
+
+from __future__ import annotations
+
+
+class Block:
+    """One resident block: its slot and its reference state.
+
+    ``ref`` is -1 while the block is being written (not readable, not
+    evictable), 0 when idle, and the number of in-flight reads otherwise.
+    """
+
+    __slots__ = ("ref", "slot")
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+        self.ref = -1
+
+    @property
+    def is_ready(self) -> bool:
+        return self.ref >= 0
+
+    def __repr__(self) -> str:
+        return f"Block(slot={self.slot}, ref={self.ref})"
+
+
+class BlockPool:
+    """A fixed set of slots, each with one Block object reused for its lifetime.
+
+    Reusing the objects keeps allocation off the store path: handing out a
+    slot is a list slice and a reset, not an object construction.
+    """
+
+    __slots__ = ("_free", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"block pool capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        # Popped from the end: slot 0 is handed out first.
+        self._free: list[Block] = [Block(slot) for slot in range(capacity - 1, -1, -1)]
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.capacity - len(self._free)
+
+    def allocate(self, n: int) -> list[Block]:
+        """Hand out n slots as not-ready blocks (ref -1); the caller checked room."""
+        free = self._free
+        if n > len(free):
+            raise RuntimeError(f"block pool asked for {n} slots with {len(free)} free")
+        blocks = free[len(free) - n :]
+        del free[len(free) - n :]
+        blocks.reverse()
+        for block in blocks:
+            block.ref = -1
+        return blocks
+
+    def free(self, blocks: list[Block]) -> None:
+        """Take back the blocks that left the tier."""
+        self._free.extend(blocks)
+
+    def free_slots(self) -> list[int]:
+        """The free slots, for invariant checks (not the hot path)."""
+        return [block.slot for block in self._free]

@@ -1,0 +1,148 @@
+"""The CPU tier's scheduler-side manager: block pool + cache policy + events.
+
+This is the hot path of offloading: vLLM's scheduler calls it for every
+request step. Each call therefore does its per-block work in one tight loop
+over local names, and crosses into the policy once per call, never per block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from offload.block_pool import Block, BlockPool
+from offload.events import BlockHash, OffloadingEvent
+from offload.load_store_spec import CPULoadStoreSpec
+from offload.offloading_manager import OffloadingManager, PrepareStoreOutput
+from offload.policies.registry import make_policy
+
+MEDIUM = CPULoadStoreSpec.medium()
+
+
+class CPUOffloadingManager(OffloadingManager):
+    """Tracks the CPU tier's blocks; a pluggable policy picks what to evict.
+
+    Block states: a block being written has ref -1 (invisible to lookup, not
+    evictable); a ready block has ref 0, or the count of loads reading it
+    (not evictable while > 0).
+    """
+
+    def __init__(
+        self,
+        block_size: int,
+        num_blocks: int,
+        cache_policy: str = "lru",
+        enable_events: bool = False,
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be at least 1, got {num_blocks}")
+        self.block_size = block_size
+        self.medium = MEDIUM
+        self.policy = make_policy(cache_policy, num_blocks)
+        self.pool = BlockPool(num_blocks)
+        self._blocks = self.policy.blocks
+        self._events: list[OffloadingEvent] | None = [] if enable_events else None
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.capacity
+
+    def lookup(self, block_hashes: Iterable[BlockHash]) -> int:
+        get = self._blocks.get
+        hits = 0
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is None or block.ref < 0:
+                break
+            hits += 1
+        return hits
+
+    def prepare_load(self, block_hashes: Iterable[BlockHash]) -> CPULoadStoreSpec:
+        blocks = self._resident(block_hashes, "load")
+        for block in blocks:
+            block.ref += 1
+        return CPULoadStoreSpec([block.slot for block in blocks])
+
+    def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        self.policy.touch(block_hashes)
+
+    def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
+        hashes = list(block_hashes)
+        blocks = self._resident(hashes, "complete the load of")
+        for done, block in enumerate(blocks):
+            if block.ref <= 0:
+                # Undo this call's unpins: a bad call must not change anything.
+                for unpinned in blocks[:done]:
+                    unpinned.ref += 1
+                raise ValueError(
+                    f"cannot complete the load of block {hashes[done]!r}: no load in flight"
+                )
+            block.ref -= 1
+
+    def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreOutput | None:
+        requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
+        resident = self._blocks
+        # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
+        to_store = list(dict.fromkeys([h for h in requested if h not in resident]))
+        if not to_store:
+            return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
+        pool = self.pool
+        shortfall = len(to_store) - pool.num_free
+        evicted_hashes: list[BlockHash] = []
+        if shortfall > 0:
+            evicted = self.policy.evict(shortfall, set(requested))
+            if evicted is None:
+                return None
+            evicted_hashes = [block_hash for block_hash, _ in evicted]
+            pool.free([block for _, block in evicted])
+            if self._events is not None:
+                self._events.append(
+                    OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, removed=True)
+                )
+        blocks = pool.allocate(len(to_store))
+        self.policy.insert(to_store, blocks)
+        return PrepareStoreOutput(
+            to_store, CPULoadStoreSpec([block.slot for block in blocks]), evicted_hashes
+        )
+
+    def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
+        get = self._blocks.get
+        if success:
+            stored: list[BlockHash] = []
+            for block_hash in block_hashes:
+                block = get(block_hash)
+                if block is not None and block.ref < 0:
+                    block.ref = 0
+                    stored.append(block_hash)
+            if stored and self._events is not None:
+                self._events.append(OffloadingEvent(stored, self.block_size, MEDIUM, removed=False))
+            return
+        # A failed copy leaves garbage in the slots: forget the blocks that were
+        # being written. Their stored event was never sent, so nothing is removed
+        # from a consumer's view either.
+        failed: list[Block] = []
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is not None and block.ref < 0:
+                failed.append(self.policy.remove(block_hash))
+        self.pool.free(failed)
+
+    def take_events(self) -> list[OffloadingEvent]:
+        if self._events is None:
+            return []
+        events, self._events = self._events, []
+        return events
+
+    def _resident(self, block_hashes: Iterable[BlockHash], action: str) -> Sequence[Block]:
+        """The ready blocks behind the hashes, or a ValueError naming the first bad one."""
+        get = self._blocks.get
+        blocks: list[Block] = []
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is None:
+                raise ValueError(f"cannot {action} block {block_hash!r}: not in the CPU tier")
+            if block.ref < 0:
+                raise ValueError(f"cannot {action} block {block_hash!r}: its store is not complete")
+            blocks.append(block)
+        return blocks

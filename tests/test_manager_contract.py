@@ -1,0 +1,225 @@
+"""The manager contract of DESIGN.md, case by case, for every policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from offload import CPUOffloadingManager, OffloadingEvent, policy_names
+
+POLICIES = policy_names()
+
+
+def stored(manager: CPUOffloadingManager, hashes: list) -> list:
+    """Store and complete hashes; the test fails if the manager refuses."""
+    out = manager.prepare_store(hashes)
+    assert out is not None
+    manager.complete_store(out.block_hashes_to_store)
+    return out.block_hashes_evicted
+
+
+def snapshot(manager: CPUOffloadingManager) -> dict:
+    """Everything observable about the tier's state."""
+    return {
+        "blocks": {h: (b.slot, b.ref) for h, b in manager.policy.blocks.items()},
+        "free": sorted(manager.pool.free_slots()),
+    }
+
+
+@pytest.fixture(params=POLICIES)
+def policy(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_lookup_counts_the_leading_run_and_stops_at_the_first_miss(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 8, policy)
+    stored(manager, [1, 2, 3])
+    assert manager.lookup([1, 2, 3]) == 3
+    assert manager.lookup([1, 2, 9, 3]) == 2
+    assert manager.lookup([9, 1, 2]) == 0
+    assert manager.lookup([]) == 0
+
+
+def test_blocks_not_ready_are_invisible_to_lookup_and_load(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 8, policy)
+    out = manager.prepare_store([1, 2])
+    assert out is not None and out.block_hashes_to_store == [1, 2]
+    assert manager.lookup([1, 2]) == 0
+    with pytest.raises(ValueError, match="store is not complete"):
+        manager.prepare_load([1])
+    manager.complete_store([1, 2])
+    assert manager.lookup([1, 2]) == 2
+
+
+def test_store_skips_blocks_already_stored_and_dedupes_within_a_call(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 8, policy)
+    stored(manager, [1, 2])
+    out = manager.prepare_store([1, 2, 3, 3, 4, 3])
+    assert out is not None
+    assert out.block_hashes_to_store == [3, 4]
+    assert len(out.store_spec.block_ids) == 2
+    assert len(set(out.store_spec.block_ids)) == 2
+    assert manager.prepare_store([1, 2]).block_hashes_to_store == []  # type: ignore[union-attr]
+
+
+def test_store_spec_names_distinct_cpu_slots_within_capacity(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 4, policy)
+    out = manager.prepare_store(["a", "b", "c", "d"])
+    assert out is not None
+    assert sorted(out.store_spec.block_ids) == [0, 1, 2, 3]
+    assert out.store_spec.medium() == "CPU"
+
+
+def test_lru_evicts_least_recently_used_first() -> None:
+    manager = CPUOffloadingManager(16, 3, "lru")
+    stored(manager, [1])
+    stored(manager, [2])
+    stored(manager, [3])
+    manager.touch([1])
+    assert stored(manager, [4]) == [2]
+    assert stored(manager, [5]) == [3]
+    assert manager.lookup([1]) == 1
+
+
+def test_touch_keeps_a_chain_head_longer_than_its_tail() -> None:
+    manager = CPUOffloadingManager(16, 3, "lru")
+    stored(manager, [1, 2, 3])
+    manager.touch([1, 2, 3])  # tail-first: 1 ends most recent
+    assert stored(manager, [7]) == [3]
+    assert stored(manager, [8]) == [2]
+
+
+def test_blocks_being_read_are_never_evicted(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 2, policy)
+    stored(manager, [1, 2])
+    manager.prepare_load([1])
+    assert stored(manager, [3]) == [2]
+    # Only 1 (pinned) and 3 remain; room for two more cannot be made.
+    assert manager.prepare_store([4, 5]) is None
+    manager.complete_load([1])
+    assert sorted(stored(manager, [4, 5])) == [1, 3]
+
+
+def test_blocks_not_yet_ready_are_never_evicted(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 2, policy)
+    pending = manager.prepare_store([1, 2])
+    assert pending is not None
+    assert manager.prepare_store([3]) is None
+    manager.complete_store([1])
+    out = manager.prepare_store([3])
+    assert out is not None and out.block_hashes_evicted == [1]
+
+
+def test_blocks_named_in_the_same_call_are_never_evicted(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 2, policy)
+    stored(manager, [1, 2])
+    # 1 is the only candidate by age, but this call names it: 2 goes instead.
+    manager.touch([2])
+    out = manager.prepare_store([1, 3])
+    assert out is not None
+    assert out.block_hashes_to_store == [3]
+    assert out.block_hashes_evicted == [2]
+    assert manager.prepare_store([1, 3, 4]) is None
+
+
+def test_refusal_changes_nothing_and_emits_nothing(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 3, policy, enable_events=True)
+    stored(manager, [1, 2, 3])
+    manager.prepare_load([1, 2])
+    manager.take_events()
+    before = snapshot(manager)
+    assert manager.prepare_store([4, 5]) is None
+    assert snapshot(manager) == before
+    assert manager.take_events() == []
+    manager.complete_load([1, 2])
+    assert manager.lookup([1, 2, 3]) == 3
+
+
+def test_failed_store_rolls_back_and_frees_its_slots(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 3, policy, enable_events=True)
+    stored(manager, [1])
+    manager.take_events()
+    out = manager.prepare_store([2, 3])
+    assert out is not None
+    manager.complete_store([1, 2, 3], success=False)
+    assert manager.lookup([1]) == 1  # a ready block named in a failed store stays
+    assert manager.lookup([2]) == 0
+    assert set(manager.policy.blocks) == {1}
+    assert manager.pool.num_free == 2
+    assert manager.take_events() == []
+    assert stored(manager, [2, 3]) == []
+
+
+def test_complete_store_ignores_unknown_and_ready_blocks(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 4, policy, enable_events=True)
+    stored(manager, [1])
+    manager.take_events()
+    manager.complete_store([1, 99])
+    assert manager.take_events() == []
+
+
+def test_events_report_evictions_and_stores_in_order(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 2, policy, enable_events=True)
+    stored(manager, [b"a", b"b"])
+    stored(manager, [b"c"])
+    events = manager.take_events()
+    assert events == [
+        OffloadingEvent([b"a", b"b"], 16, "CPU", removed=False),
+        OffloadingEvent([b"a"], 16, "CPU", removed=True),
+        OffloadingEvent([b"c"], 16, "CPU", removed=False),
+    ]
+    assert manager.take_events() == []
+
+
+def test_events_are_off_unless_enabled(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 2, policy)
+    stored(manager, [1, 2])
+    stored(manager, [3])
+    assert manager.take_events() == []
+
+
+def test_load_pins_until_every_load_completes(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 2, policy)
+    stored(manager, [1, 2])
+    spec = manager.prepare_load([1, 1, 2])
+    assert len(spec.block_ids) == 3
+    assert manager.policy.blocks[1].ref == 2
+    manager.complete_load([1, 2])
+    assert manager.policy.blocks[1].ref == 1
+    assert manager.prepare_store([3, 4]) is None  # 1 still read
+    manager.complete_load([1])
+    assert manager.policy.blocks[1].ref == 0
+
+
+def test_load_of_a_missing_block_is_a_clear_error_that_changes_nothing(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 4, policy)
+    stored(manager, [1, 2])
+    before = snapshot(manager)
+    with pytest.raises(ValueError, match="block 7: not in the CPU tier"):
+        manager.prepare_load([1, 7, 2])
+    assert snapshot(manager) == before
+
+
+def test_completing_a_load_never_started_is_an_error_that_changes_nothing(policy: str) -> None:
+    manager = CPUOffloadingManager(16, 4, policy)
+    stored(manager, [1, 2])
+    manager.prepare_load([1])
+    before = snapshot(manager)
+    with pytest.raises(ValueError, match="block 2: no load in flight"):
+        manager.complete_load([1, 2])
+    assert snapshot(manager) == before
+    with pytest.raises(ValueError, match="block 1: no load in flight"):
+        manager.complete_load([1, 1])
+    assert snapshot(manager) == before
+    with pytest.raises(ValueError, match="not in the CPU tier"):
+        manager.complete_load([5])
+
+
+def test_unknown_policy_names_the_policies_that_exist() -> None:
+    with pytest.raises(ValueError, match=r"unknown cache policy 'mru'; known policies: lru, arc"):
+        CPUOffloadingManager(16, 4, "mru")
+
+
+@pytest.mark.parametrize(("block_size", "num_blocks"), [(0, 4), (16, 0), (-1, 4)])
+def test_nonpositive_sizes_are_rejected(block_size: int, num_blocks: int) -> None:
+    with pytest.raises(ValueError, match="must be at least 1"):
+        CPUOffloadingManager(block_size, num_blocks)

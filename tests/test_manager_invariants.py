@@ -1,0 +1,141 @@
+"""Stateful property test: the manager's invariants hold after every step.
+
+Hypothesis drives random sequences of every manager call against a small
+model of what must be true (which blocks are stored, ready, pinned), and
+checks the invariants of DESIGN.md after each step.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from offload import CPUOffloadingManager, policy_names
+
+CAPACITY = 6
+hashes = st.lists(st.integers(min_value=0, max_value=15), max_size=8)
+
+
+class ManagerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.manager: CPUOffloadingManager | None = None
+        self.ready: set[int] = set()
+        self.pending: set[int] = set()
+        self.pins: Counter[int] = Counter()
+        self.evicted_since_stored: set[int] = set()
+
+    @precondition(lambda self: self.manager is None)
+    @rule(policy=st.sampled_from(policy_names()))
+    def start(self, policy: str) -> None:
+        self.manager = CPUOffloadingManager(16, CAPACITY, policy, enable_events=True)
+
+    @precondition(lambda self: self.manager is not None)
+    @rule(block_hashes=hashes)
+    def prepare_store(self, block_hashes: list[int]) -> None:
+        assert self.manager is not None
+        out = self.manager.prepare_store(block_hashes)
+        if out is None:
+            self._check_events(stored=set(), removed=set())
+            return
+        named = set(block_hashes)
+        assert set(out.block_hashes_to_store) == named - self.ready - self.pending
+        assert len(out.block_hashes_to_store) == len(set(out.block_hashes_to_store))
+        for evicted in out.block_hashes_evicted:
+            assert evicted in self.ready, "only ready blocks may be evicted"
+            assert evicted not in named, "a block named in the call was evicted"
+            assert self.pins[evicted] == 0, "a block being read was evicted"
+        self.ready -= set(out.block_hashes_evicted)
+        self.evicted_since_stored |= set(out.block_hashes_evicted)
+        self.pending |= set(out.block_hashes_to_store)
+        self._check_events(stored=set(), removed=set(out.block_hashes_evicted))
+
+    @precondition(lambda self: self.manager is not None)
+    @rule(data=st.data(), success=st.booleans())
+    def complete_store(self, data: st.DataObject, success: bool) -> None:
+        assert self.manager is not None
+        universe = [*sorted(self.pending | self.ready), 99]  # 99: never stored
+        chosen = data.draw(st.lists(st.sampled_from(universe), max_size=6))
+        self.manager.complete_store(chosen, success=success)
+        finished = self.pending & set(chosen)
+        self.pending -= finished
+        if success:
+            self.ready |= finished
+            self.evicted_since_stored -= finished
+        self._check_events(stored=finished if success else set(), removed=set())
+
+    @precondition(lambda self: self.manager is not None and self.ready)
+    @rule(data=st.data())
+    def prepare_load(self, data: st.DataObject) -> None:
+        assert self.manager is not None
+        chosen = data.draw(st.lists(st.sampled_from(sorted(self.ready)), min_size=1))
+        spec = self.manager.prepare_load(chosen)
+        assert len(spec.block_ids) == len(chosen)
+        self.pins.update(chosen)
+
+    @precondition(lambda self: self.manager is not None and +self.pins)
+    @rule(data=st.data())
+    def complete_load(self, data: st.DataObject) -> None:
+        assert self.manager is not None
+        chosen = data.draw(st.sampled_from(sorted(+self.pins)))
+        self.manager.complete_load([chosen])
+        self.pins[chosen] -= 1
+
+    @precondition(lambda self: self.manager is not None)
+    @rule(block_hashes=hashes)
+    def touch_and_lookup(self, block_hashes: list[int]) -> None:
+        assert self.manager is not None
+        self.manager.touch(block_hashes)
+        expected = 0
+        for block_hash in block_hashes:
+            if block_hash not in self.ready:
+                break
+            expected += 1
+        assert self.manager.lookup(block_hashes) == expected
+
+    def _check_events(self, stored: set[int], removed: set[int]) -> None:
+        assert self.manager is not None
+        events = self.manager.take_events()
+        got_stored = {h for e in events if not e.removed for h in e.block_hashes}
+        got_removed = {h for e in events if e.removed for h in e.block_hashes}
+        assert got_stored == stored
+        assert got_removed == removed
+        assert all(e.medium == "CPU" and e.block_size == 16 for e in events)
+
+    @invariant()
+    def slots_are_owned_once_and_accounted(self) -> None:
+        if self.manager is None:
+            return
+        blocks = self.manager.policy.blocks
+        used = [block.slot for block in blocks.values()]
+        free = self.manager.pool.free_slots()
+        assert len(used) == len(set(used)), "a slot is owned twice"
+        assert not set(used) & set(free), "a slot is both used and free"
+        assert len(used) + len(free) == CAPACITY
+        assert sorted(used + free) == list(range(CAPACITY))
+
+    @invariant()
+    def ref_counts_match_the_model(self) -> None:
+        if self.manager is None:
+            return
+        blocks = self.manager.policy.blocks
+        assert set(blocks) == self.ready | self.pending
+        for block_hash, block in blocks.items():
+            if block_hash in self.pending:
+                assert block.ref == -1
+            else:
+                assert block.ref == self.pins[block_hash] >= 0
+
+    @invariant()
+    def evicted_blocks_are_never_found(self) -> None:
+        if self.manager is None:
+            return
+        for block_hash in self.evicted_since_stored:
+            assert self.manager.lookup([block_hash]) == 0
+
+
+ManagerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestManagerInvariants = ManagerMachine.TestCase
