@@ -24,9 +24,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
-	$(BIN)/python bench/policy_hit_ratio.py
-	$(BIN)/python bench/hot_path.py
-	$(BIN)/python bench/transfer_cpu.py
+	$(BIN)/python -m bench.policy_hit_ratio
+	$(BIN)/python -m bench.hot_path
+	$(BIN)/python -m bench.transfer_cpu
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

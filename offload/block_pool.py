@@ -6,6 +6,8 @@ the pool alone guarantees that no slot is ever owned twice.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class Block:
     """One resident block: its slot and its reference state.
@@ -64,7 +66,7 @@ class BlockPool:
             block.ref = -1
         return blocks
 
-    def free(self, blocks: list[Block]) -> None:
+    def free(self, blocks: Iterable[Block]) -> None:
         """Take back the blocks that left the tier."""
         self._free.extend(blocks)
 

@@ -94,8 +94,9 @@ class CPUOffloadingManager(OffloadingManager):
             evicted = self.policy.evict(shortfall, set(requested))
             if evicted is None:
                 return None
-            evicted_hashes = [block_hash for block_hash, _ in evicted]
-            pool.free([block for _, block in evicted])
+            hashes, freed = zip(*evicted, strict=True)
+            evicted_hashes = list(hashes)
+            pool.free(freed)
             if self._events is not None:
                 self._events.append(
                     OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, removed=True)

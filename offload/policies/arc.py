@@ -34,26 +34,25 @@ class ARCCachePolicy(CachePolicy):
 
     def insert(self, block_hashes: Sequence[BlockHash], blocks: Sequence[Block]) -> None:
         self.blocks.update(zip(block_hashes, blocks, strict=True))
-        b1, b2 = self.b1, self.b2
+        t1, b1, b2 = self.t1, self.b1, self.b2
+        t1.update(zip(block_hashes, blocks, strict=True))
         if b1.keys().isdisjoint(block_hashes) and b2.keys().isdisjoint(block_hashes):
-            self.t1.update(zip(block_hashes, blocks, strict=True))  # the common case: never seen
-            return
-        t1, t2 = self.t1, self.t2
-        for block_hash, block in zip(block_hashes, blocks, strict=True):
+            return  # the common case: none of them was evicted recently
+        t2 = self.t2
+        for block_hash in block_hashes:
             if block_hash in b1:
                 # T1 evicted it too early: give recency more room.
                 self.target_t1 = min(
                     self.target_t1 + max(1.0, len(b2) / len(b1)), float(self.capacity)
                 )
                 del b1[block_hash]
-                t2[block_hash] = block
             elif block_hash in b2:
                 # T2 evicted it too early: give frequency more room.
                 self.target_t1 = max(self.target_t1 - max(1.0, len(b1) / len(b2)), 0.0)
                 del b2[block_hash]
-                t2[block_hash] = block
             else:
-                t1[block_hash] = block
+                continue
+            t2[block_hash] = t1.pop(block_hash)
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         t1, t2 = self.t1, self.t2
