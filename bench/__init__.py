@@ -1,0 +1,1 @@
+"""Benchmarks: figures side by side with a peer or a bound, never timed tests."""

@@ -1,0 +1,45 @@
+"""Manager hot path: blocks per second of the canonical replay, events on.
+
+Run from the repository root: .venv/bin/python -m bench.hot_path [--repeat R] [--no-peer]
+One JSON line per (policy, capacity): kvscope's blocks/s and, in the same
+run, vLLM 0.33.0's manager's for the same policy, and their ratio (best of R
+runs each, so a noisy neighbour hurts neither side's figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
+
+POLICIES = ("lru", "arc")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per side; best is kept")
+    parser.add_argument("--no-peer", action="store_true", help="skip vLLM's manager")
+    args = parser.parse_args()
+    trace_path, requests = trace()
+    python = None if args.no_peer else peer_python()
+    for policy in POLICIES:
+        for capacity in CAPACITIES:
+            ours = best_replay(requests, policy, capacity, args.repeat)
+            record = {
+                "bench": "hot_path",
+                "policy": policy,
+                "capacity": capacity,
+                "events": True,
+                "blocks_per_s": round(ours.blocks_per_s),
+            }
+            if python is not None:
+                peer = run_peer(python, trace_path, policy, capacity, args.repeat)
+                if peer is not None:
+                    record["peer"] = peer["impl"]
+                    record["peer_blocks_per_s"] = round(peer["blocks_per_s"])
+                    record["ratio"] = round(ours.blocks_per_s / peer["blocks_per_s"], 2)
+            emit(record)
+
+
+if __name__ == "__main__":
+    main()
