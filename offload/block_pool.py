@@ -10,17 +10,20 @@ from collections.abc import Iterable
 
 
 class Block:
-    """One resident block: its slot and its reference state.
+    """One resident block: its slot, its reference state, and whether it paid off.
 
     ``ref`` is -1 while the block is being written (not readable, not
     evictable), 0 when idle, and the number of in-flight reads otherwise.
+    ``loaded`` says whether any load read it since it was stored: a block
+    evicted without it was a dead write.
     """
 
-    __slots__ = ("ref", "slot")
+    __slots__ = ("loaded", "ref", "slot")
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
         self.ref = -1
+        self.loaded = False
 
     @property
     def is_ready(self) -> bool:
@@ -64,6 +67,7 @@ class BlockPool:
         blocks.reverse()
         for block in blocks:
             block.ref = -1
+            block.loaded = False
         return blocks
 
     def free(self, blocks: Iterable[Block]) -> None:

@@ -2,20 +2,26 @@
 
 This is the hot path of offloading: vLLM's scheduler calls it for every
 request step. Each call therefore does its per-block work in one tight loop
-over local names, and crosses into the policy once per call, never per block.
+over local names, crosses into the policy once per call, never per block,
+and counts what it did in plain integers (ManagerStats) once per call.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 
 from offload.block_pool import Block, BlockPool
 from offload.events import BlockHash, OffloadingEvent
 from offload.load_store_spec import CPULoadStoreSpec
 from offload.offloading_manager import OffloadingManager, PrepareStoreOutput
 from offload.policies.registry import make_policy
+from offload.telemetry.manager_stats import ManagerStats
+from offload.telemetry.tracing import SpanGate, record_span
 
 MEDIUM = CPULoadStoreSpec.medium()
+_loaded = attrgetter("loaded")
 
 
 class CPUOffloadingManager(OffloadingManager):
@@ -41,14 +47,16 @@ class CPUOffloadingManager(OffloadingManager):
         self.medium = MEDIUM
         self.policy = make_policy(cache_policy, num_blocks)
         self.pool = BlockPool(num_blocks)
+        self.stats = ManagerStats()
         self._blocks = self.policy.blocks
         self._events: list[OffloadingEvent] | None = [] if enable_events else None
+        self._spans = SpanGate()
 
     @property
     def num_blocks(self) -> int:
         return self.pool.capacity
 
-    def lookup(self, block_hashes: Iterable[BlockHash]) -> int:
+    def lookup(self, block_hashes: Sequence[BlockHash]) -> int:
         get = self._blocks.get
         hits = 0
         for block_hash in block_hashes:
@@ -56,12 +64,18 @@ class CPUOffloadingManager(OffloadingManager):
             if block is None or block.ref < 0:
                 break
             hits += 1
+        stats = self.stats
+        stats.lookup_calls += 1
+        stats.lookup_blocks += len(block_hashes)
+        stats.lookup_hit_blocks += hits
         return hits
 
     def prepare_load(self, block_hashes: Iterable[BlockHash]) -> CPULoadStoreSpec:
         blocks = self._resident(block_hashes, "load")
         for block in blocks:
             block.ref += 1
+            block.loaded = True
+        self.stats.load_blocks += len(blocks)
         return CPULoadStoreSpec([block.slot for block in blocks])
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
@@ -79,10 +93,14 @@ class CPUOffloadingManager(OffloadingManager):
                     f"cannot complete the load of block {hashes[done]!r}: no load in flight"
                 )
             block.ref -= 1
+        self.stats.load_completed_blocks += len(blocks)
 
     def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreOutput | None:
+        start = time.perf_counter()
         requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
         resident = self._blocks
+        stats = self.stats
+        stats.store_requested_blocks += len(requested)
         # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
         to_store = list(dict.fromkeys([h for h in requested if h not in resident]))
         if not to_store:
@@ -93,16 +111,32 @@ class CPUOffloadingManager(OffloadingManager):
         if shortfall > 0:
             evicted = self.policy.evict(shortfall, set(requested))
             if evicted is None:
+                stats.store_refused_calls += 1
+                stats.store_refused_blocks += len(to_store)
                 return None
             hashes, freed = zip(*evicted, strict=True)
             evicted_hashes = list(hashes)
+            stats.evicted_capacity_blocks += shortfall
+            stats.dead_write_blocks += shortfall - sum(map(_loaded, freed))
             pool.free(freed)
             if self._events is not None:
-                self._events.append(
-                    OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, removed=True)
-                )
+                self._events.append(OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, True))
         blocks = pool.allocate(len(to_store))
         self.policy.insert(to_store, blocks)
+        stats.store_admitted_blocks += len(to_store)
+        seconds = time.perf_counter() - start
+        stats.prepare_store_seconds.observe(seconds)
+        if evicted_hashes and self._spans.active():
+            record_span(
+                "kvscope.manager.prepare_store",
+                seconds,
+                {
+                    "kvscope.policy": self.policy.name,
+                    "kvscope.blocks.requested": len(requested),
+                    "kvscope.blocks.admitted": len(to_store),
+                    "kvscope.blocks.evicted": len(evicted_hashes),
+                },
+            )
         return PrepareStoreOutput(
             to_store, CPULoadStoreSpec([block.slot for block in blocks]), evicted_hashes
         )
@@ -116,8 +150,9 @@ class CPUOffloadingManager(OffloadingManager):
                 if block is not None and block.ref < 0:
                     block.ref = 0
                     stored.append(block_hash)
+            self.stats.store_completed_blocks += len(stored)
             if stored and self._events is not None:
-                self._events.append(OffloadingEvent(stored, self.block_size, MEDIUM, removed=False))
+                self._events.append(OffloadingEvent(stored, self.block_size, MEDIUM, False))
             return
         # A failed copy leaves garbage in the slots: forget the blocks that were
         # being written. Their stored event was never sent, so nothing is removed
@@ -127,13 +162,42 @@ class CPUOffloadingManager(OffloadingManager):
             block = get(block_hash)
             if block is not None and block.ref < 0:
                 failed.append(self.policy.remove(block_hash))
+        self.stats.evicted_failed_store_blocks += len(failed)
         self.pool.free(failed)
+
+    def clear(self) -> list[BlockHash]:
+        """Drop every idle block (a prefix-cache reset); returns the dropped hashes.
+
+        Blocks being read or written stay: their transfers still own the
+        slots, and their completion calls must find them.
+        """
+        idle = [h for h, block in self._blocks.items() if block.ref == 0]
+        freed = [self.policy.remove(h) for h in idle]
+        self.pool.free(freed)
+        self.stats.evicted_clear_blocks += len(freed)
+        self.stats.dead_write_blocks += len(freed) - sum(map(_loaded, freed))
+        if idle and self._events is not None:
+            self._events.append(OffloadingEvent(idle, self.block_size, MEDIUM, removed=True))
+        return idle
 
     def take_events(self) -> list[OffloadingEvent]:
         if self._events is None:
             return []
         events, self._events = self._events, []
         return events
+
+    def invariant_violations(self) -> list[str]:
+        """What is wrong with the tier's bookkeeping, if anything (O(blocks), for scrapes)."""
+        problems: list[str] = []
+        used = [block.slot for block in self._blocks.values()]
+        free = self.pool.free_slots()
+        if len(used) + len(free) != self.pool.capacity:
+            problems.append(f"used {len(used)} + free {len(free)} != capacity {self.pool.capacity}")
+        if len(set(used) | set(free)) != len(used) + len(free):
+            problems.append("a slot is owned twice")
+        if any(block.ref < -1 for block in self._blocks.values()):
+            problems.append("a negative reference count")
+        return problems
 
     def _resident(self, block_hashes: Iterable[BlockHash], action: str) -> Sequence[Block]:
         """The ready blocks behind the hashes, or a ValueError naming the first bad one."""

@@ -9,15 +9,18 @@ medium they live on, and whether they arrived or left.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 BlockHash = Hashable
 """A block's identity. Opaque to kvscope: bytes in vLLM, ints in traces."""
 
 
-@dataclass(frozen=True, slots=True)
-class OffloadingEvent:
-    """A batch of blocks that became readable in, or left, one medium."""
+class OffloadingEvent(NamedTuple):
+    """A batch of blocks that became readable in, or left, one medium.
+
+    A NamedTuple rather than a frozen dataclass: one is built on every store
+    and eviction, and a frozen dataclass costs several times more to build.
+    """
 
     block_hashes: list[BlockHash]
     block_size: int

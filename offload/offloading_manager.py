@@ -8,7 +8,7 @@ interface abstract lets the replay engine, the tests and vLLM drive any tier
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from offload.events import BlockHash, OffloadingEvent
@@ -28,7 +28,7 @@ class OffloadingManager(ABC):
     """Tracks which blocks an offloading tier holds and decides what it keeps."""
 
     @abstractmethod
-    def lookup(self, block_hashes: Iterable[BlockHash]) -> int:
+    def lookup(self, block_hashes: Sequence[BlockHash]) -> int:
         """Length of the leading run of blocks that are stored and ready."""
 
     @abstractmethod

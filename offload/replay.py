@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from offload.events import BlockHash
+from offload.events import BlockHash, OffloadingEvent
 from offload.offloading_manager import OffloadingManager
 
 
@@ -36,7 +36,13 @@ class ReplayResult:
         return {**asdict(self), "hit_ratio": self.hit_ratio, "blocks_per_s": self.blocks_per_s}
 
 
-def replay_request(manager: OffloadingManager, block_hashes: Sequence[BlockHash]) -> int:
+EventSink = Callable[[list[OffloadingEvent]], None]
+"""Where a replay sends each step's events (a publisher); None drops them."""
+
+
+def replay_request(
+    manager: OffloadingManager, block_hashes: Sequence[BlockHash], sink: EventSink | None = None
+) -> int:
     """One request's lookup, load, touch and store; returns the blocks hit."""
     hits = manager.lookup(block_hashes)
     if hits:
@@ -47,17 +53,26 @@ def replay_request(manager: OffloadingManager, block_hashes: Sequence[BlockHash]
     out = manager.prepare_store(block_hashes[hits:])
     if out is not None and out.block_hashes_to_store:
         manager.complete_store(out.block_hashes_to_store)
-    deque(manager.take_events(), maxlen=0)  # drain, as the connector does each step
+    # Drain every step, as the connector does, so events never pile up.
+    events = manager.take_events()
+    if sink is None:
+        deque(events, maxlen=0)
+    else:
+        sink(events if isinstance(events, list) else list(events))
     return hits
 
 
-def replay(manager: OffloadingManager, requests: Sequence[Sequence[BlockHash]]) -> ReplayResult:
+def replay(
+    manager: OffloadingManager,
+    requests: Sequence[Sequence[BlockHash]],
+    sink: EventSink | None = None,
+) -> ReplayResult:
     """Replay every request in order and time the whole loop."""
     hits = 0
     block_refs = 0
     start = time.perf_counter()
     for block_hashes in requests:
-        hits += replay_request(manager, block_hashes)
+        hits += replay_request(manager, block_hashes, sink)
         block_refs += len(block_hashes)
     seconds = time.perf_counter() - start
     return ReplayResult(len(requests), block_refs, hits, seconds)

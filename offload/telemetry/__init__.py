@@ -1,0 +1,1 @@
+"""Telemetry of the core: counters, histograms, spans and metric definitions."""

@@ -1,0 +1,91 @@
+"""A prometheus-client collector that reads kvscope snapshots at scrape time.
+
+Nothing from prometheus-client runs on the hot path: the core counts in plain
+integers and this collector turns them into metric families only when
+Prometheus asks. Extra constant labels (a worker's engine id and rank, say)
+are added to every series, which is how the sidecar re-exports many workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from offload.telemetry.metrics import SPECS, Kind, Snapshot
+
+SnapshotSource = Callable[[], Iterable[tuple[Snapshot, Mapping[str, str]]]]
+"""Yields (snapshot, extra labels) pairs: one per worker or component."""
+
+
+class SnapshotCollector(Collector):
+    """Exposes every snapshot a source yields, one family per metric name."""
+
+    def __init__(self, source: SnapshotSource) -> None:
+        self._source = source
+
+    def describe(self) -> list[Metric]:
+        # Describing nothing lets registration skip a first collect() and its
+        # invariant check at start-up; the families appear on the first scrape.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for snapshot, extra in self._source():
+            for kind, samples in (("counter", snapshot.counters), ("gauge", snapshot.gauges)):
+                for sample in samples:
+                    family = _family(families, sample.name, kind, sample.labels, extra)
+                    family.add_metric(_values(sample.labels, extra), sample.value)
+            for hist in snapshot.histograms:
+                family = _family(families, hist.name, "histogram", hist.labels, extra)
+                buckets = [
+                    (_bound(upper), cumulative)
+                    for upper, cumulative in zip(hist.buckets, hist.counts, strict=True)
+                ]
+                family.add_metric(_values(hist.labels, extra), buckets, hist.sum)
+        yield from families.values()
+
+
+def _family(
+    families: dict[str, Metric],
+    name: str,
+    kind: Kind,
+    labels: Mapping[str, str],
+    extra: Mapping[str, str],
+) -> Metric:
+    """The family for a name, made on first sight with sorted label names.
+
+    A name this kvscope does not define (a newer worker's metric) is still
+    exported, with a help text saying so, rather than dropped.
+    """
+    family = families.get(name)
+    if family is not None:
+        return family
+    spec = SPECS.get(name)
+    help_text = spec.help if spec else "kvscope metric reported by a newer worker."
+    label_names = [*sorted(labels), *extra]
+    family_type = _FAMILIES[spec.kind if spec else kind]
+    family = family_type(name, help_text, labels=label_names)
+    families[name] = family
+    return family
+
+
+def _values(labels: Mapping[str, str], extra: Mapping[str, str]) -> list[str]:
+    return [*(labels[key] for key in sorted(labels)), *extra.values()]
+
+
+def _bound(upper: float) -> str:
+    return "+Inf" if upper == float("inf") else repr(upper)
+
+
+_FAMILIES: dict[Kind, type[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]] = {
+    "counter": CounterMetricFamily,
+    "gauge": GaugeMetricFamily,
+    "histogram": HistogramMetricFamily,
+}

@@ -1,0 +1,52 @@
+"""A histogram cheap enough for the hot path: a bisect and two additions.
+
+prometheus-client's Histogram.observe() takes a lock and costs ~670 ns here;
+kvscope observes into plain lists and lets the collector read them at scrape
+time, so recording never contends with exporting.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+
+DURATION_BUCKETS_S: tuple[float, ...] = (
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+    1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+"""Microseconds (a manager call) to seconds (a large transfer batch)."""
+
+SIZE_BUCKETS_BYTES: tuple[float, ...] = tuple(float(1 << shift) for shift in range(16, 33, 2))
+"""64 KiB (one small block) to 4 GiB (a thousand 4 MiB blocks), by powers of 4."""
+
+
+class Histogram:
+    """Counts per bucket (not cumulative), plus the sum and count of observations.
+
+    Upper bounds are inclusive, as in Prometheus; values above the last bound
+    land in the implicit +Inf bucket.
+    """
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        if list(bounds) != sorted(set(bounds)) or not bounds:
+            raise ValueError(f"histogram bounds must be strictly increasing, got {bounds!r}")
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[int]:
+        """Counts at or below each bound, then the total (the +Inf bucket)."""
+        running = 0
+        result = []
+        for bucket in self.counts:
+            running += bucket
+            result.append(running)
+        return result

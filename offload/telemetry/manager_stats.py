@@ -1,0 +1,73 @@
+"""The manager's counters: plain integers bumped once per call, never per block.
+
+Every figure the manager reports is a monotonic count; gauges such as blocks
+pinned by in-flight loads are differences of submitted/finished pairs, taken
+at scrape time. A scrape therefore never needs a lock, and the hot path pays
+an attribute increment per call.
+"""
+
+from __future__ import annotations
+
+from offload.telemetry.histogram import DURATION_BUCKETS_S, Histogram
+
+
+class ManagerStats:
+    """Cumulative counts of one manager's decisions, in blocks unless named calls."""
+
+    __slots__ = (
+        "dead_write_blocks",
+        "evicted_capacity_blocks",
+        "evicted_clear_blocks",
+        "evicted_failed_store_blocks",
+        "load_blocks",
+        "load_completed_blocks",
+        "lookup_blocks",
+        "lookup_calls",
+        "lookup_hit_blocks",
+        "prepare_store_seconds",
+        "store_admitted_blocks",
+        "store_completed_blocks",
+        "store_refused_blocks",
+        "store_refused_calls",
+        "store_requested_blocks",
+    )
+
+    def __init__(self) -> None:
+        self.lookup_calls = 0
+        self.lookup_blocks = 0
+        """Blocks asked about; with lookup_hit_blocks, the hit ratio."""
+        self.lookup_hit_blocks = 0
+        self.load_blocks = 0
+        """Blocks pinned by prepare_load (submitted)."""
+        self.load_completed_blocks = 0
+        """Blocks unpinned by complete_load (finished)."""
+        self.store_requested_blocks = 0
+        self.store_admitted_blocks = 0
+        """Blocks given a slot (submitted stores); the rest were already stored."""
+        self.store_refused_calls = 0
+        self.store_refused_blocks = 0
+        self.store_completed_blocks = 0
+        self.evicted_capacity_blocks = 0
+        self.evicted_failed_store_blocks = 0
+        self.evicted_clear_blocks = 0
+        self.dead_write_blocks = 0
+        """Blocks that left the tier without ever being loaded: stores that bought nothing."""
+        self.prepare_store_seconds = Histogram(DURATION_BUCKETS_S)
+        """Latency of prepare_store, the call that evicts and allocates."""
+
+    @property
+    def store_skipped_blocks(self) -> int:
+        """Requested blocks not admitted because they were stored already (or repeated)."""
+        return self.store_requested_blocks - self.store_admitted_blocks - self.store_refused_blocks
+
+    @property
+    def loads_in_flight(self) -> int:
+        return self.load_blocks - self.load_completed_blocks
+
+    @property
+    def stores_in_flight(self) -> int:
+        return (
+            self.store_admitted_blocks
+            - self.store_completed_blocks
+            - self.evicted_failed_store_blocks
+        )

@@ -1,0 +1,137 @@
+"""Every kvscope metric, defined once: name, type, help and labels.
+
+The same definitions serve the worker's own Prometheus collector and the
+stats frames it publishes, so the sidecar re-exports exactly the series a
+worker would, under the same names. Names follow Prometheus conventions:
+the ``kvscope_`` prefix, base units in the name, ``_total`` on counters,
+low-cardinality labels only (never a block hash).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from offload.stats_frame import HistogramSnapshot, Sample
+from offload.telemetry.histogram import Histogram
+
+Kind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...]
+
+
+def _spec(name: str, kind: Kind, help_text: str, *labels: str) -> MetricSpec:
+    return MetricSpec(name, kind, help_text, labels)
+
+
+SPECS: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (
+        _spec("kvscope_lookups_total", "counter", "Lookup calls.", "medium"),
+        _spec("kvscope_lookup_blocks_total", "counter", "Blocks asked about by lookups.", "medium"),
+        _spec("kvscope_lookup_hit_blocks_total", "counter",
+              "Blocks found: the leading run of stored, ready blocks.", "medium"),
+        _spec("kvscope_lookup_tokens_total", "counter", "Tokens asked about by lookups.", "medium"),
+        _spec("kvscope_lookup_hit_tokens_total", "counter", "Tokens found by lookups.", "medium"),
+        _spec("kvscope_store_requested_blocks_total", "counter",
+              "Blocks offered to prepare_store.", "medium"),
+        _spec("kvscope_store_admitted_blocks_total", "counter",
+              "Blocks given a slot (stores submitted).", "medium"),
+        _spec("kvscope_store_skipped_blocks_total", "counter",
+              "Blocks offered but already stored (or repeated in the call).", "medium"),
+        _spec("kvscope_store_refused_blocks_total", "counter",
+              "Blocks refused because no room could be made.", "medium"),
+        _spec("kvscope_store_refusals_total", "counter",
+              "prepare_store calls that returned None.", "medium"),
+        _spec("kvscope_store_completed_blocks_total", "counter",
+              "Blocks whose store completed (stores finished).", "medium"),
+        _spec("kvscope_store_failed_blocks_total", "counter",
+              "Blocks whose store failed and was rolled back.", "medium"),
+        _spec("kvscope_evicted_blocks_total", "counter",
+              "Blocks that left the tier, by reason: capacity (to make room for a store), "
+              "failed_store (rolled back), clear (a cache reset).",
+              "medium", "policy", "reason"),
+        _spec("kvscope_dead_write_blocks_total", "counter",
+              "Stored blocks evicted without ever being loaded.", "medium", "policy"),
+        _spec("kvscope_load_blocks_total", "counter",
+              "Blocks pinned by prepare_load (loads submitted).", "medium"),
+        _spec("kvscope_load_completed_blocks_total", "counter",
+              "Blocks unpinned by complete_load (loads finished).", "medium"),
+        _spec("kvscope_blocks_resident", "gauge",
+              "Blocks held by the tier, ready or being written.", "medium"),
+        _spec("kvscope_blocks_capacity", "gauge", "Blocks the tier can hold.", "medium"),
+        _spec("kvscope_blocks_pinned", "gauge",
+              "Blocks pinned by in-flight loads or stores.", "medium", "reason"),
+        _spec("kvscope_invariant_violations", "gauge",
+              "Broken bookkeeping invariants (free + used = capacity, one owner per slot, "
+              "no negative reference count); 0 when healthy.", "medium"),
+        _spec("kvscope_manager_operation_duration_seconds", "histogram",
+              "Latency of manager calls that evict and allocate.", "medium", "operation"),
+        _spec("kvscope_transfer_jobs_submitted_total", "counter",
+              "Transfer jobs submitted.", "direction"),
+        _spec("kvscope_transfer_jobs_total", "counter",
+              "Transfer jobs finished, by outcome (ok, failed).", "direction", "outcome"),
+        _spec("kvscope_transfer_blocks_total", "counter",
+              "Offloaded blocks in finished transfer jobs.", "direction", "outcome"),
+        _spec("kvscope_transfer_bytes_total", "counter",
+              "Bytes moved by successful transfer jobs.", "direction"),
+        _spec("kvscope_transfer_duration_seconds", "histogram",
+              "Transfer job time from submit to finish.", "direction"),
+        _spec("kvscope_transfer_size_bytes", "histogram", "Bytes per transfer job.", "direction"),
+        _spec("kvscope_publisher_frames_total", "counter",
+              "Frames handed to the PUB socket, by kind (kv_events, stats).", "kind"),
+        _spec("kvscope_publisher_dropped_frames_total", "counter",
+              "Frames dropped because the consumer was slow or absent."),
+        _spec("kvscope_publisher_replay_requests_total", "counter",
+              "Replay requests answered, by outcome (ok, malformed).", "outcome"),
+    )
+}  # fmt: skip
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Metric values at one instant, in the stats frame's generic shapes."""
+
+    counters: list[Sample] = field(default_factory=list)
+    gauges: list[Sample] = field(default_factory=list)
+    histograms: list[HistogramSnapshot] = field(default_factory=list)
+
+    def add(self, name: str, value: float, **labels: str) -> None:
+        """Record a counter or gauge value under its defined name and labels."""
+        spec = _checked(name, labels)
+        target = self.counters if spec.kind == "counter" else self.gauges
+        target.append(Sample(name=name, labels=labels, value=float(value)))
+
+    def add_histogram(self, name: str, histogram: Histogram, **labels: str) -> None:
+        _checked(name, labels)
+        self.histograms.append(
+            HistogramSnapshot(
+                name=name,
+                labels=labels,
+                buckets=[*histogram.bounds, float("inf")],
+                counts=histogram.cumulative(),
+                sum=histogram.sum,
+                count=histogram.count,
+            )
+        )
+
+    def extend(self, other: Snapshot) -> None:
+        self.counters += other.counters
+        self.gauges += other.gauges
+        self.histograms += other.histograms
+
+
+def _checked(name: str, labels: dict[str, str]) -> MetricSpec:
+    """The metric's definition; a typo in a name or label set fails loudly in tests."""
+    spec = SPECS.get(name)
+    if spec is None:
+        raise KeyError(f"no kvscope metric named {name!r}")
+    if tuple(sorted(labels)) != tuple(sorted(spec.labels)):
+        raise ValueError(f"{name} takes labels {spec.labels}, got {tuple(labels)}")
+    return spec

@@ -1,0 +1,121 @@
+"""Every manager metric moves exactly as the manager acts, and the exposition parses."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from offload import CPUOffloadingManager
+from offload.telemetry.collector import SnapshotCollector
+from offload.telemetry.metrics import SPECS
+from offload.telemetry.snapshots import manager_snapshot
+
+
+def scrape(manager: CPUOffloadingManager, **extra: str) -> dict[tuple, float]:
+    """The manager's series through a real registry and prometheus-client's own parser."""
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(lambda: [(manager_snapshot(manager), extra)]))
+    text = generate_latest(registry).decode()
+    series: dict[tuple, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = {k: v for k, v in sample.labels.items() if k not in {"medium", *extra}}
+            series[(sample.name, *sorted(labels.items()))] = sample.value
+    return series
+
+
+def test_a_scripted_sequence_moves_every_counter_exactly() -> None:
+    manager = CPUOffloadingManager(16, 4, "lru", enable_events=True)
+    out = manager.prepare_store([1, 2, 3, 3])  # 3 admitted, 1 repeat skipped
+    assert out is not None
+    manager.complete_store([1, 2])  # 3 stays in flight
+    manager.lookup([1, 2, 3, 4])  # 2 hits of 4
+    manager.prepare_load([1, 1])  # pinned twice
+    manager.complete_load([1])
+    assert manager.prepare_store([5, 6, 7]) is None  # needs 2 evictions; only 2 is idle
+    manager.complete_store([3], success=False)  # rolled back
+    manager.complete_load([1])
+    manager.touch([1])
+    out = manager.prepare_store([8, 9, 10])  # 2 free slots after the rollback, evicts one
+    assert out is not None and out.block_hashes_evicted == [2]  # 2: never loaded
+    manager.complete_store([8, 9, 10])
+    manager.clear()  # drops 1 (loaded), 8, 9 and 10 (never loaded)
+
+    s = scrape(manager)
+    assert s[("kvscope_lookups_total",)] == 1
+    assert s[("kvscope_lookup_blocks_total",)] == 4
+    assert s[("kvscope_lookup_hit_blocks_total",)] == 2
+    assert s[("kvscope_lookup_tokens_total",)] == 64
+    assert s[("kvscope_lookup_hit_tokens_total",)] == 32
+    assert s[("kvscope_store_requested_blocks_total",)] == 4 + 3 + 3
+    assert s[("kvscope_store_admitted_blocks_total",)] == 3 + 3
+    assert s[("kvscope_store_skipped_blocks_total",)] == 1
+    assert s[("kvscope_store_refused_blocks_total",)] == 3
+    assert s[("kvscope_store_refusals_total",)] == 1
+    assert s[("kvscope_store_completed_blocks_total",)] == 2 + 3
+    assert s[("kvscope_store_failed_blocks_total",)] == 1
+    evicted = "kvscope_evicted_blocks_total"
+    assert s[(evicted, ("policy", "lru"), ("reason", "capacity"))] == 1
+    assert s[(evicted, ("policy", "lru"), ("reason", "failed_store"))] == 1
+    assert s[(evicted, ("policy", "lru"), ("reason", "clear"))] == 4
+    assert s[("kvscope_dead_write_blocks_total", ("policy", "lru"))] == 1 + 3
+    assert s[("kvscope_load_blocks_total",)] == 2
+    assert s[("kvscope_load_completed_blocks_total",)] == 2
+    assert s[("kvscope_blocks_resident",)] == 0
+    assert s[("kvscope_blocks_capacity",)] == 4
+    assert s[("kvscope_blocks_pinned", ("reason", "load"))] == 0
+    assert s[("kvscope_blocks_pinned", ("reason", "store"))] == 0
+    assert s[("kvscope_invariant_violations",)] == 0
+    latency = "kvscope_manager_operation_duration_seconds"
+    assert s[(f"{latency}_count", ("operation", "prepare_store"))] == 2  # the refusal is not timed
+    assert s[(f"{latency}_bucket", ("le", "+Inf"), ("operation", "prepare_store"))] == 2
+
+
+def test_in_flight_pairs_show_pinned_blocks_while_work_is_pending() -> None:
+    manager = CPUOffloadingManager(16, 8, "arc")
+    manager.prepare_store([1, 2, 3])
+    manager.complete_store([1])
+    manager.prepare_load([1])
+    s = scrape(manager)
+    assert s[("kvscope_blocks_pinned", ("reason", "store"))] == 2
+    assert s[("kvscope_blocks_pinned", ("reason", "load"))] == 1
+    assert s[("kvscope_blocks_resident",)] == 3
+
+
+def test_a_broken_invariant_is_exported() -> None:
+    manager = CPUOffloadingManager(16, 4, "lru")
+    manager.prepare_store([1, 2])
+    manager.complete_store([1, 2])
+    manager.policy.blocks[2].slot = manager.policy.blocks[1].slot  # corrupt the bookkeeping
+    assert manager.invariant_violations() == ["a slot is owned twice"]
+    assert scrape(manager)[("kvscope_invariant_violations",)] == 1
+
+
+def test_extra_labels_name_the_worker_on_every_series() -> None:
+    manager = CPUOffloadingManager(16, 4, "lru")
+    registry = CollectorRegistry()
+    registry.register(
+        SnapshotCollector(lambda: [(manager_snapshot(manager), {"engine": "e0", "rank": "3"})])
+    )
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    assert {family.name for family in families} == {
+        name.removesuffix("_total") for name in SPECS if not name.startswith("kvscope_transfer")
+    }
+    for family in families:
+        for sample in family.samples:
+            assert sample.labels["engine"] == "e0" and sample.labels["rank"] == "3"
+
+
+def test_clear_keeps_blocks_in_use_and_reports_the_rest() -> None:
+    manager = CPUOffloadingManager(16, 4, "arc", enable_events=True)
+    manager.prepare_store([1, 2, 3])
+    manager.complete_store([1, 2])
+    manager.prepare_load([1])
+    manager.take_events()
+    assert manager.clear() == [2]
+    assert set(manager.policy.blocks) == {1, 3}
+    assert [(e.block_hashes, e.removed) for e in manager.take_events()] == [([2], True)]
+    manager.complete_load([1])
+    manager.complete_store([3])
+    assert manager.lookup([1, 3]) == 2
+    assert manager.invariant_violations() == []
