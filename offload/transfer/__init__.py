@@ -1,0 +1,19 @@
+"""Worker-side transfer backends: move KV blocks between the GPU cache and the CPU tier.
+
+``backend`` is the interface every backend implements, ``layout`` the cache
+geometry they share, ``cpu_backend`` the implementation that needs no GPU.
+"""
+
+from offload.transfer.backend import Direction, TransferBackend, TransferResult
+from offload.transfer.cpu_backend import CPUTransferBackend
+from offload.transfer.layout import KVLayout, KVOrder, TransferPlan
+
+__all__ = [
+    "CPUTransferBackend",
+    "Direction",
+    "KVLayout",
+    "KVOrder",
+    "TransferBackend",
+    "TransferPlan",
+    "TransferResult",
+]

@@ -1,0 +1,92 @@
+"""The contract between the offloading connector and whatever moves the bytes.
+
+The connector hands a backend block ids and later asks what has finished; it
+never waits on a copy itself, because the worker's forward pass must keep
+running while KV blocks stream to and from the CPU tier. Every backend (the
+CPU one here, a CUDA-stream one later) implements this interface unchanged,
+so the connector and the tests do not care which one runs.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+if TYPE_CHECKING:
+    from offload.telemetry.transfer_stats import TransferStats
+
+
+class Direction(enum.StrEnum):
+    """Which way a job moves blocks; a string so it logs and serialises as-is."""
+
+    GPU_TO_CPU = "gpu_to_cpu"
+    """A store: GPU blocks are offloaded into CPU blocks."""
+    CPU_TO_GPU = "cpu_to_gpu"
+    """A load: CPU blocks are brought back into GPU blocks."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransferResult:
+    """What became of one submitted job, as ``poll`` reports it."""
+
+    job_id: int
+    direction: Direction
+    success: bool
+    num_blocks: int
+    """Offloaded (CPU) blocks in the job: the unit the CPU tier counts in."""
+    bytes: int
+    """Bytes actually moved: 0 when the job failed, so throughput is never overstated."""
+    seconds: float
+    """Wall time from submit to finish (``time.perf_counter``), queueing included."""
+    error: str | None = None
+    """Why the job failed; None on success."""
+
+
+class TransferBackend(ABC):
+    """Moves KV blocks between the GPU cache and the CPU tier, asynchronously.
+
+    Bad input raises before anything is queued, so a caller's bug never
+    corrupts jobs already in flight; a failure while copying is reported as
+    an unsuccessful ``TransferResult`` instead, because by then the caller
+    has moved on and only ``poll`` can tell it.
+
+    Every backend counts its jobs in ``stats`` (submitted on submit, finished
+    with their outcome, bytes and duration when they end), which is how the
+    transfer metrics and spans see every backend alike.
+    """
+
+    stats: TransferStats
+
+    @abstractmethod
+    def submit(
+        self, direction: Direction, src_blocks: Sequence[int], dst_blocks: Sequence[int]
+    ) -> int:
+        """Queue a copy and return its job id without waiting for the copy.
+
+        ``src_blocks`` and ``dst_blocks`` are in units of the source and the
+        destination medium's blocks: one CPU block holds ``block_size_factor``
+        GPU blocks, so the GPU side lists that many times more ids.
+        """
+
+    @abstractmethod
+    def poll(self) -> list[TransferResult]:
+        """Jobs finished since the last poll, in completion order; never blocks."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Finish the jobs in flight and release threads and streams; idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,306 @@
+"""KV cache geometry, shared by every transfer backend.
+
+A backend must know where a block's bytes lie in each layer's tensor to copy
+it without a per-block Python loop, and it must reject a bad job before any
+byte moves. Both depend only on the geometry, never on the device, so they
+live here, free of anything CUDA-specific, and the CPU and CUDA backends
+validate and plan jobs identically.
+
+Units: a GPU block is one row of the GPU tensors' block dimension. An
+offloaded (CPU) block holds ``block_size_factor`` consecutive rows of the CPU
+tensors, so a job names N CPU blocks and N * block_size_factor GPU blocks.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from offload.transfer.backend import Direction
+
+KV_DIM_SIZE = 2
+"""K and V, stacked in one tensor per layer."""
+RANK = 5
+"""(2 and num_blocks in either order, block_size, num_heads, head_dim)."""
+
+
+class KVOrder(enum.StrEnum):
+    """Which leading dimension of a layer tensor is K/V and which is blocks.
+
+    vLLM's attention backends disagree: FlashAttention stacks K and V first,
+    FlashInfer puts blocks first. The copy only needs the block dimension.
+    """
+
+    KV_FIRST = "kv_first"
+    BLOCKS_FIRST = "blocks_first"
+
+    @property
+    def block_dim(self) -> int:
+        """The dimension indexed by block id."""
+        return 1 if self is KVOrder.KV_FIRST else 0
+
+    @property
+    def kv_dim(self) -> int:
+        """The dimension of size 2 holding K and V."""
+        return 1 - self.block_dim
+
+    @property
+    def shape_text(self) -> str:
+        """A layer tensor's shape, for error messages."""
+        leading = ("2", "num_blocks") if self is KVOrder.KV_FIRST else ("num_blocks", "2")
+        return f"({', '.join(leading)}, block_size, num_heads, head_dim)"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TransferPlan:
+    """One validated job, in the unit the copy works in: GPU-block-sized rows.
+
+    ``src_rows[i]`` of the source tensors goes to ``dst_rows[i]`` of the
+    destination tensors, whichever way the job runs. The index tensors are
+    the plan's own copies, so a caller mutating its lists after ``submit``
+    cannot change a job in flight.
+    """
+
+    direction: Direction
+    src_rows: torch.Tensor
+    dst_rows: torch.Tensor
+    num_blocks: int
+    """Offloaded (CPU) blocks moved."""
+    bytes: int
+
+
+class KVLayout:
+    """The GPU KV cache's per-layer tensors and the offloaded block size.
+
+    Every layer must share shape, dtype and device: a job's block ids mean
+    the same rows in every layer, and one byte count describes a block.
+    """
+
+    def __init__(
+        self,
+        gpu_tensors: Sequence[torch.Tensor],
+        block_size_factor: int = 1,
+        order: KVOrder | str = KVOrder.KV_FIRST,
+    ) -> None:
+        self.order = _order(order)
+        self.gpu_tensors = tuple(gpu_tensors)
+        self.block_size_factor = _positive_int("block_size_factor", block_size_factor)
+        _check_layers(self.gpu_tensors, self.order)
+        self.rows(self.gpu_tensors)  # strides that defeat row views fail here, not mid-copy
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.gpu_tensors)
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self.gpu_tensors[0].shape[self.order.block_dim]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.gpu_tensors[0].dtype
+
+    @property
+    def gpu_block_size(self) -> int:
+        """Tokens per GPU block."""
+        return self.gpu_tensors[0].shape[2]
+
+    @property
+    def num_heads(self) -> int:
+        return self.gpu_tensors[0].shape[3]
+
+    @property
+    def head_dim(self) -> int:
+        return self.gpu_tensors[0].shape[4]
+
+    @property
+    def bytes_per_gpu_block(self) -> int:
+        """One GPU block's bytes across all layers, K and V."""
+        per_layer = self.gpu_tensors[0].numel() // self.num_gpu_blocks
+        return self.num_layers * per_layer * self.dtype.itemsize
+
+    @property
+    def bytes_per_cpu_block(self) -> int:
+        """One offloaded block's bytes across all layers, K and V."""
+        return self.bytes_per_gpu_block * self.block_size_factor
+
+    def cpu_shape(self, num_cpu_blocks: int) -> tuple[int, ...]:
+        """A CPU layer tensor's shape: the GPU one, with a row per GPU-sized sub-block.
+
+        Mirroring the GPU order keeps both sides' rows equally strided, so a
+        copy is a plain row gather and scatter in either direction.
+        """
+        shape = list(self.gpu_tensors[0].shape)
+        rows = _positive_int("num_cpu_blocks", num_cpu_blocks) * self.block_size_factor
+        shape[self.order.block_dim] = rows
+        return tuple(shape)
+
+    def rows(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """2-D (blocks, row) views of layer tensors: every block's bytes, one row per plane.
+
+        A plane is where a block's bytes are contiguous: K and V apart in the
+        kv_first order, together in blocks_first. Rows let a backend move a
+        whole job with one gather and one scatter per plane. Views, never
+        copies, so writing a row writes the cache; the result is layer-major,
+        K before V, for the GPU and the CPU side alike.
+        """
+        kv_first = self.order is KVOrder.KV_FIRST
+        views: list[torch.Tensor] = []
+        for tensor in tensors:
+            planes = tensor.unbind(0) if kv_first else (tensor,)
+            try:
+                views += [plane.view(plane.shape[0], -1) for plane in planes]
+            except RuntimeError:
+                raise ValueError(
+                    f"a block's bytes are not contiguous in a {self.order} layer tensor of "
+                    f"shape {tuple(tensor.shape)} and strides {tensor.stride()}"
+                ) from None
+        return views
+
+    def allocate_cpu_tensors(self, num_cpu_blocks: int) -> list[torch.Tensor]:
+        """The CPU tier's storage, one tensor per layer.
+
+        Zero-filled rather than empty so every page is touched now, at
+        start-up, not during the first transfers, and no stale memory is
+        ever loaded into the GPU cache. Pinned only when CUDA exists, since
+        pinning needs a CUDA context and only pays off for device copies.
+        """
+        shape = self.cpu_shape(num_cpu_blocks)
+        pin = torch.cuda.is_available()
+        return [
+            torch.zeros(shape, dtype=self.dtype, device="cpu", pin_memory=pin)
+            for _ in range(self.num_layers)
+        ]
+
+    def plan(
+        self,
+        direction: Direction | str,
+        src_blocks: Sequence[int],
+        dst_blocks: Sequence[int],
+        num_cpu_blocks: int,
+    ) -> TransferPlan:
+        """Validate a job and translate its block ids into rows; raises ValueError.
+
+        Everything a backend must refuse is caught here, before the job is
+        queued: an unknown direction, ids that are not ints, negative or out
+        of range, side lengths that do not match ``block_size_factor``, and
+        a destination block named twice (the copy's result would depend on
+        the order the writes land in).
+        """
+        direction = _direction(direction)
+        to_cpu = direction is Direction.GPU_TO_CPU
+        sides = {"src_blocks": src_blocks, "dst_blocks": dst_blocks}
+        gpu_name = "src_blocks" if to_cpu else "dst_blocks"
+        cpu_name = "dst_blocks" if to_cpu else "src_blocks"
+        gpu_ids = _block_ids(gpu_name, sides[gpu_name], "GPU", self.num_gpu_blocks)
+        cpu_ids = _block_ids(cpu_name, sides[cpu_name], "CPU", num_cpu_blocks)
+        factor = self.block_size_factor
+        if gpu_ids.size != cpu_ids.size * factor:
+            raise ValueError(
+                f"{gpu_name} has {gpu_ids.size} GPU blocks but {cpu_name} has "
+                f"{cpu_ids.size} CPU blocks; with block_size_factor {factor} "
+                f"that must be {cpu_ids.size * factor} GPU blocks"
+            )
+        dst_medium, dst_ids = ("CPU", cpu_ids) if to_cpu else ("GPU", gpu_ids)
+        _check_distinct(dst_medium, dst_ids)
+        cpu_rows = (cpu_ids[:, None] * factor + np.arange(factor)).reshape(-1)
+        src_rows, dst_rows = (gpu_ids, cpu_rows) if to_cpu else (cpu_rows, gpu_ids)
+        num_blocks = cpu_ids.size
+        return TransferPlan(
+            direction,
+            torch.from_numpy(src_rows),
+            torch.from_numpy(dst_rows),
+            num_blocks,
+            num_blocks * self.bytes_per_cpu_block,
+        )
+
+
+def _order(order: KVOrder | str) -> KVOrder:
+    try:
+        return KVOrder(order)
+    except ValueError:
+        known = ", ".join(repr(str(o)) for o in KVOrder)
+        raise ValueError(f"unknown KV order {order!r}; expected one of {known}") from None
+
+
+def _direction(direction: Direction | str) -> Direction:
+    try:
+        return Direction(direction)
+    except ValueError:
+        known = ", ".join(repr(str(d)) for d in Direction)
+        raise ValueError(f"unknown direction {direction!r}; expected one of {known}") from None
+
+
+def _positive_int(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def _check_layers(tensors: tuple[torch.Tensor, ...], order: KVOrder) -> None:
+    """Every layer a 5-D K/V tensor with at least one block, all alike."""
+    if not tensors:
+        raise ValueError("a KV layout needs at least one layer tensor")
+    for layer, tensor in enumerate(tensors):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"layer {layer} is a {type(tensor).__name__}, not a torch.Tensor")
+        shape = tuple(tensor.shape)
+        if tensor.ndim != RANK or shape[order.kv_dim] != KV_DIM_SIZE or 0 in shape:
+            raise ValueError(
+                f"layer {layer} has shape {shape}; the {order} order needs "
+                f"{order.shape_text}, no dimension empty"
+            )
+        first = tensors[0]
+        for what, mine, theirs in (
+            ("shape", shape, tuple(first.shape)),
+            ("dtype", tensor.dtype, first.dtype),
+            ("device", tensor.device, first.device),
+        ):
+            if mine != theirs:
+                raise ValueError(
+                    f"layer {layer} has {what} {mine} but layer 0 has {theirs}; "
+                    "every layer must match"
+                )
+
+
+def _block_ids(name: str, blocks: Sequence[int], medium: str, limit: int) -> np.ndarray:
+    """The ids as a fresh int64 array, each in [0, limit).
+
+    numpy, not torch: checking a handful of ids is a few microseconds in
+    numpy and ten times that in torch, and small jobs are the common case.
+    The array is always a copy, so the caller may reuse its sequence.
+    """
+    if isinstance(blocks, torch.Tensor):
+        blocks = blocks.numpy(force=True)
+    try:
+        ids = np.array(blocks)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{name} must be a sequence of int block ids: {exc}") from None
+    if ids.ndim != 1:
+        raise ValueError(f"{name} must be a flat sequence of block ids, got {ids.ndim} dims")
+    if ids.size == 0:
+        raise ValueError(f"{name} is empty; a job must move at least one block")
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"{name} must hold int block ids, got {ids.dtype}")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0:
+        raise ValueError(f"{name} has negative {medium} block id {low}")
+    if high >= limit:
+        raise ValueError(
+            f"{name} has {medium} block id {high}, out of range: "
+            f"the {medium} side has {limit} blocks (ids 0 to {limit - 1})"
+        )
+    return ids.astype(np.int64, copy=False)
+
+
+def _check_distinct(medium: str, dst_ids: np.ndarray) -> None:
+    ordered = np.sort(dst_ids)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if repeated.size:
+        raise ValueError(f"dst_blocks names {medium} block {int(repeated[0])} more than once")
