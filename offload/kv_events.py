@@ -106,17 +106,13 @@ def to_kv_events(events: list[OffloadingEvent]) -> list[BlockStored | BlockRemov
 
 
 def _to_kv_event(event: OffloadingEvent) -> BlockStored | BlockRemoved:
-    if event.removed:
-        return BlockRemoved(block_hashes=event.block_hashes, medium=event.medium)
-    return BlockStored(
-        block_hashes=event.block_hashes,
-        parent_block_hash=None,
-        token_ids=[],
-        block_size=event.block_size,
-        lora_id=None,
-        medium=event.medium,
-        lora_name=None,
-    )
+    block_hashes, block_size, medium, removed = event
+    if removed:
+        return BlockRemoved(block_hashes, medium)
+    # Positional (block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+    # medium, lora_name): this runs for every event published, and msgspec
+    # builds a struct from positions faster than from keywords.
+    return BlockStored(block_hashes, None, [], block_size, None, medium, None)
 
 
 def encode_batch(batch: KVEventBatch) -> bytes:

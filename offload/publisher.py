@@ -1,10 +1,14 @@
 """Publish KV events (vLLM's wire format) and stats frames over ZMQ, never blocking.
 
 The caller is vLLM's scheduler thread, whose every millisecond is a token's
-latency, so ``publish_*`` does no encoding and no I/O: it appends to a bounded
-in-memory queue and returns. One background thread owns both sockets and does
-all the work: encoding, sequence numbering, sending, and answering replay
-requests.
+latency, so ``publish_*`` does no encoding, no I/O and takes no lock: it
+appends to a bounded in-memory queue and returns. One background thread owns
+both sockets and does all the work: encoding, sequence numbering, sending, and
+answering replay requests. It flushes every ``flush_interval`` seconds (or
+sooner, when the queue is half full), sending everything queued since the last
+flush as ONE batch: a scheduler step may publish a few events every tens of
+microseconds, and a frame per step would cost the process more than the
+offloading it reports (measured: +30% instructions on the replay hot path).
 
 Wire format (vLLM's, so vLLM's consumers read ours unchanged):
 
@@ -26,8 +30,8 @@ Wire format (vLLM's, so vLLM's consumers read ours unchanged):
 Where frames can be lost, and how that shows:
 
 - The queue is bounded: when a burst outruns the thread, the *oldest* queued
-  frame is dropped and counted in ``dropped``. Sequence numbers are assigned
-  when a batch is sent, so a queue drop leaves no gap; ``dropped`` (export it
+  publish is dropped and counted in ``dropped``. Sequence numbers are assigned
+  when a batch is sent, so a queue drop leaves no gap; ``dropped`` (exported
   in the stats frames) is the signal.
 - ZMQ itself drops for a subscriber whose high-water mark is reached; a send
   the socket refuses (``zmq.Again``) is counted in ``dropped`` too. Such a KV
@@ -47,7 +51,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from itertools import islice
 from types import TracebackType
@@ -66,9 +70,6 @@ END_OF_REPLAY_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 _CLOSE_LINGER_MS = 200
 """How long close() lets ZMQ flush already-sent frames to connected peers."""
-
-_KVItem = tuple[float, list[OffloadingEvent]]
-"""A queued KV publish: the wall-clock time of the call and the manager's events."""
 
 
 def _seq_bytes(seq: int) -> bytes:
@@ -104,6 +105,7 @@ class EventPublisher:
         buffer_steps: int = 10_000,
         max_queue_size: int = 10_000,
         hwm: int = 100_000,
+        flush_interval: float = 0.01,
         data_parallel_rank: int | None = None,
     ) -> None:
         if kv_topic == stats_topic:
@@ -111,11 +113,18 @@ class EventPublisher:
         for name, value in (("buffer_steps", buffer_steps), ("max_queue_size", max_queue_size)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if not 0 < flush_interval <= 10:
+            raise ValueError(f"flush_interval must be in (0, 10] seconds, got {flush_interval}")
         self.batches_published = 0
+        self.events_published = 0
         self.stats_published = 0
-        self.dropped = 0
         self.replay_requests = 0
         self.malformed_replay_requests = 0
+        # One writer each (the callers of publish_events, of publish_stats, the
+        # thread), so the counts stay exact without a lock.
+        self._dropped_kv = 0
+        self._dropped_stats = 0
+        self._refused = 0
 
         self._kv_topic = kv_topic
         self._stats_topic = stats_topic
@@ -123,9 +132,11 @@ class EventPublisher:
         self._kv_seq = 0
         self._stats_seq = 0
         self._history: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
-        self._pending: deque[_KVItem | StatsFrame] = deque()
+        self._pending_kv: deque[list[OffloadingEvent]] = deque()
+        self._pending_stats: deque[StatsFrame] = deque()
         self._max_pending = max_queue_size
-        self._lock = threading.Lock()
+        self._wake_at = max(1, max_queue_size // 2)
+        self._flush_ms = flush_interval * 1000
         self._closed = False
 
         self._ctx = zmq.Context(io_threads=1)
@@ -169,51 +180,63 @@ class EventPublisher:
         """The ROUTER replay endpoint as bound, or None without replay."""
         return self._replay_endpoint
 
-    # --- caller side: never blocks on I/O --------------------------------------
+    @property
+    def dropped(self) -> int:
+        """Publishes dropped from the full queue, plus frames the PUB socket refused."""
+        return self._dropped_kv + self._dropped_stats + self._refused
+
+    # --- caller side: never blocks, never locks ---------------------------------
 
     def publish_events(self, events: list[OffloadingEvent]) -> None:
-        """Queue the manager's events as one KV event batch (none if empty).
+        """Queue the manager's events for the next batch (nothing if empty).
 
         The list is handed over: the caller must not mutate it afterwards.
+        Called on every scheduler step, so the queueing is written out here
+        rather than shared with publish_stats through a call.
         """
-        if events:
-            self._enqueue((time.time(), events))
+        if not events:
+            return
+        if self._closed:
+            raise RuntimeError("publisher is closed")
+        pending = self._pending_kv
+        if len(pending) >= self._max_pending:
+            # deque pops are atomic: if the thread emptied the queue meanwhile,
+            # nothing is dropped and nothing is counted.
+            with suppress(IndexError):
+                pending.popleft()
+                self._dropped_kv += 1
+        pending.append(events)
+        if len(pending) == self._wake_at:
+            self._wake()
 
     def publish_stats(self, frame: StatsFrame) -> None:
-        """Queue a stats frame for its own topic."""
-        self._enqueue(frame)
-
-    def _enqueue(self, item: _KVItem | StatsFrame) -> None:
-        """Append under a short lock, dropping (and counting) the oldest when full.
-
-        The lock makes the drop count exact: between a length check and an
-        append the thread may pop, and a bare ``deque(maxlen=...)`` drops
-        without telling. The wake-up write happens only when the queue turns
-        non-empty, so a burst costs one syscall, not one per frame.
-        """
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("publisher is closed")
-            if not self._pending:
-                self._wake()
-            elif len(self._pending) == self._max_pending:
-                self._pending.popleft()
-                self.dropped += 1
-            self._pending.append(item)
+        """Queue a stats frame for its own topic (a few per second: no hurry here)."""
+        if self._closed:
+            raise RuntimeError("publisher is closed")
+        pending = self._pending_stats
+        if len(pending) >= self._max_pending:
+            with suppress(IndexError):
+                pending.popleft()
+                self._dropped_stats += 1
+        pending.append(frame)
+        if len(pending) == self._wake_at:
+            self._wake()
 
     def _wake(self) -> None:
-        """Make the thread's poll return; called with the lock held so that
-        close() cannot close the pipe between a check and the write."""
-        with suppress(BlockingIOError):  # a full pipe: wake-ups are already pending
+        """Make the thread's poll return before its flush interval is up."""
+        with suppress(BlockingIOError, OSError):  # full pipe: a wake-up is pending
             os.write(self._wake_w, b"\0")
 
     def close(self) -> None:
-        """Send what is queued, stop the thread and release the sockets. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._wake()
+        """Send what is queued, stop the thread and release the sockets. Idempotent.
+
+        A publish racing with close() on another thread may be lost; publishes
+        after close() raise.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._wake()
         self._thread.join()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -233,14 +256,14 @@ class EventPublisher:
     # --- background thread: sole user of the sockets ---------------------------
 
     def _run(self) -> None:
-        """Sleep in poll until a wake-up or a replay request; no timeout, no spinning."""
+        """Flush every interval, or on a wake-up or a replay request."""
         poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
         if self._replay is not None:
             poller.register(self._replay, zmq.POLLIN)
         try:
             while True:
-                ready = dict(poller.poll())
+                ready = dict(poller.poll(self._flush_ms))
                 if self._wake_r in ready:
                     self._drain_wakeups()
                 if self._replay is not None and self._replay in ready:
@@ -248,7 +271,9 @@ class EventPublisher:
                         self._serve_replay()
                     except Exception:  # replay is best effort; publishing must go on
                         logger.exception("kvscope publisher could not answer a replay request")
-                if self._send_pending():
+                closing = self._closed  # read before the flush: the last flush sees all
+                self._flush()
+                if closing:
                     return
         except Exception:
             logger.exception("kvscope publisher thread stopped; frames will be dropped")
@@ -261,24 +286,23 @@ class EventPublisher:
         with suppress(BlockingIOError):  # a spurious wake-up: nothing to read
             os.read(self._wake_r, 65536)
 
-    def _send_pending(self) -> bool:
-        """Send queued frames until the queue is empty; True once close() was called."""
-        while True:
-            with self._lock:
-                if not self._pending:
-                    return self._closed
-                item = self._pending.popleft()
-            try:
-                self._send(item)
-            except Exception:
-                logger.exception("kvscope publisher could not send a frame; dropped")
-                self._count_drop()
+    def _flush(self) -> None:
+        """Send every queued KV event as one batch, then the queued stats frames."""
+        pending_kv, pending_stats = self._pending_kv, self._pending_stats
+        events: list[OffloadingEvent] = []
+        while pending_kv:
+            events += pending_kv.popleft()
+        if events:
+            self._guarded(self._send_batch, time.time(), events)
+        while pending_stats:
+            self._guarded(self._send_stats, pending_stats.popleft())
 
-    def _send(self, item: _KVItem | StatsFrame) -> None:
-        if isinstance(item, StatsFrame):
-            self._send_stats(item)
-        else:
-            self._send_batch(*item)
+    def _guarded(self, send: Callable[..., None], *args: object) -> None:
+        try:
+            send(*args)
+        except Exception:
+            logger.exception("kvscope publisher could not send a frame; dropped")
+            self._refused += 1
 
     def _send_stats(self, frame: StatsFrame) -> None:
         payload = encode_stats_frame(frame)
@@ -294,19 +318,16 @@ class EventPublisher:
         self._history.append((seq, payload))
         if self._publish(self._kv_topic, seq, payload):
             self.batches_published += 1
+            self.events_published += len(events)
 
     def _publish(self, topic: bytes, seq: int, payload: bytes) -> bool:
         """Hand one frame to the PUB socket without waiting; False (counted) if refused."""
         try:
             self._pub.send_multipart((topic, _seq_bytes(seq), payload), flags=zmq.NOBLOCK)
         except zmq.Again:
-            self._count_drop()
+            self._refused += 1
             return False
         return True
-
-    def _count_drop(self) -> None:
-        with self._lock:
-            self.dropped += 1
 
     def _serve_replay(self) -> None:
         """Answer one replay request: buffered KV batches from its sequence on, then the end."""

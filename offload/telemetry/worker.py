@@ -1,0 +1,106 @@
+"""One worker's telemetry, gathered: the manager, its transfers, its publisher.
+
+This is what the inference worker (or the replay engine) holds: it turns the
+core's plain counters into a snapshot for a Prometheus scrape or a stats
+frame for the sidecar, and ships the manager's events. Nothing here runs per
+block; ``publish_events`` runs once per scheduler step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+
+from prometheus_client import CollectorRegistry
+
+from offload.cpu_manager import CPUOffloadingManager
+from offload.publisher import EventPublisher
+from offload.stats_frame import StatsFrame, WorkerConfig
+from offload.telemetry.collector import SnapshotCollector
+from offload.telemetry.metrics import Snapshot
+from offload.telemetry.snapshots import manager_snapshot
+from offload.telemetry.transfer_stats import TransferStats
+
+
+class WorkerTelemetry:
+    """Snapshots, stats frames and event shipping for one worker."""
+
+    def __init__(
+        self,
+        manager: CPUOffloadingManager,
+        *,
+        engine_id: str,
+        rank: int = 0,
+        transfers: TransferStats | None = None,
+        publisher: EventPublisher | None = None,
+        bytes_per_block: int | None = None,
+    ) -> None:
+        self.manager = manager
+        self.transfers = transfers
+        self.publisher = publisher
+        self.engine_id = engine_id
+        self.rank = rank
+        self.config = WorkerConfig(
+            policy=manager.policy.name,
+            capacity_blocks=manager.num_blocks,
+            block_size=manager.block_size,
+            bytes_per_block=bytes_per_block,
+        )
+
+    def snapshot(self) -> Snapshot:
+        snap = manager_snapshot(self.manager)
+        if self.transfers is not None:
+            snap.extend(self.transfers.snapshot())
+        if self.publisher is not None:
+            snap.extend(publisher_snapshot(self.publisher))
+        return snap
+
+    def stats_frame(self) -> StatsFrame:
+        snap = self.snapshot()
+        return StatsFrame(
+            ts=time.time(),
+            engine_id=self.engine_id,
+            rank=self.rank,
+            config=self.config,
+            counters=snap.counters,
+            gauges=snap.gauges,
+            histograms=snap.histograms,
+        )
+
+    def publish_events(self) -> None:
+        """Ship the manager's events since the last call (once per scheduler step)."""
+        if self.publisher is None:
+            raise RuntimeError("this worker has no publisher to ship events with")
+        self.publisher.publish_events(self.manager.take_events())
+
+    def publish_stats(self) -> None:
+        if self.publisher is None:
+            raise RuntimeError("this worker has no publisher to ship stats with")
+        self.publisher.publish_stats(self.stats_frame())
+
+    def labels(self) -> Mapping[str, str]:
+        return {"engine": self.engine_id, "rank": str(self.rank)}
+
+    def registry(self) -> CollectorRegistry:
+        """A registry exposing this worker's metrics, for an optional exporter."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(self._sources))
+        return registry
+
+    def _sources(self) -> Iterator[tuple[Snapshot, Mapping[str, str]]]:
+        yield self.snapshot(), self.labels()
+
+
+def publisher_snapshot(publisher: EventPublisher) -> Snapshot:
+    snap = Snapshot()
+    snap.add("kvscope_publisher_frames_total", publisher.batches_published, kind="kv_events")
+    snap.add("kvscope_publisher_frames_total", publisher.stats_published, kind="stats")
+    snap.add("kvscope_publisher_dropped_frames_total", publisher.dropped)
+    malformed = publisher.malformed_replay_requests
+    snap.add(
+        "kvscope_publisher_replay_requests_total",
+        publisher.replay_requests - malformed,
+        outcome="ok",
+    )
+    snap.add("kvscope_publisher_replay_requests_total", malformed, outcome="malformed")
+    return snap
