@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from app.tracing import TracingConfigError, configure_tracing
 from offload.cpu_manager import CPUOffloadingManager
 from offload.policies.registry import policy_names
 from offload.replay import replay
@@ -72,11 +73,16 @@ def _run_replay(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    provider = None
     try:
+        provider = configure_tracing()
         return args.run(args)
-    except TraceError as exc:
+    except (TraceError, TracingConfigError) as exc:
         print(f"kvscope: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if provider is not None:
+            provider.shutdown()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,27 @@ def test_bad_input_is_one_clear_line_and_a_nonzero_exit(
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_otel_variables_export_the_cores_spans(trace_slice: Path) -> None:
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "kvscope-test"}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "replay", str(trace_slice), "--capacity", "50"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["requests"] == 300  # spans never reach stdout
+    assert '"name": "kvscope.manager.prepare_store"' in result.stderr
+    assert '"service.name": "kvscope-test"' in result.stderr
+    assert '"kvscope.blocks.evicted"' in result.stderr
+
+
+def test_an_unknown_otel_exporter_is_a_clear_error(trace_slice: Path) -> None:
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "zipkin-ish"}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "replay", str(trace_slice)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "unknown exporter 'zipkin-ish'; kvscope knows: console, otlp, none" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -19,7 +19,7 @@ from offload.stats_frame import StatsFrame, WorkerConfig
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import Snapshot
 from offload.telemetry.snapshots import manager_snapshot
-from offload.telemetry.transfer_stats import TransferStats
+from offload.transfer.transfer_stats import TransferStats
 
 
 class WorkerTelemetry:

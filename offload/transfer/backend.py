@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
-    from offload.telemetry.transfer_stats import TransferStats
+    from offload.transfer.transfer_stats import TransferStats
 
 
 class Direction(enum.StrEnum):

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from offload.telemetry.transfer_stats import TransferStats
 from offload.transfer.backend import Direction, TransferBackend, TransferResult
 from offload.transfer.layout import KVLayout, TransferPlan
+from offload.transfer.transfer_stats import TransferStats
 
 JobHook = Callable[[int], None]
 
