@@ -6,7 +6,7 @@ Imported inside the inference worker; never imports the sidecar (``app``).
 from offload.block_pool import Block, BlockPool
 from offload.cpu_manager import CPUOffloadingManager
 from offload.events import BlockHash, OffloadingEvent
-from offload.load_store_spec import CPULoadStoreSpec, GPULoadStoreSpec, LoadStoreSpec
+from offload.load_store_spec import CPULoadStoreSpec, LoadStoreSpec
 from offload.offloading_manager import OffloadingManager, PrepareStoreOutput
 from offload.policies import CachePolicy, make_policy, policy_names, register_policy
 
@@ -17,7 +17,6 @@ __all__ = [
     "CPULoadStoreSpec",
     "CPUOffloadingManager",
     "CachePolicy",
-    "GPULoadStoreSpec",
     "LoadStoreSpec",
     "OffloadingEvent",
     "OffloadingManager",

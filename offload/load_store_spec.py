@@ -28,14 +28,3 @@ class CPULoadStoreSpec(LoadStoreSpec):
     @staticmethod
     def medium() -> str:
         return "CPU"
-
-
-@dataclass(frozen=True, slots=True)
-class GPULoadStoreSpec(LoadStoreSpec):
-    """GPU block ids, in units of the GPU block size."""
-
-    block_ids: list[int]
-
-    @staticmethod
-    def medium() -> str:
-        return "GPU"

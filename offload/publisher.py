@@ -54,11 +54,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from itertools import islice
-from types import TracebackType
-from typing import Self
 
 import zmq
 
+from offload.closeable import Closeable
 from offload.events import OffloadingEvent
 from offload.kv_events import DEFAULT_KV_TOPIC, KVEventBatch, encode_batch, to_kv_events
 from offload.stats_frame import DEFAULT_STATS_TOPIC, StatsFrame, encode_stats_frame
@@ -83,7 +82,7 @@ def _replay_start(frames: list[bytes]) -> int | None:
     return None
 
 
-class EventPublisher:
+class EventPublisher(Closeable):
     """A ZMQ PUB (+ optional ROUTER replay) publisher with a background thread.
 
     Endpoints are bound, never connected. A wildcard port (``tcp://127.0.0.1:*``)
@@ -191,36 +190,32 @@ class EventPublisher:
         """Queue the manager's events for the next batch (nothing if empty).
 
         The list is handed over: the caller must not mutate it afterwards.
-        Called on every scheduler step, so the queueing is written out here
-        rather than shared with publish_stats through a call.
         """
-        if not events:
-            return
-        if self._closed:
-            raise RuntimeError("publisher is closed")
-        pending = self._pending_kv
-        if len(pending) >= self._max_pending:
-            # deque pops are atomic: if the thread emptied the queue meanwhile,
-            # nothing is dropped and nothing is counted.
-            with suppress(IndexError):
-                pending.popleft()
-                self._dropped_kv += 1
-        pending.append(events)
-        if len(pending) == self._wake_at:
-            self._wake()
+        if events:
+            self._dropped_kv += self._enqueue(self._pending_kv, events)
 
     def publish_stats(self, frame: StatsFrame) -> None:
-        """Queue a stats frame for its own topic (a few per second: no hurry here)."""
+        """Queue a stats frame for its own topic."""
+        self._dropped_stats += self._enqueue(self._pending_stats, frame)
+
+    def _enqueue(self, pending: deque, item: object) -> int:
+        """Append, first dropping the oldest item when full; returns the drops (0 or 1).
+
+        deque appends and pops are atomic, so no lock is needed: if the thread
+        empties the queue between the length check and the pop, nothing is
+        dropped and nothing is counted.
+        """
         if self._closed:
             raise RuntimeError("publisher is closed")
-        pending = self._pending_stats
+        drops = 0
         if len(pending) >= self._max_pending:
             with suppress(IndexError):
                 pending.popleft()
-                self._dropped_stats += 1
-        pending.append(frame)
+                drops = 1
+        pending.append(item)
         if len(pending) == self._wake_at:
             self._wake()
+        return drops
 
     def _wake(self) -> None:
         """Make the thread's poll return before its flush interval is up."""
@@ -241,17 +236,6 @@ class EventPublisher:
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._ctx.term()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --- background thread: sole user of the sockets ---------------------------
 

@@ -10,11 +10,12 @@ so the connector and the tests do not care which one runs.
 from __future__ import annotations
 
 import enum
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
+
+from offload.closeable import Closeable
 
 if TYPE_CHECKING:
     from offload.transfer.transfer_stats import TransferStats
@@ -46,7 +47,7 @@ class TransferResult:
     """Why the job failed; None on success."""
 
 
-class TransferBackend(ABC):
+class TransferBackend(Closeable):
     """Moves KV blocks between the GPU cache and the CPU tier, asynchronously.
 
     Bad input raises before anything is queued, so a caller's bug never
@@ -79,14 +80,3 @@ class TransferBackend(ABC):
     @abstractmethod
     def close(self) -> None:
         """Finish the jobs in flight and release threads and streams; idempotent."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

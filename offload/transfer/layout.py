@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -86,7 +87,7 @@ class KVLayout:
         block_size_factor: int = 1,
         order: KVOrder | str = KVOrder.KV_FIRST,
     ) -> None:
-        self.order = _order(order)
+        self.order = _member(KVOrder, order, "KV order")
         self.gpu_tensors = tuple(gpu_tensors)
         self.block_size_factor = _positive_int("block_size_factor", block_size_factor)
         _check_layers(self.gpu_tensors, self.order)
@@ -191,7 +192,7 @@ class KVLayout:
         a destination block named twice (the copy's result would depend on
         the order the writes land in).
         """
-        direction = _direction(direction)
+        direction = _member(Direction, direction, "direction")
         to_cpu = direction is Direction.GPU_TO_CPU
         sides = {"src_blocks": src_blocks, "dst_blocks": dst_blocks}
         gpu_name = "src_blocks" if to_cpu else "dst_blocks"
@@ -219,20 +220,16 @@ class KVLayout:
         )
 
 
-def _order(order: KVOrder | str) -> KVOrder:
-    try:
-        return KVOrder(order)
-    except ValueError:
-        known = ", ".join(repr(str(o)) for o in KVOrder)
-        raise ValueError(f"unknown KV order {order!r}; expected one of {known}") from None
+_E = TypeVar("_E", bound=enum.StrEnum)
 
 
-def _direction(direction: Direction | str) -> Direction:
+def _member(enum_cls: type[_E], value: _E | str, what: str) -> _E:
+    """The enum member for a value, or a ValueError listing the accepted ones."""
     try:
-        return Direction(direction)
+        return enum_cls(value)
     except ValueError:
-        known = ", ".join(repr(str(d)) for d in Direction)
-        raise ValueError(f"unknown direction {direction!r}; expected one of {known}") from None
+        known = ", ".join(repr(str(member)) for member in enum_cls)
+        raise ValueError(f"unknown {what} {value!r}; expected one of {known}") from None
 
 
 def _positive_int(name: str, value: int) -> int:
