@@ -26,7 +26,7 @@ from bench.common import BLOCK_SIZE, emit, trace
 from offload import CPUOffloadingManager
 from offload.publisher import EventPublisher
 from offload.replay import replay_request
-from offload.telemetry.worker import WorkerTelemetry
+from offload.worker_telemetry import WorkerTelemetry
 
 CHECK_EVERY = 256
 STATS_PERIOD_S = 1.0

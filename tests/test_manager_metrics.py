@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from offload import CPUOffloadingManager
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import SPECS
-from offload.telemetry.snapshots import manager_snapshot
+from offload.worker_telemetry import manager_snapshot
 
 
 def scrape(manager: CPUOffloadingManager, **extra: str) -> dict[tuple, float]:

@@ -4,9 +4,10 @@
 geometry they share, ``cpu_backend`` the implementation that needs no GPU.
 """
 
-from offload.transfer.backend import Direction, TransferBackend, TransferResult
+from offload.transfer.backend import TransferBackend
 from offload.transfer.cpu_backend import CPUTransferBackend
 from offload.transfer.layout import KVLayout, KVOrder, TransferPlan
+from offload.transfer.transfer_result import Direction, TransferResult
 
 __all__ = [
     "CPUTransferBackend",

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from offload.transfer.backend import Direction, TransferBackend, TransferResult
+from offload.transfer.backend import TransferBackend
 from offload.transfer.layout import KVLayout, TransferPlan
+from offload.transfer.transfer_result import Direction, TransferResult
 from offload.transfer.transfer_stats import TransferStats
 
 JobHook = Callable[[int], None]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from offload.telemetry.histogram import DURATION_BUCKETS_S, SIZE_BUCKETS_BYTES, Histogram
 from offload.telemetry.metrics import Snapshot
 from offload.telemetry.tracing import SpanGate, record_span
-from offload.transfer.backend import Direction, TransferResult
+from offload.transfer.transfer_result import Direction, TransferResult
 
 
 @dataclass(slots=True)

@@ -18,7 +18,6 @@ from offload.publisher import EventPublisher
 from offload.stats_frame import StatsFrame, WorkerConfig
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import Snapshot
-from offload.telemetry.snapshots import manager_snapshot
 from offload.transfer.transfer_stats import TransferStats
 
 
@@ -103,4 +102,51 @@ def publisher_snapshot(publisher: EventPublisher) -> Snapshot:
         outcome="ok",
     )
     snap.add("kvscope_publisher_replay_requests_total", malformed, outcome="malformed")
+    return snap
+
+
+def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
+    """Counters, gauges and histograms of one manager, read at scrape time only.
+
+    Here, not on the hot path, is where per-block work such as the
+    invariant check belongs.
+    """
+    stats = manager.stats
+    medium = manager.medium
+    policy = manager.policy.name
+    tokens = manager.block_size
+    snap = Snapshot()
+    add = snap.add
+    add("kvscope_lookups_total", stats.lookup_calls, medium=medium)
+    add("kvscope_lookup_blocks_total", stats.lookup_blocks, medium=medium)
+    add("kvscope_lookup_hit_blocks_total", stats.lookup_hit_blocks, medium=medium)
+    add("kvscope_lookup_tokens_total", stats.lookup_blocks * tokens, medium=medium)
+    add("kvscope_lookup_hit_tokens_total", stats.lookup_hit_blocks * tokens, medium=medium)
+    add("kvscope_store_requested_blocks_total", stats.store_requested_blocks, medium=medium)
+    add("kvscope_store_admitted_blocks_total", stats.store_admitted_blocks, medium=medium)
+    add("kvscope_store_skipped_blocks_total", stats.store_skipped_blocks, medium=medium)
+    add("kvscope_store_refused_blocks_total", stats.store_refused_blocks, medium=medium)
+    add("kvscope_store_refusals_total", stats.store_refused_calls, medium=medium)
+    add("kvscope_store_completed_blocks_total", stats.store_completed_blocks, medium=medium)
+    add("kvscope_store_failed_blocks_total", stats.evicted_failed_store_blocks, medium=medium)
+    for reason, count in (
+        ("capacity", stats.evicted_capacity_blocks),
+        ("failed_store", stats.evicted_failed_store_blocks),
+        ("clear", stats.evicted_clear_blocks),
+    ):
+        add("kvscope_evicted_blocks_total", count, medium=medium, policy=policy, reason=reason)
+    add("kvscope_dead_write_blocks_total", stats.dead_write_blocks, medium=medium, policy=policy)
+    add("kvscope_load_blocks_total", stats.load_blocks, medium=medium)
+    add("kvscope_load_completed_blocks_total", stats.load_completed_blocks, medium=medium)
+    add("kvscope_blocks_resident", manager.pool.num_used, medium=medium)
+    add("kvscope_blocks_capacity", manager.pool.capacity, medium=medium)
+    add("kvscope_blocks_pinned", stats.loads_in_flight, medium=medium, reason="load")
+    add("kvscope_blocks_pinned", stats.stores_in_flight, medium=medium, reason="store")
+    add("kvscope_invariant_violations", len(manager.invariant_violations()), medium=medium)
+    snap.add_histogram(
+        "kvscope_manager_operation_duration_seconds",
+        stats.prepare_store_seconds,
+        medium=medium,
+        operation="prepare_store",
+    )
     return snap
