@@ -1,0 +1,370 @@
+"""The sidecar's live block index: which blocks exist, where, since when, how reused.
+
+The index follows the KV-event streams of one or many publishers (kvscope
+workers, vLLM engines) and answers "where is this block", "how much of this
+prompt's prefix is cached, and on which medium", and paged listings for the
+API, all from memory.
+
+Keys and locations. A block is keyed by its hash alone, so the same prefix
+cached by two workers (data-parallel ranks hash identically) is one entry with
+two locations. A location is a (publisher, medium) pair, and each pair gets
+one bit the first time it is seen; an entry's locations are a bit mask. That
+makes the hot path (one dict lookup and one OR or AND-NOT per block) the same
+cost for one publisher or many, and lets a removal of one publisher's copy
+leave another's in place. Counts per location are kept incrementally, so
+usage figures cost nothing to read.
+
+Event semantics (in the order a batch lists them):
+
+- stored: the block gains the location; the entry is created on first store.
+- removed: the block loses the location; the entry goes when none is left. A
+  removal of a location the index does not hold changes nothing and is counted
+  in ``untracked_removals`` (events lost in a gap, or blocks refused by the cap).
+- cleared (vLLM's AllBlocksCleared): every location of that publisher goes.
+
+Hits. vLLM's events say nothing of lookups, but a reuse from an offload tier
+shows on the wire: a block loaded back into the GPU is *stored on the GPU*
+while a lower tier (CPU, storage) still holds it. ``hits`` counts exactly
+those stores: a GPU store of a block the index holds on another medium (of any
+publisher, because vLLM and kvscope may publish the two media on different
+sockets). Offloading a GPU block to the CPU is not a hit; recomputing a block
+that no tier held is not one either.
+
+Memory cap. At most ``max_blocks`` entries. When full, blocks not yet indexed
+are *refused* (counted in ``overflow``) rather than the oldest evicted: the
+oldest entries are the long-lived shared prefixes (system prompts), the ones
+prefix lookups most need, and evicting an entry the publisher still holds
+would make the index lie about a cached block where refusing only leaves a
+new block unknown. New locations of already indexed blocks are still tracked.
+
+Listing. Every entry gets a sequence number when it is created; ``page``
+walks entries in that order from a cursor (the last sequence returned), so a
+cursor stays valid while blocks come and go: new blocks appear after it,
+removed blocks simply do not appear.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Hashable, Iterable
+from typing import Final
+
+import msgspec
+
+from app.wire_decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
+
+MAX_PAGE_LIMIT: Final = 1000
+"""The most entries one ``page`` call returns, whatever limit is asked."""
+
+# Per block, the index keeps an int (its location mask) and one tuple of atomic
+# values (sequence, first stored, last stored, hits, block size), never a
+# mutable object: the cyclic garbage collector stops tracking such tuples, so
+# an index of millions of blocks adds nothing to every full collection's walk
+# (with a list per block, those walks grow with the index and pause ingest).
+_SEQ = 0
+
+_COMPACT_SLACK: Final = 1024
+"""Dead listing slots tolerated beyond the live count before the listing is rebuilt."""
+
+
+class BlockEntry(msgspec.Struct, frozen=True):
+    """A snapshot of one indexed block (built on request, never on the hot path).
+
+    ``block_size`` is the one the first store named (None when it named none);
+    times are the ``now`` values passed to ``BlockIndex.apply``.
+    """
+
+    block_hash: bytes | int
+    media: tuple[str, ...]
+    publishers: tuple[str, ...]
+    block_size: int | None
+    first_stored: float
+    last_stored: float
+    hits: int
+    seq: int
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """Blocks one publisher holds on one medium; bytes when its block size in bytes is known."""
+
+    publisher: str
+    medium: str
+    blocks: int
+    bytes: int | None
+
+
+class PrefixMatch(msgspec.Struct, frozen=True):
+    """How far a chain of block hashes is indexed.
+
+    ``runs`` maps every known medium to the length of the chain's leading run
+    of blocks held on it; ``break_index`` is the first block held nowhere (the
+    chain's length when every block is held somewhere).
+    """
+
+    runs: dict[str, int]
+    break_index: int
+
+
+class BlockIndex:
+    """Block hash -> locations and timings, for every publisher the sidecar follows.
+
+    Not thread-safe: one ingest thread applies batches; readers run on the same
+    thread (or take their own lock around both).
+    """
+
+    def __init__(self, max_blocks: int) -> None:
+        if max_blocks < 1:
+            raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
+        self.max_blocks = max_blocks
+        self.overflow = 0
+        """Stores of blocks refused because the index was full."""
+        self.untracked_removals = 0
+        """Removals of locations the index did not hold."""
+        self._masks: dict[Hashable, int] = {}  # block hash -> bits of its locations
+        self._info: dict[Hashable, tuple[int, float, float, int, int | None]] = {}
+        # Every entry ever created, by sequence, for paging; an item is dead once
+        # its hash is gone or was re-created under a later sequence.
+        self._listing_seqs: list[int] = []
+        self._listing_hashes: list[Hashable] = []
+        self._next_seq = 0
+        self._locations: dict[tuple[str, str], int] = {}  # (publisher, medium) -> bit number
+        self._location_names: list[tuple[str, str]] = []  # bit number -> (publisher, medium)
+        self._counts: list[int] = []  # bit number -> blocks held there
+        self._block_bytes: dict[tuple[str, str], int] = {}
+        self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
+
+    def __len__(self) -> int:
+        return len(self._masks)
+
+    # --- ingest -------------------------------------------------------------------
+
+    def apply(self, publisher: str, batch: DecodedBatch, now: float) -> None:
+        """Apply one decoded batch of ``publisher``'s events, in order, at time ``now``."""
+        for event in batch.events:
+            if event.kind == "stored":
+                self._store(publisher, event, now)
+            elif event.kind == "removed":
+                self._remove(publisher, event)
+            else:
+                self.reset_publisher(publisher)
+        self._compact_listing()
+
+    def _store(self, publisher: str, event: DecodedEvent, now: float) -> None:
+        number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
+        bit = 1 << number
+        reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
+        masks, info = self._masks, self._info
+        list_seq, list_hash = self._listing_seqs.append, self._listing_hashes.append
+        room = self.max_blocks - len(masks)
+        block_size = event.block_size
+        seq = self._next_seq
+        added = refused = 0
+        for block_hash in event.block_hashes:
+            mask = masks.get(block_hash)
+            if mask is None:
+                if room <= 0:
+                    refused += 1
+                    continue
+                room -= 1
+                added += 1
+                masks[block_hash] = bit
+                info[block_hash] = (seq, now, now, 0, block_size)
+                list_seq(seq)
+                list_hash(block_hash)
+                seq += 1
+                continue
+            created, first, _last, hits, size = info[block_hash]
+            if mask & reload_bits:
+                hits += 1
+            info[block_hash] = (created, first, now, hits, size)
+            if not mask & bit:
+                masks[block_hash] = mask | bit
+                added += 1
+        self._next_seq = seq
+        self._counts[number] += added
+        self.overflow += refused
+
+    def _remove(self, publisher: str, event: DecodedEvent) -> None:
+        number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
+        bit = 1 << number
+        masks, info = self._masks, self._info
+        removed = 0
+        for block_hash in event.block_hashes:
+            mask = masks.get(block_hash)
+            if mask is None or not mask & bit:
+                continue
+            removed += 1
+            mask ^= bit
+            if mask:
+                masks[block_hash] = mask
+            else:
+                del masks[block_hash], info[block_hash]
+        self._counts[number] -= removed
+        self.untracked_removals += len(event.block_hashes) - removed
+
+    def _location(self, publisher: str, medium: str) -> int:
+        """The bit number of a (publisher, medium) pair, allocated on first sight."""
+        key = (publisher, medium)
+        number = self._locations.get(key)
+        if number is None:
+            number = self._locations[key] = len(self._location_names)
+            self._location_names.append(key)
+            self._counts.append(0)
+            if medium != DEFAULT_MEDIUM:
+                self._lower_tier_bits |= 1 << number
+        return number
+
+    def reset_publisher(self, publisher: str) -> None:
+        """Forget every location of ``publisher`` (its cache was reset, or it restarted)."""
+        bits = self._bits(publisher=publisher)
+        if not bits:
+            return
+        keep = ~bits
+        masks, info = self._masks, self._info
+        for block_hash, mask in list(masks.items()):
+            if mask & keep:
+                masks[block_hash] = mask & keep
+            else:
+                del masks[block_hash], info[block_hash]
+        for number, (owner, _medium) in enumerate(self._location_names):
+            if owner == publisher:
+                self._counts[number] = 0
+        self._compact_listing()
+
+    def _compact_listing(self) -> None:
+        """Drop dead items from the listing once they outnumber the live ones.
+
+        Dropping a block leaves its listing item in place, because finding it
+        would cost a search per removed block; rebuilding when the dead
+        dominate keeps the listing within twice the index's size, at amortised
+        O(1) per removal.
+        """
+        if len(self._listing_seqs) > 2 * len(self._masks) + _COMPACT_SLACK:
+            live = [
+                (seq, block_hash)
+                for seq, block_hash in zip(self._listing_seqs, self._listing_hashes, strict=True)
+                if self._is_live(seq, block_hash)
+            ]
+            self._listing_seqs = [seq for seq, _hash in live]
+            self._listing_hashes = [block_hash for _seq, block_hash in live]
+
+    def _is_live(self, seq: int, block_hash: Hashable) -> bool:
+        info = self._info.get(block_hash)
+        return info is not None and info[_SEQ] == seq
+
+    def set_block_bytes(self, publisher: str, medium: str, block_bytes: int) -> None:
+        """Declare the size in bytes of one of ``publisher``'s blocks on ``medium``.
+
+        Events carry no byte sizes; stats frames (or configuration) do, and
+        from then on ``usage`` reports bytes for that location.
+        """
+        if block_bytes < 0:
+            raise ValueError(f"block_bytes must not be negative, got {block_bytes}")
+        self._block_bytes[(publisher, medium)] = block_bytes
+
+    # --- queries --------------------------------------------------------------------
+
+    def usage(self) -> list[Usage]:
+        """Blocks (and bytes where known) per publisher and medium, in order of first sight."""
+        rows = []
+        for number, key in enumerate(self._location_names):
+            blocks = self._counts[number]
+            block_bytes = self._block_bytes.get(key)
+            size = None if block_bytes is None else blocks * block_bytes
+            rows.append(Usage(key[0], key[1], blocks, size))
+        return rows
+
+    def blocks_by_medium(self) -> dict[str, int]:
+        """Blocks held per medium, over all publishers (a block on two counts twice)."""
+        totals: dict[str, int] = {}
+        for row in self.usage():
+            totals[row.medium] = totals.get(row.medium, 0) + row.blocks
+        return totals
+
+    def bytes_by_medium(self) -> dict[str, int]:
+        """Bytes held per medium, over the publishers whose block bytes are known."""
+        totals: dict[str, int] = {}
+        for row in self.usage():
+            if row.bytes is not None:
+                totals[row.medium] = totals.get(row.medium, 0) + row.bytes
+        return totals
+
+    def get(self, block_hash: Hashable) -> BlockEntry | None:
+        """The entry of one block, or None when it is not indexed."""
+        return self._snapshot(block_hash) if block_hash in self._masks else None
+
+    def lookup_prefix(self, block_hashes: Iterable[Hashable]) -> PrefixMatch:
+        """Per medium, the leading run of a hash chain held there; and where the chain breaks."""
+        alive = self._bits_by_medium()
+        runs: dict[str, int] = {}
+        masks = self._masks
+        length = 0
+        for block_hash in block_hashes:
+            mask = masks.get(block_hash)
+            if mask is None:
+                break
+            for medium, bits in list(alive.items()):
+                if not mask & bits:
+                    runs[medium] = length
+                    del alive[medium]
+            length += 1
+        for medium in alive:
+            runs[medium] = length
+        return PrefixMatch(runs, length)
+
+    def page(
+        self,
+        medium: str | None = None,
+        publisher: str | None = None,
+        cursor: int | None = None,
+        limit: int = 100,
+    ) -> tuple[list[BlockEntry], int | None]:
+        """Entries in creation order after ``cursor``, at most ``min(limit, MAX_PAGE_LIMIT)``.
+
+        Filters keep entries held on ``medium`` and/or by ``publisher``. The
+        returned cursor is the last entry's sequence number, to pass back for
+        the next page, or None when no entry is left.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        limit = min(limit, MAX_PAGE_LIMIT)
+        bits = self._bits(medium=medium, publisher=publisher)
+        seqs, hashes, masks = self._listing_seqs, self._listing_hashes, self._masks
+        start = 0 if cursor is None else bisect_right(seqs, cursor)
+        found: list[BlockEntry] = []
+        for position in range(start, len(seqs) if bits else start):
+            block_hash = hashes[position]
+            if self._is_live(seqs[position], block_hash) and masks[block_hash] & bits:
+                if len(found) == limit:
+                    return found, found[-1].seq
+                found.append(self._snapshot(block_hash))
+        return found, None
+
+    def _bits(self, medium: str | None = None, publisher: str | None = None) -> int:
+        """The bits of every location matching both filters (all locations without filters)."""
+        bits = 0
+        for number, (owner, held_on) in enumerate(self._location_names):
+            if medium in (None, held_on) and publisher in (None, owner):
+                bits |= 1 << number
+        return bits
+
+    def _bits_by_medium(self) -> dict[str, int]:
+        bits: dict[str, int] = {}
+        for number, (_owner, medium) in enumerate(self._location_names):
+            bits[medium] = bits.get(medium, 0) | 1 << number
+        return bits
+
+    def _snapshot(self, block_hash: Hashable) -> BlockEntry:
+        mask = self._masks[block_hash]
+        seq, first, last, hits, block_size = self._info[block_hash]
+        held = [key for number, key in enumerate(self._location_names) if mask >> number & 1]
+        return BlockEntry(
+            block_hash=block_hash,
+            media=tuple(sorted({medium for _owner, medium in held})),
+            publishers=tuple(sorted({owner for owner, _medium in held})),
+            block_size=block_size,
+            first_stored=first,
+            last_stored=last,
+            hits=hits,
+            seq=seq,
+        )

@@ -1,0 +1,207 @@
+"""Subscribing to publishers: kvscope workers and vLLM's own KV-event publisher.
+
+One thread owns every SUB socket (ZMQ sockets are not thread-safe) and applies
+what arrives to the block index, publisher by publisher, in sequence order:
+
+- a sequence number one past the last is applied as it comes;
+- a jump forward is a gap: the missed batches are asked of the publisher's
+  replay socket and applied first; what the replay buffer no longer holds is
+  counted as missed;
+- a first frame with a sequence above 0 means the sidecar started after the
+  worker: it catches up from the replay buffer the same way;
+- a sequence that goes back means the publisher restarted: that publisher's
+  view is reset (not the others'), then rebuilt from its new stream.
+
+Malformed frames are counted and skipped; nothing a publisher sends can stop
+the thread. The index is mutated only under ``lock``, which readers (the HTTP
+API) take too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+import zmq
+
+from app.block_index import BlockIndex
+from app.wire_decode import DecodedBatch, MalformedFrame, decode_kv_payload, decode_seq
+from offload.kv_events import DEFAULT_KV_TOPIC
+from offload.publisher import END_OF_REPLAY_SEQ
+from offload.stats_frame import DEFAULT_STATS_TOPIC, StatsFrame, decode_stats_frame
+
+logger = logging.getLogger(__name__)
+
+POLL_MS = 100
+"""How often the thread looks at its stop flag when no frame arrives."""
+
+BatchListener = Callable[[str, int, DecodedBatch], None]
+"""Called with (publisher, sequence, batch) after each batch is applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherEndpoints:
+    """Where one publisher can be reached: its PUB socket and, optionally, its replay socket."""
+
+    endpoint: str
+    replay_endpoint: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.endpoint
+
+
+@dataclass(slots=True)
+class PublisherState:
+    """What the sidecar knows of one publisher's stream (all counts since start-up)."""
+
+    endpoints: PublisherEndpoints
+    last_seq: int | None = None
+    last_frame_at: float | None = None
+    frames: int = 0
+    batches_applied: int = 0
+    gaps: int = 0
+    replayed: int = 0
+    missed: int = 0
+    restarts: int = 0
+    malformed: int = 0
+    stats_frames: int = 0
+    stats: StatsFrame | None = field(default=None, repr=False)
+
+    @property
+    def seen(self) -> bool:
+        return self.last_frame_at is not None
+
+
+class Ingestor:
+    """Subscribes to every publisher and keeps the block index current."""
+
+    def __init__(
+        self,
+        index: BlockIndex,
+        publishers: Iterable[PublisherEndpoints],
+        *,
+        kv_topic: bytes = DEFAULT_KV_TOPIC,
+        stats_topic: bytes = DEFAULT_STATS_TOPIC,
+        replay_timeout_s: float = 2.0,
+        listener: BatchListener | None = None,
+    ) -> None:
+        self.index = index
+        self.lock = threading.Lock()
+        self.states = {p.name: PublisherState(p) for p in publishers}
+        if not self.states:
+            raise ValueError("the sidecar needs at least one publisher to connect to")
+        self._kv_topic = kv_topic
+        self._stats_topic = stats_topic
+        self._replay_timeout_ms = int(replay_timeout_s * 1000)
+        self._listener = listener
+        self._stop = threading.Event()
+        self._ctx = zmq.Context()
+        self._sockets: dict[zmq.Socket, PublisherState] = {}
+        for state in self.states.values():
+            sock = self._ctx.socket(zmq.SUB)
+            for topic in {kv_topic, stats_topic}:
+                sock.setsockopt(zmq.SUBSCRIBE, topic)
+            sock.connect(state.endpoints.endpoint)
+            self._sockets[sock] = state
+        self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread and close the sockets; idempotent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._ctx.destroy(linger=0)
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        for sock in self._sockets:
+            poller.register(sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            for sock, _ in poller.poll(POLL_MS):
+                state = self._sockets[sock]
+                try:
+                    self._on_frame(state, sock.recv_multipart())
+                except Exception:  # a publisher's bad frame must not stop the others
+                    state.malformed += 1
+                    logger.exception("dropped a frame from %s", state.endpoints.name)
+
+    def _on_frame(self, state: PublisherState, frames: list[bytes]) -> None:
+        state.frames += 1
+        state.last_frame_at = time.time()
+        if len(frames) != 3:
+            raise MalformedFrame(f"expected [topic, seq, payload], got {len(frames)} frames")
+        topic, seq_bytes, payload = frames
+        if topic == self._stats_topic and topic != self._kv_topic:
+            state.stats = decode_stats_frame(payload)
+            state.stats_frames += 1
+            return
+        seq = decode_seq(seq_bytes)
+        batch = decode_kv_payload(payload)
+        if state.last_seq is not None and seq <= state.last_seq:
+            self._restart(state)
+        expected = 0 if state.last_seq is None else state.last_seq + 1
+        if seq > expected:
+            self._fill(state, expected, seq)
+        self._apply(state, seq, batch)
+
+    def _restart(self, state: PublisherState) -> None:
+        """The publisher's sequence went back: forget what it told us before."""
+        state.restarts += 1
+        state.last_seq = None
+        with self.lock:
+            self.index.reset_publisher(state.endpoints.name)
+
+    def _fill(self, state: PublisherState, first: int, upto: int) -> None:
+        """Apply batches first..upto-1 from the replay socket; count what it lacks."""
+        is_gap = state.last_seq is not None
+        state.gaps += is_gap
+        recovered = 0
+        for seq, batch in self._replay(state, first):
+            if first <= seq < upto:
+                self._apply(state, seq, batch)
+                recovered += 1
+        if is_gap:
+            state.missed += (upto - first) - recovered
+
+    def _replay(self, state: PublisherState, start: int) -> list[tuple[int, DecodedBatch]]:
+        """Ask the publisher's replay socket for every batch from ``start`` on."""
+        if state.endpoints.replay_endpoint is None:
+            return []
+        dealer = self._ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(state.endpoints.replay_endpoint)
+        answers: list[tuple[int, DecodedBatch]] = []
+        try:
+            dealer.send_multipart([b"", start.to_bytes(8, "big")])
+            while dealer.poll(self._replay_timeout_ms):
+                frames = dealer.recv_multipart()
+                if len(frames) != 4:
+                    raise MalformedFrame(f"replay answer of {len(frames)} frames")
+                _, _, seq_bytes, payload = frames
+                if seq_bytes == END_OF_REPLAY_SEQ:
+                    break
+                answers.append((decode_seq(seq_bytes), decode_kv_payload(payload)))
+                state.replayed += 1
+        except (MalformedFrame, msgspec.DecodeError):
+            state.malformed += 1
+            logger.warning("bad replay answer from %s", state.endpoints.name)
+        finally:
+            dealer.close()
+        return answers
+
+    def _apply(self, state: PublisherState, seq: int, batch: DecodedBatch) -> None:
+        with self.lock:
+            self.index.apply(state.endpoints.name, batch, time.time())
+        state.last_seq = seq
+        state.batches_applied += 1
+        state.malformed += batch.malformed
+        if self._listener is not None:
+            self._listener(state.endpoints.name, seq, batch)

@@ -1,0 +1,246 @@
+"""Decode KV-event frames from kvscope workers and from vLLM's own publisher, of any era.
+
+The sidecar must read every vLLM that a user may run beside it, not only the
+release whose schema ``offload/kv_events.py`` restates. vLLM's wire format
+changed shape over time, so this module reads all of its shapes into one small
+internal representation (``DecodedBatch`` of ``DecodedEvent``):
+
+- The batch is ``[ts, events]`` or ``[ts, events, data_parallel_rank]`` (msgspec
+  leaves off a trailing default, so a missing rank means "not known"). A map
+  ``{"ts", "events", "data_parallel_rank"}`` is read too: vLLM's main branch
+  once encoded the batch without ``array_like``.
+- Before vLLM 0.26 an event is a positional array whose first element is the
+  tag: ``["BlockStored", block_hashes, parent_block_hash, token_ids,
+  block_size, lora_id, medium, lora_name, extra_keys, ...]``,
+  ``["BlockRemoved", block_hashes, medium, ...]``, ``["AllBlocksCleared"]``.
+  Releases appended fields (``medium``, ``lora_name``, ``extra_keys``,
+  ``group_idx``...) and left trailing defaults off, so an event may stop after
+  ``lora_id`` (BlockStored) or ``block_hashes`` (BlockRemoved) and may carry
+  any number of fields after the ones read here; those are ignored.
+- From vLLM 0.26 on an event is a map tagged by ``"type"`` whose fields equal
+  to their default are left off; unknown keys are ignored.
+- Block hashes are msgpack ints (traces, older vLLM) or bin (vLLM's sha256
+  hashes) and are passed through unchanged as ``int`` or ``bytes``.
+
+An event without a medium (``medium`` nil or absent) is vLLM's GPU prefix
+cache: vLLM only started naming media when it gained offloading tiers. The
+decoded event keeps ``None`` there, as on the wire; ``DEFAULT_MEDIUM`` names
+what it means.
+
+Speed: a frame is decoded once, by msgspec, straight into typed structs that
+skip the fields the sidecar never reads (token ids are kept as undecoded
+``msgspec.Raw`` spans, not lists of ints). A batch holds events of one era, so
+two whole-batch decoders (map events, array events) cover every well-formed
+frame. Only when both fail is the batch decoded event by event, which is how
+one bad event is isolated.
+
+Malformed input, decided so that one publisher's bug cannot blind the sidecar
+to the rest of a batch:
+
+- A payload that is not a batch at all (not msgpack, not ``[ts, events, ...]``,
+  ``ts`` not a number, ``events`` not a list) raises ``MalformedFrame``.
+- An event that is not a known, well-formed event (an unknown tag, a missing
+  or mistyped field) is skipped and counted in ``DecodedBatch.malformed``; the
+  batch's other events are kept, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from offload.kv_events import WireBlockHash
+
+DEFAULT_MEDIUM: Final = "GPU"
+"""The medium of an event that names none: vLLM's GPU prefix cache."""
+
+EventKind = Literal["stored", "removed", "cleared"]
+
+
+class MalformedFrame(ValueError):
+    """A frame (payload or sequence number) that cannot be a KV-event frame."""
+
+
+class DecodedEvent(msgspec.Struct, frozen=True, gc=False):
+    """One event, whatever era it came from.
+
+    ``block_hashes`` is empty for "cleared"; ``block_size`` and
+    ``parent_block_hash`` are known only for "stored". ``medium`` None means
+    ``DEFAULT_MEDIUM`` (the GPU).
+    """
+
+    kind: EventKind
+    block_hashes: list[WireBlockHash]
+    medium: str | None = None
+    block_size: int | None = None
+    parent_block_hash: WireBlockHash | None = None
+
+
+class DecodedBatch(msgspec.Struct, frozen=True, gc=False):
+    """One frame's events in publish order, and how many events were skipped."""
+
+    ts: float
+    rank: int | None
+    events: list[DecodedEvent]
+    malformed: int = 0
+
+
+# --- wire shapes ------------------------------------------------------------------
+# Only the fields the sidecar reads are typed; token ids and the LoRA id stay
+# undecoded Raw spans. Array-like structs ignore trailing elements past their
+# last field, which is what makes every later release's extra fields harmless.
+
+
+class _ArrayStored(msgspec.Struct, array_like=True, tag="BlockStored", gc=False):
+    block_hashes: list[WireBlockHash]
+    parent_block_hash: WireBlockHash | None
+    token_ids: msgspec.Raw
+    block_size: int
+    lora_id: msgspec.Raw = msgspec.Raw()
+    medium: str | None = None
+
+
+class _ArrayRemoved(msgspec.Struct, array_like=True, tag="BlockRemoved", gc=False):
+    block_hashes: list[WireBlockHash]
+    medium: str | None = None
+
+
+class _ArrayCleared(msgspec.Struct, array_like=True, tag="AllBlocksCleared", gc=False):
+    pass
+
+
+class _MapStored(msgspec.Struct, tag="BlockStored", gc=False):
+    block_hashes: list[WireBlockHash]
+    parent_block_hash: WireBlockHash | None = None
+    block_size: int | None = None
+    medium: str | None = None
+
+
+class _MapRemoved(msgspec.Struct, tag="BlockRemoved", gc=False):
+    block_hashes: list[WireBlockHash]
+    medium: str | None = None
+
+
+class _MapCleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):
+    pass
+
+
+_ArrayEvent = _ArrayStored | _ArrayRemoved | _ArrayCleared
+_MapEvent = _MapStored | _MapRemoved | _MapCleared
+_WireEvent = _ArrayEvent | _MapEvent
+
+
+class _MapEventsBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[_MapEvent]
+    data_parallel_rank: int | None = None
+
+
+class _ArrayEventsBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[_ArrayEvent]
+    data_parallel_rank: int | None = None
+
+
+class _LooseBatch(msgspec.Struct, array_like=True, gc=False):
+    """The batch with its events left undecoded, to decode them one by one."""
+
+    ts: float
+    events: list[msgspec.Raw]
+    data_parallel_rank: int | None = None
+
+
+class _LooseMapBatch(msgspec.Struct, gc=False):
+    ts: float
+    events: list[msgspec.Raw]
+    data_parallel_rank: int | None = None
+
+
+# Map events first: every vLLM since 0.26 and every kvscope worker send them.
+_BATCH_DECODERS: Final = (
+    msgspec.msgpack.Decoder(_MapEventsBatch),
+    msgspec.msgpack.Decoder(_ArrayEventsBatch),
+)
+_LOOSE_DECODERS: Final = (
+    msgspec.msgpack.Decoder(_LooseBatch),
+    msgspec.msgpack.Decoder(_LooseMapBatch),
+)
+_ARRAY_EVENT_DECODER: Final = msgspec.msgpack.Decoder(_ArrayEvent)
+_MAP_EVENT_DECODER: Final = msgspec.msgpack.Decoder(_MapEvent)
+_MSGPACK_MAP_HEADERS: Final = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+
+
+def decode_kv_payload(payload: bytes) -> DecodedBatch:
+    """Decode one KV-event payload of any vLLM era (or kvscope's).
+
+    Raises ``MalformedFrame`` when the payload is not a batch; skips and
+    counts malformed events inside a batch (see the module doc).
+    """
+    for decoder in _BATCH_DECODERS:
+        try:
+            batch = decoder.decode(payload)
+        except msgspec.DecodeError:
+            continue
+        return DecodedBatch(
+            batch.ts, batch.data_parallel_rank, [_normalise(event) for event in batch.events]
+        )
+    return _decode_event_by_event(payload)
+
+
+def _decode_event_by_event(payload: bytes) -> DecodedBatch:
+    """The slow path: a batch whose events are not all of one era and well formed."""
+    loose = _decode_loose(payload)
+    events = []
+    for raw in loose.events:
+        event = _decode_event(raw)
+        if event is not None:
+            events.append(_normalise(event))
+    return DecodedBatch(
+        loose.ts, loose.data_parallel_rank, events, malformed=len(loose.events) - len(events)
+    )
+
+
+def _decode_loose(payload: bytes) -> _LooseBatch | _LooseMapBatch:
+    errors: dict[str, None] = {}  # ordered and without repeats
+    for decoder in _LOOSE_DECODERS:
+        try:
+            return decoder.decode(payload)
+        except msgspec.DecodeError as error:
+            errors[str(error)] = None
+    raise MalformedFrame(
+        f"not a KV event batch ([ts, events, rank?]): {'; '.join(errors)} "
+        f"({len(payload)} bytes, starting {bytes(payload[:16]).hex()})"
+    )
+
+
+def _decode_event(raw: msgspec.Raw) -> _WireEvent | None:
+    """One event of either era, or None when it is not a known, well-formed event."""
+    data = memoryview(raw)
+    if not data:
+        return None
+    decoder = _MAP_EVENT_DECODER if data[0] in _MSGPACK_MAP_HEADERS else _ARRAY_EVENT_DECODER
+    try:
+        return decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+
+
+def _normalise(event: _WireEvent) -> DecodedEvent:
+    if isinstance(event, _ArrayStored | _MapStored):
+        return DecodedEvent(
+            "stored", event.block_hashes, event.medium, event.block_size, event.parent_block_hash
+        )
+    if isinstance(event, _ArrayRemoved | _MapRemoved):
+        return DecodedEvent("removed", event.block_hashes, event.medium)
+    return DecodedEvent("cleared", [])
+
+
+def decode_seq(frame: bytes) -> int:
+    """The sequence number frame of a multipart message: 8 bytes, big-endian.
+
+    Signed, so that the replay socket's end marker reads -1 (as vLLM writes it).
+    """
+    if len(frame) != 8:
+        raise MalformedFrame(f"sequence frame must be 8 bytes, got {len(frame)}")
+    return int.from_bytes(frame, "big", signed=True)

@@ -1,0 +1,307 @@
+"""The sidecar's live block index: events across publishers and media, queries, the cap.
+
+The property test at the end drives the index and a deliberately naive model
+(a dict of sets) with the same random event sequences and compares every
+observable: entries, locations, counts, hits, listing order and the counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.block_index import MAX_PAGE_LIMIT, BlockIndex, PrefixMatch, Usage
+from app.wire_decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
+
+
+def stored(hashes: list, medium: str | None = "CPU", block_size: int = 16) -> DecodedEvent:
+    return DecodedEvent("stored", hashes, medium, block_size)
+
+
+def removed(hashes: list, medium: str | None = "CPU") -> DecodedEvent:
+    return DecodedEvent("removed", hashes, medium)
+
+
+CLEARED = DecodedEvent("cleared", [])
+
+
+def batch(*events: DecodedEvent) -> DecodedBatch:
+    return DecodedBatch(0.0, None, list(events))
+
+
+def walk(index: BlockIndex, limit: int, **filters: str) -> list[Hashable]:
+    """Every entry's hash, page by page, following the cursors."""
+    hashes: list[Hashable] = []
+    cursor = None
+    while True:
+        entries, cursor = index.page(cursor=cursor, limit=limit, **filters)
+        hashes += [entry.block_hash for entry in entries]
+        if cursor is None:
+            return hashes
+
+
+# --- events -----------------------------------------------------------------------
+
+
+def test_stored_and_removed_across_publishers_and_media() -> None:
+    index = BlockIndex(max_blocks=100)
+    index.apply("a", batch(stored([1, 2], None), stored([1], "CPU")), now=1.0)
+    index.apply("b", batch(stored([b"x", 1], "CPU")), now=2.0)
+
+    one = index.get(1)
+    assert one is not None
+    assert (one.media, one.publishers) == (("CPU", "GPU"), ("a", "b"))
+    assert (one.first_stored, one.last_stored, one.block_size) == (1.0, 2.0, 16)
+    assert index.blocks_by_medium() == {"GPU": 2, "CPU": 3}
+
+    index.apply("a", batch(removed([1], None), removed([2], None)), now=3.0)
+    assert index.get(2) is None  # its only location went
+    one = index.get(1)
+    assert one is not None
+    assert one.media == ("CPU",)
+    assert index.blocks_by_medium() == {"GPU": 0, "CPU": 3}
+    assert len(index) == 2
+
+
+def test_event_without_medium_is_the_gpu() -> None:
+    index = BlockIndex(max_blocks=10)
+    index.apply("a", batch(stored([1], None)), now=0.0)
+    entry = index.get(1)
+    assert entry is not None
+    assert entry.media == (DEFAULT_MEDIUM,) == ("GPU",)
+    index.apply("a", batch(removed([1], "GPU")), now=0.0)
+    assert index.get(1) is None
+
+
+def test_removal_of_an_unheld_location_changes_nothing_and_is_counted() -> None:
+    index = BlockIndex(max_blocks=10)
+    index.apply("a", batch(stored([1], "CPU")), now=0.0)
+    index.apply("a", batch(removed([1], "GPU"), removed([2], "CPU")), now=0.0)
+    index.apply("b", batch(removed([1], "CPU")), now=0.0)
+    assert index.untracked_removals == 3
+    entry = index.get(1)
+    assert entry is not None
+    assert entry.media == ("CPU",)
+
+
+def test_cleared_drops_only_that_publishers_blocks() -> None:
+    index = BlockIndex(max_blocks=10)
+    index.apply("a", batch(stored([1, 2]), stored([1], None)), now=0.0)
+    index.apply("b", batch(stored([2, 3])), now=0.0)
+    index.apply("a", batch(CLEARED, stored([4])), now=1.0)
+    assert sorted(walk(index, limit=10)) == [2, 3, 4]
+    entry = index.get(2)
+    assert entry is not None
+    assert entry.publishers == ("b",)
+    assert {(row.publisher, row.medium): row.blocks for row in index.usage()} == {
+        ("a", "CPU"): 1,
+        ("a", "GPU"): 0,
+        ("b", "CPU"): 2,
+    }
+
+
+def test_reset_publisher_leaves_the_other() -> None:
+    index = BlockIndex(max_blocks=10)
+    index.apply("a", batch(stored([1, 2])), now=0.0)
+    index.apply("b", batch(stored([2, 3], None)), now=0.0)
+    index.reset_publisher("a")
+    index.reset_publisher("never-seen")
+    assert sorted(walk(index, limit=10)) == [2, 3]
+    assert index.blocks_by_medium() == {"CPU": 0, "GPU": 2}
+
+
+def test_hits_count_gpu_stores_of_blocks_held_on_a_lower_tier() -> None:
+    index = BlockIndex(max_blocks=10)
+    index.apply("w", batch(stored([1], None)), now=1.0)  # computed on the GPU: no hit
+    index.apply("w", batch(stored([1], "CPU")), now=2.0)  # offloaded: no hit
+    index.apply("w", batch(removed([1], None)), now=3.0)  # evicted from the GPU
+    index.apply("w", batch(stored([1], None)), now=4.0)  # loaded back: a hit
+    index.apply("w", batch(stored([2], None), stored([2], None)), now=5.0)  # no lower tier
+    one, two = index.get(1), index.get(2)
+    assert one is not None and two is not None
+    assert (one.hits, one.first_stored, one.last_stored) == (1, 1.0, 4.0)
+    assert two.hits == 0
+
+
+# --- sizes ------------------------------------------------------------------------
+
+
+def test_bytes_only_where_block_bytes_are_known() -> None:
+    index = BlockIndex(max_blocks=10)
+    index.apply("a", batch(stored([1, 2]), stored([1], None)), now=0.0)
+    index.apply("b", batch(stored([3])), now=0.0)
+    index.set_block_bytes("a", "CPU", 1000)
+    assert index.usage() == [
+        Usage("a", "CPU", 2, 2000),
+        Usage("a", "GPU", 1, None),
+        Usage("b", "CPU", 1, None),
+    ]
+    assert index.bytes_by_medium() == {"CPU": 2000}
+    with pytest.raises(ValueError, match="block_bytes"):
+        index.set_block_bytes("a", "CPU", -1)
+
+
+# --- prefix lookup ----------------------------------------------------------------
+
+
+def test_lookup_prefix_runs_per_medium_and_the_break() -> None:
+    index = BlockIndex(max_blocks=10)
+    index.apply("a", batch(stored([1, 2, 3, 5], "CPU"), stored([1, 2], None)), now=0.0)
+    assert index.lookup_prefix([1, 2, 3, 4, 5]) == PrefixMatch({"GPU": 2, "CPU": 3}, 3)
+    assert index.lookup_prefix([1, 2]) == PrefixMatch({"GPU": 2, "CPU": 2}, 2)
+    assert index.lookup_prefix([9, 1]) == PrefixMatch({"GPU": 0, "CPU": 0}, 0)
+    assert index.lookup_prefix([]) == PrefixMatch({"GPU": 0, "CPU": 0}, 0)
+    assert BlockIndex(max_blocks=1).lookup_prefix([1]) == PrefixMatch({}, 0)
+
+
+# --- listing ----------------------------------------------------------------------
+
+
+def test_page_cursor_is_stable_across_inserts_and_removals() -> None:
+    index = BlockIndex(max_blocks=100)
+    index.apply("a", batch(stored(list(range(5)))), now=0.0)
+    first, cursor = index.page(limit=2)
+    assert [entry.block_hash for entry in first] == [0, 1]
+    index.apply("a", batch(stored([10, 0]), removed([2])), now=1.0)  # 0 is not new
+    second, cursor = index.page(cursor=cursor, limit=2)
+    assert [entry.block_hash for entry in second] == [3, 4]
+    third, cursor = index.page(cursor=cursor, limit=2)
+    assert [entry.block_hash for entry in third] == [10]
+    assert cursor is None
+
+
+def test_a_recreated_block_lists_after_the_cursor() -> None:
+    index = BlockIndex(max_blocks=100)
+    index.apply("a", batch(stored([1, 2, 3])), now=0.0)
+    index.apply("a", batch(removed([1]), stored([1])), now=0.0)
+    assert walk(index, limit=1) == [2, 3, 1]
+
+
+def test_page_limit_is_enforced() -> None:
+    index = BlockIndex(max_blocks=5000)
+    index.apply("a", batch(stored(list(range(MAX_PAGE_LIMIT + 10)))), now=0.0)
+    entries, cursor = index.page(limit=10**9)
+    assert len(entries) == MAX_PAGE_LIMIT
+    assert cursor == entries[-1].seq
+    entries, cursor = index.page(limit=MAX_PAGE_LIMIT, cursor=cursor)
+    assert (len(entries), cursor) == (10, None)
+    for limit in (0, -1):
+        with pytest.raises(ValueError, match="limit"):
+            index.page(limit=limit)
+
+
+def test_page_filters_by_medium_and_publisher() -> None:
+    index = BlockIndex(max_blocks=100)
+    index.apply("a", batch(stored([1, 2], None), stored([2, 3], "CPU")), now=0.0)
+    index.apply("b", batch(stored([4, 1], "CPU")), now=0.0)
+    assert walk(index, limit=1, medium="CPU") == [1, 2, 3, 4]
+    assert walk(index, limit=1, medium="GPU") == [1, 2]
+    assert walk(index, limit=1, publisher="b") == [1, 4]
+    assert walk(index, limit=1, publisher="a", medium="CPU") == [2, 3]
+    assert index.page(publisher="nobody") == ([], None)
+    assert index.page(medium="STORAGE") == ([], None)
+
+
+def test_listing_survives_compaction() -> None:
+    index = BlockIndex(max_blocks=10_000)
+    index.apply("a", batch(stored(list(range(5000)))), now=0.0)
+    index.apply("a", batch(removed(list(range(0, 5000, 2)))), now=0.0)
+    index.apply("a", batch(removed(list(range(1, 4000, 2)))), now=0.0)
+    assert walk(index, limit=333) == list(range(4001, 5000, 2))
+
+
+# --- the cap ----------------------------------------------------------------------
+
+
+def test_a_full_index_refuses_new_blocks_and_counts_them() -> None:
+    index = BlockIndex(max_blocks=3)
+    index.apply("a", batch(stored([1, 2, 3, 4, 5])), now=0.0)
+    assert (len(index), index.overflow) == (3, 2)
+    assert index.get(4) is None
+    index.apply("b", batch(stored([1], None)), now=0.0)  # a new location of a known block
+    one = index.get(1)
+    assert one is not None
+    assert one.publishers == ("a", "b")
+    index.apply("a", batch(removed([2]), stored([6, 7])), now=0.0)
+    assert (sorted(walk(index, limit=5)), index.overflow) == ([1, 3, 6], 3)
+
+
+def test_max_blocks_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_blocks"):
+        BlockIndex(max_blocks=0)
+
+
+# --- property: the index against a dict of sets --------------------------------------
+
+PUBLISHERS = ("a", "b")
+MEDIA = (None, "CPU", "GPU")
+event = st.one_of(
+    st.builds(stored, st.lists(st.integers(0, 9), max_size=5), st.sampled_from(MEDIA)),
+    st.builds(removed, st.lists(st.integers(0, 9), max_size=5), st.sampled_from(MEDIA)),
+    st.just(CLEARED),
+)
+step = st.tuples(st.sampled_from(PUBLISHERS), st.lists(event, max_size=4))
+
+
+class Model:
+    """The index's contract written the obvious way: hash -> set of (publisher, medium)."""
+
+    def __init__(self, max_blocks: int) -> None:
+        self.max_blocks = max_blocks
+        self.blocks: dict[Hashable, set[tuple[str, str]]] = {}  # insertion order = listing
+        self.hits: dict[Hashable, int] = {}
+        self.overflow = self.untracked = 0
+
+    def apply(self, publisher: str, event: DecodedEvent) -> None:
+        where = (publisher, event.medium or "GPU")
+        if event.kind == "cleared":
+            for block_hash in list(self.blocks):
+                self._discard(
+                    block_hash, {loc for loc in self.blocks[block_hash] if loc[0] == publisher}
+                )
+        for block_hash in event.block_hashes:
+            held = self.blocks.get(block_hash)
+            if event.kind == "removed":
+                if held is None or where not in held:
+                    self.untracked += 1
+                else:
+                    self._discard(block_hash, {where})
+            elif held is not None:
+                if where[1] == "GPU" and any(medium != "GPU" for _p, medium in held):
+                    self.hits[block_hash] += 1
+                held.add(where)
+            elif len(self.blocks) >= self.max_blocks:
+                self.overflow += 1
+            else:
+                self.blocks[block_hash], self.hits[block_hash] = {where}, 0
+
+    def _discard(self, block_hash: Hashable, locations: set[tuple[str, str]]) -> None:
+        self.blocks[block_hash] -= locations
+        if not self.blocks[block_hash]:
+            del self.blocks[block_hash], self.hits[block_hash]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(step, max_size=25), st.integers(1, 8))
+def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int) -> None:
+    index, model = BlockIndex(max_blocks), Model(max_blocks)
+    for publisher, events in steps:
+        index.apply(publisher, batch(*events), now=0.0)
+        for event in events:
+            model.apply(publisher, event)
+    assert walk(index, limit=3) == list(model.blocks)
+    for block_hash in range(10):
+        entry = index.get(block_hash)
+        held = model.blocks.get(block_hash)
+        assert (entry is None) == (held is None)
+        if entry is not None and held is not None:
+            assert entry.publishers == tuple(sorted({p for p, _m in held}))
+            assert entry.media == tuple(sorted({m for _p, m in held}))
+            assert entry.hits == model.hits[block_hash]
+    for row in index.usage():
+        expected = sum((row.publisher, row.medium) in held for held in model.blocks.values())
+        assert row.blocks == expected
+    assert (index.overflow, index.untracked_removals) == (model.overflow, model.untracked)
