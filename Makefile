@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/kvscope replay
+	$(BIN)/kvscope demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -9,12 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
+from app.server import Sidecar, run_server
+from app.settings import SidecarSettings
 from app.tracing import TracingConfigError, configure_tracing
 from offload.cpu_manager import CPUOffloadingManager
 from offload.policies.registry import policy_names
+from offload.publisher import EventPublisher
 from offload.replay import replay
+from offload.replay_engine import EngineConfig, ReplayEngine
 from offload.trace import TraceError, bundled_trace_path, load_trace
 
 DEFAULT_CAPACITY = 2000
@@ -55,7 +62,82 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy", choices=policy_names(), default="lru", help="eviction policy"
     )
     replay_cmd.set_defaults(run=_run_replay)
+
+    serve_cmd = commands.add_parser(
+        "serve",
+        help="run the sidecar: subscribe to workers' KV events, serve stats, metrics and a page",
+        description="Flags override the KVSCOPE_* environment variables of the same name.",
+    )
+    serve_cmd.add_argument(
+        "--connect", action="append", metavar="ENDPOINT",
+        help="a worker's ZMQ PUB endpoint (kvscope or vLLM); repeat for several",
+    )  # fmt: skip
+    serve_cmd.add_argument(
+        "--replay", action="append", metavar="ENDPOINT",
+        help="the replay (ROUTER) endpoint of the --connect at the same position",
+    )  # fmt: skip
+    _listen_flags(serve_cmd)
+    serve_cmd.add_argument("--token", help="require `Authorization: Bearer TOKEN`")
+    serve_cmd.set_defaults(run=_run_serve)
+
+    demo_cmd = commands.add_parser(
+        "demo",
+        help="replay the bundled trace through a live worker and serve the sidecar beside it",
+        description="A worker (real manager, real CPU transfers, real publisher) replays the "
+        "bundled trace in a loop while the sidecar serves its live view; Ctrl-C stops both.",
+    )
+    _listen_flags(demo_cmd)
+    demo_cmd.add_argument("--policy", choices=policy_names(), default="lru", help="eviction policy")
+    demo_cmd.add_argument(
+        "--capacity", type=_capacity, default=DEFAULT_CAPACITY, help="CPU tier size in blocks"
+    )
+    demo_cmd.add_argument("--rate", type=float, default=200.0, help="requests replayed per second")
+    demo_cmd.add_argument(
+        "--duration", type=float, default=None, help="stop after this many seconds"
+    )
+    demo_cmd.set_defaults(run=_run_demo)
     return parser
+
+
+def _listen_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    command.add_argument("--port", type=int, help="HTTP port (default 8000; 0 picks a free one)")
+
+
+def _settings(args: argparse.Namespace, **given: object) -> SidecarSettings:
+    """Settings from the environment, overridden by the flags that were given."""
+    flags = {key: getattr(args, key, None) for key in ("connect", "replay", "host", "port")}
+    flags["token"] = getattr(args, "token", None)
+    return SidecarSettings(**{k: v for k, v in {**flags, **given}.items() if v is not None})
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    run_server(_settings(args))
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    requests = load_trace(bundled_trace_path())
+    config = EngineConfig(
+        policy=args.policy, capacity_blocks=args.capacity, requests_per_s=args.rate
+    )
+    stop = threading.Event()
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
+        engine = ReplayEngine(requests, publisher, config)
+        worker = threading.Thread(target=engine.run, args=(stop,), name="kvscope-demo-worker")
+        settings = _settings(args, connect=[publisher.endpoint], replay=[publisher.replay_endpoint])
+        with Sidecar(settings) as sidecar:
+            worker.start()
+            print(f"kvscope demo: open {sidecar.url}/ (metrics at {sidecar.url}/metrics)",
+                  flush=True)  # fmt: skip
+            try:
+                stop.wait(args.duration)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                stop.set()
+                worker.join()
+    return 0
 
 
 def _run_replay(args: argparse.Namespace) -> int:
@@ -80,9 +162,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TraceError, TracingConfigError) as exc:
         print(f"kvscope: error: {exc}", file=sys.stderr)
         return 2
+    except ValidationError as exc:
+        print(f"kvscope: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     finally:
         if provider is not None:
             provider.shutdown()
+
+
+def _one_line(exc: ValidationError) -> str:
+    """Every bad setting, by name, on one line."""
+    return "; ".join(f"{_setting_name(error['loc'])}: {error['msg']}" for error in exc.errors())
+
+
+def _setting_name(location: tuple[int | str, ...]) -> str:
+    """A setting as the user can give it: the flag (where there is one) and the variable."""
+    if not location:
+        return "settings"
+    name = str(location[0])
+    return f"--{name.replace('_', '-')} / KVSCOPE_{name.upper()}"
 
 
 if __name__ == "__main__":
