@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from types import TracebackType
 
 import uvicorn
 
@@ -20,6 +19,7 @@ from app.block_index import BlockIndex
 from app.event_log import EventLog
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
+from offload.closeable import Closeable
 
 SHUTDOWN_GRACE_S = 3.0
 """How long a stop waits for open requests; event streams never end on their own."""
@@ -55,7 +55,7 @@ def run_server(settings: SidecarSettings) -> None:
         ingestor.close()
 
 
-class Sidecar:
+class Sidecar(Closeable):
     """A sidecar serving from a background thread while the ``with`` block runs.
 
     ``url`` is the bound base URL (``http://127.0.0.1:PORT``), known once entered.
@@ -77,7 +77,7 @@ class Sidecar:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
+                self.close()
                 raise RuntimeError(
                     f"the sidecar did not start serving on {self.settings.host}:"
                     f"{self.settings.port} (see uvicorn's log above)"
@@ -87,15 +87,7 @@ class Sidecar:
         self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def stop(self) -> None:
+    def close(self) -> None:
         """Stop serving, then ingesting; idempotent."""
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
