@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from hmac import compare_digest
 from threading import Lock
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, FastAPI, Header, HTTPException, Path, Query, status
 from fastapi.responses import JSONResponse, Response
@@ -45,6 +46,7 @@ from app.block_index import BlockEntry
 from app.event_log import EventLog, LoggedEvent
 from app.ingest import Ingestor, PublisherState
 from app.settings import SidecarSettings
+from app.static_files import mount_page
 from app.wire_decode import DEFAULT_MEDIUM
 from offload.stats_frame import StatsFrame
 from offload.telemetry.collector import SnapshotCollector
@@ -53,8 +55,15 @@ from offload.telemetry.metrics import Snapshot
 CONNECTED_WITHIN_S = 10.0
 """A publisher counts as connected when a frame arrived this recently."""
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-"""Routes served without the bearer token: probes carry no credentials."""
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
+"""Routes served without the bearer token: probes carry no credentials, and the
+page (which holds no data) must load before its script can send the token."""
+
+OPEN_PREFIXES = ("/static/",)
+"""The page's assets, open for the same reason."""
+
+QUERY_TOKEN_PATHS = frozenset({"/api/v1/events/stream"})
+"""Routes that also accept ``?token=``: a browser's EventSource cannot send headers."""
 
 DEFAULT_PAGE = 100
 """Page size when a request names none (capped by settings.page_limit)."""
@@ -432,10 +441,15 @@ class BearerToken:
         self._token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             await self._app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"authorization")
+        if given is None and path in QUERY_TOKEN_PATHS:
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            if "token" in query:
+                given = b"Bearer " + query["token"][0].encode()
         if given is None:
             challenge, detail = 'Bearer realm="kvscope"', "missing bearer token"
         else:
@@ -466,6 +480,7 @@ def create_app(settings: SidecarSettings, ingestor: Ingestor, event_log: EventLo
         app.add_middleware(BearerToken, token=settings.token.get_secret_value())
     app.include_router(_api_router(settings, ingestor, event_log), prefix="/api/v1")
     app.include_router(_ops_router(ingestor, event_log))
+    mount_page(app)
     return app
 
 

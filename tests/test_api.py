@@ -348,6 +348,30 @@ def test_a_token_guards_every_route_but_the_probes(workers: list[Worker]) -> Non
         assert http.post("/api/v1/lookup", json={"block_hashes": []}).status_code == 401
         assert http.get("/healthz").status_code == 200
         assert http.get("/readyz").status_code == 503  # open, and not yet ready
+        # The page holds no data and must load before its script can send the token.
+        assert http.get("/").status_code == 200
+        assert http.get("/static/app.js").status_code == 200
+        # EventSource cannot send headers: the stream alone also takes ?token=.
+        stream = "/api/v1/events/stream"
+        assert http.get(stream, params={"token": "not-it"}).status_code == 401
+        with http.stream("GET", stream, params={"token": TOKEN}) as response:
+            assert response.status_code == 200
+        assert http.get("/api/v1/stats", params={"token": TOKEN}).status_code == 401
+
+
+def test_the_page_is_served_with_its_assets_and_no_outside_references(
+    workers: list[Worker],
+) -> None:
+    a, _ = workers
+    with serve(a) as http:
+        page = http.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        for asset in ("/static/app.js", "/static/style.css"):
+            response = http.get(asset)
+            assert response.status_code == 200, asset
+            assert "http://" not in response.text and "https://" not in response.text, asset
+        for anchor in ('id="blocks-cpu"', 'id="hit-ratio"', 'id="event-feed"', 'id="publishers"'):
+            assert anchor in page.text
 
 
 def test_the_openapi_schema_lists_every_route(workers: list[Worker]) -> None:
