@@ -97,4 +97,5 @@ function follow() {
 
 refresh();
 setInterval(refresh, 1000);
-follow();
+// The stream starts a moment after the first numbers: the page is useful before it.
+setTimeout(follow, 2000);
