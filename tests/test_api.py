@@ -25,6 +25,7 @@ from offload.cpu_manager import CPUOffloadingManager
 from offload.events import OffloadingEvent
 from offload.publisher import EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
+from tests.zmq_peers import RawPublisher, kv_payload
 
 pytestmark = pytest.mark.timeout(120)
 WAIT_S = 15.0
@@ -416,3 +417,41 @@ def test_settings_read_the_environment_and_name_bad_values(
     ):
         with pytest.raises(ValidationError, match=named):
             SidecarSettings(**bad)
+
+
+def test_the_api_follows_a_late_start_a_lost_frame_a_restart_and_garbage() -> None:
+    """Through uvicorn: what the sidecar serves stays true to a misbehaving stream."""
+    raw = RawPublisher()
+    try:
+        # Published before the sidecar exists: only the replay buffer holds it.
+        raw.send(0, kv_payload(OffloadingEvent([1, 2], 16, "CPU", False)))
+        settings = SidecarSettings(
+            connect=[raw.endpoints.endpoint], replay=[raw.endpoints.replay_endpoint], port=0
+        )
+        with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
+            name = raw.endpoints.endpoint
+
+            def publisher() -> dict[str, Any]:
+                return next(p for p in stats(http)["publishers"] if p["name"] == name)
+
+            def probe() -> dict[str, Any]:
+                raw.pub.send_multipart([b"", b"short", b""])  # malformed: a bad sequence
+                return publisher()
+
+            wait_for(probe, lambda p: p["seen"], "the sidecar hears the publisher")
+            raw.send(1, kv_payload(OffloadingEvent([3], 16, "CPU", False)))  # late start
+            raw.send(2, kv_payload(OffloadingEvent([4], 16, "CPU", False)), lose=True)
+            raw.send(3, kv_payload(OffloadingEvent([1], 16, "CPU", True)))  # gap: 2 lost
+            wait_for(lambda: all_blocks(http), lambda b: sorted(b) == ["2", "3", "4"], "gap")
+            state = publisher()
+            assert (state["gaps"], state["missed"], state["last_seq"]) == (1, 0, 3)
+            assert state["malformed"] >= 1 and state["replayed"] >= 1
+
+            with raw._lock:
+                raw.buffer.clear()  # a restarted process starts with an empty buffer
+            raw.send(0, kv_payload(OffloadingEvent([9], 16, "CPU", False)))
+            wait_for(lambda: all_blocks(http), lambda b: b == ["9"], "restart reset the view")
+            assert publisher()["restarts"] == 1
+            assert stats(http)["blocks_by_medium"] == {"CPU": 1}
+    finally:
+        raw.close()

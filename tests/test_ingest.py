@@ -8,20 +8,18 @@ for up to WAIT_S; nothing asserts on time.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 
 import msgspec
 import pytest
-import zmq
 
 from app.block_index import BlockIndex
 from app.ingest import Ingestor, PublisherEndpoints
 from offload.events import OffloadingEvent
-from offload.kv_events import KVEventBatch, encode_batch, to_kv_events
-from offload.publisher import END_OF_REPLAY_SEQ, EventPublisher
+from offload.publisher import EventPublisher
 from offload.stats_frame import StatsFrame, WorkerConfig
+from tests.zmq_peers import RawPublisher, kv_payload
 
 pytestmark = pytest.mark.timeout(120)
 WAIT_S = 15.0
@@ -113,55 +111,6 @@ def test_a_sidecar_started_after_the_worker_catches_up_from_replay(
         assert state.replayed >= 2 and state.gaps == 0 and state.missed == 0
     finally:
         ingestor.close()
-
-
-class RawPublisher:
-    """vLLM's protocol on real sockets, under the test's control: it can lose frames."""
-
-    def __init__(self) -> None:
-        self.ctx = zmq.Context()
-        self.pub = self.ctx.socket(zmq.PUB)
-        self.pub.bind("tcp://127.0.0.1:*")
-        self.router = self.ctx.socket(zmq.ROUTER)
-        self.router.bind("tcp://127.0.0.1:*")
-        self.buffer: list[tuple[int, bytes]] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._serve_replay, daemon=True)
-        self._thread.start()
-
-    @property
-    def endpoints(self) -> PublisherEndpoints:
-        return PublisherEndpoints(
-            self.pub.getsockopt_string(zmq.LAST_ENDPOINT),
-            self.router.getsockopt_string(zmq.LAST_ENDPOINT),
-        )
-
-    def send(self, seq: int, payload: bytes, *, lose: bool = False) -> None:
-        with self._lock:
-            self.buffer.append((seq, payload))
-        if not lose:
-            self.pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
-
-    def _serve_replay(self) -> None:
-        while not self._stop.is_set():
-            if not self.router.poll(50):
-                continue
-            identity, _, start = self.router.recv_multipart()
-            with self._lock:
-                answers = [(s, p) for s, p in self.buffer if s >= int.from_bytes(start, "big")]
-            for seq, payload in answers:
-                self.router.send_multipart([identity, b"", b"", seq.to_bytes(8, "big"), payload])
-            self.router.send_multipart([identity, b"", b"", END_OF_REPLAY_SEQ, b""])
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.ctx.destroy(linger=0)
-
-
-def kv_payload(*events: OffloadingEvent) -> bytes:
-    return encode_batch(KVEventBatch(ts=1.0, events=to_kv_events(list(events))))
 
 
 def probe_until_connected(raw: RawPublisher, ingestor: Ingestor) -> None:
