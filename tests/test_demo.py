@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
-import signal
-import subprocess
-import sys
 import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.demo_process import running_demo
 
 WAIT_S = 60.0
 
@@ -27,16 +25,7 @@ def kvscope_series(text: str) -> dict[str, float]:
 
 
 def test_the_demo_serves_moving_kvscope_metrics() -> None:
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "demo", "--port", "0", "--rate", "400"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert demo.stdout is not None
-        line = demo.stdout.readline()
-        match = re.search(r"open (http://\S+)/ ", line)
-        assert match, f"no URL in {line!r}; stderr: {demo.stderr.read() if demo.poll() else ''}"
-        url = match.group(1)
+    with running_demo(rate=400) as url:
         deadline = time.monotonic() + WAIT_S
         first: dict[str, float] = {}
         while "kvscope_lookup_blocks_total" not in first:
@@ -53,7 +42,3 @@ def test_the_demo_serves_moving_kvscope_metrics() -> None:
         stats = httpx.get(f"{url}/api/v1/stats", timeout=10).json()
         assert stats["blocks_by_medium"].get("CPU", 0) > 0
         assert httpx.get(f"{url}/readyz", timeout=10).status_code == 200
-    finally:
-        demo.send_signal(signal.SIGINT)
-        demo.wait(timeout=60)
-    assert demo.returncode == 0, demo.stderr.read() if demo.stderr else ""

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.demo_process import running_demo
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian package chromium not installed")
@@ -45,24 +45,15 @@ def shown(dom: str, element_id: str) -> str:
 
 
 def test_the_page_renders_live_numbers_that_change(tmp_path: Path) -> None:
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "demo", "--port", "0", "--rate", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert demo.stdout is not None
-        url = re.search(r"open (http://\S+/) ", demo.stdout.readline())
-        assert url, "the demo printed no URL"
-        first = chromium(tmp_path, "--dump-dom", url.group(1))
+    with running_demo(rate=300) as base:
+        url = f"{base}/"
+        first = chromium(tmp_path, "--dump-dom", url)
         assert shown(first, "updated").startswith("updated"), "the page never read the API"
         assert int(shown(first, "blocks-cpu").replace(",", "")) > 0
         screenshot = tmp_path / "page.png"
-        chromium(tmp_path, f"--screenshot={screenshot}", "--window-size=1400,1000", url.group(1))
+        chromium(tmp_path, f"--screenshot={screenshot}", "--window-size=1400,1000", url)
         assert screenshot.stat().st_size > 10_000, f"screenshot at {screenshot}"
-        second = chromium(tmp_path, "--dump-dom", url.group(1))
+        second = chromium(tmp_path, "--dump-dom", url)
         looked_up = shown(first, "hit-detail"), shown(second, "hit-detail")
         assert looked_up[0] != looked_up[1], f"the lookup counts stayed {looked_up[0]}"
         assert shown(second, "hit-ratio").endswith("%")
-    finally:
-        demo.send_signal(signal.SIGINT)
-        demo.wait(timeout=60)
