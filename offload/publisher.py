@@ -1,14 +1,22 @@
 """Publish KV events (vLLM's wire format) and stats frames over ZMQ, never blocking.
 
 The caller is vLLM's scheduler thread, whose every millisecond is a token's
-latency, so ``publish_*`` does no encoding, no I/O and takes no lock: it
-appends to a bounded in-memory queue and returns. One background thread owns
-both sockets and does all the work: encoding, sequence numbering, sending, and
-answering replay requests. It flushes every ``flush_interval`` seconds (or
-sooner, when the queue is half full), sending everything queued since the last
-flush as ONE batch: a scheduler step may publish a few events every tens of
-microseconds, and a frame per step would cost the process more than the
-offloading it reports (measured: +30% instructions on the replay hot path).
+latency, so ``publish_*`` never waits: no lock is waited for, no socket call
+blocks. A call appends to an in-memory queue; once per ``flush_interval``
+(or when the queue is half full) the call that notices also *flushes*: it
+encodes everything queued since the last flush as ONE batch and hands it to
+ZMQ without blocking. A background thread flushes what a caller that went
+quiet left queued, and answers replay requests.
+
+Why the caller encodes rather than a background thread: encoding is Python
+work, and under the GIL a thread's Python work is taken from the scheduler
+anyway, plus a hand-over per flush (the thread waits up to the interpreter's
+switch interval for the GIL, then forces the scheduler to yield it). The
+caller pays the same CPU without the hand-overs (encoding costs 30-45 ns per
+block event on the replay hot path, so a flush of 10 ms of a saturated
+scheduler's events takes a few hundred microseconds). A frame per step
+instead of a batch per interval would cost more than the offloading it
+reports.
 
 Wire format (vLLM's, so vLLM's consumers read ours unchanged):
 
@@ -27,16 +35,18 @@ Wire format (vLLM's, so vLLM's consumers read ours unchanged):
   with DEALER) until the sequence reads -1. A request that is not exactly one
   8-byte frame gets the end marker alone.
 
-Where frames can be lost, and how that shows:
+Where frames can be lost, and how that shows (``dropped`` counts all of it):
 
-- The queue is bounded: when a burst outruns the thread, the *oldest* queued
-  publish is dropped and counted in ``dropped``. Sequence numbers are assigned
-  when a batch is sent, so a queue drop leaves no gap; ``dropped`` (exported
-  in the stats frames) is the signal.
-- ZMQ itself drops for a subscriber whose high-water mark is reached; a send
-  the socket refuses (``zmq.Again``) is counted in ``dropped`` too. Such a KV
-  batch still has its sequence number and stays in the replay buffer, so a
-  subscriber sees the gap and can replay it.
+- A subscriber that stops reading fills its ZMQ queue (``hwm`` messages).
+  The PUB socket is set to refuse rather than silently skip (ZMQ's
+  ``XPUB_NODROP``): the send fails at once, for every subscriber, and is
+  counted. A refused KV batch keeps its sequence number and stays in the
+  replay buffer, so subscribers see the gap and can replay it. A plain PUB
+  would drop for the slow subscriber alone, but invisibly to the publisher.
+- The queue is bounded: when publishes outrun the flushes (the background
+  thread holds the socket for a moment), the *oldest* queued publish is
+  dropped and counted. Sequence numbers are assigned when a batch is sent,
+  so a queue drop leaves no gap.
 
 Topics are prefix-matched by ZMQ subscribers: a subscriber of the default KV
 topic ``b""`` (vLLM's default) receives the stats topic as well. Consumers
@@ -71,6 +81,9 @@ _CLOSE_LINGER_MS = 200
 """How long close() lets ZMQ flush already-sent frames to connected peers."""
 
 
+_now = time.monotonic
+
+
 def _seq_bytes(seq: int) -> bytes:
     return seq.to_bytes(8, "big")
 
@@ -83,7 +96,7 @@ def _replay_start(frames: list[bytes]) -> int | None:
 
 
 class EventPublisher(Closeable):
-    """A ZMQ PUB (+ optional ROUTER replay) publisher with a background thread.
+    """A ZMQ PUB (+ optional ROUTER replay) publisher that its callers flush.
 
     Endpoints are bound, never connected. A wildcard port (``tcp://127.0.0.1:*``)
     binds a free port; ``endpoint`` and ``replay_endpoint`` report what was bound.
@@ -120,7 +133,7 @@ class EventPublisher(Closeable):
         self.replay_requests = 0
         self.malformed_replay_requests = 0
         # One writer each (the callers of publish_events, of publish_stats, the
-        # thread), so the counts stay exact without a lock.
+        # holder of _sending), so the counts stay exact without another lock.
         self._dropped_kv = 0
         self._dropped_stats = 0
         self._refused = 0
@@ -134,13 +147,18 @@ class EventPublisher(Closeable):
         self._pending_kv: deque[list[OffloadingEvent]] = deque()
         self._pending_stats: deque[StatsFrame] = deque()
         self._max_pending = max_queue_size
-        self._wake_at = max(1, max_queue_size // 2)
-        self._flush_ms = flush_interval * 1000
+        self._flush_at = max(1, max_queue_size // 2)
+        self._interval = flush_interval
+        self._next_flush = _now() + flush_interval
+        # Held by whoever flushes: it owns the PUB socket, the sequence numbers
+        # and the replay buffer. Callers only ever try it; the thread waits.
+        self._sending = threading.Lock()
         self._closed = False
 
         self._ctx = zmq.Context(io_threads=1)
         try:
             self._pub, self._endpoint = self._bind(zmq.PUB, endpoint, hwm)
+            self._pub.setsockopt(zmq.XPUB_NODROP, 1)
             self._replay, self._replay_endpoint = (
                 # A full replay plus its end marker must fit under the ROUTER's HWM, which
                 # ZMQ only frees in steps of half of it: hence twice the buffer.
@@ -153,15 +171,13 @@ class EventPublisher(Closeable):
             raise
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(target=self._run, name="kvscope-publisher", daemon=True)
         self._thread.start()
 
     def _bind(self, kind: int, endpoint: str, hwm: int) -> tuple[zmq.Socket, str]:
         """A bound socket and the endpoint it actually bound (wildcards resolved).
 
-        Sockets are made here so that bind errors reach the constructor's
-        caller; from the thread's start on, only the thread touches them.
+        Sockets are made here so that bind errors reach the constructor's caller.
         """
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.SNDHWM, hwm)
@@ -184,7 +200,7 @@ class EventPublisher(Closeable):
         """Publishes dropped from the full queue, plus frames the PUB socket refused."""
         return self._dropped_kv + self._dropped_stats + self._refused
 
-    # --- caller side: never blocks, never locks ---------------------------------
+    # --- caller side: never waits ------------------------------------------------
 
     def publish_events(self, events: list[OffloadingEvent]) -> None:
         """Queue the manager's events for the next batch (nothing if empty).
@@ -199,10 +215,10 @@ class EventPublisher(Closeable):
         self._dropped_stats += self._enqueue(self._pending_stats, frame)
 
     def _enqueue(self, pending: deque, item: object) -> int:
-        """Append, first dropping the oldest item when full; returns the drops (0 or 1).
+        """Append (first dropping the oldest when full), flush when due; returns drops.
 
-        deque appends and pops are atomic, so no lock is needed: if the thread
-        empties the queue between the length check and the pop, nothing is
+        deque appends and pops are atomic, so the queue needs no lock: if a
+        flush empties it between the length check and the pop, nothing is
         dropped and nothing is counted.
         """
         if self._closed:
@@ -213,14 +229,17 @@ class EventPublisher(Closeable):
                 pending.popleft()
                 drops = 1
         pending.append(item)
-        if len(pending) == self._wake_at:
-            self._wake()
+        if _now() >= self._next_flush or len(pending) >= self._flush_at:
+            self._flush_unless_busy()
         return drops
 
-    def _wake(self) -> None:
-        """Make the thread's poll return before its flush interval is up."""
-        with suppress(BlockingIOError, OSError):  # full pipe: a wake-up is pending
-            os.write(self._wake_w, b"\0")
+    def _flush_unless_busy(self) -> None:
+        """Flush now, or leave it to whoever is flushing (never wait for them)."""
+        if self._sending.acquire(blocking=False):
+            try:
+                self._flush()
+            finally:
+                self._sending.release()
 
     def close(self) -> None:
         """Send what is queued, stop the thread and release the sockets. Idempotent.
@@ -231,47 +250,47 @@ class EventPublisher(Closeable):
         if self._closed:
             return
         self._closed = True
-        self._wake()
+        os.write(self._wake_w, b"\0")
         self._thread.join()
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._ctx.term()
 
-    # --- background thread: sole user of the sockets ---------------------------
+    # --- background thread: quiet callers' leftovers and replays ----------------
 
     def _run(self) -> None:
-        """Flush every interval, or on a wake-up or a replay request."""
+        """Every interval, flush what no caller flushed; answer replay requests."""
         poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
         if self._replay is not None:
             poller.register(self._replay, zmq.POLLIN)
         try:
             while True:
-                ready = dict(poller.poll(self._flush_ms))
-                if self._wake_r in ready:
-                    self._drain_wakeups()
+                ready = dict(poller.poll(self._interval * 1000))
+                closing = self._closed  # read before the flush: the last flush sees all
                 if self._replay is not None and self._replay in ready:
                     try:
                         self._serve_replay()
                     except Exception:  # replay is best effort; publishing must go on
                         logger.exception("kvscope publisher could not answer a replay request")
-                closing = self._closed  # read before the flush: the last flush sees all
-                self._flush()
+                if closing or _now() >= self._next_flush:
+                    with self._sending:
+                        self._flush()
                 if closing:
                     return
         except Exception:
-            logger.exception("kvscope publisher thread stopped; frames will be dropped")
+            logger.exception("kvscope publisher thread stopped; callers still flush")
         finally:
-            self._pub.close()
-            if self._replay is not None:
-                self._replay.close()
+            with self._sending:
+                self._pub.close()
+                if self._replay is not None:
+                    self._replay.close()
 
-    def _drain_wakeups(self) -> None:
-        with suppress(BlockingIOError):  # a spurious wake-up: nothing to read
-            os.read(self._wake_r, 65536)
+    # --- flushing: under _sending, by a caller or the thread ---------------------
 
     def _flush(self) -> None:
         """Send every queued KV event as one batch, then the queued stats frames."""
+        self._next_flush = _now() + self._interval
         pending_kv, pending_stats = self._pending_kv, self._pending_stats
         events: list[OffloadingEvent] = []
         while pending_kv:
@@ -282,6 +301,7 @@ class EventPublisher(Closeable):
             self._guarded(self._send_stats, pending_stats.popleft())
 
     def _guarded(self, send: Callable[..., None], *args: object) -> None:
+        """Send, and never let a failure reach the caller (a scheduler step)."""
         try:
             send(*args)
         except Exception:
@@ -324,7 +344,9 @@ class EventPublisher(Closeable):
             self.malformed_replay_requests += 1
             logger.warning("malformed replay request (%d frames); sent the end marker", len(frames))
         else:
-            for seq, payload in self._history_from(start):
+            with self._sending:  # a snapshot: the sends below need no lock
+                batches = list(self._history_from(start))
+            for seq, payload in batches:
                 self._replay_send((identity, b"", self._kv_topic, _seq_bytes(seq), payload))
         self._replay_send((identity, b"", b"", END_OF_REPLAY_SEQ, b""))
 

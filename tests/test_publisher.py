@@ -256,28 +256,44 @@ def test_malformed_replay_request_gets_the_end_marker_and_is_counted(
     assert len(replay(ctx, publisher, (0).to_bytes(8, "big"))) == 2
 
 
-def test_a_burst_past_the_queue_bound_drops_the_oldest_and_counts_them() -> None:
-    """No subscriber and a queue of two: the caller outruns the encoding thread.
+def test_publishes_during_another_flush_queue_up_then_drop_the_oldest_counted() -> None:
+    """While another thread holds the socket (its flush), callers never wait.
 
-    publish_* only appends; the thread flushes every 10 ms (or when the queue
-    is half full) and shares the interpreter with the caller. A burst of
-    thousands of calls therefore overflows a two-entry queue before the thread
-    can drain it, and every call still returns at once.
+    The publisher's lock is held here to stand for the background thread in
+    the middle of a flush: publishes then only queue, and past the bound the
+    oldest is dropped and counted. The first publish after the lock is free
+    flushes what is left, as one batch.
     """
-    calls = returned = 0
-    with EventPublisher("tcp://127.0.0.1:*", max_queue_size=2) as pub:
-        for i in range(5_000):
-            calls += 1
-            if i % 10:
+    with EventPublisher("tcp://127.0.0.1:*", max_queue_size=4) as pub:
+        with pub._sending:
+            for i in range(10):
                 pub.publish_events([stored(i)])
-            else:
-                pub.publish_stats(a_frame())
-            returned += 1
-    # close() flushed the queue: every frame was either sent or dropped.
-    assert returned == calls
-    assert pub.dropped > 0
-    # One event per KV publish: every publish was either sent or dropped.
-    assert pub.events_published + pub.stats_published + pub.dropped == calls
+            assert (pub.dropped, pub.batches_published) == (6, 0)
+        pub.publish_events([stored(10)])  # the queue is still full: 6 is dropped
+        assert (pub.dropped, pub.batches_published, pub.events_published) == (7, 1, 4)
+
+
+def test_a_subscriber_that_stops_reading_causes_counted_drops_not_a_blocked_caller(
+    ctx: zmq.Context,
+) -> None:
+    """ZMQ queues are tiny here, the subscriber reads nothing after connecting.
+
+    Every publish flushes (a queue bound of 2 flushes at 1), each batch is
+    ~33 KB, so the kernel's socket buffers fill within a few hundred frames;
+    then every send is refused at once and counted. Refused batches keep their
+    sequence numbers and stay replayable.
+    """
+    calls = 600
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", max_queue_size=2, hwm=4) as pub:
+        sub, _ = subscribe(ctx, pub)
+        for i in range(calls):
+            hashes = [i.to_bytes(4, "big") + k.to_bytes(28, "big") for k in range(1000)]
+            pub.publish_events([stored(*hashes)])
+        assert pub.dropped > 0
+        assert pub.batches_published + pub.dropped == calls
+        answers = replay(ctx, pub, (calls - 1).to_bytes(8, "big"))
+        assert [seq_of(a[2]) for a in answers] == [calls - 1, -1]
+    sub.close(linger=0)
 
 
 def test_close_is_idempotent_and_refuses_later_publishes() -> None:
