@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean browser
+.PHONY: demo test lint bench clean debs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,16 +12,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# The web page's test drives Debian's headless Chromium; where it cannot be
-# installed (no apt, not root) that one test skips and says why.
-browser:
-	-@command -v chromium >/dev/null || (apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+# Two end-to-end tests drive Debian packages: headless Chromium (the web page)
+# and Prometheus (a real scrape, promtool's lint), installed unless already
+# there; where apt cannot run (no apt, not root) those tests skip and say why.
+debs:
+	-@command -v chromium >/dev/null && command -v prometheus >/dev/null && \
+		command -v promtool >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium prometheus >/dev/null)
 
 demo: $(STAMP)
 	$(BIN)/kvscope demo
 
-test: $(STAMP) browser
+test: $(STAMP) debs
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -9,8 +9,7 @@ with httpx. Waits poll the API for up to WAIT_S; nothing asserts on time.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,22 +24,11 @@ from offload.cpu_manager import CPUOffloadingManager
 from offload.events import OffloadingEvent
 from offload.publisher import EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
+from tests.polling import WAIT_S, wait_for
 from tests.zmq_peers import RawPublisher, kv_payload
 
 pytestmark = pytest.mark.timeout(120)
-WAIT_S = 15.0
 TOKEN = "s3cret-token"
-
-
-def wait_for(fetch: Callable[[], Any], ok: Callable[[Any], bool], what: str) -> Any:
-    """Fetch until ``ok`` holds for the result; return that result."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        result = fetch()
-        if ok(result):
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what} (last: {result})"
-        time.sleep(0.02)
 
 
 class Worker:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.demo_process import running_demo
+from tests.polling import wait_for
 
 WAIT_S = 60.0
 
@@ -26,17 +25,15 @@ def kvscope_series(text: str) -> dict[str, float]:
 
 def test_the_demo_serves_moving_kvscope_metrics() -> None:
     with running_demo(rate=400) as url:
-        deadline = time.monotonic() + WAIT_S
-        first: dict[str, float] = {}
-        while "kvscope_lookup_blocks_total" not in first:
-            assert time.monotonic() < deadline, "the worker's series never appeared"
-            first = kvscope_series(httpx.get(f"{url}/metrics", timeout=10).text)
-            time.sleep(0.2)
-        later = first
-        while later["kvscope_lookup_blocks_total"] <= first["kvscope_lookup_blocks_total"]:
-            assert time.monotonic() < deadline, "the worker's counters never moved"
-            time.sleep(0.5)
-            later = kvscope_series(httpx.get(f"{url}/metrics", timeout=10).text)
+
+        def series() -> dict[str, float]:
+            return kvscope_series(httpx.get(f"{url}/metrics", timeout=10).text)
+
+        lookups = "kvscope_lookup_blocks_total"
+        first = wait_for(series, lambda s: lookups in s, "the worker's series appear", WAIT_S)
+        later = wait_for(
+            series, lambda s: s[lookups] > first[lookups], "the worker's counters move", WAIT_S
+        )
         assert later["kvscope_store_admitted_blocks_total"] > 0
         assert later["kvscope_transfer_bytes_total"] > 0
         stats = httpx.get(f"{url}/api/v1/stats", timeout=10).json()

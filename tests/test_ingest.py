@@ -3,13 +3,12 @@
 Publishers are kvscope's own EventPublisher and, where a test needs a stream
 kvscope's publisher would never send (a lost frame, garbage), a minimal
 publisher speaking vLLM's protocol on real sockets. Waits poll a condition
-for up to WAIT_S; nothing asserts on time.
+for up to 15 s (tests/polling.py); nothing asserts on time.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import msgspec
 import pytest
@@ -19,17 +18,10 @@ from app.ingest import Ingestor, PublisherEndpoints
 from offload.events import OffloadingEvent
 from offload.publisher import EventPublisher
 from offload.stats_frame import StatsFrame, WorkerConfig
+from tests.polling import wait_until
 from tests.zmq_peers import RawPublisher, kv_payload
 
 pytestmark = pytest.mark.timeout(120)
-WAIT_S = 15.0
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.01)
 
 
 def stored(*hashes: int) -> OffloadingEvent:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import msgspec
 import pytest
@@ -29,6 +29,7 @@ from offload.stats_frame import (
     decode_stats_frame,
     encode_stats_frame,
 )
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,14 +69,6 @@ def a_frame(ts: float = 1.0) -> StatsFrame:
 def recv(sock: zmq.Socket) -> list[bytes]:
     assert sock.poll(WAIT_MS), f"nothing received within {WAIT_MS} ms"
     return sock.recv_multipart()
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    """Wait for the background thread to reach a state (not a timing assertion)."""
-    deadline = time.monotonic() + WAIT_MS / 1000
-    while not condition():
-        assert time.monotonic() < deadline, "the publisher thread never got there"
-        time.sleep(0.005)
 
 
 def seq_of(frame: bytes) -> int:
@@ -147,7 +140,7 @@ def publish_kv(publisher: EventPublisher, n: int) -> list[list[OffloadingEvent]]
     batches = [[stored(i, f"h{i}".encode()), removed(i - 1)] for i in range(n)]
     for sent, batch in enumerate(batches, start=1):
         publisher.publish_events(batch)
-        wait_until(lambda sent=sent: publisher.batches_published == sent)
+        wait_until(lambda sent=sent: publisher.batches_published == sent, f"batch {sent} sent")
     return batches
 
 
@@ -189,7 +182,7 @@ def test_kv_batches_arrive_in_order_with_contiguous_sequences(
         received.append(recv_topic(sub, KV_TOPIC))
 
     assert [seq for seq, _ in received] == list(range(len(received)))
-    wait_until(lambda: publisher.events_published == len(expected))
+    wait_until(lambda: publisher.events_published == len(expected), "every event sent")
     got = [event for _, payload in received for event in decode_batch(payload).events]
     assert_events_match(got, expected)
 
@@ -207,7 +200,7 @@ def test_stats_frames_have_their_own_topic_and_sequence(
 
     assert [seq for seq, _ in stats] == list(range(last_probe + 1, last_probe + 1 + len(frames)))
     assert [decode_stats_frame(payload) for _, payload in stats] == frames
-    wait_until(lambda: publisher.events_published == len(frames))
+    wait_until(lambda: publisher.events_published == len(frames), "every frame sent")
 
 
 @pytest.mark.parametrize("start", [0, 3, 9])
