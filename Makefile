@@ -34,7 +34,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.policy_hit_ratio
 	$(BIN)/python -m bench.hot_path
+	$(BIN)/python -m bench.telemetry_overhead
 	$(BIN)/python -m bench.transfer_cpu
+	$(BIN)/python -m bench.sidecar_ingest
+	$(BIN)/python -m bench.sidecar_latency
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Hashable, Iterable
+from operator import itemgetter
 from typing import Final
 
 import msgspec
@@ -237,16 +238,17 @@ class BlockIndex:
         Dropping a block leaves its listing item in place, because finding it
         would cost a search per removed block; rebuilding when the dead
         dominate keeps the listing within twice the index's size, at amortised
-        O(1) per removal.
+        O(1) per removal. The rebuild reads the live blocks straight from
+        ``_info``, whose order is the listing's: an entry is inserted when its
+        block is first stored (taking the next sequence number), updates keep
+        its place, and a block dropped and stored again is inserted anew at
+        the end. So the rebuild runs at C speed, with no object per block:
+        a million-block index rebuilds in milliseconds, where a Python loop
+        over the listing stalled ingest and every request for most of a second.
         """
         if len(self._listing_seqs) > 2 * len(self._masks) + _COMPACT_SLACK:
-            live = [
-                (seq, block_hash)
-                for seq, block_hash in zip(self._listing_seqs, self._listing_hashes, strict=True)
-                if self._is_live(seq, block_hash)
-            ]
-            self._listing_seqs = [seq for seq, _hash in live]
-            self._listing_hashes = [block_hash for _seq, block_hash in live]
+            self._listing_hashes = list(self._info)
+            self._listing_seqs = list(map(itemgetter(_SEQ), self._info.values()))
 
     def _is_live(self, seq: int, block_hash: Hashable) -> bool:
         info = self._info.get(block_hash)

@@ -213,6 +213,23 @@ def test_listing_survives_compaction() -> None:
     assert walk(index, limit=333) == list(range(4001, 5000, 2))
 
 
+def test_compaction_keeps_recreated_blocks_last_and_open_cursors_valid() -> None:
+    index = BlockIndex(max_blocks=10_000)
+    index.apply("a", batch(stored(list(range(3000)))), now=0.0)
+    index.apply("a", batch(removed(list(range(0, 3000, 2)))), now=0.0)
+    index.apply("a", batch(stored([10, 4, 2])), now=0.0)  # recreated: listed after the rest
+    first, cursor = index.page(limit=100)
+    assert [entry.block_hash for entry in first] == list(range(1, 200, 2))
+    # Dropping odds up to 2399 leaves 303 live items of 3003: the listing is rebuilt.
+    index.apply("a", batch(removed(list(range(1, 2400, 2)))), now=0.0)
+    rest: list[Hashable] = []
+    while cursor is not None:
+        entries, cursor = index.page(cursor=cursor, limit=100)
+        rest += [entry.block_hash for entry in entries]
+    assert rest == [*range(2401, 3000, 2), 10, 4, 2]
+    assert walk(index, limit=7) == rest
+
+
 # --- the cap ----------------------------------------------------------------------
 
 
