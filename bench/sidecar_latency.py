@@ -67,7 +67,7 @@ def feed(
 ) -> None:
     """The feeder process: fill the index, then churn it at a steady size until stopped.
 
-    ``churned`` counts the block events published since the index was full.
+    ``churned`` counts the block events the churn has published.
     """
     manager = CPUOffloadingManager(BLOCK_SIZE, 2000, "lru")
     with EventPublisher(endpoint, replay, buffer_steps=1_000) as publisher:
@@ -139,7 +139,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="requests per endpoint (default 500, quick 100)")
     parser.add_argument("--events-per-s", type=int, default=100_000, help="churn, block events/s")
     args = parser.parse_args()
-    rounds = args.rounds or (100 if args.quick else 500)
+    rounds = args.rounds if args.rounds is not None else (100 if args.quick else 500)
+    if rounds < 100:
+        parser.error(f"--rounds must be at least 100 for a p99 to mean anything, got {rounds}")
+    if args.events_per_s < 0:
+        parser.error(f"--events-per-s must not be negative, got {args.events_per_s}")
     pub, replay, port = (free_port() for _ in range(3))
     endpoint, replay_endpoint = f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{replay}"
     spawn = multiprocessing.get_context("spawn")
