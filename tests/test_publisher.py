@@ -271,13 +271,17 @@ def test_a_subscriber_that_stops_reading_causes_counted_drops_not_a_blocked_call
 ) -> None:
     """ZMQ queues are tiny here, the subscriber reads nothing after connecting.
 
-    Every publish flushes (a queue bound of 2 flushes at 1), each batch is
-    ~33 KB, so the kernel's socket buffers fill within a few hundred frames;
-    then every send is refused at once and counted. Refused batches keep their
-    sequence numbers and stay replayable.
+    Every publish flushes itself (a queue bound of 2 flushes at 1) as a batch
+    of its own: the thread's interval is 10 s, so it never flushes from under
+    the caller, which would merge publishes. Each batch is ~33 KB, so the
+    kernel's socket buffers fill within a few hundred frames; then every send
+    is refused at once and counted. Refused batches keep their sequence
+    numbers and stay replayable.
     """
     calls = 600
-    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", max_queue_size=2, hwm=4) as pub:
+    with EventPublisher(
+        "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", max_queue_size=2, hwm=4, flush_interval=10
+    ) as pub:
         sub, _ = subscribe(ctx, pub)
         for i in range(calls):
             hashes = [i.to_bytes(4, "big") + k.to_bytes(28, "big") for k in range(1000)]
