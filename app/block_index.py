@@ -57,12 +57,15 @@ from app.wire_decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 MAX_PAGE_LIMIT: Final = 1000
 """The most entries one ``page`` call returns, whatever limit is asked."""
 
-# Per block, the index keeps an int (its location mask) and one tuple of atomic
-# values (sequence, first stored, last stored, hits, block size), never a
+# Per block, the index keeps one tuple of atomic values (location mask,
+# sequence, first stored, last stored, hits, block size) in one dict, never a
 # mutable object: the cyclic garbage collector stops tracking such tuples, so
 # an index of millions of blocks adds nothing to every full collection's walk
 # (with a list per block, those walks grow with the index and pause ingest).
-_SEQ = 0
+# One dict, not one per field: CPython rebuilds a dict that churn has filled
+# with deleted slots in one go, and at a million entries each rebuild stalls
+# ingest and every request for tens of milliseconds.
+_MASK, _SEQ = 0, 1
 
 _COMPACT_SLACK: Final = 1024
 """Dead listing slots tolerated beyond the live count before the listing is rebuilt."""
@@ -121,8 +124,8 @@ class BlockIndex:
         """Stores of blocks refused because the index was full."""
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
-        self._masks: dict[Hashable, int] = {}  # block hash -> bits of its locations
-        self._info: dict[Hashable, tuple[int, float, float, int, int | None]] = {}
+        # block hash -> (location bits, sequence, first stored, last stored, hits, block size)
+        self._blocks: dict[Hashable, tuple[int, int, float, float, int, int | None]] = {}
         # Every entry ever created, by sequence, for paging; an item is dead once
         # its hash is gone or was re-created under a later sequence.
         self._listing_seqs: list[int] = []
@@ -135,7 +138,7 @@ class BlockIndex:
         self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
 
     def __len__(self) -> int:
-        return len(self._masks)
+        return len(self._blocks)
 
     # --- ingest -------------------------------------------------------------------
 
@@ -154,33 +157,32 @@ class BlockIndex:
         number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
         bit = 1 << number
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
-        masks, info = self._masks, self._info
+        blocks = self._blocks
         list_seq, list_hash = self._listing_seqs.append, self._listing_hashes.append
-        room = self.max_blocks - len(masks)
+        room = self.max_blocks - len(blocks)
         block_size = event.block_size
         seq = self._next_seq
         added = refused = 0
         for block_hash in event.block_hashes:
-            mask = masks.get(block_hash)
-            if mask is None:
+            entry = blocks.get(block_hash)
+            if entry is None:
                 if room <= 0:
                     refused += 1
                     continue
                 room -= 1
                 added += 1
-                masks[block_hash] = bit
-                info[block_hash] = (seq, now, now, 0, block_size)
+                blocks[block_hash] = (bit, seq, now, now, 0, block_size)
                 list_seq(seq)
                 list_hash(block_hash)
                 seq += 1
                 continue
-            created, first, _last, hits, size = info[block_hash]
+            mask, created, first, _last, hits, size = entry
             if mask & reload_bits:
                 hits += 1
-            info[block_hash] = (created, first, now, hits, size)
             if not mask & bit:
-                masks[block_hash] = mask | bit
+                mask |= bit
                 added += 1
+            blocks[block_hash] = (mask, created, first, now, hits, size)
         self._next_seq = seq
         self._counts[number] += added
         self.overflow += refused
@@ -188,18 +190,18 @@ class BlockIndex:
     def _remove(self, publisher: str, event: DecodedEvent) -> None:
         number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
         bit = 1 << number
-        masks, info = self._masks, self._info
+        blocks = self._blocks
         removed = 0
         for block_hash in event.block_hashes:
-            mask = masks.get(block_hash)
-            if mask is None or not mask & bit:
+            entry = blocks.get(block_hash)
+            if entry is None or not entry[_MASK] & bit:
                 continue
             removed += 1
-            mask ^= bit
+            mask = entry[_MASK] ^ bit
             if mask:
-                masks[block_hash] = mask
+                blocks[block_hash] = (mask, *entry[1:])
             else:
-                del masks[block_hash], info[block_hash]
+                del blocks[block_hash]
         self._counts[number] -= removed
         self.untracked_removals += len(event.block_hashes) - removed
 
@@ -221,12 +223,12 @@ class BlockIndex:
         if not bits:
             return
         keep = ~bits
-        masks, info = self._masks, self._info
-        for block_hash, mask in list(masks.items()):
-            if mask & keep:
-                masks[block_hash] = mask & keep
+        blocks = self._blocks
+        for block_hash, entry in list(blocks.items()):
+            if mask := entry[_MASK] & keep:
+                blocks[block_hash] = (mask, *entry[1:])
             else:
-                del masks[block_hash], info[block_hash]
+                del blocks[block_hash]
         for number, (owner, _medium) in enumerate(self._location_names):
             if owner == publisher:
                 self._counts[number] = 0
@@ -239,20 +241,16 @@ class BlockIndex:
         would cost a search per removed block; rebuilding when the dead
         dominate keeps the listing within twice the index's size, at amortised
         O(1) per removal. The rebuild reads the live blocks straight from
-        ``_info``, whose order is the listing's: an entry is inserted when its
+        ``_blocks``, whose order is the listing's: an entry is inserted when its
         block is first stored (taking the next sequence number), updates keep
         its place, and a block dropped and stored again is inserted anew at
         the end. So the rebuild runs at C speed, with no object per block:
         a million-block index rebuilds in milliseconds, where a Python loop
         over the listing stalled ingest and every request for most of a second.
         """
-        if len(self._listing_seqs) > 2 * len(self._masks) + _COMPACT_SLACK:
-            self._listing_hashes = list(self._info)
-            self._listing_seqs = list(map(itemgetter(_SEQ), self._info.values()))
-
-    def _is_live(self, seq: int, block_hash: Hashable) -> bool:
-        info = self._info.get(block_hash)
-        return info is not None and info[_SEQ] == seq
+        if len(self._listing_seqs) > 2 * len(self._blocks) + _COMPACT_SLACK:
+            self._listing_hashes = list(self._blocks)
+            self._listing_seqs = list(map(itemgetter(_SEQ), self._blocks.values()))
 
     def set_block_bytes(self, publisher: str, medium: str, block_bytes: int) -> None:
         """Declare the size in bytes of one of ``publisher``'s blocks on ``medium``.
@@ -293,18 +291,19 @@ class BlockIndex:
 
     def get(self, block_hash: Hashable) -> BlockEntry | None:
         """The entry of one block, or None when it is not indexed."""
-        return self._snapshot(block_hash) if block_hash in self._masks else None
+        return self._snapshot(block_hash) if block_hash in self._blocks else None
 
     def lookup_prefix(self, block_hashes: Iterable[Hashable]) -> PrefixMatch:
         """Per medium, the leading run of a hash chain held there; and where the chain breaks."""
         alive = self._bits_by_medium()
         runs: dict[str, int] = {}
-        masks = self._masks
+        blocks = self._blocks
         length = 0
         for block_hash in block_hashes:
-            mask = masks.get(block_hash)
-            if mask is None:
+            entry = blocks.get(block_hash)
+            if entry is None:
                 break
+            mask = entry[_MASK]
             for medium, bits in list(alive.items()):
                 if not mask & bits:
                     runs[medium] = length
@@ -331,12 +330,13 @@ class BlockIndex:
             raise ValueError(f"limit must be at least 1, got {limit}")
         limit = min(limit, MAX_PAGE_LIMIT)
         bits = self._bits(medium=medium, publisher=publisher)
-        seqs, hashes, masks = self._listing_seqs, self._listing_hashes, self._masks
+        seqs, hashes, blocks = self._listing_seqs, self._listing_hashes, self._blocks
         start = 0 if cursor is None else bisect_right(seqs, cursor)
         found: list[BlockEntry] = []
         for position in range(start, len(seqs) if bits else start):
             block_hash = hashes[position]
-            if self._is_live(seqs[position], block_hash) and masks[block_hash] & bits:
+            entry = blocks.get(block_hash)
+            if entry is not None and entry[_SEQ] == seqs[position] and entry[_MASK] & bits:
                 if len(found) == limit:
                     return found, found[-1].seq
                 found.append(self._snapshot(block_hash))
@@ -357,8 +357,7 @@ class BlockIndex:
         return bits
 
     def _snapshot(self, block_hash: Hashable) -> BlockEntry:
-        mask = self._masks[block_hash]
-        seq, first, last, hits, block_size = self._info[block_hash]
+        mask, seq, first, last, hits, block_size = self._blocks[block_hash]
         held = [key for number, key in enumerate(self._location_names) if mask >> number & 1]
         return BlockEntry(
             block_hash=block_hash,
