@@ -244,9 +244,9 @@ class BlockIndex:
         ``_blocks``, whose order is the listing's: an entry is inserted when its
         block is first stored (taking the next sequence number), updates keep
         its place, and a block dropped and stored again is inserted anew at
-        the end. So the rebuild runs at C speed, with no object per block:
-        a million-block index rebuilds in milliseconds, where a Python loop
-        over the listing stalled ingest and every request for most of a second.
+        the end. So the rebuild runs at C speed, with no object per block: a
+        million-block index rebuilds in tens of milliseconds, where a Python
+        loop over the listing stalled ingest and every request for half a second.
         """
         if len(self._listing_seqs) > 2 * len(self._blocks) + _COMPACT_SLACK:
             self._listing_hashes = list(self._blocks)
