@@ -279,7 +279,7 @@ class EventPublisher(Closeable):
                 if closing:
                     return
         except Exception:
-            logger.exception("kvscope publisher thread stopped; callers still flush")
+            logger.exception("kvscope publisher thread stopped; later frames are dropped")
         finally:
             with self._sending:
                 self._pub.close()
