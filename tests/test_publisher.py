@@ -255,9 +255,10 @@ def test_publishes_during_another_flush_queue_up_then_drop_the_oldest_counted() 
     The publisher's lock is held here to stand for the background thread in
     the middle of a flush: publishes then only queue, and past the bound the
     oldest is dropped and counted. The first publish after the lock is free
-    flushes what is left, as one batch.
+    flushes what is left, as one batch. The real thread's interval is 10 s, so
+    it never takes the lock in between, even on a loaded machine.
     """
-    with EventPublisher("tcp://127.0.0.1:*", max_queue_size=4) as pub:
+    with EventPublisher("tcp://127.0.0.1:*", max_queue_size=4, flush_interval=10) as pub:
         with pub._sending:
             for i in range(10):
                 pub.publish_events([stored(i)])
