@@ -101,6 +101,13 @@ class EventPublisher(Closeable):
     Endpoints are bound, never connected. A wildcard port (``tcp://127.0.0.1:*``)
     binds a free port; ``endpoint`` and ``replay_endpoint`` report what was bound.
 
+    The replay buffer keeps the newest KV batches: at most ``buffer_steps`` of
+    them (vLLM's setting and default) and at most ``buffer_bytes`` of payload,
+    the newest batch always. The byte bound matters because a batch here is a
+    flush interval of events, not one scheduler step: a saturated scheduler's
+    batches run to ~100 KB (measured on the replay), so 10,000 of them would
+    hold a gigabyte.
+
     Counters (plain ints, read from any thread): ``batches_published`` and
     ``stats_published`` (frames handed to the PUB socket), ``dropped`` (frames
     that never reached it), ``replay_requests`` (every request received) and
@@ -115,6 +122,7 @@ class EventPublisher(Closeable):
         kv_topic: bytes = DEFAULT_KV_TOPIC,
         stats_topic: bytes = DEFAULT_STATS_TOPIC,
         buffer_steps: int = 10_000,
+        buffer_bytes: int = 64 * 2**20,
         max_queue_size: int = 10_000,
         hwm: int = 100_000,
         flush_interval: float = 0.01,
@@ -122,7 +130,11 @@ class EventPublisher(Closeable):
     ) -> None:
         if kv_topic == stats_topic:
             raise ValueError(f"kv_topic and stats_topic must differ, both are {kv_topic!r}")
-        for name, value in (("buffer_steps", buffer_steps), ("max_queue_size", max_queue_size)):
+        for name, value in (
+            ("buffer_steps", buffer_steps),
+            ("buffer_bytes", buffer_bytes),
+            ("max_queue_size", max_queue_size),
+        ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if not 0 < flush_interval <= 10:
@@ -143,7 +155,10 @@ class EventPublisher(Closeable):
         self._rank = data_parallel_rank
         self._kv_seq = 0
         self._stats_seq = 0
-        self._history: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
+        self._history: deque[tuple[int, bytes]] = deque()
+        self._history_bytes = 0
+        self._max_history = buffer_steps
+        self._max_history_bytes = buffer_bytes
         self._pending_kv: deque[list[OffloadingEvent]] = deque()
         self._pending_stats: deque[StatsFrame] = deque()
         self._max_pending = max_queue_size
@@ -319,10 +334,20 @@ class EventPublisher(Closeable):
         batch = KVEventBatch(ts=ts, events=to_kv_events(events), data_parallel_rank=self._rank)
         payload = encode_batch(batch)
         seq, self._kv_seq = self._kv_seq, self._kv_seq + 1
-        self._history.append((seq, payload))
+        self._remember(seq, payload)
         if self._publish(self._kv_topic, seq, payload):
             self.batches_published += 1
             self.events_published += len(events)
+
+    def _remember(self, seq: int, payload: bytes) -> None:
+        """Buffer a batch for replay, forgetting the oldest past either bound."""
+        history = self._history
+        history.append((seq, payload))
+        self._history_bytes += len(payload)
+        while len(history) > 1 and (
+            len(history) > self._max_history or self._history_bytes > self._max_history_bytes
+        ):
+            self._history_bytes -= len(history.popleft()[1])
 
     def _publish(self, topic: bytes, seq: int, payload: bytes) -> bool:
         """Hand one frame to the PUB socket without waiting; False (counted) if refused."""

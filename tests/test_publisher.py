@@ -17,7 +17,14 @@ import pytest
 import zmq
 
 from offload.events import OffloadingEvent
-from offload.kv_events import BlockRemoved, BlockStored, decode_batch
+from offload.kv_events import (
+    BlockRemoved,
+    BlockStored,
+    KVEventBatch,
+    decode_batch,
+    encode_batch,
+    to_kv_events,
+)
 from offload.publisher import END_OF_REPLAY_SEQ, EventPublisher
 from offload.stats_frame import (
     DEFAULT_STATS_TOPIC,
@@ -131,13 +138,18 @@ def replay(ctx: zmq.Context, publisher: EventPublisher, request: bytes) -> list[
     return answers
 
 
+def publish_kv_batches(n: int) -> list[list[OffloadingEvent]]:
+    """The events of publish_kv's n batches."""
+    return [[stored(i, f"h{i}".encode()), removed(i - 1)] for i in range(n)]
+
+
 def publish_kv(publisher: EventPublisher, n: int) -> list[list[OffloadingEvent]]:
     """n batches mixing stores and removals, int and bytes hashes.
 
     Each publish waits for its batch to go out, so that the flush coalesces
     nothing and batch i holds exactly the i-th publish.
     """
-    batches = [[stored(i, f"h{i}".encode()), removed(i - 1)] for i in range(n)]
+    batches = publish_kv_batches(n)
     for sent, batch in enumerate(batches, start=1):
         publisher.publish_events(batch)
         wait_until(lambda sent=sent: publisher.batches_published == sent, f"batch {sent} sent")
@@ -224,6 +236,41 @@ def test_replay_keeps_only_the_last_buffer_steps_batches(ctx: zmq.Context) -> No
         publish_kv(pub, 10)
         *batches, _ = replay(ctx, pub, (0).to_bytes(8, "big"))
     assert [seq_of(seq) for _, _, seq, _ in batches] == [6, 7, 8, 9]
+
+
+def payload_size(events: list[OffloadingEvent]) -> int:
+    """Bytes of the batch the publisher sends for these events (its time stamp is fixed-size)."""
+    return len(encode_batch(KVEventBatch(ts=0.0, events=to_kv_events(events))))
+
+
+@pytest.mark.parametrize(("budget_batches", "kept"), [(3, [7, 8, 9]), (0, [9])])
+def test_replay_keeps_only_the_newest_batches_that_fit_buffer_bytes(
+    ctx: zmq.Context, budget_batches: int, kept: list[int]
+) -> None:
+    """Ten batches of equal size; a budget of three keeps three, one smaller than any keeps one."""
+    batch = publish_kv_batches(10)
+    size = payload_size(batch[0])
+    assert {payload_size(events) for events in batch} == {size}
+    budget = max(1, budget_batches * size)
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", buffer_bytes=budget) as pub:
+        publish_kv(pub, 10)
+        *batches, _ = replay(ctx, pub, (0).to_bytes(8, "big"))
+    assert [seq_of(seq) for _, _, seq, _ in batches] == kept
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("buffer_steps", 0),
+        ("buffer_bytes", 0),
+        ("max_queue_size", -1),
+        ("flush_interval", 0),
+        ("flush_interval", 11),
+    ],
+)
+def test_settings_out_of_range_are_refused_by_name(setting: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"{setting} must be"):
+        EventPublisher("tcp://127.0.0.1:*", **{setting: value})
 
 
 @pytest.mark.parametrize("start", [10, 2**63])
