@@ -47,7 +47,7 @@ from bench.common import BLOCK_SIZE, emit, trace
 from offload import CPUOffloadingManager
 from offload.events import BlockHash
 from offload.publisher import EventPublisher
-from offload.replay import replay_request
+from offload.replay import EventSink, replay_request
 from offload.worker_telemetry import WorkerTelemetry
 
 EXPORT_PERIOD_S = 1.0
@@ -97,28 +97,45 @@ def _subscribe(endpoint: str, stop: EventType, frames: Synchronized) -> None:
     ctx.term()
 
 
-class TelemetryOn:
-    """The on side's replay step: the manager's events to the publisher, and exports.
+class EventsSide:
+    """A replay side with events on: each step's events to a sink, a chore per period.
 
-    Stats frames and scrapes are due every second; whether one is due is
-    checked once per chunk, so the check costs nothing per request.
+    The chore runs every ``period_s`` seconds; whether it is due is checked
+    once per chunk, so the check costs nothing per request.
     """
 
-    def __init__(self, policy: str, publisher: EventPublisher) -> None:
+    period_s: float
+
+    def __init__(self, policy: str, sink: EventSink) -> None:
         self.manager = CPUOffloadingManager(BLOCK_SIZE, CAPACITY, policy, enable_events=True)
-        self.telemetry = WorkerTelemetry(self.manager, engine_id="bench", publisher=publisher)
-        self._registry = self.telemetry.registry()
-        self._sink = publisher.publish_events
-        self._next_export = 0.0
+        self._sink = sink
+        self._next_chore = 0.0
 
     def replay(self, chunk: Sequence[Sequence[BlockHash]]) -> None:
         manager, sink = self.manager, self._sink
         for block_hashes in chunk:
             replay_request(manager, block_hashes, sink)
-        if time.perf_counter() >= self._next_export:
-            self.telemetry.publish_stats()
-            generate_latest(self._registry)
-            self._next_export = time.perf_counter() + EXPORT_PERIOD_S
+        if time.perf_counter() >= self._next_chore:
+            self.chore()
+            self._next_chore = time.perf_counter() + self.period_s
+
+    def chore(self) -> None:
+        raise NotImplementedError
+
+
+class TelemetryOn(EventsSide):
+    """The on side: the manager's events to the publisher, a stats frame and a scrape per second."""
+
+    period_s = EXPORT_PERIOD_S
+
+    def __init__(self, policy: str, publisher: EventPublisher) -> None:
+        super().__init__(policy, publisher.publish_events)
+        self.telemetry = WorkerTelemetry(self.manager, engine_id="bench", publisher=publisher)
+        self._registry = self.telemetry.registry()
+
+    def chore(self) -> None:
+        self.telemetry.publish_stats()
+        generate_latest(self._registry)
 
 
 class TelemetryOff:
@@ -133,7 +150,7 @@ class TelemetryOff:
             replay_request(manager, block_hashes)
 
 
-class EncodeBound:
+class EncodeBound(EventsSide):
     """The bound: each step's events made into bytes by one call into C, nothing more.
 
     Under the GIL, neither a thread nor another process can take the encoding
@@ -145,21 +162,16 @@ class EncodeBound:
     per step that any sink costs.
     """
 
+    period_s = FLUSH_INTERVAL_S
+
     def __init__(self, policy: str) -> None:
-        self.manager = CPUOffloadingManager(BLOCK_SIZE, CAPACITY, policy, enable_events=True)
         buffer = bytearray()
         encode_into = msgspec.msgpack.Encoder().encode_into
+        super().__init__(policy, lambda events: encode_into(events, buffer, -1))
         self._buffer = buffer
-        self._sink = lambda events: encode_into(events, buffer, -1)
-        self._next_empty = 0.0
 
-    def replay(self, chunk: Sequence[Sequence[BlockHash]]) -> None:
-        manager, sink = self.manager, self._sink
-        for block_hashes in chunk:
-            replay_request(manager, block_hashes, sink)
-        if time.perf_counter() >= self._next_empty:
-            self._buffer.clear()
-            self._next_empty = time.perf_counter() + FLUSH_INTERVAL_S
+    def chore(self) -> None:
+        self._buffer.clear()
 
 
 Side = Callable[[Sequence[Sequence[BlockHash]]], None]
