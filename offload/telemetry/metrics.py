@@ -69,8 +69,9 @@ SPECS: dict[str, MetricSpec] = {
         _spec("kvscope_blocks_pinned", "gauge",
               "Blocks pinned by in-flight loads or stores.", "medium", "reason"),
         _spec("kvscope_invariant_violations", "gauge",
-              "Broken bookkeeping invariants (free + used = capacity, one owner per slot, "
-              "no negative reference count); 0 when healthy.", "medium"),
+              "Broken bookkeeping invariants (free + used = capacity on every scrape; one "
+              "owner per slot and no negative reference count, 8192 slots per check in "
+              "turn); 0 when healthy.", "medium"),
         _spec("kvscope_manager_operation_duration_seconds", "histogram",
               "Latency of manager calls that evict and allocate.", "medium", "operation"),
         _spec("kvscope_transfer_jobs_submitted_total", "counter",
