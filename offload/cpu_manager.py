@@ -111,6 +111,7 @@ class CPUOffloadingManager(OffloadingManager):
         stats.store_requested_blocks += len(requested)
         # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
         to_store = list(dict.fromkeys([h for h in requested if h not in resident]))
+        stats.store_skipped_blocks += len(requested) - len(to_store)
         if not to_store:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
         pool = self.pool

@@ -113,6 +113,10 @@ def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
     thread pays for every scrape and stats frame.
     """
     stats = manager.stats
+    # Finished counts before submitted ones (see offload/telemetry/manager_stats.py).
+    load_completed = stats.load_completed_blocks
+    store_completed = stats.store_completed_blocks
+    store_failed = stats.evicted_failed_store_blocks
     medium = manager.medium
     policy = manager.policy.name
     tokens = manager.block_size
@@ -128,17 +132,17 @@ def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
     add("kvscope_store_skipped_blocks_total", stats.store_skipped_blocks, medium=medium)
     add("kvscope_store_refused_blocks_total", stats.store_refused_blocks, medium=medium)
     add("kvscope_store_refusals_total", stats.store_refused_calls, medium=medium)
-    add("kvscope_store_completed_blocks_total", stats.store_completed_blocks, medium=medium)
-    add("kvscope_store_failed_blocks_total", stats.evicted_failed_store_blocks, medium=medium)
+    add("kvscope_store_completed_blocks_total", store_completed, medium=medium)
+    add("kvscope_store_failed_blocks_total", store_failed, medium=medium)
     for reason, count in (
         ("capacity", stats.evicted_capacity_blocks),
-        ("failed_store", stats.evicted_failed_store_blocks),
+        ("failed_store", store_failed),
         ("clear", stats.evicted_clear_blocks),
     ):
         add("kvscope_evicted_blocks_total", count, medium=medium, policy=policy, reason=reason)
     add("kvscope_dead_write_blocks_total", stats.dead_write_blocks, medium=medium, policy=policy)
     add("kvscope_load_blocks_total", stats.load_blocks, medium=medium)
-    add("kvscope_load_completed_blocks_total", stats.load_completed_blocks, medium=medium)
+    add("kvscope_load_completed_blocks_total", load_completed, medium=medium)
     add("kvscope_blocks_resident", manager.pool.num_used, medium=medium)
     add("kvscope_blocks_capacity", manager.pool.capacity, medium=medium)
     add("kvscope_blocks_pinned", stats.loads_in_flight, medium=medium, reason="load")

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import sys
-import threading
+from itertools import pairwise
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from offload import CPUOffloadingManager
+from offload.replay import replay_request
 from offload.telemetry.collector import SnapshotCollector
-from offload.telemetry.metrics import SPECS
+from offload.telemetry.metrics import SPECS, Snapshot
 from offload.worker_telemetry import manager_snapshot
+from tests.interleaving import readings_while
 
 
 def scrape(manager: CPUOffloadingManager, **extra: str) -> dict[tuple, float]:
@@ -136,33 +137,81 @@ def test_a_check_on_another_thread_never_reports_a_move_half_done() -> None:
 
     Between an eviction and the pool taking the slots back, and between the
     pool handing slots out and the policy taking them, the counts are short
-    for a moment. With the interpreter switching threads every 10 us, checks
-    without the manager's sequence lock saw such a moment in about one in
-    five readings here.
+    for a moment. Checks without the manager's sequence lock saw such a
+    moment in about one in five readings here.
     """
     manager = CPUOffloadingManager(16, 64, "lru")
-    stop = threading.Event()
+    hashes = iter(range(10**9))
 
-    def scheduler() -> None:
-        first = 0
-        while not stop.is_set():
-            out = manager.prepare_store(list(range(first, first + 48)))
-            if out is not None:
-                manager.complete_store(out.block_hashes_to_store)
-            first += 48
+    def store_48_new_blocks() -> None:
+        out = manager.prepare_store([next(hashes) for _ in range(48)])
+        if out is not None:
+            manager.complete_store(out.block_hashes_to_store)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    thread = threading.Thread(target=scheduler)
-    thread.start()
-    try:
-        found = [manager.live_invariant_violations() for _ in range(5000)]
-    finally:
-        stop.set()
-        thread.join()
-        sys.setswitchinterval(interval)
+    found = readings_while(store_48_new_blocks, manager.live_invariant_violations, 5000)
     assert manager.stats.evicted_capacity_blocks > 0
     assert [problems for problems in found if problems] == []
+
+
+def test_a_scrape_on_another_thread_gets_consistent_histograms() -> None:
+    """Buckets, and the count that is their total, come from one reading.
+
+    Read bucket by bucket while prepare_store observes, the +Inf bucket and
+    the count disagreed, and the snapshot refused itself (a failed scrape).
+    """
+    manager = CPUOffloadingManager(16, 64, "lru")
+    histogram = manager.stats.prepare_store_seconds
+
+    def scrape_histogram() -> str | None:
+        snap = Snapshot()
+        try:
+            snap.add_histogram(
+                "kvscope_manager_operation_duration_seconds",
+                histogram,
+                medium="CPU",
+                operation="prepare_store",
+            )
+        except ValueError as error:
+            return str(error)
+        return None
+
+    found = readings_while(lambda: histogram.observe(0.001), scrape_histogram, 5000)
+    assert histogram.cumulative()[-1] > 0
+    assert [problem for problem in found if problem] == []
+
+
+def test_a_scrape_on_another_thread_sees_counters_rise_and_pairs_in_order() -> None:
+    """Counters never step back between scrapes, and nothing finishes before it started.
+
+    The scheduler thread replays requests (lookups, loads, stores, evictions)
+    while this thread scrapes through the real exposition, with no lock
+    between them.
+    """
+    manager = CPUOffloadingManager(16, 64, "lru")
+    requests = iter(range(10**9))
+
+    def replay_a_request() -> None:
+        first = next(requests) % 96 * 8
+        replay_request(manager, list(range(first, first + 24)))
+
+    scrapes = readings_while(replay_a_request, lambda: scrape(manager), 400)
+    assert scrapes[-1][("kvscope_load_blocks_total",)] > 0
+    counters = [key for key in scrapes[0] if key[0].endswith("_total")]
+    stepped_back = [
+        (key, before[key], after[key])
+        for before, after in pairwise(scrapes)
+        for key in counters
+        if after[key] < before[key]
+    ]
+    assert stepped_back == []
+    for s in scrapes:
+        assert s[("kvscope_load_completed_blocks_total",)] <= s[("kvscope_load_blocks_total",)]
+        finished = (
+            s[("kvscope_store_completed_blocks_total",)] + s[("kvscope_store_failed_blocks_total",)]
+        )
+        assert finished <= s[("kvscope_store_admitted_blocks_total",)]
+        assert s[("kvscope_blocks_pinned", ("reason", "load"))] >= 0
+        assert s[("kvscope_blocks_pinned", ("reason", "store"))] >= 0
 
 
 def test_extra_labels_name_the_worker_on_every_series() -> None:

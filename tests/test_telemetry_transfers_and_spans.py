@@ -21,6 +21,9 @@ from offload import CPUOffloadingManager
 from offload.telemetry.collector import SnapshotCollector, SnapshotSource
 from offload.transfer import CPUTransferBackend, Direction, KVLayout
 from offload.transfer.cpu_backend import JobHook
+from offload.transfer.transfer_result import TransferResult
+from offload.transfer.transfer_stats import TransferStats
+from tests.interleaving import readings_while
 
 EXPORTER = InMemorySpanExporter()
 
@@ -112,3 +115,29 @@ def test_a_manager_call_that_evicts_records_a_span(spans: InMemorySpanExporter) 
         "kvscope.blocks.admitted": 1,
         "kvscope.blocks.evicted": 1,
     }
+
+
+def test_a_snapshot_on_another_thread_never_shows_more_jobs_finished_than_submitted() -> None:
+    """Jobs are submitted and finished on one thread while another takes snapshots."""
+    stats = TransferStats()
+    job_ids = iter(range(10**9))
+
+    def submit_and_finish_a_job() -> None:
+        stats.on_submit(Direction.GPU_TO_CPU)
+        result = TransferResult(next(job_ids), Direction.GPU_TO_CPU, True, 2, 1 << 16, 1e-4)
+        stats.on_finish(result)
+
+    def submitted_and_finished() -> tuple[float, float]:
+        counts = {"submitted": 0.0, "finished": 0.0}
+        for sample in stats.snapshot().counters:
+            if sample.labels.get("direction") != Direction.GPU_TO_CPU.value:
+                continue
+            if sample.name == "kvscope_transfer_jobs_submitted_total":
+                counts["submitted"] += sample.value
+            elif sample.name == "kvscope_transfer_jobs_total":
+                counts["finished"] += sample.value
+        return counts["submitted"], counts["finished"]
+
+    readings = readings_while(submit_and_finish_a_job, submitted_and_finished, 5000)
+    assert readings[-1][1] > 0
+    assert [(s, f) for s, f in readings if f > s] == []

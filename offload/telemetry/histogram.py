@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import accumulate
 
 DURATION_BUCKETS_S: tuple[float, ...] = (
     1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
@@ -21,13 +22,15 @@ SIZE_BUCKETS_BYTES: tuple[float, ...] = tuple(float(1 << shift) for shift in ran
 
 
 class Histogram:
-    """Counts per bucket (not cumulative), plus the sum and count of observations.
+    """Counts per bucket (not cumulative) and the sum of the observations.
 
     Upper bounds are inclusive, as in Prometheus; values above the last bound
-    land in the implicit +Inf bucket.
+    land in the implicit +Inf bucket. The count of observations is the total
+    of the buckets, not a counter of its own, so no reading can disagree
+    with them.
     """
 
-    __slots__ = ("bounds", "count", "counts", "sum")
+    __slots__ = ("bounds", "counts", "sum")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         if list(bounds) != sorted(set(bounds)) or not bounds:
@@ -35,18 +38,16 @@ class Histogram:
         self.bounds = tuple(bounds)
         self.counts = [0] * (len(self.bounds) + 1)
         self.sum = 0.0
-        self.count = 0
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
-        self.count += 1
 
     def cumulative(self) -> list[int]:
-        """Counts at or below each bound, then the total (the +Inf bucket)."""
-        running = 0
-        result = []
-        for bucket in self.counts:
-            running += bucket
-            result.append(running)
-        return result
+        """Counts at or below each bound, then the total (the +Inf bucket).
+
+        Taken from one copy of the buckets, made in a single C call, so a
+        reader on another thread (a scrape) gets buckets that agree with
+        their total while observe() goes on.
+        """
+        return list(accumulate(self.counts[:]))

@@ -4,6 +4,12 @@ Every figure the manager reports is a monotonic count; gauges such as blocks
 pinned by in-flight loads are differences of submitted/finished pairs, taken
 at scrape time. A scrape therefore never needs a lock, and the hot path pays
 an attribute increment per call.
+
+A scrape may run on another thread (an exporter's) while the scheduler works,
+so each counter is written once per call, never raised and then corrected,
+and a reader takes a finished count before its submitted one: the submitted
+count read later is never below it, so no pair and no in-flight gauge shows
+more finished than started.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class ManagerStats:
         "store_refused_blocks",
         "store_refused_calls",
         "store_requested_blocks",
+        "store_skipped_blocks",
     )
 
     def __init__(self) -> None:
@@ -42,6 +49,8 @@ class ManagerStats:
         self.load_completed_blocks = 0
         """Blocks unpinned by complete_load (finished)."""
         self.store_requested_blocks = 0
+        self.store_skipped_blocks = 0
+        """Requested blocks stored already, or named twice in one call."""
         self.store_admitted_blocks = 0
         """Blocks given a slot (submitted stores); the rest were already stored."""
         self.store_refused_calls = 0
@@ -56,18 +65,11 @@ class ManagerStats:
         """Latency of prepare_store, the call that evicts and allocates."""
 
     @property
-    def store_skipped_blocks(self) -> int:
-        """Requested blocks not admitted because they were stored already (or repeated)."""
-        return self.store_requested_blocks - self.store_admitted_blocks - self.store_refused_blocks
-
-    @property
     def loads_in_flight(self) -> int:
-        return self.load_blocks - self.load_completed_blocks
+        finished = self.load_completed_blocks  # first: see the module docstring
+        return self.load_blocks - finished
 
     @property
     def stores_in_flight(self) -> int:
-        return (
-            self.store_admitted_blocks
-            - self.store_completed_blocks
-            - self.evicted_failed_store_blocks
-        )
+        finished = self.store_completed_blocks + self.evicted_failed_store_blocks
+        return self.store_admitted_blocks - finished

@@ -111,14 +111,15 @@ class Snapshot:
 
     def add_histogram(self, name: str, histogram: Histogram, **labels: str) -> None:
         _checked(name, labels)
+        counts = histogram.cumulative()
         self.histograms.append(
             HistogramSnapshot(
                 name=name,
                 labels=labels,
                 buckets=[*histogram.bounds, float("inf")],
-                counts=histogram.cumulative(),
-                sum=histogram.sum,
-                count=histogram.count,
+                counts=counts,
+                sum=histogram.sum,  # may be an observation ahead: Prometheus allows it
+                count=counts[-1],
             )
         )
 

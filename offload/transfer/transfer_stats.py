@@ -70,14 +70,22 @@ class TransferStats:
             )
 
     def snapshot(self) -> Snapshot:
+        """The counts as of now, from any thread.
+
+        Finished jobs are read before submitted ones: a reader on another
+        thread while jobs come and go then never sees more jobs finished than
+        submitted (a later submitted count is never below an earlier finished
+        one).
+        """
         snap = Snapshot()
         for direction, stats in self.directions.items():
             d = direction.value
-            snap.add("kvscope_transfer_jobs_submitted_total", stats.jobs_submitted, direction=d)
-            for outcome, jobs, blocks in (
+            outcomes = (
                 ("ok", stats.jobs_ok, stats.blocks_ok),
                 ("failed", stats.jobs_failed, stats.blocks_failed),
-            ):
+            )
+            snap.add("kvscope_transfer_jobs_submitted_total", stats.jobs_submitted, direction=d)
+            for outcome, jobs, blocks in outcomes:
                 snap.add("kvscope_transfer_jobs_total", jobs, direction=d, outcome=outcome)
                 snap.add("kvscope_transfer_blocks_total", blocks, direction=d, outcome=outcome)
             snap.add("kvscope_transfer_bytes_total", stats.bytes_moved, direction=d)
