@@ -107,10 +107,11 @@ class CPUOffloadingManager(OffloadingManager):
         start = time.perf_counter()
         requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
         resident = self._blocks
+        # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
+        # (An unhashable hash raises here, before anything is counted or changed.)
+        to_store = list(dict.fromkeys([h for h in requested if h not in resident]))
         stats = self.stats
         stats.store_requested_blocks += len(requested)
-        # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
-        to_store = list(dict.fromkeys([h for h in requested if h not in resident]))
         stats.store_skipped_blocks += len(requested) - len(to_store)
         if not to_store:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])

@@ -214,6 +214,28 @@ def test_completing_a_load_never_started_is_an_error_that_changes_nothing(policy
         manager.complete_load([5])
 
 
+@pytest.mark.parametrize(
+    ("call", "hashes"),
+    [("lookup", [[4, 5], 1]), ("prepare_store", [3, [4, 5]])],  # lookup stops at a miss
+)
+def test_an_unhashable_block_hash_is_refused_before_anything_changes(
+    policy: str, call: str, hashes: list
+) -> None:
+    manager = CPUOffloadingManager(16, 2, policy)
+    stored(manager, [1, 2])
+    before = snapshot(manager), vars_of(manager.stats)
+    with pytest.raises(TypeError, match="unhashable type: 'list'"):
+        getattr(manager, call)(hashes)
+    assert (snapshot(manager), vars_of(manager.stats)) == before
+
+
+def vars_of(stats: object) -> dict[str, object]:
+    """Every counter of a ManagerStats (a __slots__ class), the histogram's buckets included."""
+    values = {name: getattr(stats, name) for name in type(stats).__slots__}
+    histogram = values.pop("prepare_store_seconds")
+    return {**values, "prepare_store_buckets": list(histogram.counts)}
+
+
 def test_unknown_policy_names_the_policies_that_exist() -> None:
     with pytest.raises(ValueError, match=r"unknown cache policy 'mru'; known policies: lru, arc"):
         CPUOffloadingManager(16, 4, "mru")
