@@ -160,23 +160,31 @@ class CPUOffloadingManager(OffloadingManager):
         get = self._blocks.get
         if success:
             stored: list[BlockHash] = []
-            for block_hash in block_hashes:
-                block = get(block_hash)
-                if block is not None and block.ref < 0:
-                    block.ref = 0
-                    stored.append(block_hash)
+            try:
+                for block_hash in block_hashes:
+                    block = get(block_hash)
+                    if block is not None and block.ref < 0:
+                        block.ref = 0
+                        stored.append(block_hash)
+            except BaseException:
+                # A bad hash (unhashable, say) part way: undo this call's changes.
+                for block_hash in stored:
+                    self._blocks[block_hash].ref = -1
+                raise
             self.stats.store_completed_blocks += len(stored)
             if stored and self._events is not None:
                 self._events.append(OffloadingEvent(stored, self.block_size, MEDIUM, False))
             return
         # A failed copy leaves garbage in the slots: forget the blocks that were
         # being written. Their stored event was never sent, so nothing is removed
-        # from a consumer's view either.
+        # from a consumer's view either. Rare, so the blocks are looked up first,
+        # before anything changes (a dict: a hash named twice is forgotten once).
+        hashes = list(block_hashes)
+        blocks = dict(zip(hashes, map(get, hashes), strict=True))
         failed: list[Block] = []
         self._moves += 1
         try:
-            for block_hash in block_hashes:
-                block = get(block_hash)
+            for block_hash, block in blocks.items():
                 if block is not None and block.ref < 0:
                     failed.append(self.policy.remove(block_hash))
             self.pool.free(failed)

@@ -229,6 +229,21 @@ def test_an_unhashable_block_hash_is_refused_before_anything_changes(
     assert (snapshot(manager), vars_of(manager.stats)) == before
 
 
+@pytest.mark.parametrize("success", [True, False])
+def test_completing_a_store_with_an_unhashable_hash_changes_nothing(
+    policy: str, success: bool
+) -> None:
+    """Part way through, the blocks before the bad hash must not stay ready, or freed."""
+    manager = CPUOffloadingManager(16, 4, policy, enable_events=True)
+    manager.prepare_store([1, 2, 3])
+    before = snapshot(manager), vars_of(manager.stats)
+    with pytest.raises(TypeError, match="unhashable type: 'list'"):
+        manager.complete_store([1, 2, [9]], success=success)
+    assert (snapshot(manager), vars_of(manager.stats)) == before
+    assert manager.take_events() == []
+    assert manager.invariant_violations() == []
+
+
 def vars_of(stats: object) -> dict[str, object]:
     """Every counter of a ManagerStats (a __slots__ class), the histogram's buckets included."""
     values = {name: getattr(stats, name) for name in type(stats).__slots__}
