@@ -87,6 +87,13 @@ class CPUOffloadingManager(OffloadingManager):
         return CPULoadStoreSpec([block.slot for block in blocks])
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        """Record a use of the blocks (the policy's recency order).
+
+        A bad hash (unhashable) part way raises with the hashes walked before
+        it touched: recency alone moves, as a valid touch of those would have
+        moved it, and nothing counted or owned changes. Checking every hash
+        first would cost the hot path about a microsecond per call.
+        """
         self.policy.touch(block_hashes)
 
     def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:

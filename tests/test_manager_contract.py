@@ -18,10 +18,11 @@ def stored(manager: CPUOffloadingManager, hashes: list) -> list:
 
 
 def snapshot(manager: CPUOffloadingManager) -> dict:
-    """Everything observable about the tier's state."""
+    """Everything observable about the tier's state, the policy's recency order included."""
     return {
         "blocks": {h: (b.slot, b.ref) for h, b in manager.policy.blocks.items()},
         "free": sorted(manager.pool.free_slots()),
+        "order": {k: list(v) for k, v in vars(manager.policy).items() if isinstance(v, dict)},
     }
 
 
