@@ -110,8 +110,11 @@ class EventPublisher(Closeable):
 
     Counters (plain ints, read from any thread): ``batches_published`` and
     ``stats_published`` (frames handed to the PUB socket), ``dropped`` (frames
-    that never reached it), ``replay_requests`` (every request received) and
-    ``malformed_replay_requests`` (those answered with the end marker alone).
+    that never reached it), ``replays_served`` (replay requests answered with
+    batches) and ``malformed_replay_requests`` (those answered with the end
+    marker alone); ``replay_requests`` is their sum. Each counter is raised
+    once per frame or request, never raised and then corrected, so a reader
+    on another thread sees every one of them only rise.
     """
 
     def __init__(
@@ -142,7 +145,7 @@ class EventPublisher(Closeable):
         self.batches_published = 0
         self.events_published = 0
         self.stats_published = 0
-        self.replay_requests = 0
+        self.replays_served = 0
         self.malformed_replay_requests = 0
         # One writer each (the callers of publish_events, of publish_stats, the
         # holder of _sending), so the counts stay exact without another lock.
@@ -209,6 +212,11 @@ class EventPublisher(Closeable):
     def replay_endpoint(self) -> str | None:
         """The ROUTER replay endpoint as bound, or None without replay."""
         return self._replay_endpoint
+
+    @property
+    def replay_requests(self) -> int:
+        """Every replay request received, well formed or not."""
+        return self.replays_served + self.malformed_replay_requests
 
     @property
     def dropped(self) -> int:
@@ -362,13 +370,13 @@ class EventPublisher(Closeable):
         """Answer one replay request: buffered KV batches from its sequence on, then the end."""
         assert self._replay is not None
         frames = self._replay.recv_multipart()
-        self.replay_requests += 1
         identity = frames[0]
         start = _replay_start(frames)
         if start is None:
             self.malformed_replay_requests += 1
             logger.warning("malformed replay request (%d frames); sent the end marker", len(frames))
         else:
+            self.replays_served += 1
             with self._sending:  # a snapshot: the sends below need no lock
                 batches = list(self._history_from(start))
             for seq, payload in batches:

@@ -95,13 +95,9 @@ def publisher_snapshot(publisher: EventPublisher) -> Snapshot:
     snap.add("kvscope_publisher_frames_total", publisher.batches_published, kind="kv_events")
     snap.add("kvscope_publisher_frames_total", publisher.stats_published, kind="stats")
     snap.add("kvscope_publisher_dropped_frames_total", publisher.dropped)
-    malformed = publisher.malformed_replay_requests
-    snap.add(
-        "kvscope_publisher_replay_requests_total",
-        publisher.replay_requests - malformed,
-        outcome="ok",
-    )
-    snap.add("kvscope_publisher_replay_requests_total", malformed, outcome="malformed")
+    replays = "kvscope_publisher_replay_requests_total"
+    snap.add(replays, publisher.replays_served, outcome="ok")
+    snap.add(replays, publisher.malformed_replay_requests, outcome="malformed")
     return snap
 
 

@@ -36,6 +36,7 @@ from offload.stats_frame import (
     decode_stats_frame,
     encode_stats_frame,
 )
+from offload.worker_telemetry import publisher_snapshot
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -294,6 +295,22 @@ def test_malformed_replay_request_gets_the_end_marker_and_is_counted(
 
     publish_kv(publisher, 1)  # the thread survived and still serves
     assert len(replay(ctx, publisher, (0).to_bytes(8, "big"))) == 2
+
+
+def test_replay_requests_are_exported_by_outcome(
+    ctx: zmq.Context, publisher: EventPublisher
+) -> None:
+    publish_kv(publisher, 2)
+    replay(ctx, publisher, (0).to_bytes(8, "big"))
+    replay(ctx, publisher, (1).to_bytes(8, "big"))
+    replay(ctx, publisher, b"abc")
+    exported = {
+        sample.labels["outcome"]: sample.value
+        for sample in publisher_snapshot(publisher).counters
+        if sample.name == "kvscope_publisher_replay_requests_total"
+    }
+    assert exported == {"ok": 2, "malformed": 1}
+    assert publisher.replay_requests == 3
 
 
 def test_publishes_during_another_flush_queue_up_then_drop_the_oldest_counted() -> None:
