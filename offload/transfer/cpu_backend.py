@@ -96,9 +96,11 @@ class CPUTransferBackend(TransferBackend):
             job_id = self._next_id
             self._next_id += 1
             self._pending.add(job_id)
+            # Counted before it is queued: the worker may finish it at once, and a
+            # job must never be counted finished before it is counted submitted.
+            self.stats.on_submit(plan.direction)
             # Queued under the lock so queue order, hence completion order, is id order.
             self._jobs.put(_Job(job_id, plan, submitted))
-            self.stats.on_submit(plan.direction)
         return job_id
 
     def poll(self) -> list[TransferResult]:
