@@ -118,6 +118,14 @@ class ManagerMachine(RuleBasedStateMachine):
         assert sorted(used + free) == list(range(CAPACITY))
 
     @invariant()
+    def the_managers_own_checks_agree(self) -> None:
+        """The full check and the live one (a window of 3 slots) find nothing either."""
+        if self.manager is None:
+            return
+        assert self.manager.invariant_violations() == []
+        assert self.manager.live_invariant_violations(slots=3) == []
+
+    @invariant()
     def ref_counts_match_the_model(self) -> None:
         if self.manager is None:
             return
