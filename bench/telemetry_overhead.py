@@ -4,9 +4,11 @@ Run from the repository root: .venv/bin/python -m bench.telemetry_overhead [--ro
 
 Off: counters only (they are always on), events disabled, no publisher.
 On: events enabled and shipped every request (each request is a scheduler
-step here; vLLM ships once per step of many requests, so this is the worst
-case) through the ZMQ publisher to a live subscriber in another process, a
-stats frame published and the Prometheus exposition rendered every second.
+step here; vLLM ships once per step, which may hold several prefills, but
+shipping once per 8 requests measured within a point or two of this: the
+cost is per event, not per call) through the ZMQ publisher to a live
+subscriber in another process, a stats frame published and the Prometheus
+exposition rendered every second.
 
 The two sides run side by side in one process, interleaved: the trace is cut
 into chunks of ``--chunk`` requests (about a millisecond each) and every chunk
