@@ -242,9 +242,9 @@ class CPUOffloadingManager(OffloadingManager):
         checks of the next ``slots`` slots, so a tier of any size is covered
         every ceil(capacity / slots) calls at a bounded cost per call (half a
         millisecond at most tier sizes, where the full check takes 400 ms at a
-        million blocks). A block held twice while
-        another is lost keeps the counts right, so only the full check finds
-        that pair; any single slip in ownership breaks the counts.
+        million blocks). A block held twice while another is lost keeps the
+        counts right, so only the full check finds that pair; any single slip
+        in ownership breaks the counts.
         """
         return self._count_violations() + self.pool.check_next_slots(slots)
 

@@ -70,8 +70,8 @@ SPECS: dict[str, MetricSpec] = {
               "Blocks pinned by in-flight loads or stores.", "medium", "reason"),
         _spec("kvscope_invariant_violations", "gauge",
               "Broken bookkeeping invariants (free + used = capacity on every scrape; one "
-              "owner per slot and no negative reference count, 8192 slots per check in "
-              "turn); 0 when healthy.", "medium"),
+              "owner per slot and no negative reference count, a window of slots per "
+              "check in turn); 0 when healthy.", "medium"),
         _spec("kvscope_manager_operation_duration_seconds", "histogram",
               "Latency of manager calls that evict and allocate.", "medium", "operation"),
         _spec("kvscope_transfer_jobs_submitted_total", "counter",
@@ -118,7 +118,7 @@ class Snapshot:
                 labels=labels,
                 buckets=[*histogram.bounds, float("inf")],
                 counts=counts,
-                sum=histogram.sum,  # may be an observation ahead: Prometheus allows it
+                sum=histogram.sum,  # read apart from the buckets: may hold one observation more
                 count=counts[-1],
             )
         )
