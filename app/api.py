@@ -48,9 +48,9 @@ from app.ingest import Ingestor, PublisherState
 from app.settings import SidecarSettings
 from app.static_files import mount_page
 from app.wire_decode import DEFAULT_MEDIUM
-from offload.stats_frame import StatsFrame
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import Snapshot
+from offload.wire.stats_frame import StatsFrame
 
 CONNECTED_WITHIN_S = 10.0
 """A publisher counts as connected when a frame arrived this recently."""

@@ -17,16 +17,18 @@ from pydantic import ValidationError
 from app.server import Sidecar, run_server
 from app.settings import SidecarSettings
 from app.tracing import TracingConfigError, configure_tracing
-from offload.cpu_manager import CPUOffloadingManager
-from offload.policies.registry import policy_names
-from offload.publisher import EventPublisher
-from offload.replay import replay
-from offload.replay_engine import EngineConfig, ReplayEngine
-from offload.trace import TraceError, bundled_trace_path, load_trace
+from offload.cpu.manager import CPUOffloadingManager
+from offload.cpu.policies.registry import policy_names
+from offload.sim.mooncake import (
+    BUNDLED_TRACE_BLOCK_SIZE,
+    TraceError,
+    bundled_trace_path,
+    load_trace,
+)
+from offload.sim.workload import run_workload
+from offload.wire.publisher import EventPublisher
 
 DEFAULT_CAPACITY = 2000
-BLOCK_SIZE_TOKENS = 512
-"""Tokens per block of the bundled trace (one hash id per 512-token block)."""
 
 
 def _capacity(text: str) -> int:
@@ -117,13 +119,15 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    # Imported here: the demo worker's stand-in GPU cache needs torch, which
+    # `serve` (and the sidecar image) must not load.
+    from offload.sim.demo_worker import DemoConfig, DemoWorker
+
     requests = load_trace(bundled_trace_path())
-    config = EngineConfig(
-        policy=args.policy, capacity_blocks=args.capacity, requests_per_s=args.rate
-    )
+    config = DemoConfig(policy=args.policy, capacity_blocks=args.capacity, requests_per_s=args.rate)
     stop = threading.Event()
     with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
-        engine = ReplayEngine(requests, publisher, config)
+        engine = DemoWorker(requests, publisher, config)
         worker = threading.Thread(target=engine.run, args=(stop,), name="kvscope-demo-worker")
         settings = _settings(args, connect=[publisher.endpoint], replay=[publisher.replay_endpoint])
         with Sidecar(settings) as sidecar:
@@ -144,9 +148,9 @@ def _run_replay(args: argparse.Namespace) -> int:
     trace = args.trace if args.trace is not None else bundled_trace_path()
     requests = load_trace(trace)
     manager = CPUOffloadingManager(
-        BLOCK_SIZE_TOKENS, args.capacity, args.policy, enable_events=True
+        BUNDLED_TRACE_BLOCK_SIZE, args.capacity, args.policy, enable_events=True
     )
-    result = replay(manager, requests)
+    result = run_workload(manager, requests)
     line = {"trace": str(trace), "policy": args.policy, "capacity": args.capacity}
     print(json.dumps({**line, **result.as_dict()}))
     return 0

@@ -29,10 +29,16 @@ import msgspec
 import zmq
 
 from app.block_index import BlockIndex
-from app.wire_decode import DecodedBatch, MalformedFrame, decode_kv_payload, decode_seq
-from offload.kv_events import DEFAULT_KV_TOPIC
-from offload.publisher import END_OF_REPLAY_SEQ
-from offload.stats_frame import DEFAULT_STATS_TOPIC, StatsFrame, decode_stats_frame
+from app.wire_decode import DecodedBatch, decode_kv_payload
+from offload.wire.framing import (
+    DEFAULT_KV_TOPIC,
+    DEFAULT_STATS_TOPIC,
+    END_OF_REPLAY_SEQ,
+    MalformedFrame,
+    decode_seq,
+    replay_request,
+)
+from offload.wire.stats_frame import StatsFrame, decode_stats_frame
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +186,7 @@ class Ingestor:
         dealer.connect(state.endpoints.replay_endpoint)
         answers: list[tuple[int, DecodedBatch]] = []
         try:
-            dealer.send_multipart([b"", start.to_bytes(8, "big")])
+            dealer.send_multipart(replay_request(start))
             while dealer.poll(self._replay_timeout_ms):
                 frames = dealer.recv_multipart()
                 if len(frames) != 4:

@@ -19,7 +19,7 @@ from app.block_index import BlockIndex
 from app.event_log import EventLog
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
-from offload.closeable import Closeable
+from offload.base import Closeable
 
 SHUTDOWN_GRACE_S = 3.0
 """How long a stop waits for open requests; event streams never end on their own."""

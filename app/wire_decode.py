@@ -50,16 +50,13 @@ from typing import Final, Literal
 
 import msgspec
 
-from offload.kv_events import WireBlockHash
+from offload.wire.framing import MalformedFrame
+from offload.wire.kv_events import WireBlockHash
 
 DEFAULT_MEDIUM: Final = "GPU"
 """The medium of an event that names none: vLLM's GPU prefix cache."""
 
 EventKind = Literal["stored", "removed", "cleared"]
-
-
-class MalformedFrame(ValueError):
-    """A frame (payload or sequence number) that cannot be a KV-event frame."""
 
 
 class DecodedEvent(msgspec.Struct, frozen=True, gc=False):
@@ -234,13 +231,3 @@ def _normalise(event: _WireEvent) -> DecodedEvent:
     if isinstance(event, _ArrayRemoved | _MapRemoved):
         return DecodedEvent("removed", event.block_hashes, event.medium)
     return DecodedEvent("cleared", [])
-
-
-def decode_seq(frame: bytes) -> int:
-    """The sequence number frame of a multipart message: 8 bytes, big-endian.
-
-    Signed, so that the replay socket's end marker reads -1 (as vLLM writes it).
-    """
-    if len(frame) != 8:
-        raise MalformedFrame(f"sequence frame must be 8 bytes, got {len(frame)}")
-    return int.from_bytes(frame, "big", signed=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
+from bench.tooling.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
 
 POLICIES = ("lru", "arc")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
-from bench.offline_bound import offline_hits
-from offload.policies.registry import policy_names
+from bench.tooling.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
+from bench.tooling.offline_bound import offline_hits
+from offload.cpu.policies.registry import policy_names
 
 PEER_POLICIES = ("lru", "arc")
 

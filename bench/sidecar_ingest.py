@@ -33,8 +33,8 @@ import msgspec
 
 from app.block_index import BlockIndex
 from app.wire_decode import decode_kv_payload
-from bench.common import emit
-from offload.kv_events import BlockRemoved, BlockStored, KVEventBatch, encode_batch
+from bench.tooling.common import emit
+from offload.wire.kv_events import BlockRemoved, BlockStored, KVEventBatch, encode_batch
 
 BLOCKS_PER_EVENT = 16
 EVENTS_PER_FRAME = 64  # half stored, half removed: 1,024 block events per frame

@@ -55,10 +55,10 @@ from typing import IO
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import emit
+from bench.tooling.common import emit
 from offload import CPUOffloadingManager
-from offload.events import OffloadingEvent
-from offload.publisher import EventPublisher
+from offload.base import OffloadingEvent
+from offload.wire.publisher import EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
 
 BLOCKS = 1_000_000

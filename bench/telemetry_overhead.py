@@ -45,11 +45,12 @@ import msgspec
 import zmq
 from prometheus_client import generate_latest
 
-from bench.common import BLOCK_SIZE, emit, trace
+from bench.tooling.common import emit, trace
 from offload import CPUOffloadingManager
-from offload.events import BlockHash
-from offload.publisher import EventPublisher
-from offload.replay import EventSink, replay_request
+from offload.base import BlockHash
+from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE
+from offload.sim.workload import EventSink, run_request
+from offload.wire.publisher import EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
 
 EXPORT_PERIOD_S = 1.0
@@ -109,14 +110,16 @@ class EventsSide:
     period_s: float
 
     def __init__(self, policy: str, sink: EventSink) -> None:
-        self.manager = CPUOffloadingManager(BLOCK_SIZE, CAPACITY, policy, enable_events=True)
+        self.manager = CPUOffloadingManager(
+            BUNDLED_TRACE_BLOCK_SIZE, CAPACITY, policy, enable_events=True
+        )
         self._sink = sink
         self._next_chore = 0.0
 
     def replay(self, chunk: Sequence[Sequence[BlockHash]]) -> None:
         manager, sink = self.manager, self._sink
         for block_hashes in chunk:
-            replay_request(manager, block_hashes, sink)
+            run_request(manager, block_hashes, sink)
         if time.perf_counter() >= self._next_chore:
             self.chore()
             self._next_chore = time.perf_counter() + self.period_s
@@ -144,12 +147,14 @@ class TelemetryOff:
     """The off side's replay step: the same loop, events disabled, nothing shipped."""
 
     def __init__(self, policy: str) -> None:
-        self.manager = CPUOffloadingManager(BLOCK_SIZE, CAPACITY, policy, enable_events=False)
+        self.manager = CPUOffloadingManager(
+            BUNDLED_TRACE_BLOCK_SIZE, CAPACITY, policy, enable_events=False
+        )
 
     def replay(self, chunk: Sequence[Sequence[BlockHash]]) -> None:
         manager = self.manager
         for block_hashes in chunk:
-            replay_request(manager, block_hashes)
+            run_request(manager, block_hashes)
 
 
 class EncodeBound(EventsSide):

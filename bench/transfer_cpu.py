@@ -20,7 +20,7 @@ from functools import partial
 
 import torch
 
-from bench.common import emit
+from bench.tooling.common import emit
 from offload.transfer import CPUTransferBackend, Direction, KVLayout
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30

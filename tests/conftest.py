@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from offload.trace import bundled_trace_path
+from offload.sim.mooncake import bundled_trace_path
 
 
 @pytest.fixture

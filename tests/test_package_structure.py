@@ -1,4 +1,5 @@
-"""Every module imports on its own, and the core never reaches into the sidecar.
+"""Every module imports on its own, the core never reaches into the sidecar, and the
+sidecar never loads torch (its image carries none).
 
 Each module is imported in a fresh interpreter: an import cycle only shows
 when its first import comes from the wrong side, which a test process that
@@ -26,11 +27,13 @@ for name in sys.argv[1:]:
     importlib.import_module(name)
     if name.startswith("offload") and any(m == "app" or m.startswith("app.") for m in sys.modules):
         sys.exit(f"{name} imports the sidecar package app")
+    if name.startswith("app") and "torch" in sys.modules:
+        sys.exit(f"{name} imports torch")
 """
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_module_imports_alone_and_offload_stays_below_app(module: str) -> None:
+def test_module_imports_alone_offload_stays_below_app_and_app_needs_no_torch(module: str) -> None:
     result = subprocess.run(
         [sys.executable, "-c", CHECK, module], capture_output=True, text=True, cwd=ROOT, timeout=120
     )

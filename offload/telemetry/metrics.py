@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from offload.stats_frame import HistogramSnapshot, Sample
 from offload.telemetry.histogram import Histogram
+from offload.wire.stats_frame import HistogramSnapshot, Sample
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -30,69 +30,198 @@ def _spec(name: str, kind: Kind, help_text: str, *labels: str) -> MetricSpec:
     return MetricSpec(name, kind, help_text, labels)
 
 
+LOOKUPS_TOTAL = _spec("kvscope_lookups_total", "counter", "Lookup calls.", "medium")
+LOOKUP_BLOCKS_TOTAL = _spec(
+    "kvscope_lookup_blocks_total", "counter", "Blocks asked about by lookups.", "medium"
+)
+LOOKUP_HIT_BLOCKS_TOTAL = _spec(
+    "kvscope_lookup_hit_blocks_total",
+    "counter",
+    "Blocks found: the leading run of stored, ready blocks.",
+    "medium",
+)
+LOOKUP_TOKENS_TOTAL = _spec(
+    "kvscope_lookup_tokens_total", "counter", "Tokens asked about by lookups.", "medium"
+)
+LOOKUP_HIT_TOKENS_TOTAL = _spec(
+    "kvscope_lookup_hit_tokens_total", "counter", "Tokens found by lookups.", "medium"
+)
+STORE_REQUESTED_BLOCKS_TOTAL = _spec(
+    "kvscope_store_requested_blocks_total", "counter", "Blocks offered to prepare_store.", "medium"
+)
+STORE_ADMITTED_BLOCKS_TOTAL = _spec(
+    "kvscope_store_admitted_blocks_total",
+    "counter",
+    "Blocks given a slot (stores submitted).",
+    "medium",
+)
+STORE_SKIPPED_BLOCKS_TOTAL = _spec(
+    "kvscope_store_skipped_blocks_total",
+    "counter",
+    "Blocks offered but already stored (or repeated in the call).",
+    "medium",
+)
+STORE_REFUSED_BLOCKS_TOTAL = _spec(
+    "kvscope_store_refused_blocks_total",
+    "counter",
+    "Blocks refused because no room could be made.",
+    "medium",
+)
+STORE_REFUSALS_TOTAL = _spec(
+    "kvscope_store_refusals_total", "counter", "prepare_store calls that returned None.", "medium"
+)
+STORE_COMPLETED_BLOCKS_TOTAL = _spec(
+    "kvscope_store_completed_blocks_total",
+    "counter",
+    "Blocks whose store completed (stores finished).",
+    "medium",
+)
+STORE_FAILED_BLOCKS_TOTAL = _spec(
+    "kvscope_store_failed_blocks_total",
+    "counter",
+    "Blocks whose store failed and was rolled back.",
+    "medium",
+)
+EVICTED_BLOCKS_TOTAL = _spec(
+    "kvscope_evicted_blocks_total",
+    "counter",
+    "Blocks that left the tier, by reason: capacity (to make room for a store), "
+    "failed_store (rolled back), clear (a cache reset).",
+    "medium",
+    "policy",
+    "reason",
+)
+DEAD_WRITE_BLOCKS_TOTAL = _spec(
+    "kvscope_dead_write_blocks_total",
+    "counter",
+    "Stored blocks evicted without ever being loaded.",
+    "medium",
+    "policy",
+)
+LOAD_BLOCKS_TOTAL = _spec(
+    "kvscope_load_blocks_total",
+    "counter",
+    "Blocks pinned by prepare_load (loads submitted).",
+    "medium",
+)
+LOAD_COMPLETED_BLOCKS_TOTAL = _spec(
+    "kvscope_load_completed_blocks_total",
+    "counter",
+    "Blocks unpinned by complete_load (loads finished).",
+    "medium",
+)
+BLOCKS_RESIDENT = _spec(
+    "kvscope_blocks_resident", "gauge", "Blocks held by the tier, ready or being written.", "medium"
+)
+BLOCKS_CAPACITY = _spec("kvscope_blocks_capacity", "gauge", "Blocks the tier can hold.", "medium")
+BLOCKS_PINNED = _spec(
+    "kvscope_blocks_pinned",
+    "gauge",
+    "Blocks pinned by in-flight loads or stores.",
+    "medium",
+    "reason",
+)
+INVARIANT_VIOLATIONS = _spec(
+    "kvscope_invariant_violations",
+    "gauge",
+    "Broken bookkeeping invariants (free + used = capacity on every scrape; one "
+    "owner per slot and no negative reference count, a window of slots per "
+    "check in turn); 0 when healthy.",
+    "medium",
+)
+MANAGER_OPERATION_DURATION_SECONDS = _spec(
+    "kvscope_manager_operation_duration_seconds",
+    "histogram",
+    "Latency of manager calls that evict and allocate.",
+    "medium",
+    "operation",
+)
+TRANSFER_JOBS_SUBMITTED_TOTAL = _spec(
+    "kvscope_transfer_jobs_submitted_total", "counter", "Transfer jobs submitted.", "direction"
+)
+TRANSFER_JOBS_TOTAL = _spec(
+    "kvscope_transfer_jobs_total",
+    "counter",
+    "Transfer jobs finished, by outcome (ok, failed).",
+    "direction",
+    "outcome",
+)
+TRANSFER_BLOCKS_TOTAL = _spec(
+    "kvscope_transfer_blocks_total",
+    "counter",
+    "Offloaded blocks in finished transfer jobs.",
+    "direction",
+    "outcome",
+)
+TRANSFER_BYTES_TOTAL = _spec(
+    "kvscope_transfer_bytes_total",
+    "counter",
+    "Bytes moved by successful transfer jobs.",
+    "direction",
+)
+TRANSFER_DURATION_SECONDS = _spec(
+    "kvscope_transfer_duration_seconds",
+    "histogram",
+    "Transfer job time from submit to finish.",
+    "direction",
+)
+TRANSFER_SIZE_BYTES = _spec(
+    "kvscope_transfer_size_bytes", "histogram", "Bytes per transfer job.", "direction"
+)
+PUBLISHER_FRAMES_TOTAL = _spec(
+    "kvscope_publisher_frames_total",
+    "counter",
+    "Frames handed to the PUB socket, by kind (kv_events, stats).",
+    "kind",
+)
+PUBLISHER_DROPPED_FRAMES_TOTAL = _spec(
+    "kvscope_publisher_dropped_frames_total",
+    "counter",
+    "Frames dropped because the consumer was slow or absent.",
+)
+PUBLISHER_REPLAY_REQUESTS_TOTAL = _spec(
+    "kvscope_publisher_replay_requests_total",
+    "counter",
+    "Replay requests answered, by outcome (ok, malformed).",
+    "outcome",
+)
+
 SPECS: dict[str, MetricSpec] = {
     spec.name: spec
     for spec in (
-        _spec("kvscope_lookups_total", "counter", "Lookup calls.", "medium"),
-        _spec("kvscope_lookup_blocks_total", "counter", "Blocks asked about by lookups.", "medium"),
-        _spec("kvscope_lookup_hit_blocks_total", "counter",
-              "Blocks found: the leading run of stored, ready blocks.", "medium"),
-        _spec("kvscope_lookup_tokens_total", "counter", "Tokens asked about by lookups.", "medium"),
-        _spec("kvscope_lookup_hit_tokens_total", "counter", "Tokens found by lookups.", "medium"),
-        _spec("kvscope_store_requested_blocks_total", "counter",
-              "Blocks offered to prepare_store.", "medium"),
-        _spec("kvscope_store_admitted_blocks_total", "counter",
-              "Blocks given a slot (stores submitted).", "medium"),
-        _spec("kvscope_store_skipped_blocks_total", "counter",
-              "Blocks offered but already stored (or repeated in the call).", "medium"),
-        _spec("kvscope_store_refused_blocks_total", "counter",
-              "Blocks refused because no room could be made.", "medium"),
-        _spec("kvscope_store_refusals_total", "counter",
-              "prepare_store calls that returned None.", "medium"),
-        _spec("kvscope_store_completed_blocks_total", "counter",
-              "Blocks whose store completed (stores finished).", "medium"),
-        _spec("kvscope_store_failed_blocks_total", "counter",
-              "Blocks whose store failed and was rolled back.", "medium"),
-        _spec("kvscope_evicted_blocks_total", "counter",
-              "Blocks that left the tier, by reason: capacity (to make room for a store), "
-              "failed_store (rolled back), clear (a cache reset).",
-              "medium", "policy", "reason"),
-        _spec("kvscope_dead_write_blocks_total", "counter",
-              "Stored blocks evicted without ever being loaded.", "medium", "policy"),
-        _spec("kvscope_load_blocks_total", "counter",
-              "Blocks pinned by prepare_load (loads submitted).", "medium"),
-        _spec("kvscope_load_completed_blocks_total", "counter",
-              "Blocks unpinned by complete_load (loads finished).", "medium"),
-        _spec("kvscope_blocks_resident", "gauge",
-              "Blocks held by the tier, ready or being written.", "medium"),
-        _spec("kvscope_blocks_capacity", "gauge", "Blocks the tier can hold.", "medium"),
-        _spec("kvscope_blocks_pinned", "gauge",
-              "Blocks pinned by in-flight loads or stores.", "medium", "reason"),
-        _spec("kvscope_invariant_violations", "gauge",
-              "Broken bookkeeping invariants (free + used = capacity on every scrape; one "
-              "owner per slot and no negative reference count, a window of slots per "
-              "check in turn); 0 when healthy.", "medium"),
-        _spec("kvscope_manager_operation_duration_seconds", "histogram",
-              "Latency of manager calls that evict and allocate.", "medium", "operation"),
-        _spec("kvscope_transfer_jobs_submitted_total", "counter",
-              "Transfer jobs submitted.", "direction"),
-        _spec("kvscope_transfer_jobs_total", "counter",
-              "Transfer jobs finished, by outcome (ok, failed).", "direction", "outcome"),
-        _spec("kvscope_transfer_blocks_total", "counter",
-              "Offloaded blocks in finished transfer jobs.", "direction", "outcome"),
-        _spec("kvscope_transfer_bytes_total", "counter",
-              "Bytes moved by successful transfer jobs.", "direction"),
-        _spec("kvscope_transfer_duration_seconds", "histogram",
-              "Transfer job time from submit to finish.", "direction"),
-        _spec("kvscope_transfer_size_bytes", "histogram", "Bytes per transfer job.", "direction"),
-        _spec("kvscope_publisher_frames_total", "counter",
-              "Frames handed to the PUB socket, by kind (kv_events, stats).", "kind"),
-        _spec("kvscope_publisher_dropped_frames_total", "counter",
-              "Frames dropped because the consumer was slow or absent."),
-        _spec("kvscope_publisher_replay_requests_total", "counter",
-              "Replay requests answered, by outcome (ok, malformed).", "outcome"),
+        LOOKUPS_TOTAL,
+        LOOKUP_BLOCKS_TOTAL,
+        LOOKUP_HIT_BLOCKS_TOTAL,
+        LOOKUP_TOKENS_TOTAL,
+        LOOKUP_HIT_TOKENS_TOTAL,
+        STORE_REQUESTED_BLOCKS_TOTAL,
+        STORE_ADMITTED_BLOCKS_TOTAL,
+        STORE_SKIPPED_BLOCKS_TOTAL,
+        STORE_REFUSED_BLOCKS_TOTAL,
+        STORE_REFUSALS_TOTAL,
+        STORE_COMPLETED_BLOCKS_TOTAL,
+        STORE_FAILED_BLOCKS_TOTAL,
+        EVICTED_BLOCKS_TOTAL,
+        DEAD_WRITE_BLOCKS_TOTAL,
+        LOAD_BLOCKS_TOTAL,
+        LOAD_COMPLETED_BLOCKS_TOTAL,
+        BLOCKS_RESIDENT,
+        BLOCKS_CAPACITY,
+        BLOCKS_PINNED,
+        INVARIANT_VIOLATIONS,
+        MANAGER_OPERATION_DURATION_SECONDS,
+        TRANSFER_JOBS_SUBMITTED_TOTAL,
+        TRANSFER_JOBS_TOTAL,
+        TRANSFER_BLOCKS_TOTAL,
+        TRANSFER_BYTES_TOTAL,
+        TRANSFER_DURATION_SECONDS,
+        TRANSFER_SIZE_BYTES,
+        PUBLISHER_FRAMES_TOTAL,
+        PUBLISHER_DROPPED_FRAMES_TOTAL,
+        PUBLISHER_REPLAY_REQUESTS_TOTAL,
     )
-}  # fmt: skip
+}
+"""Every worker metric by name, for the collector and for checks."""
 
 
 @dataclass(slots=True)
@@ -103,18 +232,18 @@ class Snapshot:
     gauges: list[Sample] = field(default_factory=list)
     histograms: list[HistogramSnapshot] = field(default_factory=list)
 
-    def add(self, name: str, value: float, **labels: str) -> None:
-        """Record a counter or gauge value under its defined name and labels."""
-        spec = _checked(name, labels)
+    def add(self, spec: MetricSpec, value: float, **labels: str) -> None:
+        """Record a counter or gauge value under its definition and labels."""
+        _check_labels(spec, labels)
         target = self.counters if spec.kind == "counter" else self.gauges
-        target.append(Sample(name=name, labels=labels, value=float(value)))
+        target.append(Sample(name=spec.name, labels=labels, value=float(value)))
 
-    def add_histogram(self, name: str, histogram: Histogram, **labels: str) -> None:
-        _checked(name, labels)
+    def add_histogram(self, spec: MetricSpec, histogram: Histogram, **labels: str) -> None:
+        _check_labels(spec, labels)
         counts = histogram.cumulative()
         self.histograms.append(
             HistogramSnapshot(
-                name=name,
+                name=spec.name,
                 labels=labels,
                 buckets=[*histogram.bounds, float("inf")],
                 counts=counts,
@@ -129,11 +258,7 @@ class Snapshot:
         self.histograms += other.histograms
 
 
-def _checked(name: str, labels: dict[str, str]) -> MetricSpec:
-    """The metric's definition; a typo in a name or label set fails loudly in tests."""
-    spec = SPECS.get(name)
-    if spec is None:
-        raise KeyError(f"no kvscope metric named {name!r}")
+def _check_labels(spec: MetricSpec, labels: dict[str, str]) -> None:
+    """A label set other than the definition's fails loudly in tests."""
     if tuple(sorted(labels)) != tuple(sorted(spec.labels)):
-        raise ValueError(f"{name} takes labels {spec.labels}, got {tuple(labels)}")
-    return spec
+        raise ValueError(f"{spec.name} takes labels {spec.labels}, got {tuple(labels)}")

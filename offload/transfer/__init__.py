@@ -6,8 +6,8 @@ geometry they share, ``cpu_backend`` the implementation that needs no GPU.
 
 from offload.transfer.backend import TransferBackend
 from offload.transfer.cpu_backend import CPUTransferBackend
+from offload.transfer.job import Direction, TransferResult
 from offload.transfer.layout import KVLayout, KVOrder, TransferPlan
-from offload.transfer.transfer_result import Direction, TransferResult
 
 __all__ = [
     "CPUTransferBackend",

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from offload.closeable import Closeable
-from offload.transfer.transfer_result import Direction, TransferResult
-
-if TYPE_CHECKING:
-    from offload.transfer.transfer_stats import TransferStats
+from offload.base import Closeable
+from offload.transfer.job import Direction, TransferResult
+from offload.transfer.transfer_stats import TransferStats
 
 
 class TransferBackend(Closeable):

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from offload.transfer.backend import TransferBackend
+from offload.transfer.job import Direction, TransferResult
 from offload.transfer.layout import KVLayout, TransferPlan
-from offload.transfer.transfer_result import Direction, TransferResult
 from offload.transfer.transfer_stats import TransferStats
 
 JobHook = Callable[[int], None]

@@ -21,7 +21,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from offload.transfer.transfer_result import Direction
+from offload.transfer.job import Direction
 
 KV_DIM_SIZE = 2
 """K and V, stacked in one tensor per layer."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from offload.telemetry import metrics as m
 from offload.telemetry.histogram import DURATION_BUCKETS_S, SIZE_BUCKETS_BYTES, Histogram
 from offload.telemetry.metrics import Snapshot
-from offload.telemetry.tracing import SpanGate, record_span
-from offload.transfer.transfer_result import Direction, TransferResult
+from offload.telemetry.spans import SpanGate, record_span
+from offload.transfer.job import Direction, TransferResult
 
 
 @dataclass(slots=True)
@@ -84,11 +85,11 @@ class TransferStats:
                 ("ok", stats.jobs_ok, stats.blocks_ok),
                 ("failed", stats.jobs_failed, stats.blocks_failed),
             )
-            snap.add("kvscope_transfer_jobs_submitted_total", stats.jobs_submitted, direction=d)
+            snap.add(m.TRANSFER_JOBS_SUBMITTED_TOTAL, stats.jobs_submitted, direction=d)
             for outcome, jobs, blocks in outcomes:
-                snap.add("kvscope_transfer_jobs_total", jobs, direction=d, outcome=outcome)
-                snap.add("kvscope_transfer_blocks_total", blocks, direction=d, outcome=outcome)
-            snap.add("kvscope_transfer_bytes_total", stats.bytes_moved, direction=d)
-            snap.add_histogram("kvscope_transfer_duration_seconds", stats.seconds, direction=d)
-            snap.add_histogram("kvscope_transfer_size_bytes", stats.sizes, direction=d)
+                snap.add(m.TRANSFER_JOBS_TOTAL, jobs, direction=d, outcome=outcome)
+                snap.add(m.TRANSFER_BLOCKS_TOTAL, blocks, direction=d, outcome=outcome)
+            snap.add(m.TRANSFER_BYTES_TOTAL, stats.bytes_moved, direction=d)
+            snap.add_histogram(m.TRANSFER_DURATION_SECONDS, stats.seconds, direction=d)
+            snap.add_histogram(m.TRANSFER_SIZE_BYTES, stats.sizes, direction=d)
         return snap

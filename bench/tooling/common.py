@@ -1,0 +1,74 @@
+"""What every benchmark shares: the trace, our replay, and the vLLM peer's.
+
+Figures are only comparable side by side, so each benchmark runs kvscope and
+the peer in the same process run, on the same trace, with the same replay.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from offload import CPUOffloadingManager
+from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE, bundled_trace_path, load_trace
+from offload.sim.workload import WorkloadResult, run_workload
+
+CAPACITIES = (1000, 2000, 4000)
+PEER_SCRIPT = Path(__file__).with_name("peer_workload.py")
+
+
+def trace() -> tuple[Path, list[list[int]]]:
+    """The bundled conversation trace and its requests."""
+    path = bundled_trace_path()
+    return path, load_trace(path)
+
+
+def best_replay(
+    requests: list[list[int]], policy: str, capacity: int, repeat: int
+) -> WorkloadResult:
+    """kvscope's canonical replay, events on, best of ``repeat`` fresh managers."""
+    results = [
+        run_workload(
+            CPUOffloadingManager(BUNDLED_TRACE_BLOCK_SIZE, capacity, policy, enable_events=True),
+            requests,
+        )
+        for _ in range(repeat)
+    ]
+    return min(results, key=lambda result: result.seconds)
+
+
+def peer_python() -> Path | None:
+    """The peer environment's interpreter, built on first use; None when it cannot be."""
+    from bench.tooling.peer_env import ensure_peer_python
+
+    return ensure_peer_python()
+
+
+def run_peer(
+    python: Path, trace_path: Path, policy: str, capacity: int, repeat: int
+) -> dict[str, Any] | None:
+    """vLLM 0.33.0's manager on the same replay, or None (with the reason on stderr)."""
+    command = [
+        str(python),
+        str(PEER_SCRIPT),
+        str(trace_path),
+        "--policy",
+        policy,
+        "--capacity",
+        str(capacity),
+        "--repeat",
+        str(repeat),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        print(f"peer failed ({policy}, {capacity}): {done.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def emit(record: dict[str, Any]) -> None:
+    """One JSON line per configuration, flushed so partial runs still report."""
+    print(json.dumps(record), flush=True)

@@ -1,0 +1,1 @@
+"""The CPU tier: its manager, block pool, sizing, manager stats and eviction policies."""

@@ -1,0 +1,280 @@
+"""The CPU tier's scheduler-side manager: block pool + cache policy + events.
+
+This is the hot path of offloading: vLLM's scheduler calls it for every
+request step. Each call therefore does its per-block work in one tight loop
+over local names, crosses into the policy once per call, never per block,
+and counts what it did in plain integers (ManagerStats) once per call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from operator import attrgetter
+
+from offload.base import BlockHash, OffloadingEvent, OffloadingManager, PrepareStoreOutput
+from offload.cpu.block_pool import Block, BlockPool
+from offload.cpu.load_store_spec import CPULoadStoreSpec
+from offload.cpu.manager_stats import ManagerStats
+from offload.cpu.policies.registry import make_policy
+from offload.telemetry.spans import SpanGate, record_span
+
+MEDIUM = CPULoadStoreSpec.medium()
+_COUNT_TRIES = 5
+"""Readings of the counts a live check takes before leaving them unchecked."""
+LIVE_CHECK_SLOTS = 8192
+"""Slots whose blocks each live invariant check inspects (about half a millisecond)."""
+_loaded = attrgetter("loaded")
+
+
+class CPUOffloadingManager(OffloadingManager):
+    """Tracks the CPU tier's blocks; a pluggable policy picks what to evict.
+
+    Block states: a block being written has ref -1 (invisible to lookup, not
+    evictable); a ready block has ref 0, or the count of loads reading it
+    (not evictable while > 0).
+    """
+
+    def __init__(
+        self,
+        block_size: int,
+        num_blocks: int,
+        cache_policy: str = "lru",
+        enable_events: bool = False,
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be at least 1, got {num_blocks}")
+        self.block_size = block_size
+        self.medium = MEDIUM
+        self.policy = make_policy(cache_policy, num_blocks)
+        self.pool = BlockPool(num_blocks)
+        self.stats = ManagerStats()
+        self._blocks = self.policy.blocks
+        self._events: list[OffloadingEvent] | None = [] if enable_events else None
+        # Odd while a call moves blocks between the policy and the pool, when the
+        # counts are short for a moment: a check on another thread (a scrape)
+        # reads them only between such moves (a sequence lock, see _count_violations).
+        self._moves = 0
+        self._spans = SpanGate()
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.capacity
+
+    def lookup(self, block_hashes: Sequence[BlockHash]) -> int:
+        get = self._blocks.get
+        hits = 0
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is None or block.ref < 0:
+                break
+            hits += 1
+        stats = self.stats
+        stats.lookup_calls += 1
+        stats.lookup_blocks += len(block_hashes)
+        stats.lookup_hit_blocks += hits
+        return hits
+
+    def prepare_load(self, block_hashes: Iterable[BlockHash]) -> CPULoadStoreSpec:
+        blocks = self._resident(block_hashes, "load")
+        for block in blocks:
+            block.ref += 1
+            block.loaded = True
+        self.stats.load_blocks += len(blocks)
+        return CPULoadStoreSpec([block.slot for block in blocks])
+
+    def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        """Record a use of the blocks (the policy's recency order).
+
+        A bad hash (unhashable) part way raises with the hashes walked before
+        it touched: recency alone moves, as a valid touch of those would have
+        moved it, and nothing counted or owned changes. Checking every hash
+        first would cost the hot path about a microsecond per call.
+        """
+        self.policy.touch(block_hashes)
+
+    def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
+        hashes = list(block_hashes)
+        blocks = self._resident(hashes, "complete the load of")
+        for done, block in enumerate(blocks):
+            if block.ref <= 0:
+                # Undo this call's unpins: a bad call must not change anything.
+                for unpinned in blocks[:done]:
+                    unpinned.ref += 1
+                raise ValueError(
+                    f"cannot complete the load of block {hashes[done]!r}: no load in flight"
+                )
+            block.ref -= 1
+        self.stats.load_completed_blocks += len(blocks)
+
+    def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreOutput | None:
+        start = time.perf_counter()
+        requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
+        resident = self._blocks
+        # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
+        # (An unhashable hash raises here, before anything is counted or changed.)
+        to_store = list(dict.fromkeys([h for h in requested if h not in resident]))
+        stats = self.stats
+        stats.store_requested_blocks += len(requested)
+        stats.store_skipped_blocks += len(requested) - len(to_store)
+        if not to_store:
+            return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
+        pool = self.pool
+        shortfall = len(to_store) - pool.num_free
+        evicted_hashes: list[BlockHash] = []
+        self._moves += 1
+        try:
+            if shortfall > 0:
+                evicted = self.policy.evict(shortfall, set(requested))
+                if evicted is None:
+                    stats.store_refused_calls += 1
+                    stats.store_refused_blocks += len(to_store)
+                    return None
+                hashes, freed = zip(*evicted, strict=True)
+                evicted_hashes = list(hashes)
+                stats.evicted_capacity_blocks += shortfall
+                stats.dead_write_blocks += shortfall - sum(map(_loaded, freed))
+                pool.free(freed)
+                if self._events is not None:
+                    event = OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, True)
+                    self._events.append(event)
+            blocks = pool.allocate(len(to_store))
+            self.policy.insert(to_store, blocks)
+        finally:
+            self._moves += 1
+        stats.store_admitted_blocks += len(to_store)
+        seconds = time.perf_counter() - start
+        stats.prepare_store_seconds.observe(seconds)
+        if evicted_hashes and self._spans.active():
+            record_span(
+                "kvscope.manager.prepare_store",
+                seconds,
+                {
+                    "kvscope.policy": self.policy.name,
+                    "kvscope.blocks.requested": len(requested),
+                    "kvscope.blocks.admitted": len(to_store),
+                    "kvscope.blocks.evicted": len(evicted_hashes),
+                },
+            )
+        return PrepareStoreOutput(
+            to_store, CPULoadStoreSpec([block.slot for block in blocks]), evicted_hashes
+        )
+
+    def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
+        get = self._blocks.get
+        if success:
+            stored: list[BlockHash] = []
+            try:
+                for block_hash in block_hashes:
+                    block = get(block_hash)
+                    if block is not None and block.ref < 0:
+                        block.ref = 0
+                        stored.append(block_hash)
+            except BaseException:
+                # A bad hash (unhashable, say) part way: undo this call's changes.
+                for block_hash in stored:
+                    self._blocks[block_hash].ref = -1
+                raise
+            self.stats.store_completed_blocks += len(stored)
+            if stored and self._events is not None:
+                self._events.append(OffloadingEvent(stored, self.block_size, MEDIUM, False))
+            return
+        # A failed copy leaves garbage in the slots: forget the blocks that were
+        # being written. Their stored event was never sent, so nothing is removed
+        # from a consumer's view either. Rare, so the blocks are looked up first,
+        # before anything changes (a dict: a hash named twice is forgotten once).
+        hashes = list(block_hashes)
+        blocks = dict(zip(hashes, map(get, hashes), strict=True))
+        failed: list[Block] = []
+        self._moves += 1
+        try:
+            for block_hash, block in blocks.items():
+                if block is not None and block.ref < 0:
+                    failed.append(self.policy.remove(block_hash))
+            self.pool.free(failed)
+        finally:
+            self._moves += 1
+        self.stats.evicted_failed_store_blocks += len(failed)
+
+    def clear(self) -> list[BlockHash]:
+        """Drop every idle block (a prefix-cache reset); returns the dropped hashes.
+
+        Blocks being read or written stay: their transfers still own the
+        slots, and their completion calls must find them.
+        """
+        idle = [h for h, block in self._blocks.items() if block.ref == 0]
+        self._moves += 1
+        try:
+            freed = [self.policy.remove(h) for h in idle]
+            self.pool.free(freed)
+        finally:
+            self._moves += 1
+        self.stats.evicted_clear_blocks += len(freed)
+        self.stats.dead_write_blocks += len(freed) - sum(map(_loaded, freed))
+        if idle and self._events is not None:
+            self._events.append(OffloadingEvent(idle, self.block_size, MEDIUM, removed=True))
+        return idle
+
+    def take_events(self) -> list[OffloadingEvent]:
+        if self._events is None:
+            return []
+        events, self._events = self._events, []
+        return events
+
+    def invariant_violations(self) -> list[str]:
+        """Every broken bookkeeping invariant, checked in full.
+
+        O(blocks), and it walks the policy's dict, so it runs on the manager's
+        own thread (tests, debugging); scrapes use ``live_invariant_violations``.
+        """
+        problems = self._count_violations() + self.pool.check_slots(0, self.pool.capacity)
+        if not self.pool.holders_are_distinct(self._blocks.values()):
+            problems.append("a block is held twice")
+        return problems
+
+    def live_invariant_violations(self, slots: int = LIVE_CHECK_SLOTS) -> list[str]:
+        """The bounded check behind the live gauge, cheap enough for every scrape.
+
+        The counts (used + free = capacity) every call, and the per-block
+        checks of the next ``slots`` slots, so a tier of any size is covered
+        every ceil(capacity / slots) calls at a bounded cost per call (half a
+        millisecond at most tier sizes, where the full check takes 400 ms at a
+        million blocks). A block held twice while another is lost keeps the
+        counts right, so only the full check finds that pair; any single slip
+        in ownership breaks the counts.
+        """
+        return self._count_violations() + self.pool.check_next_slots(slots)
+
+    def _count_violations(self) -> list[str]:
+        """used + free = capacity, read between two moves (``_moves``'s reader side).
+
+        A reading taken during a move, or across one, is retried after giving
+        the moving thread the interpreter; if the manager never stands still
+        for a few tries, the counts go unchecked this time rather than raise a
+        false alarm.
+        """
+        capacity = self.pool.capacity
+        for _ in range(_COUNT_TRIES):
+            moves = self._moves
+            used, free = len(self._blocks), self.pool.num_free
+            if moves % 2 == 0 and moves == self._moves:
+                if used + free != capacity:
+                    return [f"used {used} + free {free} != capacity {capacity}"]
+                return []
+            time.sleep(0)
+        return []
+
+    def _resident(self, block_hashes: Iterable[BlockHash], action: str) -> Sequence[Block]:
+        """The ready blocks behind the hashes, or a ValueError naming the first bad one."""
+        get = self._blocks.get
+        blocks: list[Block] = []
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is None:
+                raise ValueError(f"cannot {action} block {block_hash!r}: not in the CPU tier")
+            if block.ref < 0:
+                raise ValueError(f"cannot {action} block {block_hash!r}: its store is not complete")
+            blocks.append(block)
+        return blocks

@@ -1,0 +1,101 @@
+"""Adaptive Replacement Cache (Megiddo and Modha, FAST'03).
+
+ARC splits the tier into blocks seen once (T1) and blocks seen again (T2),
+and remembers recently evicted hashes of each (ghost lists B1, B2). A miss
+that hits a ghost list tells which side was too small, and the target size of
+T1 moves towards it. A scan of one-time blocks only churns T1, so frequently
+used blocks in T2 survive it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Container, Iterable, Sequence
+
+from offload.base import BlockHash
+from offload.cpu.block_pool import Block
+from offload.cpu.policies.cache_policy import CachePolicy, take_idle
+
+
+class ARCCachePolicy(CachePolicy):
+    """ARC with ghost lists, an adaptive T1 target and scan resistance."""
+
+    name = "arc"
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.blocks: dict[BlockHash, Block] = {}
+        self.t1: OrderedDict[BlockHash, Block] = OrderedDict()
+        self.t2: OrderedDict[BlockHash, Block] = OrderedDict()
+        self.b1: OrderedDict[BlockHash, None] = OrderedDict()
+        self.b2: OrderedDict[BlockHash, None] = OrderedDict()
+        self.target_t1 = 0.0
+
+    def insert(self, block_hashes: Sequence[BlockHash], blocks: Sequence[Block]) -> None:
+        self.blocks.update(zip(block_hashes, blocks, strict=True))
+        t1, b1, b2 = self.t1, self.b1, self.b2
+        t1.update(zip(block_hashes, blocks, strict=True))
+        if b1.keys().isdisjoint(block_hashes) and b2.keys().isdisjoint(block_hashes):
+            return  # the common case: none of them was evicted recently
+        t2 = self.t2
+        for block_hash in block_hashes:
+            if block_hash in b1:
+                # T1 evicted it too early: give recency more room.
+                self.target_t1 = min(
+                    self.target_t1 + max(1.0, len(b2) / len(b1)), float(self.capacity)
+                )
+                del b1[block_hash]
+            elif block_hash in b2:
+                # T2 evicted it too early: give frequency more room.
+                self.target_t1 = max(self.target_t1 - max(1.0, len(b1) / len(b2)), 0.0)
+                del b2[block_hash]
+            else:
+                continue
+            t2[block_hash] = t1.pop(block_hash)
+
+    def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        t1, t2 = self.t1, self.t2
+        for block_hash in reversed(list(block_hashes)):
+            block = t1.get(block_hash)
+            if block is not None:
+                if block.ref < 0:
+                    # Still being written: its first use has not happened yet.
+                    t1.move_to_end(block_hash)
+                else:
+                    del t1[block_hash]
+                    t2[block_hash] = block
+            elif block_hash in t2:
+                t2.move_to_end(block_hash)
+
+    def evict(
+        self, n: int, protected: Container[BlockHash]
+    ) -> list[tuple[BlockHash, Block]] | None:
+        if n <= 0:
+            return []
+        # ARC's REPLACE, one batch at a time: T1 gives blocks while it is at or
+        # above its target (and not empty), then T2, then T1 again if T2 runs dry.
+        threshold = max(math.ceil(self.target_t1), 1)
+        from_t1 = take_idle(self.t1, protected, min(n, max(0, len(self.t1) - threshold + 1)))
+        from_t2 = take_idle(self.t2, protected, n - len(from_t1))
+        if len(from_t1) + len(from_t2) < n:
+            from_t1 = take_idle(self.t1, protected, n - len(from_t2))
+            if len(from_t1) + len(from_t2) < n:
+                return None
+        resident, t1, t2, b1, b2 = self.blocks, self.t1, self.t2, self.b1, self.b2
+        for block_hash, _ in from_t1:
+            del resident[block_hash], t1[block_hash]
+            b1[block_hash] = None
+        for block_hash, _ in from_t2:
+            del resident[block_hash], t2[block_hash]
+            b2[block_hash] = None
+        for ghost in (b1, b2):
+            for _ in range(len(ghost) - self.capacity):
+                ghost.popitem(last=False)
+        return from_t1 + from_t2
+
+    def remove(self, block_hash: BlockHash) -> Block:
+        block = self.blocks.pop(block_hash)
+        if self.t1.pop(block_hash, None) is None:
+            del self.t2[block_hash]
+        return block

@@ -1,0 +1,1 @@
+"""Simulation without vLLM or a GPU: Mooncake traces, the canonical workload, the demo worker."""

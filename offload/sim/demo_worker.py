@@ -1,0 +1,142 @@
+"""The built-in inference-worker stand-in: a trace driven through the real tier.
+
+``kvscope demo`` needs a worker that behaves like vLLM's offloading connector
+without a GPU or vLLM: this worker runs a trace, request by request, through
+the real manager and real CPU transfers (a store is a GPU->CPU job, a hit a
+CPU->GPU job, completed asynchronously when the job finishes), and publishes
+its events and stats frames exactly as a worker would. The "GPU" cache is a
+small CPU tensor: its content does not matter, the bytes moved do.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from offload.base import BlockHash
+from offload.cpu.manager import CPUOffloadingManager
+from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE
+from offload.transfer import CPUTransferBackend, Direction, KVLayout, TransferResult
+from offload.wire.publisher import Publisher
+from offload.worker_telemetry import WorkerTelemetry
+
+
+@dataclass(frozen=True, slots=True)
+class DemoConfig:
+    """What the demo worker looks like: its tier, its pace and its KV geometry."""
+
+    policy: str = "lru"
+    capacity_blocks: int = 2000
+    block_size: int = BUNDLED_TRACE_BLOCK_SIZE
+    requests_per_s: float = 200.0
+    stats_period_s: float = 1.0
+    engine_id: str = "demo"
+    num_layers: int = 2
+    num_gpu_blocks: int = 1024
+    """More than the longest request in blocks, so one job never names a GPU block twice."""
+    head_dim: int = 32
+    num_heads: int = 2
+
+
+class DemoWorker:
+    """Runs requests in a loop until stopped, with asynchronous transfers."""
+
+    def __init__(
+        self,
+        requests: Sequence[Sequence[BlockHash]],
+        publisher: Publisher,
+        config: DemoConfig = DemoConfig(),
+    ) -> None:
+        if not requests:
+            raise ValueError("the demo worker needs at least one request")
+        self.config = config
+        self.requests = requests
+        self.manager = CPUOffloadingManager(
+            config.block_size, config.capacity_blocks, config.policy, enable_events=True
+        )
+        # A token per block row keeps the "GPU" cache small: the geometry is a
+        # stand-in, only the number of bytes per block matters to the figures.
+        gpu = [
+            torch.zeros(2, config.num_gpu_blocks, 1, config.num_heads, config.head_dim,
+                        dtype=torch.float16)
+            for _ in range(config.num_layers)
+        ]  # fmt: skip
+        layout = KVLayout(gpu)
+        self.transfers = CPUTransferBackend(layout, config.capacity_blocks)
+        self.telemetry = WorkerTelemetry(
+            self.manager,
+            engine_id=config.engine_id,
+            transfers=self.transfers.stats,
+            publisher=publisher,
+            bytes_per_block=layout.bytes_per_cpu_block,
+        )
+        self.requests_done = 0
+        self._stores: dict[int, list[BlockHash]] = {}
+        self._loads: dict[int, list[BlockHash]] = {}
+
+    def run(self, stop: threading.Event, max_requests: int | None = None) -> None:
+        """Run requests until ``stop`` is set (or ``max_requests`` are done), then drain."""
+        interval = 1.0 / self.config.requests_per_s
+        next_stats = next_step = time.monotonic()
+        while not stop.is_set() and (max_requests is None or self.requests_done < max_requests):
+            block_hashes = self.requests[self.requests_done % len(self.requests)]
+            self.step(block_hashes)
+            self.requests_done += 1
+            now = time.monotonic()
+            if now >= next_stats:
+                self.telemetry.publish_stats()
+                next_stats = now + self.config.stats_period_s
+            next_step += interval
+            stop.wait(max(0.0, next_step - time.monotonic()))
+        self._finish()
+
+    def step(self, block_hashes: Sequence[BlockHash]) -> None:
+        """One request: load the hit prefix, store the rest, as the connector would."""
+        manager = self.manager
+        self._complete(self.transfers.poll())
+        hits = manager.lookup(block_hashes)
+        if hits:
+            loaded = list(block_hashes[:hits])
+            spec = manager.prepare_load(loaded)
+            manager.touch(block_hashes)
+            job = self.transfers.submit(
+                Direction.CPU_TO_GPU, spec.block_ids, self._gpu_blocks(loaded)
+            )
+            self._loads[job] = loaded
+        out = manager.prepare_store(list(block_hashes[hits:]))
+        if out is not None and out.block_hashes_to_store:
+            stored = out.block_hashes_to_store
+            job = self.transfers.submit(
+                Direction.GPU_TO_CPU, self._gpu_blocks(stored), out.store_spec.block_ids
+            )
+            self._stores[job] = stored
+        self.telemetry.publish_events()
+
+    def _gpu_blocks(self, block_hashes: Sequence[BlockHash]) -> list[int]:
+        """Stand-in GPU block ids, distinct within a job as a real block table's are."""
+        base = hash(block_hashes[0]) if block_hashes else 0
+        count = self.config.num_gpu_blocks
+        return [(base + offset) % count for offset in range(len(block_hashes))]
+
+    def _complete(self, results: list[TransferResult]) -> None:
+        for result in results:
+            if result.job_id in self._stores:
+                self.manager.complete_store(self._stores.pop(result.job_id), result.success)
+            else:
+                self.manager.complete_load(self._loads.pop(result.job_id))
+
+    def settle(self) -> None:
+        """Wait for every job in flight and complete it, so no block stays pinned."""
+        for job in [*self._stores, *self._loads]:
+            self.transfers.wait(job)
+        self._complete(self.transfers.poll())
+        self.telemetry.publish_events()
+
+    def _finish(self) -> None:
+        self.settle()
+        self.transfers.close()
+        self.telemetry.publish_stats()

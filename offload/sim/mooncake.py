@@ -1,0 +1,61 @@
+"""Mooncake-format request traces: one JSON object per line with ``hash_ids``.
+
+Traces drive the demo worker, ``kvscope replay`` and the benchmarks. Reading them is strict:
+a malformed line is an error naming the file and line, because silently
+skipping requests would change every hit ratio computed from the trace.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+BUNDLED_TRACE = "conversation_trace.jsonl"
+
+BUNDLED_TRACE_BLOCK_SIZE = 512
+"""Tokens per block of the bundled trace: one hash id stands for 512 tokens."""
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read; the message names the file and line."""
+
+
+def bundled_trace_path() -> Path:
+    """The conversation trace shipped inside the package (see its NOTICE)."""
+    return Path(str(resources.files("offload.sim.traces") / BUNDLED_TRACE))
+
+
+def load_trace(path: str | Path) -> list[list[int]]:
+    """Every request's block hashes, in trace order."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TraceError(f"trace file not found: {path}") from None
+    except IsADirectoryError:
+        raise TraceError(f"trace path is a directory, not a file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"cannot read trace {path}: {exc}") from None
+    requests: list[list[int]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            requests.append(_parse_request(line, f"{path}:{number}"))
+    if not requests:
+        raise TraceError(f"trace {path} holds no requests")
+    return requests
+
+
+def _parse_request(line: str, where: str) -> list[int]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
+    if not isinstance(record, dict):
+        raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    hash_ids = record.get("hash_ids")
+    if not isinstance(hash_ids, list):
+        raise TraceError(f"{where}: missing 'hash_ids' list")
+    if not all(type(h) is int for h in hash_ids):
+        raise TraceError(f"{where}: 'hash_ids' must hold integers only")
+    return hash_ids

@@ -1,0 +1,32 @@
+"""What a transfer job is and what became of it: the words backends and their stats share."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Direction(enum.StrEnum):
+    """Which way a job moves blocks; a string so it logs and serialises as-is."""
+
+    GPU_TO_CPU = "gpu_to_cpu"
+    """A store: GPU blocks are offloaded into CPU blocks."""
+    CPU_TO_GPU = "cpu_to_gpu"
+    """A load: CPU blocks are brought back into GPU blocks."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransferResult:
+    """What became of one submitted job, as ``poll`` reports it."""
+
+    job_id: int
+    direction: Direction
+    success: bool
+    num_blocks: int
+    """Offloaded (CPU) blocks in the job: the unit the CPU tier counts in."""
+    bytes: int
+    """Bytes actually moved: 0 when the job failed, so throughput is never overstated."""
+    seconds: float
+    """Wall time from submit to finish (``time.perf_counter``), queueing included."""
+    error: str | None = None
+    """Why the job failed; None on success."""

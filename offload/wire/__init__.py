@@ -1,0 +1,1 @@
+"""What travels between a worker and its consumers: framing, KV events, stats frames, publisher."""

@@ -1,0 +1,439 @@
+"""Publish KV events (vLLM's wire format) and stats frames over ZMQ, never blocking.
+
+The caller is vLLM's scheduler thread, whose every millisecond is a token's
+latency, so ``publish_*`` never waits: no lock is waited for, no socket call
+blocks. A call appends to an in-memory queue; once per ``flush_interval``
+(or when the queue is half full) the call that notices also *flushes*: it
+encodes everything queued since the last flush as ONE batch and hands it to
+ZMQ without blocking. A background thread flushes what a caller that went
+quiet left queued, and answers replay requests.
+
+Why the caller encodes rather than a background thread: encoding is Python
+work, and under the GIL a thread's Python work is taken from the scheduler
+anyway, plus a hand-over per flush (the thread waits up to the interpreter's
+switch interval for the GIL, then forces the scheduler to yield it). The
+caller pays the same CPU without the hand-overs (encoding costs 30-45 ns per
+block event on the replay hot path, so a flush of 10 ms of a saturated
+scheduler's events takes a few hundred microseconds). A frame per step
+instead of a batch per interval would cost more than the offloading it
+reports.
+
+Wire format (vLLM's, so vLLM's consumers read ours unchanged):
+
+- PUB socket, one multipart message per batch:
+  ``[topic, seq (8-byte big-endian), msgpack payload]``. KV event batches go on
+  ``kv_topic`` with sequence numbers 0, 1, 2, ... with no gaps; stats frames go
+  on ``stats_topic`` with a sequence counter of their own.
+- ROUTER replay socket (optional): a DEALER client sends an empty delimiter
+  frame and then the first sequence number it wants as 8 bytes, big-endian
+  (a REQ socket sends the same, but its state machine lets it read only the
+  first answer, so it suits only replays of one frame). The ROUTER sees
+  ``[identity, b"", seq]`` and answers, per buffered KV batch from that
+  sequence on, ``[identity, b"", kv_topic, seq, payload]``, then the end marker
+  ``[identity, b"", b"", seq -1 (8 bytes, signed), b""]``. A client therefore
+  receives ``[topic, seq, payload]`` frames (after an empty delimiter frame
+  with DEALER) until the sequence reads -1. A request that is not exactly one
+  8-byte frame gets the end marker alone.
+
+Where frames can be lost, and how that shows (``dropped`` counts all of it):
+
+- A subscriber that stops reading fills its ZMQ queue (``hwm`` messages).
+  The PUB socket is set to refuse rather than silently skip (ZMQ's
+  ``XPUB_NODROP``): the send fails at once, for every subscriber, and is
+  counted. A refused KV batch keeps its sequence number and stays in the
+  replay buffer, so subscribers see the gap and can replay it. A plain PUB
+  would drop for the slow subscriber alone, but invisibly to the publisher.
+- The queue is bounded: when publishes outrun the flushes (the background
+  thread holds the socket for a moment), the *oldest* queued publish is
+  dropped and counted. Sequence numbers are assigned when a batch is sent,
+  so a queue drop leaves no gap.
+
+Topics are prefix-matched by ZMQ subscribers: a subscriber of the default KV
+topic ``b""`` (vLLM's default) receives the stats topic as well. Consumers
+that decode everything as ``KVEventBatch`` should subscribe to a non-empty
+``kv_topic`` that is not a prefix of ``stats_topic``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from abc import abstractmethod
+from collections import deque
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from itertools import islice
+
+import zmq
+
+from offload.base import Closeable, OffloadingEvent
+from offload.wire.framing import (
+    DEFAULT_KV_TOPIC,
+    DEFAULT_STATS_TOPIC,
+    END_OF_REPLAY_SEQ,
+    encode_seq,
+    parse_replay_request,
+)
+from offload.wire.kv_events import KVEventBatch, encode_batch, to_kv_events
+from offload.wire.stats_frame import StatsFrame, encode_stats_frame
+
+logger = logging.getLogger(__name__)
+
+_CLOSE_LINGER_MS = 200
+"""How long close() lets ZMQ flush already-sent frames to connected peers."""
+
+
+_now = time.monotonic
+
+
+class Publisher(Closeable):
+    """Where a worker's KV events and stats frames go, and what became of them.
+
+    The counters are plain ints, read from any thread: ``batches_published``
+    and ``stats_published`` (frames handed on), ``dropped`` (frames that
+    never were), ``replays_served`` and ``malformed_replay_requests``.
+    """
+
+    batches_published: int
+    stats_published: int
+    replays_served: int
+    malformed_replay_requests: int
+
+    @property
+    @abstractmethod
+    def dropped(self) -> int:
+        """Frames that never reached a subscriber's socket."""
+
+    @abstractmethod
+    def publish_events(self, events: list[OffloadingEvent]) -> None:
+        """Queue the manager's events for the next batch; never waits."""
+
+    @abstractmethod
+    def publish_stats(self, frame: StatsFrame) -> None:
+        """Queue a stats frame; never waits."""
+
+
+class NullPublisher(Publisher):
+    """No endpoint configured: events and frames are dropped unread, at no cost.
+
+    Its counters stay 0: nothing was published, and nothing was lost that a
+    consumer could have had.
+    """
+
+    batches_published = stats_published = replays_served = malformed_replay_requests = 0
+
+    @property
+    def dropped(self) -> int:
+        return 0
+
+    def publish_events(self, events: list[OffloadingEvent]) -> None:
+        pass
+
+    def publish_stats(self, frame: StatsFrame) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class EventPublisher(Publisher):
+    """A ZMQ PUB (+ optional ROUTER replay) publisher that its callers flush.
+
+    Endpoints are bound, never connected. A wildcard port (``tcp://127.0.0.1:*``)
+    binds a free port; ``endpoint`` and ``replay_endpoint`` report what was bound.
+
+    The replay buffer keeps the newest KV batches: at most ``buffer_steps`` of
+    them (vLLM's setting and default) and at most ``buffer_bytes`` of payload,
+    the newest batch always. The byte bound matters because a batch here is a
+    flush interval of events, not one scheduler step: a saturated scheduler's
+    batches run to ~100 KB (measured on the replay), so 10,000 of them would
+    hold a gigabyte.
+
+    Counters (plain ints, read from any thread): ``batches_published`` and
+    ``stats_published`` (frames handed to the PUB socket), ``dropped`` (frames
+    that never reached it), ``replays_served`` (replay requests answered with
+    batches) and ``malformed_replay_requests`` (those answered with the end
+    marker alone); ``replay_requests`` is their sum. Each counter is raised
+    once per frame or request, never raised and then corrected, so a reader
+    on another thread sees every one of them only rise.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = "tcp://*:5557",
+        replay_endpoint: str | None = None,
+        *,
+        kv_topic: bytes = DEFAULT_KV_TOPIC,
+        stats_topic: bytes = DEFAULT_STATS_TOPIC,
+        buffer_steps: int = 10_000,
+        buffer_bytes: int = 64 * 2**20,
+        max_queue_size: int = 10_000,
+        hwm: int = 100_000,
+        flush_interval: float = 0.01,
+        data_parallel_rank: int | None = None,
+    ) -> None:
+        if kv_topic == stats_topic:
+            raise ValueError(f"kv_topic and stats_topic must differ, both are {kv_topic!r}")
+        for name, value in (
+            ("buffer_steps", buffer_steps),
+            ("buffer_bytes", buffer_bytes),
+            ("max_queue_size", max_queue_size),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if not 0 < flush_interval <= 10:
+            raise ValueError(f"flush_interval must be in (0, 10] seconds, got {flush_interval}")
+        self.batches_published = 0
+        self.events_published = 0
+        self.stats_published = 0
+        self.replays_served = 0
+        self.malformed_replay_requests = 0
+        # One writer each (the callers of publish_events, of publish_stats, the
+        # holder of _sending), so the counts stay exact without another lock.
+        self._dropped_kv = 0
+        self._dropped_stats = 0
+        self._refused = 0
+
+        self._kv_topic = kv_topic
+        self._stats_topic = stats_topic
+        self._rank = data_parallel_rank
+        self._kv_seq = 0
+        self._stats_seq = 0
+        self._history: deque[tuple[int, bytes]] = deque()
+        self._history_bytes = 0
+        self._max_history = buffer_steps
+        self._max_history_bytes = buffer_bytes
+        self._pending_kv: deque[list[OffloadingEvent]] = deque()
+        self._pending_stats: deque[StatsFrame] = deque()
+        self._max_pending = max_queue_size
+        self._flush_at = max(1, max_queue_size // 2)
+        self._interval = flush_interval
+        self._next_flush = _now() + flush_interval
+        # Held by whoever flushes: it owns the PUB socket, the sequence numbers
+        # and the replay buffer. Callers only ever try it; the thread waits.
+        self._sending = threading.Lock()
+        self._closed = False
+
+        self._ctx = zmq.Context(io_threads=1)
+        try:
+            self._pub, self._endpoint = self._bind(zmq.PUB, endpoint, hwm)
+            self._pub.setsockopt(zmq.XPUB_NODROP, 1)
+            self._replay, self._replay_endpoint = (
+                # A full replay plus its end marker must fit under the ROUTER's HWM, which
+                # ZMQ only frees in steps of half of it: hence twice the buffer.
+                self._bind(zmq.ROUTER, replay_endpoint, 2 * (buffer_steps + 1))
+                if replay_endpoint is not None
+                else (None, None)
+            )
+        except zmq.ZMQError:
+            self._ctx.destroy(linger=0)
+            raise
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._thread = threading.Thread(target=self._run, name="kvscope-publisher", daemon=True)
+        self._thread.start()
+
+    def _bind(self, kind: int, endpoint: str, hwm: int) -> tuple[zmq.Socket, str]:
+        """A bound socket and the endpoint it actually bound (wildcards resolved).
+
+        Sockets are made here so that bind errors reach the constructor's caller.
+        """
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.SNDHWM, hwm)
+        sock.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
+        sock.bind(endpoint)
+        return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    @property
+    def endpoint(self) -> str:
+        """The PUB endpoint as bound, e.g. ``tcp://127.0.0.1:41231``."""
+        return self._endpoint
+
+    @property
+    def replay_endpoint(self) -> str | None:
+        """The ROUTER replay endpoint as bound, or None without replay."""
+        return self._replay_endpoint
+
+    @property
+    def replay_requests(self) -> int:
+        """Every replay request received, well formed or not."""
+        return self.replays_served + self.malformed_replay_requests
+
+    @property
+    def dropped(self) -> int:
+        """Publishes dropped from the full queue, plus frames the PUB socket refused."""
+        return self._dropped_kv + self._dropped_stats + self._refused
+
+    # --- caller side: never waits ------------------------------------------------
+
+    def publish_events(self, events: list[OffloadingEvent]) -> None:
+        """Queue the manager's events for the next batch (nothing if empty).
+
+        The list is handed over: the caller must not mutate it afterwards.
+        """
+        if events:
+            self._dropped_kv += self._enqueue(self._pending_kv, events)
+
+    def publish_stats(self, frame: StatsFrame) -> None:
+        """Queue a stats frame for its own topic."""
+        self._dropped_stats += self._enqueue(self._pending_stats, frame)
+
+    def _enqueue(self, pending: deque, item: object) -> int:
+        """Append (first dropping the oldest when full), flush when due; returns drops.
+
+        deque appends and pops are atomic, so the queue needs no lock: if a
+        flush empties it between the length check and the pop, nothing is
+        dropped and nothing is counted.
+        """
+        if self._closed:
+            raise RuntimeError("publisher is closed")
+        drops = 0
+        if len(pending) >= self._max_pending:
+            with suppress(IndexError):
+                pending.popleft()
+                drops = 1
+        pending.append(item)
+        if _now() >= self._next_flush or len(pending) >= self._flush_at:
+            self._flush_unless_busy()
+        return drops
+
+    def _flush_unless_busy(self) -> None:
+        """Flush now, or leave it to whoever is flushing (never wait for them)."""
+        if self._sending.acquire(blocking=False):
+            try:
+                self._flush()
+            finally:
+                self._sending.release()
+
+    def close(self) -> None:
+        """Send what is queued, stop the thread and release the sockets. Idempotent.
+
+        A publish racing with close() on another thread may be lost; publishes
+        after close() raise.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        os.write(self._wake_w, b"\0")
+        self._thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        self._ctx.term()
+
+    # --- background thread: quiet callers' leftovers and replays ----------------
+
+    def _run(self) -> None:
+        """Every interval, flush what no caller flushed; answer replay requests."""
+        poller = zmq.Poller()
+        poller.register(self._wake_r, zmq.POLLIN)
+        if self._replay is not None:
+            poller.register(self._replay, zmq.POLLIN)
+        try:
+            while True:
+                ready = dict(poller.poll(self._interval * 1000))
+                closing = self._closed  # read before the flush: the last flush sees all
+                if self._replay is not None and self._replay in ready:
+                    try:
+                        self._serve_replay()
+                    except Exception:  # replay is best effort; publishing must go on
+                        logger.exception("kvscope publisher could not answer a replay request")
+                if closing or _now() >= self._next_flush:
+                    with self._sending:
+                        self._flush()
+                if closing:
+                    return
+        except Exception:
+            logger.exception("kvscope publisher thread stopped; later frames are dropped")
+        finally:
+            with self._sending:
+                self._pub.close()
+                if self._replay is not None:
+                    self._replay.close()
+
+    # --- flushing: under _sending, by a caller or the thread ---------------------
+
+    def _flush(self) -> None:
+        """Send every queued KV event as one batch, then the queued stats frames."""
+        self._next_flush = _now() + self._interval
+        pending_kv, pending_stats = self._pending_kv, self._pending_stats
+        events: list[OffloadingEvent] = []
+        while pending_kv:
+            events += pending_kv.popleft()
+        if events:
+            self._guarded(self._send_batch, time.time(), events)
+        while pending_stats:
+            self._guarded(self._send_stats, pending_stats.popleft())
+
+    def _guarded(self, send: Callable[..., None], *args: object) -> None:
+        """Send, and never let a failure reach the caller (a scheduler step)."""
+        try:
+            send(*args)
+        except Exception:
+            logger.exception("kvscope publisher could not send a frame; dropped")
+            self._refused += 1
+
+    def _send_stats(self, frame: StatsFrame) -> None:
+        payload = encode_stats_frame(frame)
+        seq, self._stats_seq = self._stats_seq, self._stats_seq + 1
+        if self._publish(self._stats_topic, seq, payload):
+            self.stats_published += 1
+
+    def _send_batch(self, ts: float, events: list[OffloadingEvent]) -> None:
+        """Number, buffer for replay, then send: a refused send stays replayable."""
+        batch = KVEventBatch(ts=ts, events=to_kv_events(events), data_parallel_rank=self._rank)
+        payload = encode_batch(batch)
+        seq, self._kv_seq = self._kv_seq, self._kv_seq + 1
+        self._remember(seq, payload)
+        if self._publish(self._kv_topic, seq, payload):
+            self.batches_published += 1
+            self.events_published += len(events)
+
+    def _remember(self, seq: int, payload: bytes) -> None:
+        """Buffer a batch for replay, forgetting the oldest past either bound."""
+        history = self._history
+        history.append((seq, payload))
+        self._history_bytes += len(payload)
+        while len(history) > 1 and (
+            len(history) > self._max_history or self._history_bytes > self._max_history_bytes
+        ):
+            self._history_bytes -= len(history.popleft()[1])
+
+    def _publish(self, topic: bytes, seq: int, payload: bytes) -> bool:
+        """Hand one frame to the PUB socket without waiting; False (counted) if refused."""
+        try:
+            self._pub.send_multipart((topic, encode_seq(seq), payload), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self._refused += 1
+            return False
+        return True
+
+    def _serve_replay(self) -> None:
+        """Answer one replay request: buffered KV batches from its sequence on, then the end."""
+        assert self._replay is not None
+        frames = self._replay.recv_multipart()
+        identity = frames[0]
+        start = parse_replay_request(frames)
+        if start is None:
+            self.malformed_replay_requests += 1
+            logger.warning("malformed replay request (%d frames); sent the end marker", len(frames))
+        else:
+            self.replays_served += 1
+            with self._sending:  # a snapshot: the sends below need no lock
+                batches = list(self._history_from(start))
+            for seq, payload in batches:
+                self._replay_send((identity, b"", self._kv_topic, encode_seq(seq), payload))
+        self._replay_send((identity, b"", b"", END_OF_REPLAY_SEQ, b""))
+
+    def _replay_send(self, frames: tuple[bytes, ...]) -> None:
+        # A ROUTER drops (never blocks) for a gone or saturated peer.
+        assert self._replay is not None
+        self._replay.send_multipart(frames, flags=zmq.NOBLOCK)
+
+    def _history_from(self, start: int) -> Iterable[tuple[int, bytes]]:
+        """Buffered batches with sequence >= start; the buffer's sequences are contiguous."""
+        skip = start - self._history[0][0] if self._history else 0
+        if skip >= len(self._history):
+            return ()
+        return islice(self._history, max(0, skip), None)

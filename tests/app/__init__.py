@@ -1,0 +1,1 @@
+"""Tests of the sidecar and the command line, laid out like app/."""

@@ -1,0 +1,172 @@
+"""Ingest over real ZMQ sockets: the index follows publishers through gaps and restarts.
+
+Publishers are kvscope's own EventPublisher and, where a test needs a stream
+kvscope's publisher would never send (a lost frame, garbage), a minimal
+publisher speaking vLLM's protocol on real sockets. Waits poll a condition
+for up to 15 s (tests/support/polling.py); nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+
+from app.block_index import BlockIndex
+from app.ingest import Ingestor, PublisherEndpoints
+from offload.base import OffloadingEvent
+from offload.wire.publisher import EventPublisher
+from offload.wire.stats_frame import StatsFrame, WorkerConfig
+from tests.support.polling import wait_until
+from tests.support.zmq_peers import RawPublisher, kv_payload
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def stored(*hashes: int) -> OffloadingEvent:
+    return OffloadingEvent(list(hashes), 16, "CPU", False)
+
+
+def removed(*hashes: int) -> OffloadingEvent:
+    return OffloadingEvent(list(hashes), 16, "CPU", True)
+
+
+def a_stats_frame() -> StatsFrame:
+    return StatsFrame(
+        ts=1.0, engine_id="e0", rank=0,
+        config=WorkerConfig(policy="lru", capacity_blocks=8, block_size=16),
+    )  # fmt: skip
+
+
+def connected(ingestor: Ingestor, publisher: EventPublisher) -> None:
+    """Probe with stats frames until the sidecar's subscription is live (slow joiner)."""
+    state = ingestor.states[publisher.endpoint]
+
+    def seen() -> bool:
+        publisher.publish_stats(a_stats_frame())
+        return state.stats_frames > 0
+
+    wait_until(seen, "the sidecar receives the publisher")
+
+
+def cpu_blocks(ingestor: Ingestor) -> set:
+    with ingestor.lock:
+        return {h for h in range(200) if ingestor.index.get(h) is not None}
+
+
+@pytest.fixture
+def publisher() -> Iterator[EventPublisher]:
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as pub:
+        yield pub
+
+
+def start_ingest(*publishers: PublisherEndpoints) -> Ingestor:
+    ingestor = Ingestor(BlockIndex(max_blocks=1000), publishers)
+    ingestor.start()
+    return ingestor
+
+
+def endpoints(publisher: EventPublisher) -> PublisherEndpoints:
+    return PublisherEndpoints(publisher.endpoint, publisher.replay_endpoint)
+
+
+def test_the_index_holds_what_was_published(publisher: EventPublisher) -> None:
+    ingestor = start_ingest(endpoints(publisher))
+    try:
+        connected(ingestor, publisher)
+        publisher.publish_events([stored(*range(10))])
+        publisher.publish_events([removed(3, 4), stored(20)])
+        wait_until(lambda: cpu_blocks(ingestor) == {0, 1, 2, 5, 6, 7, 8, 9, 20}, "index")
+        state = ingestor.states[publisher.endpoint]
+        assert (state.gaps, state.missed, state.restarts, state.malformed) == (0, 0, 0, 0)
+        assert state.stats is not None and state.stats.engine_id == "e0"
+        with ingestor.lock:
+            assert ingestor.index.blocks_by_medium() == {"CPU": 9}
+    finally:
+        ingestor.close()
+
+
+def test_a_sidecar_started_after_the_worker_catches_up_from_replay(
+    publisher: EventPublisher,
+) -> None:
+    publisher.publish_events([stored(1, 2, 3)])
+    wait_until(lambda: publisher.batches_published == 1, "first batch sent")
+    publisher.publish_events([removed(2)])
+    wait_until(lambda: publisher.batches_published == 2, "second batch sent")
+    ingestor = start_ingest(endpoints(publisher))
+    try:
+        connected(ingestor, publisher)
+        publisher.publish_events([stored(4)])
+        wait_until(lambda: cpu_blocks(ingestor) == {1, 3, 4}, "caught up")
+        state = ingestor.states[publisher.endpoint]
+        assert state.replayed >= 2 and state.gaps == 0 and state.missed == 0
+    finally:
+        ingestor.close()
+
+
+def probe_until_connected(raw: RawPublisher, ingestor: Ingestor) -> None:
+    state = ingestor.states[raw.endpoints.endpoint]
+
+    def seen() -> bool:
+        raw.pub.send_multipart(
+            [b"kvscope.stats", b"\0" * 8, msgspec.msgpack.encode(a_stats_frame())]
+        )
+        return state.stats_frames > 0
+
+    wait_until(seen, "the sidecar receives the raw publisher")
+
+
+def test_a_lost_frame_is_filled_from_the_replay_socket() -> None:
+    raw = RawPublisher()
+    ingestor = start_ingest(raw.endpoints)
+    try:
+        probe_until_connected(raw, ingestor)
+        raw.send(0, kv_payload(stored(1, 2)))
+        raw.send(1, kv_payload(stored(3)), lose=True)
+        raw.send(2, kv_payload(removed(1)))
+        wait_until(lambda: cpu_blocks(ingestor) == {2, 3}, "gap filled")
+        state = ingestor.states[raw.endpoints.endpoint]
+        assert (state.gaps, state.missed, state.last_seq) == (1, 0, 2)
+    finally:
+        ingestor.close()
+        raw.close()
+
+
+def test_malformed_frames_are_counted_and_skipped() -> None:
+    raw = RawPublisher()
+    ingestor = start_ingest(raw.endpoints)
+    try:
+        probe_until_connected(raw, ingestor)
+        state = ingestor.states[raw.endpoints.endpoint]
+        raw.pub.send_multipart([b"", (0).to_bytes(8, "big"), b"\xc1 not msgpack"])
+        raw.pub.send_multipart([b"", b"short", kv_payload(stored(9))])
+        raw.pub.send_multipart([b"only one frame"])
+        wait_until(lambda: state.malformed == 3, "three malformed frames counted")
+        raw.send(0, kv_payload(stored(7)))
+        wait_until(lambda: cpu_blocks(ingestor) == {7}, "later frames still applied")
+    finally:
+        ingestor.close()
+        raw.close()
+
+
+def test_a_restarted_publisher_resets_its_own_view_only() -> None:
+    first, other = RawPublisher(), RawPublisher()
+    ingestor = start_ingest(first.endpoints, other.endpoints)
+    try:
+        probe_until_connected(first, ingestor)
+        probe_until_connected(other, ingestor)
+        first.send(0, kv_payload(stored(1, 2)))
+        first.send(1, kv_payload(stored(3)))
+        other.send(0, kv_payload(stored(50)))
+        wait_until(lambda: cpu_blocks(ingestor) == {1, 2, 3, 50}, "both streams applied")
+        with first._lock:
+            first.buffer.clear()  # the restarted process has an empty replay buffer
+        first.send(0, kv_payload(stored(4)))  # the sequence starts over
+        wait_until(lambda: cpu_blocks(ingestor) == {4, 50}, "first publisher's view rebuilt")
+        assert ingestor.states[first.endpoints.endpoint].restarts == 1
+        assert ingestor.states[other.endpoints.endpoint].restarts == 0
+    finally:
+        ingestor.close()
+        first.close()
+        other.close()

@@ -1,0 +1,1 @@
+"""Tests of the offloading core, laid out like offload/."""

@@ -1,0 +1,232 @@
+"""Our KV-event bytes against vLLM 0.33.0's own schema classes, both directions.
+
+The classes under test on vLLM's side are its real definitions: the fixture
+takes ``vllm/distributed/kv_events.py`` out of the vLLM 0.33.0 wheel and runs
+it. Why not ``import vllm``: the package's import chain pulls in the whole
+framework (CUDA kernels, torch extensions, transformers, a GPU platform
+check), far more than this check needs and more than a CPU test machine has.
+The one file needs only four vLLM-internal names at import time, none of which
+shape the wire format, so minimal stand-ins are put in ``sys.modules`` while
+the file loads and removed afterwards:
+
+- ``KVEventsConfig`` and the network helpers serve vLLM's publisher class,
+  which is defined in the file but not exercised here;
+- ``init_logger`` is the standard logging call;
+- ``ExternalBlockHash`` is ``bytes | int``, its definition in vLLM.
+
+The wheel is cached (``~/.cache/kvscope/``, or a copy in the repository's
+``.bench/``), so only the first run downloads it; the test is skipped, saying
+why, only if it can be neither found nor downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+import pytest
+
+from offload.base import OffloadingEvent
+from offload.wire.kv_events import (
+    BlockStored,
+    KVEventBatch,
+    decode_batch,
+    encode_batch,
+    to_kv_events,
+)
+
+VLLM_VERSION = "0.33.0"
+SCHEMA_MEMBER = "vllm/distributed/kv_events.py"
+WHEEL_DIRS = (Path.home() / ".cache" / "kvscope", Path(__file__).parents[2] / ".bench")
+
+
+def _cached_wheel() -> Path | None:
+    for folder in WHEEL_DIRS:
+        wheels = sorted(folder.glob(f"vllm-{VLLM_VERSION}-*.whl"))
+        if wheels:
+            return wheels[0]
+    return None
+
+
+def _download_wheel() -> Path:
+    """Fetch the wheel (no dependencies) into the cache, or skip saying why."""
+    cache = WHEEL_DIRS[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--platform=manylinux_2_28_x86_64",
+        f"--dest={cache}",
+        f"vllm=={VLLM_VERSION}",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    wheel = _cached_wheel()
+    if result.returncode != 0 or wheel is None:
+        pytest.skip(
+            f"vllm=={VLLM_VERSION} wheel not cached and not downloadable: "
+            f"{result.stderr.strip()[-400:]}"
+        )
+    return wheel
+
+
+def _unused(*_args: object, **_kwargs: object) -> Any:
+    raise AssertionError("vLLM's publisher is not part of this test")
+
+
+def _stand_in(name: str, **attributes: object) -> ModuleType:
+    module = ModuleType(name)
+    module.__dict__.update(attributes)
+    return module
+
+
+def _stand_ins() -> dict[str, ModuleType]:
+    return {
+        "vllm.config.kv_events": _stand_in("vllm.config.kv_events", KVEventsConfig=object),
+        "vllm.logger": _stand_in("vllm.logger", init_logger=logging.getLogger),
+        "vllm.utils.network_utils": _stand_in(
+            "vllm.utils.network_utils",
+            get_ip=_unused,
+            get_tcp_uri=_unused,
+            is_valid_ipv6_address=_unused,
+            split_zmq_path=_unused,
+        ),
+        "vllm.v1.core.kv_cache_utils": _stand_in(
+            "vllm.v1.core.kv_cache_utils", ExternalBlockHash=bytes | int
+        ),
+    }
+
+
+@contextmanager
+def _in_sys_modules(modules: dict[str, ModuleType]) -> Iterator[None]:
+    """Provide modules for the duration of a load, then restore what was there."""
+    saved = {name: sys.modules.get(name) for name in modules}
+    sys.modules.update(modules)
+    try:
+        yield
+    finally:
+        for name, previous in saved.items():
+            if previous is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = previous
+
+
+@pytest.fixture(scope="session")
+def vllm_schema() -> Iterator[ModuleType]:
+    """vLLM 0.33.0's kv_events module, executed from the wheel's own source.
+
+    It stays registered in ``sys.modules`` for the session because msgspec
+    resolves a struct's annotations through its module when a decoder is made.
+    """
+    wheel = _cached_wheel() or _download_wheel()
+    with zipfile.ZipFile(wheel) as archive:
+        source = archive.read(SCHEMA_MEMBER)
+    name = "vllm_0_33_kv_events"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    with _in_sys_modules({name: module}):
+        with _in_sys_modules(_stand_ins()):
+            exec(compile(source, f"{wheel.name}/{SCHEMA_MEMBER}", "exec"), module.__dict__)
+        yield module
+
+
+def test_our_batches_decode_with_vllms_schema(vllm_schema: ModuleType) -> None:
+    events = [
+        OffloadingEvent([1, 2, 3], block_size=16, medium="CPU", removed=False),
+        OffloadingEvent([b"\x00" * 32, b"\xff" * 32], block_size=32, medium="CPU", removed=False),
+        OffloadingEvent([2, b"\x01" * 32], block_size=16, medium="CPU", removed=True),
+    ]
+    batch = KVEventBatch(ts=12.5, events=to_kv_events(events), data_parallel_rank=3)
+
+    theirs = msgspec.msgpack.Decoder(vllm_schema.KVEventBatch).decode(encode_batch(batch))
+
+    assert (theirs.ts, theirs.data_parallel_rank) == (12.5, 3)
+    expected_types = [vllm_schema.BlockStored, vllm_schema.BlockStored, vllm_schema.BlockRemoved]
+    assert [type(event) for event in theirs.events] == expected_types
+    for got, sent in zip(theirs.events, events, strict=True):
+        assert (got.block_hashes, got.medium) == (sent.block_hashes, "CPU")
+        if not sent.removed:
+            assert (got.block_size, got.token_ids, got.parent_block_hash) == (
+                sent.block_size,
+                [],
+                None,
+            )
+
+
+def _vllm_batch(vllm_schema: ModuleType) -> Any:
+    """A batch as vLLM's GPU-side scheduler would publish it."""
+    return vllm_schema.KVEventBatch(
+        ts=99.0,
+        events=[
+            vllm_schema.BlockStored(
+                block_hashes=[b"\xaa" * 32],
+                parent_block_hash=b"\xbb" * 32,
+                token_ids=list(range(16)),
+                block_size=16,
+                lora_id=None,
+                medium="GPU",
+                lora_name=None,
+            ),
+            vllm_schema.BlockRemoved(block_hashes=[b"\xaa" * 32], medium="GPU"),
+            vllm_schema.AllBlocksCleared(),
+        ],
+    )
+
+
+def test_vllms_batches_decode_with_ours(vllm_schema: ModuleType) -> None:
+    theirs = _vllm_batch(vllm_schema)
+
+    ours = decode_batch(msgspec.msgpack.encode(theirs))
+
+    assert msgspec.to_builtins(ours) == msgspec.to_builtins(theirs)
+
+
+def test_both_schemas_write_the_same_bytes(vllm_schema: ModuleType) -> None:
+    theirs = _vllm_batch(vllm_schema)
+    ours = decode_batch(msgspec.msgpack.encode(theirs))
+
+    assert encode_batch(ours) == msgspec.msgpack.encode(theirs)
+
+
+def test_block_stored_with_every_field_round_trips(vllm_schema: ModuleType) -> None:
+    fields: dict[str, Any] = {
+        "block_hashes": [b"\x01" * 32, 7],
+        "parent_block_hash": 6,
+        "token_ids": [5, 6, 7, 8],
+        "block_size": 2,
+        "lora_id": 4,
+        "medium": "CPU",
+        "lora_name": "adapter-a",
+        "extra_keys": [("adapter-a", "mm-digest", 3), None],
+        "group_idx": 1,
+        "kv_cache_spec_kind": "sliding_window",
+        "kv_cache_spec_sliding_window": 128,
+        "locality": "LOCAL",
+        "ownership": "tier-2",
+        "session_id": "session-9",
+        "lookahead_token_ids": [[9], [10, 11]],
+    }
+    theirs = vllm_schema.BlockStored(**fields)
+    assert sorted(fields) == sorted(vllm_schema.BlockStored.__struct_fields__)
+    assert BlockStored.__struct_fields__ == vllm_schema.BlockStored.__struct_fields__
+    batch = vllm_schema.KVEventBatch(ts=1.0, events=[theirs])
+
+    ours = decode_batch(msgspec.msgpack.encode(batch))
+    back = msgspec.msgpack.Decoder(vllm_schema.KVEventBatch).decode(encode_batch(ours))
+
+    assert ours.events == [BlockStored(**fields)]
+    assert back.events == [theirs]

@@ -1,0 +1,108 @@
+"""Policy behaviour beyond the shared contract: ARC's adaptivity, the registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from offload import CachePolicy, CPUOffloadingManager, make_policy, register_policy
+from offload.cpu.policies import registry
+from offload.cpu.policies.arc import ARCCachePolicy
+from offload.cpu.policies.lru import LRUCachePolicy
+
+
+def store(manager: CPUOffloadingManager, hashes: list) -> None:
+    out = manager.prepare_store(hashes)
+    assert out is not None
+    manager.complete_store(out.block_hashes_to_store)
+
+
+def test_arc_keeps_frequently_used_blocks_through_a_scan() -> None:
+    hot = list(range(10))
+    results = {}
+    for policy in ("lru", "arc"):
+        manager = CPUOffloadingManager(16, 20, policy)
+        store(manager, hot)
+        manager.touch(hot)  # a second use: frequent
+        for scanned in range(1000, 1100):  # one-time blocks, five times the free room
+            store(manager, [scanned])
+        results[policy] = manager.lookup(hot)
+    assert results["arc"] == len(hot)
+    assert results["lru"] == 0  # the same scan flushes LRU
+
+
+def test_arc_promotes_on_second_use_and_remembers_evictions() -> None:
+    manager = CPUOffloadingManager(16, 2, "arc")
+    policy = manager.policy
+    assert isinstance(policy, ARCCachePolicy)
+    store(manager, [1, 2])
+    assert list(policy.t1) == [1, 2]
+    manager.touch([1])
+    assert list(policy.t1) == [2] and list(policy.t2) == [1]
+    store(manager, [3])  # T1 is over its target (0): 2 leaves T1 for ghost list B1
+    assert list(policy.b1) == [2]
+    assert manager.lookup([2]) == 0
+
+
+def test_arc_ghost_hit_grows_the_recency_target() -> None:
+    manager = CPUOffloadingManager(16, 2, "arc")
+    policy = manager.policy
+    assert isinstance(policy, ARCCachePolicy)
+    store(manager, [1, 2])
+    store(manager, [3])  # evicts 1 into B1
+    assert 1 in policy.b1 and policy.target_t1 == 0
+    store(manager, [1])  # a B1 ghost hit: recency deserved more room
+    assert policy.target_t1 == 1
+    assert 1 in policy.t2 and 1 not in policy.b1
+
+
+def test_arc_ghost_lists_are_bounded_by_capacity() -> None:
+    manager = CPUOffloadingManager(16, 4, "arc")
+    policy = manager.policy
+    assert isinstance(policy, ARCCachePolicy)
+    for block_hash in range(100):
+        store(manager, [block_hash])
+    assert len(policy.b1) + len(policy.b2) <= 2 * 4
+    assert len(policy.t1) + len(policy.t2) == 4
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registrations made by a test vanish after it."""
+    monkeypatch.setattr(registry, "_POLICIES", dict(registry._POLICIES))
+
+
+def test_registry_builds_policies_by_name_and_accepts_new_ones(scratch_registry: None) -> None:
+    assert isinstance(make_policy("lru", 3), LRUCachePolicy)
+    assert isinstance(make_policy("arc", 3), ARCCachePolicy)
+
+    @register_policy
+    class FIFOPolicy(LRUCachePolicy):
+        """LRU without touch: first in, first out."""
+
+        name = "fifo-test"
+
+        def touch(self, block_hashes: object) -> None:
+            return None
+
+    manager = CPUOffloadingManager(16, 2, "fifo-test")
+    store(manager, [1, 2])
+    manager.touch([1])
+    out = manager.prepare_store([3])
+    assert out is not None and out.block_hashes_evicted == [1]
+
+
+def test_registry_rejects_a_policy_without_a_name_or_a_taken_name(
+    scratch_registry: None,
+) -> None:
+    class Nameless(LRUCachePolicy):
+        name = ""
+
+    with pytest.raises(ValueError, match="non-empty string 'name'"):
+        register_policy(Nameless)
+
+    class Impostor(LRUCachePolicy):
+        name = "lru"
+
+    with pytest.raises(ValueError, match="'lru' is already registered"):
+        register_policy(Impostor)
+    assert issubclass(LRUCachePolicy, CachePolicy)

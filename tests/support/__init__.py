@@ -1,0 +1,1 @@
+"""Helpers the tests share: polling, live demo processes, raw ZMQ peers, thread interleaving."""
