@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SidecarSettings
-from app.tracing import TracingConfigError, configure_tracing
 from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.policies.registry import policy_names
 from offload.sim.mooncake import (
@@ -161,9 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     provider = None
     try:
-        provider = configure_tracing()
+        provider = configure_otel()
         return args.run(args)
-    except (TraceError, TracingConfigError) as exc:
+    except (TraceError, OtelConfigError) as exc:
         print(f"kvscope: error: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:

@@ -1,20 +1,10 @@
 """Subscribing to publishers: kvscope workers and vLLM's own KV-event publisher.
 
 One thread owns every SUB socket (ZMQ sockets are not thread-safe) and applies
-what arrives to the block index, publisher by publisher, in sequence order:
-
-- a sequence number one past the last is applied as it comes;
-- a jump forward is a gap: the missed batches are asked of the publisher's
-  replay socket and applied first; what the replay buffer no longer holds is
-  counted as missed;
-- a first frame with a sequence above 0 means the sidecar started after the
-  worker: it catches up from the replay buffer the same way;
-- a sequence that goes back means the publisher restarted: that publisher's
-  view is reset (not the others'), then rebuilt from its new stream.
-
-Malformed frames are counted and skipped; nothing a publisher sends can stop
-the thread. The index is mutated only under ``lock``, which readers (the HTTP
-API) take too.
+what arrives to the sidecar's state, publisher by publisher, in sequence order:
+gaps are filled from the publisher's replay socket, a sequence that goes back
+resets that publisher's view, malformed frames are counted and skipped. A stats
+frame updates the publisher's totals and rates right when it arrives.
 """
 
 from __future__ import annotations
@@ -22,14 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import msgspec
 import zmq
 
-from app.block_index import BlockIndex
-from app.wire_decode import DecodedBatch, decode_kv_payload
+from app.decode import DecodedBatch, decode_kv_payload
+from app.state.publisher import PublisherState
+from app.state.sidecar import SidecarState
+from app.state.worker_stats import WorkerStats, block_bytes_by_medium
 from offload.wire.framing import (
     DEFAULT_KV_TOPIC,
     DEFAULT_STATS_TOPIC,
@@ -45,75 +35,31 @@ logger = logging.getLogger(__name__)
 POLL_MS = 100
 """How often the thread looks at its stop flag when no frame arrives."""
 
-BatchListener = Callable[[str, int, DecodedBatch], None]
-"""Called with (publisher, sequence, batch) after each batch is applied."""
-
-
-@dataclass(frozen=True, slots=True)
-class PublisherEndpoints:
-    """Where one publisher can be reached: its PUB socket and, optionally, its replay socket."""
-
-    endpoint: str
-    replay_endpoint: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.endpoint
-
-
-@dataclass(slots=True)
-class PublisherState:
-    """What the sidecar knows of one publisher's stream (all counts since start-up)."""
-
-    endpoints: PublisherEndpoints
-    last_seq: int | None = None
-    last_frame_at: float | None = None
-    frames: int = 0
-    batches_applied: int = 0
-    gaps: int = 0
-    replayed: int = 0
-    missed: int = 0
-    restarts: int = 0
-    malformed: int = 0
-    stats_frames: int = 0
-    stats: StatsFrame | None = field(default=None, repr=False)
-
-    @property
-    def seen(self) -> bool:
-        return self.last_frame_at is not None
-
 
 class Ingestor:
-    """Subscribes to every publisher and keeps the block index current."""
+    """Subscribes to every publisher and keeps the sidecar's state current."""
 
     def __init__(
         self,
-        index: BlockIndex,
-        publishers: Iterable[PublisherEndpoints],
+        state: SidecarState,
         *,
         kv_topic: bytes = DEFAULT_KV_TOPIC,
         stats_topic: bytes = DEFAULT_STATS_TOPIC,
         replay_timeout_s: float = 2.0,
-        listener: BatchListener | None = None,
     ) -> None:
-        self.index = index
-        self.lock = threading.Lock()
-        self.states = {p.name: PublisherState(p) for p in publishers}
-        if not self.states:
-            raise ValueError("the sidecar needs at least one publisher to connect to")
+        self.state = state
         self._kv_topic = kv_topic
         self._stats_topic = stats_topic
         self._replay_timeout_ms = int(replay_timeout_s * 1000)
-        self._listener = listener
         self._stop = threading.Event()
         self._ctx = zmq.Context()
         self._sockets: dict[zmq.Socket, PublisherState] = {}
-        for state in self.states.values():
+        for publisher in state.publishers.values():
             sock = self._ctx.socket(zmq.SUB)
             for topic in {kv_topic, stats_topic}:
                 sock.setsockopt(zmq.SUBSCRIBE, topic)
-            sock.connect(state.endpoints.endpoint)
-            self._sockets[sock] = state
+            sock.connect(publisher.endpoints.endpoint)
+            self._sockets[sock] = publisher
         self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
 
     def start(self) -> None:
@@ -146,8 +92,7 @@ class Ingestor:
             raise MalformedFrame(f"expected [topic, seq, payload], got {len(frames)} frames")
         topic, seq_bytes, payload = frames
         if topic == self._stats_topic and topic != self._kv_topic:
-            state.stats = decode_stats_frame(payload)
-            state.stats_frames += 1
+            self._on_stats(state, decode_stats_frame(payload))
             return
         seq = decode_seq(seq_bytes)
         batch = decode_kv_payload(payload)
@@ -158,12 +103,23 @@ class Ingestor:
             self._fill(state, expected, seq)
         self._apply(state, seq, batch)
 
+    def _on_stats(self, state: PublisherState, frame: StatsFrame) -> None:
+        """Totals and rates since the publisher's previous frame; its block sizes to the index."""
+        state.worker = WorkerStats.between(state.stats, frame)
+        state.stats = frame
+        block_bytes = block_bytes_by_medium(frame)
+        if block_bytes:
+            with self.state.lock:
+                for medium, size in block_bytes.items():
+                    self.state.index.set_block_bytes(state.endpoints.name, medium, size)
+        state.stats_frames += 1
+
     def _restart(self, state: PublisherState) -> None:
         """The publisher's sequence went back: forget what it told us before."""
         state.restarts += 1
         state.last_seq = None
-        with self.lock:
-            self.index.reset_publisher(state.endpoints.name)
+        with self.state.lock:
+            self.state.index.reset_publisher(state.endpoints.name)
 
     def _fill(self, state: PublisherState, first: int, upto: int) -> None:
         """Apply batches first..upto-1 from the replay socket; count what it lacks."""
@@ -204,10 +160,9 @@ class Ingestor:
         return answers
 
     def _apply(self, state: PublisherState, seq: int, batch: DecodedBatch) -> None:
-        with self.lock:
-            self.index.apply(state.endpoints.name, batch, time.time())
+        with self.state.lock:
+            self.state.index.apply(state.endpoints.name, batch, time.time())
         state.last_seq = seq
         state.batches_applied += 1
         state.malformed += batch.malformed
-        if self._listener is not None:
-            self._listener(state.endpoints.name, seq, batch)
+        self.state.event_log.record(state.endpoints.name, seq, batch)

@@ -15,10 +15,9 @@ import time
 import uvicorn
 
 from app.api import create_app
-from app.block_index import BlockIndex
-from app.event_log import EventLog
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
+from app.state.sidecar import SidecarState
 from offload.base import Closeable
 
 SHUTDOWN_GRACE_S = 3.0
@@ -30,13 +29,11 @@ START_TIMEOUT_S = 30.0
 def build_server(
     settings: SidecarSettings, log_level: str = "info"
 ) -> tuple[uvicorn.Server, Ingestor]:
-    """The uvicorn server over the API, and the (not yet started) ingestor it reads."""
-    event_log = EventLog(settings.event_buffer)
-    ingestor = Ingestor(
-        BlockIndex(settings.max_blocks), settings.publishers(), listener=event_log.record
-    )
+    """The uvicorn server over the API, and the (not yet started) ingestor that feeds it."""
+    state = SidecarState.from_settings(settings)
+    ingestor = Ingestor(state)
     config = uvicorn.Config(
-        create_app(settings, ingestor, event_log),
+        create_app(settings, state),
         host=settings.host,
         port=settings.port,
         log_level=log_level,

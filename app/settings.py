@@ -14,13 +14,27 @@ a shorter ``replay`` list leaves the remaining publishers without replay.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.block_index import MAX_PAGE_LIMIT
-from app.ingest import PublisherEndpoints
+MAX_PAGE_LIMIT: Final = 1000
+"""The most entries (blocks or events) one page holds, whatever limit is asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherEndpoints:
+    """Where one publisher can be reached: its PUB socket and, optionally, its replay socket."""
+
+    endpoint: str
+    replay_endpoint: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.endpoint
+
 
 EndpointList = Annotated[list[str], NoDecode]
 """Decoded by ``_split_endpoints`` rather than as JSON only, to accept comma lists."""

@@ -4,7 +4,7 @@ Run from the repository root: .venv/bin/python -m bench.sidecar_ingest [--quick]
 One JSON line per frame shape (era x hash type x token ids):
 
 - ``ingest_events_per_s``: block events (one per block hash) decoded by
-  ``app.wire_decode`` AND applied to an ``app.block_index.BlockIndex``;
+  ``app.decode`` AND applied to an ``app.state.block_index.BlockIndex``;
 - ``decode_events_per_s``: decoding alone, for where the time goes;
 - ``bound_events_per_s``: ``msgspec.msgpack.decode`` of the same frames with no
   schema, which builds every object once and checks nothing: the least any
@@ -31,8 +31,8 @@ from itertools import islice
 
 import msgspec
 
-from app.block_index import BlockIndex
-from app.wire_decode import decode_kv_payload
+from app.decode import decode_kv_payload
+from app.state.block_index import BlockIndex
 from bench.tooling.common import emit
 from offload.wire.kv_events import BlockRemoved, BlockStored, KVEventBatch, encode_batch
 

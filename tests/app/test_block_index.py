@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.block_index import MAX_PAGE_LIMIT, BlockIndex, PrefixMatch, Usage
-from app.wire_decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
+from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
+from app.settings import MAX_PAGE_LIMIT
+from app.state.block_index import BlockIndex, PrefixMatch, Usage
 
 
 def stored(hashes: list, medium: str | None = "CPU", block_size: int = 16) -> DecodedEvent:

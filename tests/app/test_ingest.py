@@ -13,8 +13,11 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from app.block_index import BlockIndex
-from app.ingest import Ingestor, PublisherEndpoints
+from app.ingest import Ingestor
+from app.settings import PublisherEndpoints
+from app.state.block_index import BlockIndex
+from app.state.event_log import EventLog
+from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
 from offload.wire.publisher import EventPublisher
 from offload.wire.stats_frame import StatsFrame, WorkerConfig
@@ -41,7 +44,7 @@ def a_stats_frame() -> StatsFrame:
 
 def connected(ingestor: Ingestor, publisher: EventPublisher) -> None:
     """Probe with stats frames until the sidecar's subscription is live (slow joiner)."""
-    state = ingestor.states[publisher.endpoint]
+    state = ingestor.state.publishers[publisher.endpoint]
 
     def seen() -> bool:
         publisher.publish_stats(a_stats_frame())
@@ -51,8 +54,8 @@ def connected(ingestor: Ingestor, publisher: EventPublisher) -> None:
 
 
 def cpu_blocks(ingestor: Ingestor) -> set:
-    with ingestor.lock:
-        return {h for h in range(200) if ingestor.index.get(h) is not None}
+    with ingestor.state.lock:
+        return {h for h in range(200) if ingestor.state.index.get(h) is not None}
 
 
 @pytest.fixture
@@ -62,7 +65,7 @@ def publisher() -> Iterator[EventPublisher]:
 
 
 def start_ingest(*publishers: PublisherEndpoints) -> Ingestor:
-    ingestor = Ingestor(BlockIndex(max_blocks=1000), publishers)
+    ingestor = Ingestor(SidecarState(BlockIndex(max_blocks=1000), EventLog(1000), publishers))
     ingestor.start()
     return ingestor
 
@@ -78,11 +81,11 @@ def test_the_index_holds_what_was_published(publisher: EventPublisher) -> None:
         publisher.publish_events([stored(*range(10))])
         publisher.publish_events([removed(3, 4), stored(20)])
         wait_until(lambda: cpu_blocks(ingestor) == {0, 1, 2, 5, 6, 7, 8, 9, 20}, "index")
-        state = ingestor.states[publisher.endpoint]
+        state = ingestor.state.publishers[publisher.endpoint]
         assert (state.gaps, state.missed, state.restarts, state.malformed) == (0, 0, 0, 0)
         assert state.stats is not None and state.stats.engine_id == "e0"
-        with ingestor.lock:
-            assert ingestor.index.blocks_by_medium() == {"CPU": 9}
+        with ingestor.state.lock:
+            assert ingestor.state.index.blocks_by_medium() == {"CPU": 9}
     finally:
         ingestor.close()
 
@@ -99,14 +102,14 @@ def test_a_sidecar_started_after_the_worker_catches_up_from_replay(
         connected(ingestor, publisher)
         publisher.publish_events([stored(4)])
         wait_until(lambda: cpu_blocks(ingestor) == {1, 3, 4}, "caught up")
-        state = ingestor.states[publisher.endpoint]
+        state = ingestor.state.publishers[publisher.endpoint]
         assert state.replayed >= 2 and state.gaps == 0 and state.missed == 0
     finally:
         ingestor.close()
 
 
 def probe_until_connected(raw: RawPublisher, ingestor: Ingestor) -> None:
-    state = ingestor.states[raw.endpoints.endpoint]
+    state = ingestor.state.publishers[raw.endpoints.endpoint]
 
     def seen() -> bool:
         raw.pub.send_multipart(
@@ -126,7 +129,7 @@ def test_a_lost_frame_is_filled_from_the_replay_socket() -> None:
         raw.send(1, kv_payload(stored(3)), lose=True)
         raw.send(2, kv_payload(removed(1)))
         wait_until(lambda: cpu_blocks(ingestor) == {2, 3}, "gap filled")
-        state = ingestor.states[raw.endpoints.endpoint]
+        state = ingestor.state.publishers[raw.endpoints.endpoint]
         assert (state.gaps, state.missed, state.last_seq) == (1, 0, 2)
     finally:
         ingestor.close()
@@ -138,7 +141,7 @@ def test_malformed_frames_are_counted_and_skipped() -> None:
     ingestor = start_ingest(raw.endpoints)
     try:
         probe_until_connected(raw, ingestor)
-        state = ingestor.states[raw.endpoints.endpoint]
+        state = ingestor.state.publishers[raw.endpoints.endpoint]
         raw.pub.send_multipart([b"", (0).to_bytes(8, "big"), b"\xc1 not msgpack"])
         raw.pub.send_multipart([b"", b"short", kv_payload(stored(9))])
         raw.pub.send_multipart([b"only one frame"])
@@ -164,8 +167,8 @@ def test_a_restarted_publisher_resets_its_own_view_only() -> None:
             first.buffer.clear()  # the restarted process has an empty replay buffer
         first.send(0, kv_payload(stored(4)))  # the sequence starts over
         wait_until(lambda: cpu_blocks(ingestor) == {4, 50}, "first publisher's view rebuilt")
-        assert ingestor.states[first.endpoints.endpoint].restarts == 1
-        assert ingestor.states[other.endpoints.endpoint].restarts == 0
+        assert ingestor.state.publishers[first.endpoints.endpoint].restarts == 1
+        assert ingestor.state.publishers[other.endpoints.endpoint].restarts == 0
     finally:
         ingestor.close()
         first.close()

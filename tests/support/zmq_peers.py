@@ -11,7 +11,7 @@ import threading
 
 import zmq
 
-from app.ingest import PublisherEndpoints
+from app.settings import PublisherEndpoints
 from offload.base import OffloadingEvent
 from offload.wire.framing import END_OF_REPLAY_SEQ
 from offload.wire.kv_events import KVEventBatch, encode_batch, to_kv_events

@@ -1,47 +1,9 @@
 """Decode KV-event frames from kvscope workers and from vLLM's own publisher, of any era.
 
-The sidecar must read every vLLM that a user may run beside it, not only the
-release whose schema ``offload/kv_events.py`` restates. vLLM's wire format
-changed shape over time, so this module reads all of its shapes into one small
-internal representation (``DecodedBatch`` of ``DecodedEvent``):
-
-- The batch is ``[ts, events]`` or ``[ts, events, data_parallel_rank]`` (msgspec
-  leaves off a trailing default, so a missing rank means "not known"). A map
-  ``{"ts", "events", "data_parallel_rank"}`` is read too: vLLM's main branch
-  once encoded the batch without ``array_like``.
-- Before vLLM 0.26 an event is a positional array whose first element is the
-  tag: ``["BlockStored", block_hashes, parent_block_hash, token_ids,
-  block_size, lora_id, medium, lora_name, extra_keys, ...]``,
-  ``["BlockRemoved", block_hashes, medium, ...]``, ``["AllBlocksCleared"]``.
-  Releases appended fields (``medium``, ``lora_name``, ``extra_keys``,
-  ``group_idx``...) and left trailing defaults off, so an event may stop after
-  ``lora_id`` (BlockStored) or ``block_hashes`` (BlockRemoved) and may carry
-  any number of fields after the ones read here; those are ignored.
-- From vLLM 0.26 on an event is a map tagged by ``"type"`` whose fields equal
-  to their default are left off; unknown keys are ignored.
-- Block hashes are msgpack ints (traces, older vLLM) or bin (vLLM's sha256
-  hashes) and are passed through unchanged as ``int`` or ``bytes``.
-
-An event without a medium (``medium`` nil or absent) is vLLM's GPU prefix
-cache: vLLM only started naming media when it gained offloading tiers. The
-decoded event keeps ``None`` there, as on the wire; ``DEFAULT_MEDIUM`` names
-what it means.
-
-Speed: a frame is decoded once, by msgspec, straight into typed structs that
-skip the fields the sidecar never reads (token ids are kept as undecoded
-``msgspec.Raw`` spans, not lists of ints). A batch holds events of one era, so
-two whole-batch decoders (map events, array events) cover every well-formed
-frame. Only when both fail is the batch decoded event by event, which is how
-one bad event is isolated.
-
-Malformed input, decided so that one publisher's bug cannot blind the sidecar
-to the rest of a batch:
-
-- A payload that is not a batch at all (not msgpack, not ``[ts, events, ...]``,
-  ``ts`` not a number, ``events`` not a list) raises ``MalformedFrame``.
-- An event that is not a known, well-formed event (an unknown tag, a missing
-  or mistyped field) is skipped and counted in ``DecodedBatch.malformed``; the
-  batch's other events are kept, in order.
+vLLM's wire format changed shape across releases; every shape is read into one
+small internal form (``DecodedBatch`` of ``DecodedEvent``) by msgspec, in one
+pass. A payload that is no batch raises ``MalformedFrame``; a bad event is
+skipped and counted, the rest of its batch kept. The shapes: docs/PROTOCOL.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """The sidecar's recent block events: a bounded ring with ids, and waiting for new ones.
 
-The KV-event feed (``/api/v1/events`` and its Server-Sent Events stream) must
-let a client resume where it stopped, so every decoded event gets an id, one
-more than the last, and the most recent ``capacity`` events are kept: a
-client that reconnects with the last id it saw gets what it missed, as long
-as the ring still holds it. Ids start at 1 with each sidecar process, so 0
-means "before everything".
-
-Events are kept as decoded (no per-block rendering on the ingest thread,
-whose speed bounds the sidecar's event rate); the API renders the few it
-serves.
-
-Threads. ``record`` runs on the ingest thread; readers run on the HTTP
-server's event loop and worker threads. A lock guards the ring, and waiting
-readers are woken through their own event loop (``call_soon_threadsafe``), so
-a stream that has nothing to send sleeps instead of polling, and a record
-with no one waiting costs no wake-up at all.
+Ids let a feed reader resume where it stopped (``/api/v1/events`` and its
+stream); the ring keeps the last ``capacity`` events as decoded. ``record``
+runs on the ingest thread, readers on the server's threads and event loop.
 """
 
 from __future__ import annotations
@@ -28,7 +15,7 @@ from contextlib import suppress
 from itertools import islice
 from typing import NamedTuple
 
-from app.wire_decode import DecodedBatch, DecodedEvent
+from app.decode import DecodedBatch, DecodedEvent
 
 RATE_WINDOW_S = 10.0
 """The span over which ``events_per_s`` averages: long enough to smooth bursts."""

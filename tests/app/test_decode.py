@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.wire_decode import (
+from app.decode import (
     DEFAULT_MEDIUM,
     DecodedBatch,
     DecodedEvent,

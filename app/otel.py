@@ -23,11 +23,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 KNOWN_EXPORTERS = ("console", "otlp", "none")
 
 
-class TracingConfigError(ValueError):
+class OtelConfigError(ValueError):
     """An OTEL_* variable kvscope cannot honour; the message names it."""
 
 
-def configure_tracing(environ: Mapping[str, str] = os.environ) -> TracerProvider | None:
+def configure_otel(environ: Mapping[str, str] = os.environ) -> TracerProvider | None:
     """Install a tracer provider when OTEL_TRACES_EXPORTER asks for one.
 
     Returns the provider (call ``shutdown()`` on exit to flush it), or None
@@ -55,11 +55,11 @@ def _exporter(name: str) -> SpanExporter:
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
-            raise TracingConfigError(
+            raise OtelConfigError(
                 "OTEL_TRACES_EXPORTER=otlp needs the OTLP exporter: pip install 'kvscope[otlp]'"
             ) from None
         return OTLPSpanExporter()
-    raise TracingConfigError(
+    raise OtelConfigError(
         f"OTEL_TRACES_EXPORTER names an unknown exporter {name!r}; "
         f"kvscope knows: {', '.join(KNOWN_EXPORTERS)}"
     )

@@ -1,46 +1,9 @@
-"""The sidecar's live block index: which blocks exist, where, since when, how reused.
+"""The sidecar's live block index: which blocks exist, on which publisher and medium, since when.
 
-The index follows the KV-event streams of one or many publishers (kvscope
-workers, vLLM engines) and answers "where is this block", "how much of this
-prompt's prefix is cached, and on which medium", and paged listings for the
-API, all from memory.
-
-Keys and locations. A block is keyed by its hash alone, so the same prefix
-cached by two workers (data-parallel ranks hash identically) is one entry with
-two locations. A location is a (publisher, medium) pair, and each pair gets
-one bit the first time it is seen; an entry's locations are a bit mask. That
-makes the hot path (one dict lookup and one OR or AND-NOT per block) the same
-cost for one publisher or many, and lets a removal of one publisher's copy
-leave another's in place. Counts per location are kept incrementally, so
-usage figures cost nothing to read.
-
-Event semantics (in the order a batch lists them):
-
-- stored: the block gains the location; the entry is created on first store.
-- removed: the block loses the location; the entry goes when none is left. A
-  removal of a location the index does not hold changes nothing and is counted
-  in ``untracked_removals`` (events lost in a gap, or blocks refused by the cap).
-- cleared (vLLM's AllBlocksCleared): every location of that publisher goes.
-
-Hits. vLLM's events say nothing of lookups, but a reuse from an offload tier
-shows on the wire: a block loaded back into the GPU is *stored on the GPU*
-while a lower tier (CPU, storage) still holds it. ``hits`` counts exactly
-those stores: a GPU store of a block the index holds on another medium (of any
-publisher, because vLLM and kvscope may publish the two media on different
-sockets). Offloading a GPU block to the CPU is not a hit; recomputing a block
-that no tier held is not one either.
-
-Memory cap. At most ``max_blocks`` entries. When full, blocks not yet indexed
-are *refused* (counted in ``overflow``) rather than the oldest evicted: the
-oldest entries are the long-lived shared prefixes (system prompts), the ones
-prefix lookups most need, and evicting an entry the publisher still holds
-would make the index lie about a cached block where refusing only leaves a
-new block unknown. New locations of already indexed blocks are still tracked.
-
-Listing. Every entry gets a sequence number when it is created; ``page``
-walks entries in that order from a cursor (the last sequence returned), so a
-cursor stays valid while blocks come and go: new blocks appear after it,
-removed blocks simply do not appear.
+Fed by the ingest thread from the KV-event streams of every publisher, it answers
+"where is this block", "how much of this prompt's prefix is cached, and where"
+and paged listings for the API, from memory, at the cost of one dict lookup per
+event. How it keys blocks, counts hits and caps its memory: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -52,10 +15,8 @@ from typing import Final
 
 import msgspec
 
-from app.wire_decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
-
-MAX_PAGE_LIMIT: Final = 1000
-"""The most entries one ``page`` call returns, whatever limit is asked."""
+from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
+from app.settings import MAX_PAGE_LIMIT
 
 # Per block, the index keeps one tuple of atomic values (location mask,
 # sequence, first stored, last stored, hits, block size) in one dict, never a

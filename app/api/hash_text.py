@@ -1,0 +1,45 @@
+"""Block hashes as text: one rule, round-tripping, for ints and bytes alike.
+
+An int is written in decimal (``"12345"``, ``"-7"``); bytes as ``0x`` and
+lower-case hex. Text reads as an int when it is all digits (with an optional
+leading ``-``), as bytes when it is ``0x`` and an even number of hex digits, or
+exactly 64 hex digits (a sha256 hash as vLLM logs it). Ints travel as strings
+because 64-bit hashes exceed what JavaScript numbers hold exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, StrictInt
+
+_INT_TEXT = re.compile(r"-?[0-9]+")
+_HEX_TEXT = re.compile(r"(?:0[xX](?:[0-9a-fA-F]{2})+|[0-9a-fA-F]{64})")
+
+
+def parse_block_hash(text: str) -> bytes | int:
+    """Read a hash written by ``render_block_hash`` (see the module doc for the rule)."""
+    if _INT_TEXT.fullmatch(text):
+        return int(text)
+    if _HEX_TEXT.fullmatch(text):
+        return bytes.fromhex(text.removeprefix("0x").removeprefix("0X"))
+    raise ValueError(
+        f"{text!r} is not a block hash: use decimal digits for an int hash, or 0x and an "
+        "even number of hex digits (or exactly 64 hex digits) for a bytes hash"
+    )
+
+
+def render_block_hash(block_hash: object) -> str:
+    return "0x" + block_hash.hex() if isinstance(block_hash, bytes) else str(block_hash)
+
+
+def _hash_input(value: str | int) -> bytes | int:
+    return value if isinstance(value, int) else parse_block_hash(value)
+
+
+BlockHashText = Annotated[str, AfterValidator(parse_block_hash)]
+"""A hash given as text (a path parameter), parsed to int or bytes."""
+
+BlockHashInput = Annotated[StrictInt | str, AfterValidator(_hash_input)]
+"""A hash in a JSON body: a JSON integer, or text by the same rule."""

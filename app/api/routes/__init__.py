@@ -1,0 +1,1 @@
+"""One router per resource; every router but the probes' requires the token."""

@@ -1,0 +1,46 @@
+"""The block index: paged listing, one block, and how much of a prompt's chain is cached."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+
+from app.api.deps import PageSize, State, require_token
+from app.api.hash_text import BlockHashText
+from app.api.schemas import BlockInfo, BlockPage, LookupRequest, LookupResponse
+
+router = APIRouter(tags=["api"], dependencies=[Depends(require_token)])
+
+
+@router.get("/blocks")
+def blocks(
+    state: State,
+    *,
+    medium: str | None = None,
+    publisher: str | None = None,
+    cursor: int | None = Query(None, description="`next_cursor` of the previous page."),
+    limit: PageSize,
+) -> BlockPage:
+    """Indexed blocks in order of first store; the cursor survives blocks coming and going."""
+    with state.lock:
+        entries, next_cursor = state.index.page(medium, publisher, cursor, limit)
+    return BlockPage(blocks=[BlockInfo.of(entry) for entry in entries], next_cursor=next_cursor)
+
+
+@router.get("/blocks/{block_hash}", responses={404: {"description": "Not indexed."}})
+def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> BlockInfo:
+    """One block: where it is held, since when, how often reloaded."""
+    with state.lock:
+        entry = state.index.get(block_hash)
+    if entry is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "block not indexed")
+    return BlockInfo.of(entry)
+
+
+@router.post("/lookup")
+def lookup(state: State, request: LookupRequest) -> LookupResponse:
+    """How much of a prompt's block chain is cached, per medium, and where it breaks."""
+    with state.lock:
+        match = state.index.lookup_prefix(request.block_hashes)
+    return LookupResponse(runs=match.runs, break_index=match.break_index)

@@ -1,0 +1,35 @@
+"""What orchestrators call: Prometheus metrics (token required) and the probes (open)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, status
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.api.deps import Registry, State, require_token
+from app.api.schemas import Readiness
+
+router = APIRouter(tags=["operations"], dependencies=[Depends(require_token)])
+probes = APIRouter(tags=["operations"])
+"""Open: orchestrators call the probes without credentials."""
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(registry: Registry) -> Response:
+    """Prometheus exposition: every worker's metrics, labelled, and the sidecar's own."""
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@probes.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Liveness: 200 while the process serves."""
+    return {"status": "ok"}
+
+
+@probes.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
+def readyz(state: State) -> JSONResponse:
+    """Readiness: 200 once every publisher has been heard from, else 503 naming the rest."""
+    unseen = [name for name, publisher in state.publishers.items() if not publisher.seen]
+    body = Readiness(ready=not unseen, unseen=unseen)
+    code = status.HTTP_503_SERVICE_UNAVAILABLE if unseen else status.HTTP_200_OK
+    return JSONResponse(body.model_dump(), code)

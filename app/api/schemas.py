@@ -1,0 +1,162 @@
+"""The API's request and response bodies, and how each is built from the sidecar's state."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from app.api.hash_text import BlockHashInput, render_block_hash
+from app.decode import DEFAULT_MEDIUM
+from app.state.block_index import BlockEntry
+from app.state.event_log import LoggedEvent
+from app.state.publisher import PublisherState
+
+CONNECTED_WITHIN_S = 10.0
+"""A publisher counts as connected when a frame arrived this recently."""
+
+
+class PublisherInfo(BaseModel):
+    """One publisher's stream health and, once a stats frame arrived, its configuration."""
+
+    name: str = Field(description="The publisher's PUB endpoint, as configured.")
+    seen: bool
+    connected: bool = Field(description=f"A frame arrived within {CONNECTED_WITHIN_S:g} s.")
+    last_frame_at: float | None
+    last_seq: int | None
+    frames: int
+    gaps: int
+    missed: int
+    restarts: int
+    malformed: int
+    replayed: int
+    dropped: int | None = Field(description="Frames the publisher itself dropped.")
+    engine_id: str | None
+    rank: int | None
+    policy: str | None
+    capacity_blocks: int | None
+    block_size: int | None
+
+    @classmethod
+    def of(cls, state: PublisherState, now: float) -> PublisherInfo:
+        frame, worker = state.stats, state.worker
+        return cls(
+            name=state.endpoints.name,
+            seen=state.seen,
+            connected=state.last_frame_at is not None
+            and now - state.last_frame_at <= CONNECTED_WITHIN_S,
+            last_frame_at=state.last_frame_at,
+            last_seq=state.last_seq,
+            frames=state.frames,
+            gaps=state.gaps,
+            missed=state.missed,
+            restarts=state.restarts,
+            malformed=state.malformed,
+            replayed=state.replayed,
+            dropped=None if worker is None else worker.dropped_frames,
+            engine_id=None if frame is None else frame.engine_id,
+            rank=None if frame is None else frame.rank,
+            policy=None if frame is None else frame.config.policy,
+            capacity_blocks=None if frame is None else frame.config.capacity_blocks,
+            block_size=None if frame is None else frame.config.block_size,
+        )
+
+
+class StatsResponse(BaseModel):
+    """Live totals over every publisher; ``*_per_s`` are null until two stats frames are seen."""
+
+    ts: float
+    blocks_by_medium: dict[str, int]
+    bytes_by_medium: dict[str, int]
+    tracked_blocks: int
+    max_blocks: int
+    overflow: int
+    hit_ratio: float | None = Field(description="lookup_hit_blocks / lookup_blocks.")
+    lookup_hit_blocks: int
+    lookup_blocks: int
+    evictions: dict[str, int] = Field(description="Evicted blocks by reason.")
+    stores_completed: int
+    loads: int
+    stores_per_s: float | None
+    loads_per_s: float | None
+    evictions_per_s: float | None
+    transfer_bytes_per_s: dict[str, float] = Field(description="By direction.")
+    events_per_s: float
+    publishers: list[PublisherInfo]
+
+
+class BlockInfo(BaseModel):
+    block_hash: str
+    media: list[str]
+    publishers: list[str]
+    block_size: int | None
+    first_stored: float
+    last_stored: float
+    hits: int = Field(description="Loads back to the GPU from a lower tier.")
+    seq: int
+
+    @classmethod
+    def of(cls, entry: BlockEntry) -> BlockInfo:
+        return cls(
+            block_hash=render_block_hash(entry.block_hash),
+            media=list(entry.media),
+            publishers=list(entry.publishers),
+            block_size=entry.block_size,
+            first_stored=entry.first_stored,
+            last_stored=entry.last_stored,
+            hits=entry.hits,
+            seq=entry.seq,
+        )
+
+
+class BlockPage(BaseModel):
+    blocks: list[BlockInfo]
+    next_cursor: int | None = Field(description="Pass as `cursor` for the next page.")
+
+
+class LookupRequest(BaseModel):
+    block_hashes: list[BlockHashInput] = Field(description="A prompt's block-hash chain.")
+
+
+class LookupResponse(BaseModel):
+    runs: dict[str, int] = Field(description="Per medium, the chain's leading run held there.")
+    break_index: int = Field(description="The first block held nowhere.")
+
+
+class Event(BaseModel):
+    id: int
+    publisher: str
+    seq: int = Field(description="The publisher's batch sequence number.")
+    ts: float = Field(description="The batch's timestamp, by the publisher's clock.")
+    kind: Literal["stored", "removed", "cleared"]
+    medium: str | None = Field(description="Null for `cleared` (every medium).")
+    block_hashes: list[str]
+    block_size: int | None
+    parent_block_hash: str | None
+
+    @classmethod
+    def of(cls, logged: LoggedEvent) -> Event:
+        event = logged.event
+        parent = event.parent_block_hash
+        return cls(
+            id=logged.id,
+            publisher=logged.publisher,
+            seq=logged.seq,
+            ts=logged.ts,
+            kind=event.kind,
+            medium=None if event.kind == "cleared" else event.medium or DEFAULT_MEDIUM,
+            block_hashes=[render_block_hash(h) for h in event.block_hashes],
+            block_size=event.block_size,
+            parent_block_hash=None if parent is None else render_block_hash(parent),
+        )
+
+
+class EventPage(BaseModel):
+    events: list[Event]
+    first_id: int = Field(description="The oldest id still held; older ones were dropped.")
+    last_id: int
+
+
+class Readiness(BaseModel):
+    ready: bool
+    unseen: list[str]

@@ -1,0 +1,91 @@
+"""One publisher's worker counters: totals from its latest stats frame, rates from the two latest.
+
+Computed once per stats frame, on the ingest thread, so a rate spans two
+consecutive frames of one publisher whoever reads it and however often.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from offload.telemetry import metrics as m
+from offload.wire.stats_frame import StatsFrame
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """Totals since the worker started; ``*_per_s`` None until a second frame (or after a reset)."""
+
+    lookup_hit_blocks: int = 0
+    lookup_blocks: int = 0
+    evictions: dict[str, int] = field(default_factory=dict)
+    stores_completed: int = 0
+    loads: int = 0
+    dropped_frames: int = 0
+    stores_per_s: float | None = None
+    loads_per_s: float | None = None
+    evictions_per_s: float | None = None
+    transfer_bytes_per_s: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def between(cls, previous: StatsFrame | None, frame: StatsFrame) -> WorkerStats:
+        """Totals of ``frame``; rates from ``previous`` (the publisher's frame before it) to it."""
+        seconds = 0.0 if previous is None else frame.ts - previous.ts
+
+        def rate(spec: m.MetricSpec) -> float | None:
+            if previous is None:
+                return None
+            return _rate(_total(previous, spec), _total(frame, spec), seconds)
+
+        transfer: dict[str, float] = {}
+        if previous is not None:
+            moved = _by_label(previous, m.TRANSFER_BYTES_TOTAL, "direction")
+            for direction, value in _by_label(frame, m.TRANSFER_BYTES_TOTAL, "direction").items():
+                per_s = _rate(moved.get(direction, 0.0), value, seconds)
+                if per_s is not None:
+                    transfer[direction] = per_s
+        return cls(
+            lookup_hit_blocks=int(_total(frame, m.LOOKUP_HIT_BLOCKS_TOTAL)),
+            lookup_blocks=int(_total(frame, m.LOOKUP_BLOCKS_TOTAL)),
+            evictions={
+                reason: int(value)
+                for reason, value in _by_label(frame, m.EVICTED_BLOCKS_TOTAL, "reason").items()
+            },
+            stores_completed=int(_total(frame, m.STORE_COMPLETED_BLOCKS_TOTAL)),
+            loads=int(_total(frame, m.LOAD_BLOCKS_TOTAL)),
+            dropped_frames=int(_total(frame, m.PUBLISHER_DROPPED_FRAMES_TOTAL)),
+            stores_per_s=rate(m.STORE_COMPLETED_BLOCKS_TOTAL),
+            loads_per_s=rate(m.LOAD_BLOCKS_TOTAL),
+            evictions_per_s=rate(m.EVICTED_BLOCKS_TOTAL),
+            transfer_bytes_per_s=transfer,
+        )
+
+
+def block_bytes_by_medium(frame: StatsFrame) -> dict[str, int]:
+    """The bytes of one block on each medium the frame's worker holds blocks on."""
+    block_bytes = frame.config.bytes_per_block
+    if block_bytes is None:
+        return {}
+    return {
+        sample.labels["medium"]: block_bytes
+        for sample in frame.gauges
+        if sample.name == m.BLOCKS_CAPACITY.name and "medium" in sample.labels
+    }
+
+
+def _total(frame: StatsFrame, spec: m.MetricSpec) -> float:
+    return sum(sample.value for sample in frame.counters if sample.name == spec.name)
+
+
+def _by_label(frame: StatsFrame, spec: m.MetricSpec, label: str) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for sample in frame.counters:
+        if sample.name == spec.name:
+            key = sample.labels.get(label, "")
+            totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
+def _rate(before: float, after: float, seconds: float) -> float | None:
+    """A counter's rate, or None over no time or across a reset (a restarted worker)."""
+    return (after - before) / seconds if seconds > 0 and after >= before else None

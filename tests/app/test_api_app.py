@@ -1,0 +1,162 @@
+"""The FastAPI app in-process over a real SidecarState: auth, paging, and stats computed at ingest.
+
+Routes are driven through fastapi's TestClient (no server); the state is fed
+by a real Ingestor from kvscope's real EventPublisher where a test needs
+ingest. Waits poll the ingest thread's own counters (never the API, whose
+first read is what a test checks) for up to 15 s; nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import create_app
+from app.ingest import Ingestor
+from app.settings import SidecarSettings
+from app.state.sidecar import SidecarState
+from offload.base import OffloadingEvent
+from offload.telemetry import metrics as m
+from offload.wire.publisher import EventPublisher
+from offload.wire.stats_frame import Sample, StatsFrame, WorkerConfig
+from tests.support.polling import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+TOKEN = "s3cret-token"
+ENDPOINT = "tcp://127.0.0.1:1"  # never connected to: these tests ingest nothing
+
+
+def client(**overrides: object) -> TestClient:
+    settings = SidecarSettings(connect=[ENDPOINT], **overrides)
+    return TestClient(create_app(settings, SidecarState.from_settings(settings)))
+
+
+def test_the_token_guards_every_route_but_the_probes_and_the_page() -> None:
+    with client(token=TOKEN) as http:
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        for path in ("/api/v1/stats", "/api/v1/blocks", "/api/v1/events", "/metrics",
+                     "/docs", "/redoc", "/openapi.json"):  # fmt: skip
+            missing = http.get(path)
+            assert missing.status_code == 401, path
+            assert missing.headers["www-authenticate"] == 'Bearer realm="kvscope"'
+            assert missing.json() == {"detail": "missing bearer token"}
+            for wrong in ("Bearer not-it", f"Basic {TOKEN}", TOKEN):
+                refused = http.get(path, headers={"Authorization": wrong})
+                assert refused.status_code == 401, (path, wrong)
+                assert refused.json() == {"detail": "invalid token"}
+                assert refused.headers["www-authenticate"] == (
+                    'Bearer realm="kvscope", error="invalid_token"'
+                )
+            assert http.get(path, headers=good).status_code == 200, path
+            assert http.get(path, headers={"Authorization": f"bearer  {TOKEN} "}).is_success
+        assert http.post("/api/v1/lookup", json={"block_hashes": []}).status_code == 401
+        assert http.post("/api/v1/lookup", json={"block_hashes": []}, headers=good).is_success
+        assert http.get("/api/v1/blocks/7", headers=good).status_code == 404
+        assert http.get("/healthz").status_code == 200
+        assert http.get("/readyz").status_code == 503
+        assert http.get("/").status_code == 200
+        assert http.get("/static/app.js").status_code == 200
+        stream = "/api/v1/events/stream"
+        assert http.get(stream).json() == {"detail": "missing bearer token"}
+        assert http.get(stream, params={"token": "not-it"}).json() == {"detail": "invalid token"}
+        assert http.get("/api/v1/stats", params={"token": TOKEN}).status_code == 401
+
+
+def test_without_a_token_everything_is_open() -> None:
+    with client() as http:
+        for path in ("/api/v1/stats", "/metrics", "/docs", "/redoc", "/openapi.json"):
+            assert http.get(path).status_code == 200, path
+
+
+def test_page_size_defaults_under_the_cap_and_a_larger_one_is_a_422() -> None:
+    with client(page_limit=10) as http:
+        assert http.get("/api/v1/events").status_code == 200
+        assert http.get("/api/v1/blocks", params={"limit": 10}).status_code == 200
+        too_big = http.get("/api/v1/blocks", params={"limit": 11})
+        assert too_big.status_code == 422
+        assert too_big.json()["detail"][0]["loc"] == ["query", "limit"]
+        assert "10" in too_big.json()["detail"][0]["msg"]
+        assert http.get("/api/v1/events", params={"limit": 0}).status_code == 422
+
+
+# --- worker stats are computed when a stats frame arrives ------------------------------
+
+
+def a_frame(ts: float, stores: int, moved: int, *, bytes_per_block: int | None) -> StatsFrame:
+    return StatsFrame(
+        ts=ts,
+        engine_id="e0",
+        rank=0,
+        config=WorkerConfig(
+            policy="lru", capacity_blocks=8, block_size=16, bytes_per_block=bytes_per_block
+        ),
+        counters=[
+            Sample(name=m.STORE_COMPLETED_BLOCKS_TOTAL.name, value=stores),
+            Sample(name=m.TRANSFER_BYTES_TOTAL.name, labels={"direction": "h2d"}, value=moved),
+        ],
+        gauges=[Sample(name=m.BLOCKS_CAPACITY.name, labels={"medium": "CPU"}, value=8)],
+    )
+
+
+@pytest.fixture
+def ingesting() -> Iterator[tuple[EventPublisher, SidecarState]]:
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
+        state = SidecarState.from_settings(SidecarSettings(connect=[publisher.endpoint]))
+        ingestor = Ingestor(state)
+        ingestor.start()
+        try:
+            yield publisher, state
+        finally:
+            ingestor.close()
+
+
+def test_rates_and_block_bytes_come_from_ingest_not_from_reads(
+    ingesting: tuple[EventPublisher, SidecarState],
+) -> None:
+    publisher, state = ingesting
+    heard = state.publishers[publisher.endpoint]
+
+    def probe() -> bool:  # ZMQ's slow joiner: frames before the subscription are lost
+        publisher.publish_stats(a_frame(1.0, 0, 0, bytes_per_block=None))
+        return heard.stats_frames > 0
+
+    wait_until(probe, "the sidecar receives the publisher")
+    publisher.publish_events([OffloadingEvent([1, 2, 3], 16, "CPU", False)])
+    wait_until(lambda: state.event_log.last_id == 1, "the stores are ingested")
+    frames = heard.stats_frames
+    # Three frames, nobody reading: 0 -> 10 -> 30 stores a second apart.
+    publisher.publish_stats(a_frame(10.0, 0, 0, bytes_per_block=4096))
+    publisher.publish_stats(a_frame(11.0, 10, 1000, bytes_per_block=4096))
+    publisher.publish_stats(a_frame(12.0, 30, 5000, bytes_per_block=4096))
+    wait_until(lambda: heard.stats_frames == frames + 3, "the stats frames are ingested")
+    with state.lock:  # declared by the ingest thread, before anyone asked
+        assert state.index.bytes_by_medium() == {"CPU": 3 * 4096}
+
+    settings = SidecarSettings(connect=[publisher.endpoint])
+    with TestClient(create_app(settings, state)) as http:
+        first = http.get("/api/v1/stats").json()
+        # The first read already sees the block bytes and the rate of the last two frames.
+        assert first["bytes_by_medium"] == {"CPU": 3 * 4096}
+        assert first["stores_per_s"] == pytest.approx(20.0)
+        assert first["transfer_bytes_per_s"] == {"h2d": pytest.approx(4000.0)}
+        assert first["stores_completed"] == 30
+        # Reading again, or often, changes nothing: the rate spans frames, not reads.
+        for _ in range(3):
+            again = http.get("/api/v1/stats").json()
+            assert (again["stores_per_s"], again["bytes_by_medium"]) == (
+                first["stores_per_s"],
+                first["bytes_by_medium"],
+            )
+
+        publisher.publish_stats(a_frame(13.0, 30, 5000, bytes_per_block=4096))  # idle
+        wait_until(lambda: heard.stats_frames == frames + 4, "the idle frame is ingested")
+        idle = http.get("/api/v1/stats").json()
+        assert (idle["stores_per_s"], idle["transfer_bytes_per_s"]) == (0.0, {"h2d": 0.0})
+
+        publisher.publish_stats(a_frame(14.0, 0, 0, bytes_per_block=4096))  # a restart
+        wait_until(lambda: heard.stats_frames == frames + 5, "the reset frame is ingested")
+        reset = http.get("/api/v1/stats").json()
+        assert (reset["stores_per_s"], reset["transfer_bytes_per_s"]) == (None, {})
+        assert reset["stores_completed"] == 0
