@@ -17,7 +17,7 @@ each timed on its own. A noisy neighbour, a frequency change or a page-cache
 hiccup lasts far longer than a chunk and so lands on both sides alike, where
 whole-run rounds compared off against on would swing by tens of percent on a
 shared host. The publisher's encoding and sending happen inside the on
-chunks (its callers flush; see offload/publisher.py); what its background
+chunks (its callers flush; see offload/wire/publisher.py); what its background
 thread and ZMQ's I/O thread take from the process lands on both sides.
 
 Each round also pairs a fresh off side, the same way, with the bound: the

@@ -1,10 +1,9 @@
 """The contract every offloading tier keeps, in one place.
 
-What vLLM's connector, the demo worker and the tests hold a tier to: block
-hashes, the events a manager reports, where blocks live (load/store specs),
-the answer to ``prepare_store``, and the manager's calls. Everything below
-(``cpu/``, ``transfer/``, ``wire/``) builds on these names and nothing here
-depends on any of them.
+Block hashes, manager events, load/store specs, the answer to
+``prepare_store``, the manager's calls and ``Closeable``: what vLLM's
+connector, the demo worker and the tests hold a tier to. Nothing here
+depends on the rest of ``offload``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ MEDIUM = CPULoadStoreSpec.medium()
 _COUNT_TRIES = 5
 """Readings of the counts a live check takes before leaving them unchecked."""
 LIVE_CHECK_SLOTS = 8192
-"""Slots whose blocks each live invariant check inspects (about half a millisecond)."""
+"""Slots whose blocks each live invariant check inspects (a bounded cost per check)."""
 _loaded = attrgetter("loaded")
 
 
@@ -91,7 +91,7 @@ class CPUOffloadingManager(OffloadingManager):
         A bad hash (unhashable) part way raises with the hashes walked before
         it touched: recency alone moves, as a valid touch of those would have
         moved it, and nothing counted or owned changes. Checking every hash
-        first would cost the hot path about a microsecond per call.
+        first would cost the hot path on every call.
         """
         self.policy.touch(block_hashes)
 
@@ -239,10 +239,9 @@ class CPUOffloadingManager(OffloadingManager):
 
         The counts (used + free = capacity) every call, and the per-block
         checks of the next ``slots`` slots, so a tier of any size is covered
-        every ceil(capacity / slots) calls at a bounded cost per call (half a
-        millisecond at most tier sizes, where the full check takes 400 ms at a
-        million blocks). A block held twice while another is lost keeps the
-        counts right, so only the full check finds that pair; any single slip
+        every ceil(capacity / slots) calls at a bounded cost per call, where
+        the full check grows with the tier. A block held twice while another
+        is lost keeps the counts right, so only the full check finds that pair; any single slip
         in ownership breaks the counts.
         """
         return self._count_violations() + self.pool.check_next_slots(slots)

@@ -1,15 +1,9 @@
 """The manager's counters: plain integers bumped once per call, never per block.
 
-Every figure the manager reports is a monotonic count; gauges such as blocks
-pinned by in-flight loads are differences of submitted/finished pairs, taken
-at scrape time. A scrape therefore never needs a lock, and the hot path pays
-an attribute increment per call.
-
-A scrape may run on another thread (an exporter's) while the scheduler works,
-so each counter is written once per call, never raised and then corrected,
-and a reader takes a finished count before its submitted one: the submitted
-count read later is never below it, so no pair and no in-flight gauge shows
-more finished than started.
+Every figure is a monotonic count (gauges are differences of pairs, taken
+at scrape time), written once per call and read finished-count first, so a
+scrape on another thread needs no lock. docs/ARCHITECTURE.md has the
+reasoning.
 """
 
 from __future__ import annotations

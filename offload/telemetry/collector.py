@@ -1,9 +1,8 @@
 """A prometheus-client collector that reads kvscope snapshots at scrape time.
 
-Nothing from prometheus-client runs on the hot path: the core counts in plain
-integers and this collector turns them into metric families only when
-Prometheus asks. Extra constant labels (a worker's engine id and rank, say)
-are added to every series, which is how the sidecar re-exports many workers.
+The core counts in plain integers; metric families are built only when
+Prometheus asks. Constant labels (engine id, rank) are added to every
+series, which is how the sidecar re-exports many workers.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """OpenTelemetry spans for the core, through the API package only.
 
-The core never configures an SDK: whoever embeds it (vLLM, the sidecar's
-demo engine) does, from the standard ``OTEL_*`` environment variables. With
-no SDK installed even a no-op span costs ~0.8 us, too much for a call made on
-every scheduler step, so spans are only built while a real tracer provider is
-installed; that is re-checked every few thousand calls, not on every one.
+Whoever embeds the core configures an SDK (standard ``OTEL_*`` variables).
+Even a no-op span is too dear for a call made every scheduler step, so spans
+are built only while a real tracer provider is installed, re-checked every
+``RECHECK_EVERY`` calls.
 """
 
 from __future__ import annotations

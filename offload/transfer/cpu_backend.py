@@ -1,11 +1,10 @@
 """The transfer backend over plain CPU tensors: runs, and is tested, without a GPU.
 
-The "GPU" cache here is a set of ordinary CPU tensors, so the whole path the
-connector drives (validate, queue, copy off-thread, report through ``poll``)
-can be exercised and benchmarked on any machine. One worker thread runs jobs
-in submission order, so jobs complete, and ``poll`` reports them, in that
-order. torch releases the GIL inside its copies, so the caller's thread keeps
-running while a job copies.
+Its "GPU" cache is ordinary CPU tensors, so the whole path the connector
+drives (validate, queue, copy off-thread, report through ``poll``) runs on
+any machine. One worker thread copies jobs in submission order, so ``poll``
+reports them in that order; torch releases the GIL inside its copies, so the
+caller keeps running while a job copies.
 """
 
 from __future__ import annotations
@@ -27,13 +26,12 @@ JobHook = Callable[[int], None]
 
 STAGE_BYTES = 4 << 20
 """Rows gathered per step: big enough that per-op overhead vanishes, small
-enough that the scatter reads them back from cache (measured best on a
-32 MiB-L3 EPYC; 256 KiB steps halve throughput, whole-job steps cost ~25%)."""
+enough that the scatter reads them back from cache."""
 
 WIDE_DTYPES = (torch.complex128, torch.int64, torch.int32, torch.int16)
 """Element types to move rows as, widest first: torch's CPU index kernels
-copy element by element, so 16-byte elements scatter about twice as fast as
-8-byte ones. Moving bits between same-typed tensors never changes them."""
+copy element by element, so wider elements mean fewer copies. Moving bits
+between same-typed tensors never changes them."""
 
 
 @dataclass(frozen=True, slots=True)

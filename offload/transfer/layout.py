@@ -1,14 +1,9 @@
 """KV cache geometry, shared by every transfer backend.
 
-A backend must know where a block's bytes lie in each layer's tensor to copy
-it without a per-block Python loop, and it must reject a bad job before any
-byte moves. Both depend only on the geometry, never on the device, so they
-live here, free of anything CUDA-specific, and the CPU and CUDA backends
-validate and plan jobs identically.
-
-Units: a GPU block is one row of the GPU tensors' block dimension. An
-offloaded (CPU) block holds ``block_size_factor`` consecutive rows of the CPU
-tensors, so a job names N CPU blocks and N * block_size_factor GPU blocks.
+Where a block's bytes lie in each layer's tensor, and whether a job is
+valid, depend only on the geometry, never on the device, so the CPU and CUDA
+backends validate and plan jobs here, identically, before any byte moves.
+A job names N CPU blocks and N * ``block_size_factor`` GPU blocks (rows).
 """
 
 from __future__ import annotations
@@ -269,8 +264,8 @@ def _check_layers(tensors: tuple[torch.Tensor, ...], order: KVOrder) -> None:
 def _block_ids(name: str, blocks: Sequence[int], medium: str, limit: int) -> np.ndarray:
     """The ids as a fresh int64 array, each in [0, limit).
 
-    numpy, not torch: checking a handful of ids is a few microseconds in
-    numpy and ten times that in torch, and small jobs are the common case.
+    numpy, not torch: numpy checks a handful of ids far faster, and small
+    jobs are the common case.
     The array is always a copy, so the caller may reuse its sequence.
     """
     if isinstance(blocks, torch.Tensor):

@@ -1,22 +1,11 @@
 """vLLM's KV-event wire schema, so that anything reading vLLM's events reads ours.
 
-vLLM publishes KV-cache events as msgpack-encoded ``KVEventBatch`` structs. The
-field names, their order, the tagging and the defaults below are the wire
-contract of vLLM 0.33 (``vllm/distributed/kv_events.py``); they are restated
-here, not imported, because the offloading core must not depend on the vLLM
-package. ``tests/test_kv_events_vllm.py`` decodes our bytes with vLLM's own
-classes (and theirs with ours) to keep this file honest.
-
-How the encoding works, and why it matters to a reader of the bytes:
-
-- A batch is ``array_like``: ``[ts, events, data_parallel_rank]``, the rank
-  nil when unknown. (msgspec writes every position of an array; a two-element
-  array from an older publisher still decodes, its rank None.)
-- Events are tagged structs: a msgpack map whose ``"type"`` key names the class
-  (``"BlockStored"``, ``"BlockRemoved"``, ``"AllBlocksCleared"``); fields equal
-  to their default are left off, so the optional tail costs nothing.
-- Block hashes are opaque and pass through unchanged: bytes (vLLM) become
-  msgpack bin, ints (traces) become msgpack ints.
+Field names, order, tagging and defaults are vLLM 0.33's
+(``vllm/distributed/kv_events.py``), restated rather than imported because the
+core must not depend on the vLLM package;
+``tests/offload/test_kv_events_vllm.py`` decodes our bytes with vLLM's classes
+(and theirs with ours) to keep this file honest. docs/PROTOCOL.md spells out
+the bytes.
 """
 
 from __future__ import annotations
@@ -98,8 +87,8 @@ def to_kv_events(events: list[OffloadingEvent]) -> list[BlockStored | BlockRemov
     The offloading manager knows neither the tokens nor the parent block of
     what it stores (it sees hashes only), so those fields carry vLLM's "not
     known" values: no token ids and no parent. This runs for every event
-    published, so it is one comprehension with positional arguments (a call
-    per event, or keywords, cost measurably more): BlockStored's are
+    published, so it is one comprehension with positional arguments (cheaper
+    than a call per event, or keywords): BlockStored's are
     (block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
     lora_name).
     """

@@ -1,57 +1,11 @@
 """Publish KV events (vLLM's wire format) and stats frames over ZMQ, never blocking.
 
-The caller is vLLM's scheduler thread, whose every millisecond is a token's
-latency, so ``publish_*`` never waits: no lock is waited for, no socket call
-blocks. A call appends to an in-memory queue; once per ``flush_interval``
-(or when the queue is half full) the call that notices also *flushes*: it
-encodes everything queued since the last flush as ONE batch and hands it to
-ZMQ without blocking. A background thread flushes what a caller that went
-quiet left queued, and answers replay requests.
-
-Why the caller encodes rather than a background thread: encoding is Python
-work, and under the GIL a thread's Python work is taken from the scheduler
-anyway, plus a hand-over per flush (the thread waits up to the interpreter's
-switch interval for the GIL, then forces the scheduler to yield it). The
-caller pays the same CPU without the hand-overs (encoding costs 30-45 ns per
-block event on the replay hot path, so a flush of 10 ms of a saturated
-scheduler's events takes a few hundred microseconds). A frame per step
-instead of a batch per interval would cost more than the offloading it
-reports.
-
-Wire format (vLLM's, so vLLM's consumers read ours unchanged):
-
-- PUB socket, one multipart message per batch:
-  ``[topic, seq (8-byte big-endian), msgpack payload]``. KV event batches go on
-  ``kv_topic`` with sequence numbers 0, 1, 2, ... with no gaps; stats frames go
-  on ``stats_topic`` with a sequence counter of their own.
-- ROUTER replay socket (optional): a DEALER client sends an empty delimiter
-  frame and then the first sequence number it wants as 8 bytes, big-endian
-  (a REQ socket sends the same, but its state machine lets it read only the
-  first answer, so it suits only replays of one frame). The ROUTER sees
-  ``[identity, b"", seq]`` and answers, per buffered KV batch from that
-  sequence on, ``[identity, b"", kv_topic, seq, payload]``, then the end marker
-  ``[identity, b"", b"", seq -1 (8 bytes, signed), b""]``. A client therefore
-  receives ``[topic, seq, payload]`` frames (after an empty delimiter frame
-  with DEALER) until the sequence reads -1. A request that is not exactly one
-  8-byte frame gets the end marker alone.
-
-Where frames can be lost, and how that shows (``dropped`` counts all of it):
-
-- A subscriber that stops reading fills its ZMQ queue (``hwm`` messages).
-  The PUB socket is set to refuse rather than silently skip (ZMQ's
-  ``XPUB_NODROP``): the send fails at once, for every subscriber, and is
-  counted. A refused KV batch keeps its sequence number and stays in the
-  replay buffer, so subscribers see the gap and can replay it. A plain PUB
-  would drop for the slow subscriber alone, but invisibly to the publisher.
-- The queue is bounded: when publishes outrun the flushes (the background
-  thread holds the socket for a moment), the *oldest* queued publish is
-  dropped and counted. Sequence numbers are assigned when a batch is sent,
-  so a queue drop leaves no gap.
-
-Topics are prefix-matched by ZMQ subscribers: a subscriber of the default KV
-topic ``b""`` (vLLM's default) receives the stats topic as well. Consumers
-that decode everything as ``KVEventBatch`` should subscribe to a non-empty
-``kv_topic`` that is not a prefix of ``stats_topic``.
+The caller is vLLM's scheduler thread, where every millisecond is a token's
+latency, so ``publish_*`` only queues; the call that notices a flush is due
+(every ``flush_interval``) sends everything queued as one batch, and a
+background thread picks up what quiet callers left and answers replay
+requests. docs/PROTOCOL.md describes the wire exchange and how drops are
+counted; docs/ARCHITECTURE.md why the caller, not a thread, encodes.
 """
 
 from __future__ import annotations
@@ -147,9 +101,8 @@ class EventPublisher(Publisher):
     The replay buffer keeps the newest KV batches: at most ``buffer_steps`` of
     them (vLLM's setting and default) and at most ``buffer_bytes`` of payload,
     the newest batch always. The byte bound matters because a batch here is a
-    flush interval of events, not one scheduler step: a saturated scheduler's
-    batches run to ~100 KB (measured on the replay), so 10,000 of them would
-    hold a gigabyte.
+    flush interval of events, not one scheduler step, so ``buffer_steps`` of
+    them could hold far more than a consumer needs.
 
     Counters (plain ints, read from any thread): ``batches_published`` and
     ``stats_published`` (frames handed to the PUB socket), ``dropped`` (frames

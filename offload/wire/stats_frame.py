@@ -1,27 +1,10 @@
 """kvscope stats frames: a worker's metrics, published beside its KV events.
 
-A stats frame is a snapshot of one worker's telemetry (counters, gauges,
-histograms) plus the configuration needed to read it (policy, capacity, block
-size). It travels on its own ZMQ topic (``DEFAULT_STATS_TOPIC``) of the same
-PUB socket as the KV events, with its own sequence numbers, so a consumer of
-the KV topic never sees it.
-
-The schema is generic on purpose: a metric is a name, low-cardinality labels
-and a value, so a new metric needs no schema change and an old sidecar shows a
-new worker's metrics without an upgrade.
-
-Compatibility rules, in order of how often they apply:
-
-- Frames are msgpack *maps* (field names on the wire, not array positions), and
-  the decoder ignores fields it does not know. Adding an optional field is
-  therefore compatible in both directions and keeps ``version`` unchanged.
-- ``version`` is the schema's major version. It changes only when a field is
-  removed, renamed or changes meaning; a decoder refuses a major version it
-  does not know with ``UnsupportedStatsVersion`` instead of misreading it.
-
-Histogram convention (Prometheus's): ``buckets`` are ascending upper bounds
-ending with ``math.inf``; ``counts[i]`` is the *cumulative* number of
-observations <= ``buckets[i]``, so ``counts[-1] == count``.
+A frame is a snapshot of one worker's counters, gauges and histograms plus
+the configuration needed to read them, on its own topic. The schema is
+generic (a metric is a name, labels and a value) so a new metric needs no
+schema change; frames are msgpack maps with a major ``version``.
+docs/PROTOCOL.md gives the schema and its compatibility rules.
 """
 
 from __future__ import annotations
@@ -42,8 +25,8 @@ class UnsupportedStatsVersion(ValueError):
 class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     """What a reader needs to interpret the metrics: sizes and the policy.
 
-    ``bytes_per_block`` is None where the worker has no KV geometry (e.g. the
-    replay engine without real transfers).
+    ``bytes_per_block`` is None where the worker has no KV geometry (e.g. a
+    worker without real transfers).
     """
 
     policy: str
@@ -61,7 +44,9 @@ class Sample(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class HistogramSnapshot(msgspec.Struct, kw_only=True, frozen=True):
-    """One histogram's state, with cumulative bucket counts (see module doc).
+    """One histogram's state, Prometheus-style: ascending upper ``buckets``
+    ending with ``math.inf``; ``counts[i]`` is the *cumulative* number of
+    observations <= ``buckets[i]``, so ``counts[-1] == count``.
 
     Checked on construction and on decoding alike, so a malformed histogram is
     rejected where it is made or where it arrives, not when it is plotted.

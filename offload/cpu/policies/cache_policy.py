@@ -1,12 +1,8 @@
 """The interface between the manager and an eviction policy.
 
-A policy owns the mapping of resident blocks because the data structure that
-orders blocks (one LRU list, ARC's four lists) *is* the index: keeping a second
-map in the manager would double every insert and delete on the hot path. The
-manager reads ``blocks`` directly and changes it only through these methods.
-
-Every method takes whole batches, so one manager call costs one Python call
-into the policy, not one per block.
+A policy owns the map of resident blocks (its ordering structure *is* the
+index), and every method takes a whole batch, so a manager call costs one
+Python call into the policy, not one per block.
 """
 
 from __future__ import annotations
