@@ -26,7 +26,7 @@ also says how many blocks the sidecar tracked before and after, and how many
 block events it ingested while the client measured (its own
 ``kvscope_sidecar_events_total``, read just before and just after), so that
 "events flowing" is what the sidecar saw, not what the feeder meant to send.
-Target (BENCHMARKS.md): p99 under 50 ms for ``/metrics`` and ``/api/v1/stats``.
+Target: p99 under 50 ms for ``/metrics`` and ``/api/v1/stats``.
 
 Every child process is stopped on the way out, failures included; a sidecar
 that fails to start is reported with the tail of its log.

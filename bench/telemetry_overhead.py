@@ -28,7 +28,7 @@ reaches the target.
 
 Each round replays the whole trace with fresh managers; one JSON line per
 policy gives every round's overhead, their median (the headline figure), the
-bound's, and the cost per block reference. Target (BENCHMARKS.md): under 3%.
+bound's, and the cost per block reference. Target: under 3%.
 """
 
 from __future__ import annotations

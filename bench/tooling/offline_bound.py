@@ -1,7 +1,7 @@
 """The offline bound on hit ratio: farthest-next-use eviction with bypass.
 
 No online policy can know the future, so this is the ceiling the policies are
-measured against (BENCHMARKS.md): on a miss, a block that is never used again
+measured against (README, Benchmarks): on a miss, a block that is never used again
 is not stored at all, and otherwise it replaces the resident block whose next
 use is farthest away, when that is later than its own.
 """

@@ -1,4 +1,4 @@
-"""The manager contract of DESIGN.md, case by case, for every policy."""
+"""The manager contract (docs/ARCHITECTURE.md, "Contracts"), case by case, for every policy."""
 
 from __future__ import annotations
 

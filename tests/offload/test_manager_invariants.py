@@ -2,7 +2,7 @@
 
 Hypothesis drives random sequences of every manager call against a small
 model of what must be true (which blocks are stored, ready, pinned), and
-checks the invariants of DESIGN.md after each step.
+checks the invariants of docs/ARCHITECTURE.md after each step.
 """
 
 from __future__ import annotations
