@@ -17,6 +17,7 @@ import pytest
 import zmq
 
 from offload.base import OffloadingEvent
+from offload.cpu.manager import CPUOffloadingManager
 from offload.wire.framing import DEFAULT_STATS_TOPIC, END_OF_REPLAY_SEQ
 from offload.wire.kv_events import (
     BlockRemoved,
@@ -26,7 +27,7 @@ from offload.wire.kv_events import (
     encode_batch,
     to_kv_events,
 )
-from offload.wire.publisher import EventPublisher
+from offload.wire.publisher import EventPublisher, NullPublisher
 from offload.wire.stats_frame import (
     HistogramSnapshot,
     Sample,
@@ -36,7 +37,7 @@ from offload.wire.stats_frame import (
     decode_stats_frame,
     encode_stats_frame,
 )
-from offload.worker_telemetry import publisher_snapshot
+from offload.worker_telemetry import WorkerTelemetry, publisher_snapshot
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -391,3 +392,20 @@ def test_histogram_counts_must_be_cumulative_up_to_inf() -> None:
         HistogramSnapshot(name="h", buckets=[1.0, math.inf], counts=[2, 1], sum=1.0, count=1)
     with pytest.raises(ValueError, match=r"\+inf"):
         HistogramSnapshot(name="h", buckets=[1.0, 2.0], counts=[1, 1], sum=1.0, count=1)
+
+
+def test_a_worker_without_a_publisher_drains_its_events_and_counts_nothing_sent() -> None:
+    manager = CPUOffloadingManager(16, 4, "lru", enable_events=True)
+    telemetry = WorkerTelemetry(manager, engine_id="e0")
+    assert isinstance(telemetry.publisher, NullPublisher)
+    manager.prepare_store([1, 2])
+    manager.complete_store([1, 2])
+    telemetry.publish_events()
+    telemetry.publish_stats()
+    assert manager.take_events() == []
+    published = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for sample in telemetry.snapshot().counters
+        if sample.name.startswith("kvscope_publisher_")
+    }
+    assert published and set(published.values()) == {0.0}
