@@ -1,19 +1,24 @@
 """Worker-side transfer backends: move KV blocks between the GPU cache and the CPU tier.
 
 ``backend`` is the interface every backend implements, ``layout`` the cache
-geometry they share, ``cpu_backend`` the implementation that needs no GPU.
+geometry they share, ``cpu_backend`` the implementation that needs no GPU;
+``rank_accounting`` tells the scheduler side when a job is done on every
+tensor-parallel rank.
 """
 
 from offload.transfer.backend import TransferBackend
 from offload.transfer.cpu_backend import CPUTransferBackend
 from offload.transfer.job import Direction, TransferResult
 from offload.transfer.layout import KVLayout, KVOrder, TransferPlan
+from offload.transfer.rank_accounting import JobOutcome, RankAccounting
 
 __all__ = [
     "CPUTransferBackend",
     "Direction",
+    "JobOutcome",
     "KVLayout",
     "KVOrder",
+    "RankAccounting",
     "TransferBackend",
     "TransferPlan",
     "TransferResult",
