@@ -19,8 +19,8 @@ import torch
 
 from offload.transfer.backend import TransferBackend
 from offload.transfer.job import Direction, TransferResult
+from offload.transfer.job_book import JobBook, job_result
 from offload.transfer.layout import KVLayout, TransferPlan
-from offload.transfer.transfer_stats import TransferStats
 
 JobHook = Callable[[int], None]
 
@@ -68,18 +68,12 @@ class CPUTransferBackend(TransferBackend):
         self.layout = layout
         self.num_cpu_blocks = num_cpu_blocks
         self.cpu_tensors = layout.allocate_cpu_tensors(num_cpu_blocks)
-        self._gpu_rows, self._cpu_rows = _wide_rows(layout, self.cpu_tensors)
+        self._gpu_rows, self._cpu_rows = layout.wide_rows(self.cpu_tensors, WIDE_DTYPES)
         self._stage = _stage_for(self._gpu_rows[0])
         self._on_job_start = on_job_start
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._finished = threading.Condition(self._lock)
-        self._next_id = 0
-        self._pending: set[int] = set()
-        self._unpolled: dict[int, TransferResult] = {}
-        """Finished, not yet polled, in completion order (dicts keep insertion order)."""
-        self._closed = False
-        self.stats = TransferStats()
+        self._book = JobBook()
+        self.stats = self._book.stats
         self._worker = threading.Thread(target=self._run, name="kvscope-transfer", daemon=True)
         self._worker.start()
 
@@ -88,24 +82,12 @@ class CPUTransferBackend(TransferBackend):
     ) -> int:
         submitted = time.perf_counter()
         plan = self.layout.plan(direction, src_blocks, dst_blocks, self.num_cpu_blocks)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the transfer backend is closed; it accepts no more jobs")
-            job_id = self._next_id
-            self._next_id += 1
-            self._pending.add(job_id)
-            # Counted before it is queued: the worker may finish it at once, and a
-            # job must never be counted finished before it is counted submitted.
-            self.stats.on_submit(plan.direction)
-            # Queued under the lock so queue order, hence completion order, is id order.
-            self._jobs.put(_Job(job_id, plan, submitted))
-        return job_id
+        return self._book.open(
+            plan.direction, lambda job_id: self._jobs.put(_Job(job_id, plan, submitted))
+        )
 
     def poll(self) -> list[TransferResult]:
-        with self._lock:
-            results = list(self._unpolled.values())
-            self._unpolled.clear()
-        return results
+        return self._book.poll()
 
     def wait(self, job_id: int, timeout: float | None = None) -> TransferResult:
         """Block until a job finishes and return its result; ``poll`` still reports it.
@@ -114,31 +96,16 @@ class CPUTransferBackend(TransferBackend):
         connector learns of completions, so waiting (in a benchmark, a test,
         or a shutdown path) never hides a job from it.
         """
-        with self._finished:
-            if job_id not in self._pending and job_id not in self._unpolled:
-                raise ValueError(f"job {job_id} is neither in flight nor waiting to be polled")
-            if not self._finished.wait_for(lambda: job_id not in self._pending, timeout):
-                raise TimeoutError(f"job {job_id} did not finish within {timeout} s")
-            result = self._unpolled.get(job_id)
-        if result is None:
-            raise RuntimeError(f"job {job_id} finished, but another thread polled it first")
-        return result
+        return self._book.wait(job_id, timeout)
 
     def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._jobs.put(None)  # after every queued job: they all run first
+        # The stop mark goes after every queued job: they all run first.
+        self._book.close(lambda: self._jobs.put(None))
         self._worker.join()  # every caller returns only once the work is done
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            result = self._execute(job)
-            self.stats.on_finish(result)
-            with self._finished:
-                self._pending.discard(job.job_id)
-                self._unpolled[job.job_id] = result
-                self._finished.notify_all()
+            self._book.finish(self._execute(job))
 
     def _execute(self, job: _Job) -> TransferResult:
         """Run one job; any exception becomes a failed result, so the worker lives on."""
@@ -147,8 +114,9 @@ class CPUTransferBackend(TransferBackend):
                 self._on_job_start(job.job_id)
             self._copy(job.plan)
         except Exception as exc:
-            return self._result(job, success=False, error=f"{type(exc).__name__}: {exc}")
-        return self._result(job, success=True, error=None)
+            error = f"{type(exc).__name__}: {exc}"
+            return job_result(job.job_id, job.plan, job.submitted, success=False, error=error)
+        return job_result(job.job_id, job.plan, job.submitted, success=True, error=None)
 
     def _copy(self, plan: TransferPlan) -> None:
         gpu, cpu = self._gpu_rows, self._cpu_rows
@@ -161,32 +129,6 @@ class CPUTransferBackend(TransferBackend):
             for source, target in zip(sources, targets, strict=True):
                 torch.index_select(source, 0, src_rows, out=staged)
                 target.index_copy_(0, dst_rows, staged)
-
-    @staticmethod
-    def _result(job: _Job, *, success: bool, error: str | None) -> TransferResult:
-        plan = job.plan
-        return TransferResult(
-            job_id=job.job_id,
-            direction=plan.direction,
-            success=success,
-            num_blocks=plan.num_blocks,
-            bytes=plan.bytes if success else 0,
-            seconds=time.perf_counter() - job.submitted,
-            error=error,
-        )
-
-
-def _wide_rows(
-    layout: KVLayout, cpu_tensors: list[torch.Tensor]
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """GPU and CPU rows, viewed alike as the widest element type that tiles them all."""
-    gpu_rows, cpu_rows = layout.rows(layout.gpu_tensors), layout.rows(cpu_tensors)
-    for dtype in WIDE_DTYPES:
-        try:
-            return [r.view(dtype) for r in gpu_rows], [r.view(dtype) for r in cpu_rows]
-        except RuntimeError:  # a row's bytes or offset not a multiple of the width
-            continue
-    return [r.view(torch.uint8) for r in gpu_rows], [r.view(torch.uint8) for r in cpu_rows]
 
 
 def _stage_for(rows: torch.Tensor) -> torch.Tensor:

@@ -157,6 +157,24 @@ class KVLayout:
                 ) from None
         return views
 
+    def wide_rows(
+        self, cpu_tensors: Sequence[torch.Tensor], dtypes: Sequence[torch.dtype]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """GPU and CPU rows, viewed alike as the widest element type that tiles them all.
+
+        ``dtypes`` are the candidates, widest first; bytes (``uint8``) when none
+        fits. Both sides share the element type, so rows (or staging buffers of
+        them) move between the sides as is; a GPU view with an odd offset
+        narrows both. Moving bits between same-typed tensors never changes them.
+        """
+        gpu_rows, cpu_rows = self.rows(self.gpu_tensors), self.rows(cpu_tensors)
+        for dtype in dtypes:
+            try:
+                return [r.view(dtype) for r in gpu_rows], [r.view(dtype) for r in cpu_rows]
+            except RuntimeError:  # a row's bytes or offset not a multiple of the width
+                continue
+        return [r.view(torch.uint8) for r in gpu_rows], [r.view(torch.uint8) for r in cpu_rows]
+
     def allocate_cpu_tensors(self, num_cpu_blocks: int) -> list[torch.Tensor]:
         """The CPU tier's storage, one tensor per layer.
 

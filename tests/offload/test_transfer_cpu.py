@@ -8,7 +8,7 @@ slow or fast the machine is.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -24,53 +24,10 @@ from offload.transfer import (
     TransferResult,
 )
 from offload.transfer import cpu_backend as cpu_backend_module
+from tests.support import kv_caches
+from tests.support.kv_caches import blocks, finish, make_layout, random_bits
 
 GPU_TO_CPU, CPU_TO_GPU = Direction.GPU_TO_CPU, Direction.CPU_TO_GPU
-
-
-def random_bits(shape: Sequence[int], dtype: torch.dtype, seed: int) -> torch.Tensor:
-    """A tensor of random bytes: every bit pattern, NaNs included, must survive."""
-    generator = torch.Generator().manual_seed(seed)
-    numel = torch.Size(shape).numel()
-    raw = torch.randint(0, 256, (numel * dtype.itemsize,), dtype=torch.uint8, generator=generator)
-    return raw.view(dtype).view(*shape)
-
-
-def gpu_shape(order: KVOrder, num_blocks: int, geometry: tuple[int, int, int]) -> tuple[int, ...]:
-    leading = (2, num_blocks) if order is KVOrder.KV_FIRST else (num_blocks, 2)
-    return (*leading, *geometry)
-
-
-def make_layout(
-    num_layers: int = 2,
-    order: KVOrder = KVOrder.KV_FIRST,
-    factor: int = 1,
-    dtype: torch.dtype = torch.float16,
-    num_gpu_blocks: int = 32,
-    geometry: tuple[int, int, int] = (4, 2, 8),
-    seed: int = 0,
-) -> KVLayout:
-    shape = gpu_shape(order, num_gpu_blocks, geometry)
-    tensors = [random_bits(shape, dtype, seed + layer) for layer in range(num_layers)]
-    return KVLayout(tensors, factor, order)
-
-
-def blocks(tensor: torch.Tensor, order: KVOrder, rows: Sequence[int]) -> torch.Tensor:
-    """The bytes of the given block rows, in order, for exact comparison."""
-    picked = tensor.index_select(order.block_dim, torch.tensor(rows, dtype=torch.long))
-    return picked.contiguous().view(torch.uint8)
-
-
-def cpu_rows(cpu_blocks: Sequence[int], factor: int) -> list[int]:
-    """The spec: CPU block c holds rows c*factor .. c*factor + factor - 1."""
-    return [block * factor + sub for block in cpu_blocks for sub in range(factor)]
-
-
-def finish(backend: CPUTransferBackend, job_id: int) -> TransferResult:
-    """The job's result, taken from ``poll`` as the connector would take it."""
-    backend.wait(job_id)
-    results = {result.job_id: result for result in backend.poll()}
-    return results[job_id]
 
 
 @contextmanager
@@ -98,30 +55,7 @@ def gated(
 
 
 def round_trip(layout: KVLayout, num_cpu_blocks: int, num_blocks: int, seed: int) -> None:
-    """Store scattered GPU blocks, wipe the GPU, load into other GPU blocks; compare bytes."""
-    factor, order = layout.block_size_factor, layout.order
-    generator = torch.Generator().manual_seed(seed)
-    gpu_perm = torch.randperm(layout.num_gpu_blocks, generator=generator).tolist()
-    stored_from = gpu_perm[: num_blocks * factor]
-    loaded_into = gpu_perm[num_blocks * factor : 2 * num_blocks * factor]
-    cpu_blocks = torch.randperm(num_cpu_blocks, generator=generator)[:num_blocks].tolist()
-    originals = [blocks(t, order, stored_from) for t in layout.gpu_tensors]
-    with CPUTransferBackend(layout, num_cpu_blocks) as backend:
-        store = finish(backend, backend.submit(GPU_TO_CPU, stored_from, cpu_blocks))
-        for cpu, original in zip(backend.cpu_tensors, originals, strict=True):
-            assert torch.equal(blocks(cpu, order, cpu_rows(cpu_blocks, factor)), original)
-        for tensor in layout.gpu_tensors:
-            tensor.zero_()
-        load = finish(backend, backend.submit(CPU_TO_GPU, cpu_blocks, loaded_into))
-    untouched = sorted(set(range(layout.num_gpu_blocks)) - set(loaded_into))
-    for tensor, original in zip(layout.gpu_tensors, originals, strict=True):
-        assert torch.equal(blocks(tensor, order, loaded_into), original)
-        assert not blocks(tensor, order, untouched).any()
-    for result, direction in ((store, GPU_TO_CPU), (load, CPU_TO_GPU)):
-        assert result.success and result.error is None
-        assert result.direction is direction
-        assert result.num_blocks == num_blocks
-        assert result.bytes == num_blocks * layout.bytes_per_cpu_block
+    kv_caches.round_trip(layout, CPUTransferBackend, num_cpu_blocks, num_blocks, seed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

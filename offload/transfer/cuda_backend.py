@@ -1,0 +1,349 @@
+"""The transfer backend over a real CUDA KV cache and a pinned host tier.
+
+A stream and a host worker per direction, an event recorded on the caller's
+stream at ``submit`` that the job's copies wait on, and bounded pinned
+staging: docs/ARCHITECTURE.md ("Transfer backend") says why each is there.
+Importing this module needs no CUDA; constructing the backend does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from offload.transfer.backend import TransferBackend
+from offload.transfer.job import Direction, TransferResult
+from offload.transfer.job_book import JobBook, job_result
+from offload.transfer.layout import KVLayout, TransferPlan
+
+logger = logging.getLogger(__name__)
+
+JobHook = Callable[[int], None]
+
+STAGE_BYTES = 32 << 20
+"""Bytes of rows (all planes together) one chunk moves, per direction and side:
+large enough that a chunk's DMA dwarfs its launch and event overheads."""
+
+ROW_DTYPES = (torch.int64, torch.int32, torch.int16)
+"""Element types to move rows as, widest first: the host-side index kernels
+copy element by element, so wider elements mean fewer copies. Moving bits
+between same-typed tensors never changes them."""
+
+
+@dataclass(slots=True)
+class _Job:
+    job_id: int
+    plan: TransferPlan
+    submitted: float
+    """``time.perf_counter`` at submit, so a result's seconds include queueing."""
+    ready: torch.cuda.Event
+    """Recorded on the caller's stream at submit: the job's copies wait on it."""
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One direction's stream, worker thread, job queue and staging buffers."""
+
+    direction: Direction
+    stream: torch.cuda.Stream
+    device_stage: torch.Tensor
+    host_stage: torch.Tensor
+    jobs: queue.SimpleQueue[_Job | None] = field(default_factory=queue.SimpleQueue)
+    worker: threading.Thread | None = None
+
+
+class CUDATransferBackend(TransferBackend):
+    """Copies KV blocks between a CUDA KV cache and a pinned CPU tier on two streams.
+
+    Every job is one gather and one scatter per plane (layer, and K or V
+    where they are apart) and per chunk of rows, never a Python step per
+    block. ``submit`` validates (``KVLayout.plan``), records the ordering
+    event on the current stream and returns; the copy runs on the
+    direction's stream, driven by that direction's worker thread.
+    """
+
+    def __init__(
+        self,
+        layout: KVLayout,
+        num_cpu_blocks: int,
+        *,
+        allow_pageable: bool = False,
+        on_job_start: JobHook | None = None,
+    ) -> None:
+        """Allocate the pinned CPU tier, the streams and staging, and start the workers.
+
+        ``allow_pageable`` lets the tier fall back to pageable host memory
+        when pinning it fails (``pageable_fallback`` then says so); without
+        it such a failure raises. ``on_job_start`` runs on a worker thread
+        with each job's id just before the job copies, as in
+        ``CPUTransferBackend``: an exception it raises fails that job only.
+        """
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "CUDATransferBackend needs a CUDA device, and torch sees none "
+                "(torch.cuda.is_available() is False); use CPUTransferBackend without a GPU"
+            )
+        device = layout.gpu_tensors[0].device
+        if device.type != "cuda":
+            raise ValueError(
+                f"CUDATransferBackend needs CUDA tensors as its GPU side, got {device}"
+            )
+        self.layout = layout
+        self.device = device
+        self.num_cpu_blocks = num_cpu_blocks
+        shape = layout.cpu_shape(num_cpu_blocks)  # validates num_cpu_blocks
+        self.pageable_fallback = False
+        self.cpu_tensors = self._allocate_tier(shape, allow_pageable)
+        # Both sides share the element type: a chunk is DMA'd between their staging as is.
+        self._gpu_rows, self._cpu_rows = layout.wide_rows(self.cpu_tensors, ROW_DTYPES)
+        self._on_job_start = on_job_start
+        self._book = JobBook()
+        self.stats = self._book.stats
+        self._queued: dict[int, torch.cuda.Event] = {}
+        """Completion events of jobs whose device work is all queued but not yet finished;
+        guarded by the book's lock (``self._book.changed``)."""
+        self._lanes = {d: self._make_lane(d) for d in Direction}
+        for lane in self._lanes.values():
+            lane.worker = threading.Thread(
+                target=self._run, args=(lane,), name=f"kvscope-cuda-{lane.direction}", daemon=True
+            )
+            lane.worker.start()
+
+    # -- the TransferBackend interface ---------------------------------------------------
+
+    def submit(
+        self, direction: Direction | str, src_blocks: Sequence[int], dst_blocks: Sequence[int]
+    ) -> int:
+        submitted = time.perf_counter()
+        plan = self.layout.plan(direction, src_blocks, dst_blocks, self.num_cpu_blocks)
+        # Recorded on the caller's thread, whose current stream is the compute stream the
+        # job must follow; the worker's stream waits on it before touching any GPU row.
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(self.device))
+        jobs = self._lanes[plan.direction].jobs
+        return self._book.open(
+            plan.direction, lambda job_id: jobs.put(_Job(job_id, plan, submitted, ready))
+        )
+
+    def poll(self) -> list[TransferResult]:
+        """Jobs finished since the last poll; each is complete on the device. Never blocks."""
+        return self._book.poll()
+
+    def close(self) -> None:
+        self._book.close(self._stop_lanes)
+        for lane in self._lanes.values():
+            if lane.worker is not None:
+                lane.worker.join()
+        for lane in self._lanes.values():
+            try:
+                lane.stream.synchronize()  # a failed job may have left work queued
+            except RuntimeError as exc:  # a broken CUDA context: nothing left to release
+                logger.warning("transfer stream %s failed to synchronise: %s", lane.direction, exc)
+
+    def _stop_lanes(self) -> None:
+        for lane in self._lanes.values():
+            lane.jobs.put(None)  # after every queued job: they all run first
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def wait(self, job_id: int, timeout: float | None = None) -> TransferResult:
+        """Block the host until a job finishes and return its result; ``poll`` still reports it."""
+        return self._book.wait(job_id, timeout)
+
+    def stream_wait(self, job_id: int, timeout: float | None = None) -> None:
+        """Make the current stream wait for a job's copies, without waiting for them here.
+
+        Work queued on the current stream afterwards (a forward pass reading
+        loaded blocks) runs only once the job's copies are done. The host
+        waits only until the job's device work is all queued: a load's host
+        gather runs on its worker before its last DMA can be queued, so for
+        a job of many chunks that is most of the copy. A job already
+        finished (polled or not) needs no wait, so this returns at once.
+        Whether the job succeeded, ``poll`` says.
+        """
+        book = self._book
+        with book.changed:
+            if not book.was_submitted(job_id):
+                raise ValueError(f"job {job_id} was never submitted")
+            if not book.changed.wait_for(
+                lambda: job_id in self._queued or not book.in_flight(job_id), timeout
+            ):
+                raise TimeoutError(f"job {job_id} was not queued on the device within {timeout} s")
+            done = self._queued.get(job_id)
+        if done is not None:
+            # The event was recorded before it was published, so this waits on the job's
+            # own copies (waiting on a never-recorded event would wait on nothing).
+            torch.cuda.current_stream(self.device).wait_event(done)
+
+    # -- construction --------------------------------------------------------------------
+
+    def _allocate_tier(self, shape: tuple[int, ...], allow_pageable: bool) -> list[torch.Tensor]:
+        """The CPU tier, zero-filled (every page touched now), pinned unless allowed not to be."""
+        layout = self.layout
+        try:
+            return _zeros(shape, layout.dtype, layout.num_layers, pin=True)
+        except RuntimeError as exc:
+            # Layers pinned before the failure sit in torch's pinned-memory cache once freed;
+            # hand them back, or a pageable retry (or the rest of the process) starves.
+            empty_host_cache = getattr(torch.accelerator, "empty_host_cache", None)
+            if empty_host_cache is not None:
+                with contextlib.suppress(Exception):
+                    empty_host_cache()
+            total = self.num_cpu_blocks * layout.bytes_per_cpu_block
+            what = (
+                f"cannot pin {_size_text(total)} of host memory for {self.num_cpu_blocks} "
+                f"CPU blocks of {_size_text(layout.bytes_per_cpu_block)}"
+            )
+            if not allow_pageable:
+                raise RuntimeError(
+                    f"{what}; lower cpu_bytes_to_use or pass allow_pageable=True"
+                ) from exc
+            logger.warning(
+                "%s; allow_pageable=True, so the CPU tier falls back to pageable host memory",
+                what,
+            )
+        self.pageable_fallback = True
+        return _zeros(shape, layout.dtype, layout.num_layers, pin=False)
+
+    def _make_lane(self, direction: Direction) -> _Lane:
+        rows = self._gpu_rows[0]
+        planes, row_elements = len(self._gpu_rows), rows.shape[1]
+        rows_per_chunk = max(1, STAGE_BYTES // (planes * row_elements * rows.itemsize))
+        numel = rows_per_chunk * planes * row_elements
+        try:
+            host_stage = torch.empty(numel, dtype=rows.dtype, pin_memory=True)
+        except RuntimeError:
+            if not self.pageable_fallback:
+                raise
+            host_stage = torch.empty(numel, dtype=rows.dtype)  # correct, only slower
+        stream = torch.cuda.Stream(self.device)
+        # Allocated on the lane's stream, the only one that ever uses it, so the caching
+        # allocator ties the block to that stream.
+        with torch.cuda.stream(stream):
+            device_stage = torch.empty(numel, dtype=rows.dtype, device=self.device)
+        return _Lane(direction, stream, device_stage, host_stage)
+
+    # -- the workers ---------------------------------------------------------------------
+
+    def _run(self, lane: _Lane) -> None:
+        with torch.cuda.device(self.device):
+            while (job := lane.jobs.get()) is not None:
+                self._book.finish(self._execute(lane, job), self._forget_queued)
+
+    def _forget_queued(self, job_id: int) -> None:
+        self._queued.pop(job_id, None)  # under the book's lock, as the job leaves flight
+
+    def _execute(self, lane: _Lane, job: _Job) -> TransferResult:
+        """Run one job to completion; any exception fails it alone and the worker lives on."""
+        try:
+            if self._on_job_start is not None:
+                self._on_job_start(job.job_id)
+            with torch.cuda.stream(lane.stream):
+                # Nothing of this job touches a GPU row before the caller's earlier work.
+                lane.stream.wait_event(job.ready)
+                if job.plan.direction is Direction.GPU_TO_CPU:
+                    self._store(lane, job)
+                else:
+                    self._load(lane, job)
+        except Exception as exc:
+            # Drain what the failed job queued, so the next job reuses staging safely; if
+            # that fails too, the job's own error is the one to report.
+            with contextlib.suppress(Exception):
+                lane.stream.synchronize()
+            error = f"{type(exc).__name__}: {exc}"
+            return job_result(job.job_id, job.plan, job.submitted, success=False, error=error)
+        return job_result(job.job_id, job.plan, job.submitted, success=True, error=None)
+
+    def _store(self, lane: _Lane, job: _Job) -> None:
+        """GPU rows -> device stage (gather) -> pinned stage (DMA) -> CPU tier (host scatter)."""
+        plan = job.plan
+        gpu_idx = plan.src_rows.to(self.device, non_blocking=True)  # queued on lane.stream
+        cpu_idx = plan.dst_rows
+        for start, count in _chunks(plan, lane, self._gpu_rows):
+            device_stage = _stage_view(lane.device_stage, self._gpu_rows, count)
+            host_stage = _stage_view(lane.host_stage, self._gpu_rows, count)
+            for plane, source in enumerate(self._gpu_rows):
+                torch.index_select(
+                    source, 0, gpu_idx[start : start + count], out=device_stage[plane]
+                )
+            host_stage.copy_(device_stage, non_blocking=True)
+            copied = torch.cuda.Event(blocking=True)
+            copied.record(lane.stream)
+            self._publish_if_last(job, copied, start + count)
+            # The host may read the pinned stage only once the DMA into it is done; the
+            # next chunk's DMA is queued only after this scatter, so it never overwrites
+            # rows not yet scattered. The device stage needs no event: its next writer
+            # is queued on the same stream after this DMA.
+            copied.synchronize()
+            rows = cpu_idx[start : start + count]
+            for plane, target in enumerate(self._cpu_rows):
+                target.index_copy_(0, rows, host_stage[plane])
+
+    def _load(self, lane: _Lane, job: _Job) -> None:
+        """CPU tier -> pinned stage (host gather) -> device stage (DMA) -> GPU rows (scatter)."""
+        plan = job.plan
+        gpu_idx = plan.dst_rows.to(self.device, non_blocking=True)  # queued on lane.stream
+        cpu_idx = plan.src_rows
+        for start, count in _chunks(plan, lane, self._gpu_rows):
+            device_stage = _stage_view(lane.device_stage, self._gpu_rows, count)
+            host_stage = _stage_view(lane.host_stage, self._gpu_rows, count)
+            rows = cpu_idx[start : start + count]
+            for plane, source in enumerate(self._cpu_rows):
+                torch.index_select(source, 0, rows, out=host_stage[plane])
+            device_stage.copy_(host_stage, non_blocking=True)
+            for plane, target in enumerate(self._gpu_rows):
+                target.index_copy_(0, gpu_idx[start : start + count], device_stage[plane])
+            copied = torch.cuda.Event(blocking=True)
+            copied.record(lane.stream)
+            self._publish_if_last(job, copied, start + count)
+            # The next gather (this job's or the next job's) overwrites the pinned stage,
+            # which this chunk's DMA may still be reading: wait for it here, on the worker.
+            # The event follows the scatter too, so for the last chunk it is the job's
+            # completion event and, once it fires, the loaded rows are in the GPU cache.
+            copied.synchronize()
+
+    def _publish_if_last(self, job: _Job, event: torch.cuda.Event, end: int) -> None:
+        """Once the job's last chunk is queued, let ``stream_wait`` wait on its final event."""
+        if end >= job.plan.src_rows.numel():
+            with self._book.changed:
+                self._queued[job.job_id] = event
+                self._book.changed.notify_all()
+
+
+def _chunks(plan: TransferPlan, lane: _Lane, planes: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """(first row, row count) of each chunk of a job: as many rows as the stage holds."""
+    per_chunk = lane.device_stage.numel() // (len(planes) * planes[0].shape[1])
+    total = plan.src_rows.numel()
+    return [(start, min(per_chunk, total - start)) for start in range(0, total, per_chunk)]
+
+
+def _stage_view(stage: torch.Tensor, planes: list[torch.Tensor], count: int) -> torch.Tensor:
+    """The first ``count`` rows of every plane, as one contiguous (planes, count, row) view."""
+    row_elements = planes[0].shape[1]
+    return stage[: len(planes) * count * row_elements].view(len(planes), count, row_elements)
+
+
+def _zeros(
+    shape: tuple[int, ...], dtype: torch.dtype, count: int, *, pin: bool
+) -> list[torch.Tensor]:
+    return [torch.zeros(shape, dtype=dtype, pin_memory=pin) for _ in range(count)]
+
+
+def _size_text(num_bytes: int) -> str:
+    """Bytes in the largest binary unit that keeps the number at least 1, one decimal."""
+    if num_bytes < 1024:
+        return f"{num_bytes} B"
+    size = float(num_bytes)
+    units = ("KiB", "MiB", "GiB", "TiB", "PiB")
+    for unit in units:
+        size /= 1024
+        if size < 1024 or unit == units[-1]:
+            return f"{size:.1f} {unit}"
+    raise AssertionError("unreachable")
