@@ -16,12 +16,15 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from offload.transfer.canonical import canonical_layer_tensors
 from offload.transfer.job import Direction
 
 KV_DIM_SIZE = 2
 """K and V, stacked in one tensor per layer."""
 RANK = 5
 """(2 and num_blocks in either order, block_size, num_heads, head_dim)."""
+BYTES_RANK = 2
+"""(num_blocks, page_size_bytes): a block's bytes, whatever they hold."""
 
 
 class KVOrder(enum.StrEnum):
@@ -29,10 +32,14 @@ class KVOrder(enum.StrEnum):
 
     vLLM's attention backends disagree: FlashAttention stacks K and V first,
     FlashInfer puts blocks first. The copy only needs the block dimension.
+    ``block_bytes`` is vLLM's canonical form (``KVLayout.from_canonical``):
+    2-D ``(num_blocks, page_size_bytes)`` int8 tensors, one whole block per
+    row, K and V (or whatever the page holds) not told apart.
     """
 
     KV_FIRST = "kv_first"
     BLOCKS_FIRST = "blocks_first"
+    BLOCK_BYTES = "block_bytes"
 
     @property
     def block_dim(self) -> int:
@@ -40,13 +47,22 @@ class KVOrder(enum.StrEnum):
         return 1 if self is KVOrder.KV_FIRST else 0
 
     @property
-    def kv_dim(self) -> int:
-        """The dimension of size 2 holding K and V."""
+    def kv_dim(self) -> int | None:
+        """The dimension of size 2 holding K and V; None where the order has none."""
+        if self is KVOrder.BLOCK_BYTES:
+            return None
         return 1 - self.block_dim
+
+    @property
+    def rank(self) -> int:
+        """Dimensions of a layer tensor."""
+        return BYTES_RANK if self is KVOrder.BLOCK_BYTES else RANK
 
     @property
     def shape_text(self) -> str:
         """A layer tensor's shape, for error messages."""
+        if self is KVOrder.BLOCK_BYTES:
+            return "(num_blocks, page_size_bytes)"
         leading = ("2", "num_blocks") if self is KVOrder.KV_FIRST else ("num_blocks", "2")
         return f"({', '.join(leading)}, block_size, num_heads, head_dim)"
 
@@ -88,6 +104,19 @@ class KVLayout:
         _check_layers(self.gpu_tensors, self.order)
         self.rows(self.gpu_tensors)  # strides that defeat row views fail here, not mid-copy
 
+    @classmethod
+    def from_canonical(cls, kv_caches: object, block_size_factor: int = 1) -> KVLayout:
+        """The layout of vLLM's ``CanonicalKVCaches`` (vLLM 0.33), in the ``block_bytes`` order.
+
+        Duck-typed: ``kv_caches.tensors`` (each with ``.tensor`` and
+        ``.page_size_bytes``) and ``kv_caches.group_data_refs`` are read, and
+        vLLM is never imported. Every canonical tensor becomes one layer, so
+        a job moves every tensor's pages, as vLLM's own CPU worker does.
+        Raises ValueError, naming the shape, for what a layout cannot hold:
+        see ``offload.transfer.canonical``.
+        """
+        return cls(canonical_layer_tensors(kv_caches), block_size_factor, KVOrder.BLOCK_BYTES)
+
     @property
     def num_layers(self) -> int:
         return len(self.gpu_tensors)
@@ -103,15 +132,23 @@ class KVLayout:
     @property
     def gpu_block_size(self) -> int:
         """Tokens per GPU block."""
-        return self.gpu_tensors[0].shape[2]
+        return self._geometry(2, "gpu_block_size")
 
     @property
     def num_heads(self) -> int:
-        return self.gpu_tensors[0].shape[3]
+        return self._geometry(3, "num_heads")
 
     @property
     def head_dim(self) -> int:
-        return self.gpu_tensors[0].shape[4]
+        return self._geometry(4, "head_dim")
+
+    def _geometry(self, dim: int, name: str) -> int:
+        if self.order is KVOrder.BLOCK_BYTES:
+            raise ValueError(
+                f"a {self.order} layout does not record {name}: its tensors are "
+                f"{self.order.shape_text} bytes"
+            )
+        return self.gpu_tensors[0].shape[dim]
 
     @property
     def bytes_per_gpu_block(self) -> int:
@@ -144,7 +181,7 @@ class KVLayout:
         copies, so writing a row writes the cache; the result is layer-major,
         K before V, for the GPU and the CPU side alike.
         """
-        kv_first = self.order is KVOrder.KV_FIRST
+        kv_first = self.order is KVOrder.KV_FIRST  # block_bytes rows are whole blocks already
         views: list[torch.Tensor] = []
         for tensor in tensors:
             planes = tensor.unbind(0) if kv_first else (tensor,)
@@ -254,14 +291,16 @@ def _positive_int(name: str, value: int) -> int:
 
 
 def _check_layers(tensors: tuple[torch.Tensor, ...], order: KVOrder) -> None:
-    """Every layer a 5-D K/V tensor with at least one block, all alike."""
+    """Every layer a tensor of the order's rank and K/V size, no dimension empty, all alike."""
     if not tensors:
         raise ValueError("a KV layout needs at least one layer tensor")
     for layer, tensor in enumerate(tensors):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"layer {layer} is a {type(tensor).__name__}, not a torch.Tensor")
         shape = tuple(tensor.shape)
-        if tensor.ndim != RANK or shape[order.kv_dim] != KV_DIM_SIZE or 0 in shape:
+        kv_dim = order.kv_dim
+        wrong_kv = kv_dim is not None and tensor.ndim > kv_dim and shape[kv_dim] != KV_DIM_SIZE
+        if tensor.ndim != order.rank or wrong_kv or 0 in shape:
             raise ValueError(
                 f"layer {layer} has shape {shape}; the {order} order needs "
                 f"{order.shape_text}, no dimension empty"

@@ -33,6 +33,8 @@ def random_bits(shape: Sequence[int], dtype: torch.dtype, seed: int) -> torch.Te
 
 
 def gpu_shape(order: KVOrder, num_blocks: int, geometry: tuple[int, int, int]) -> tuple[int, ...]:
+    if order is KVOrder.BLOCK_BYTES:  # K and V of a block, flattened into one row
+        return (num_blocks, 2 * torch.Size(geometry).numel())
     leading = (2, num_blocks) if order is KVOrder.KV_FIRST else (num_blocks, 2)
     return (*leading, *geometry)
 
