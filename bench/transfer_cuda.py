@@ -28,24 +28,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import math
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import zipfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from bench.tooling.common import emit
-from bench.tooling.peer_env import REPO_ROOT, VLLM_VERSION, VLLM_WHEEL_ENV
+from bench.tooling.peer_env import VLLM_VERSION
+from bench.tooling.vllm_wheel import load_member, stand_in
 from offload.transfer import CUDATransferBackend, Direction, KVLayout, TransferPlan
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -67,8 +62,6 @@ DTYPE = torch.float16
 GPU_BLOCK_BYTES = NUM_LAYERS * 2 * math.prod(GPU_GEOMETRY) * DTYPE.itemsize  # 2: K and V
 
 PEER_MEMBER = "vllm/v1/kv_offload/cpu/swap_blocks_triton.py"
-WHEEL_DIRS = (Path.home() / ".cache" / "kvscope", REPO_ROOT / ".bench")
-"""Where the vLLM wheel is cached, as tests/offload/test_kv_events_vllm.py looks for it."""
 PEER_MAX_CHUNK = 8192
 """vLLM's gpu_worker._select_swap_blocks_fn: bytes_per_chunk = min(next_pow2(page), 8192)."""
 
@@ -84,45 +77,6 @@ def target_ratio(block_bytes: int) -> float | None:
 # -- vLLM's Triton kernel, from the wheel -----------------------------------------------
 
 
-def _cached_wheel() -> Path | None:
-    named = os.environ.get(VLLM_WHEEL_ENV)
-    if named and Path(named).is_file():
-        return Path(named)
-    for folder in WHEEL_DIRS:
-        wheels = sorted(folder.glob(f"vllm-{VLLM_VERSION}-*.whl"))
-        if wheels:
-            return wheels[0]
-    return None
-
-
-def _download_wheel() -> Path:
-    """Fetch the wheel (no dependencies) into the cache the tests share."""
-    cache = WHEEL_DIRS[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--platform=manylinux_2_28_x86_64",
-        f"--dest={cache}",
-        f"vllm=={VLLM_VERSION}",
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    wheel = _cached_wheel()
-    if done.returncode != 0 or wheel is None:
-        raise RuntimeError(f"wheel not cached and not downloadable: {done.stderr.strip()[-300:]}")
-    return wheel
-
-
-def _stand_in(name: str, **attributes: object) -> ModuleType:
-    module = ModuleType(name)
-    module.__dict__.update(attributes)
-    return module
-
-
 def _no_cpp_swap(*_args: object, **_kwargs: object) -> None:
     raise RuntimeError("vLLM's C++ swap_blocks_batch is compiled code, not loaded here")
 
@@ -130,45 +84,24 @@ def _no_cpp_swap(*_args: object, **_kwargs: object) -> None:
 def load_peer() -> ModuleType:
     """vLLM 0.33.0's swap_blocks_triton module, run from the wheel's own source.
 
-    The file is extracted to a temporary directory and imported by path:
-    ``triton.jit`` reads a kernel's source from its file, so it cannot be
-    exec'd from a string. Its two vLLM imports get stand-ins while it loads:
-    ``vllm.triton_utils`` is the real triton, ``vllm._custom_ops`` (the C++
-    path vLLM takes for small or large batches) a stub that raises, never
-    reached because ``peer_copy`` only ever runs the Triton kernel.
+    Its two vLLM imports get stand-ins while it loads: ``vllm.triton_utils``
+    is the real triton, ``vllm._custom_ops`` (the C++ path vLLM takes for
+    small or large batches) a stub that raises, never reached because
+    ``peer_copy`` only ever runs the Triton kernel.
     """
     import triton  # the CUDA build of torch brings it
     import triton.language as tl
 
-    wheel = _cached_wheel() or _download_wheel()
-    with zipfile.ZipFile(wheel) as archive:
-        source = archive.read(PEER_MEMBER)
-    folder = Path(tempfile.mkdtemp(prefix="kvscope-vllm-peer-"))  # kept: triton reads it later
-    path = folder / "swap_blocks_triton.py"
-    path.write_bytes(source)
-    ops = _stand_in("vllm._custom_ops", swap_blocks_batch=_no_cpp_swap)
+    ops = stand_in("vllm._custom_ops", swap_blocks_batch=_no_cpp_swap)
     stand_ins = {
-        "vllm": _stand_in("vllm", _custom_ops=ops),
+        "vllm": stand_in("vllm", _custom_ops=ops),
         "vllm._custom_ops": ops,
-        "vllm.triton_utils": _stand_in("vllm.triton_utils", triton=triton, tl=tl),
+        "vllm.triton_utils": stand_in("vllm.triton_utils", triton=triton, tl=tl),
     }
-    saved = {name: sys.modules.get(name) for name in stand_ins}
-    sys.modules.update(stand_ins)
-    try:
-        spec = importlib.util.spec_from_file_location("vllm_0_33_swap_blocks_triton", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        for name, previous in saved.items():
-            if previous is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = previous
+    module = load_member(PEER_MEMBER, "vllm_0_33_swap_blocks_triton", stand_ins)
     for name in ("_swap_blocks_kernel", "swap_blocks_batch", "NUM_SMS", "MIN_N", "THRESHOLD_BYTES"):
         if not hasattr(module, name):
-            raise ImportError(f"{PEER_MEMBER} in {wheel.name} has no {name}")
+            raise ImportError(f"{PEER_MEMBER} of vLLM {VLLM_VERSION} has no {name}")
     return module
 
 

@@ -1,1 +1,1 @@
-"""What the benchmarks share: the workload runner, the vLLM peer and the offline bound."""
+"""What the benchmarks share: the workload runner, the vLLM peer and its wheel, the bound."""

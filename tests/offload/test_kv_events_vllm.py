@@ -21,20 +21,15 @@ why, only if it can be neither found nor downloaded.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import subprocess
-import sys
-import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import msgspec
 import pytest
 
+from bench.tooling.vllm_wheel import WheelUnavailable, load_member, stand_in
 from offload.base import OffloadingEvent
 from offload.wire.kv_events import (
     BlockStored,
@@ -44,84 +39,28 @@ from offload.wire.kv_events import (
     to_kv_events,
 )
 
-VLLM_VERSION = "0.33.0"
 SCHEMA_MEMBER = "vllm/distributed/kv_events.py"
-WHEEL_DIRS = (Path.home() / ".cache" / "kvscope", Path(__file__).parents[2] / ".bench")
-
-
-def _cached_wheel() -> Path | None:
-    for folder in WHEEL_DIRS:
-        wheels = sorted(folder.glob(f"vllm-{VLLM_VERSION}-*.whl"))
-        if wheels:
-            return wheels[0]
-    return None
-
-
-def _download_wheel() -> Path:
-    """Fetch the wheel (no dependencies) into the cache, or skip saying why."""
-    cache = WHEEL_DIRS[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--platform=manylinux_2_28_x86_64",
-        f"--dest={cache}",
-        f"vllm=={VLLM_VERSION}",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    wheel = _cached_wheel()
-    if result.returncode != 0 or wheel is None:
-        pytest.skip(
-            f"vllm=={VLLM_VERSION} wheel not cached and not downloadable: "
-            f"{result.stderr.strip()[-400:]}"
-        )
-    return wheel
 
 
 def _unused(*_args: object, **_kwargs: object) -> Any:
     raise AssertionError("vLLM's publisher is not part of this test")
 
 
-def _stand_in(name: str, **attributes: object) -> ModuleType:
-    module = ModuleType(name)
-    module.__dict__.update(attributes)
-    return module
-
-
 def _stand_ins() -> dict[str, ModuleType]:
     return {
-        "vllm.config.kv_events": _stand_in("vllm.config.kv_events", KVEventsConfig=object),
-        "vllm.logger": _stand_in("vllm.logger", init_logger=logging.getLogger),
-        "vllm.utils.network_utils": _stand_in(
+        "vllm.config.kv_events": stand_in("vllm.config.kv_events", KVEventsConfig=object),
+        "vllm.logger": stand_in("vllm.logger", init_logger=logging.getLogger),
+        "vllm.utils.network_utils": stand_in(
             "vllm.utils.network_utils",
             get_ip=_unused,
             get_tcp_uri=_unused,
             is_valid_ipv6_address=_unused,
             split_zmq_path=_unused,
         ),
-        "vllm.v1.core.kv_cache_utils": _stand_in(
+        "vllm.v1.core.kv_cache_utils": stand_in(
             "vllm.v1.core.kv_cache_utils", ExternalBlockHash=bytes | int
         ),
     }
-
-
-@contextmanager
-def _in_sys_modules(modules: dict[str, ModuleType]) -> Iterator[None]:
-    """Provide modules for the duration of a load, then restore what was there."""
-    saved = {name: sys.modules.get(name) for name in modules}
-    sys.modules.update(modules)
-    try:
-        yield
-    finally:
-        for name, previous in saved.items():
-            if previous is None:
-                del sys.modules[name]
-            else:
-                sys.modules[name] = previous
 
 
 @pytest.fixture(scope="session")
@@ -131,17 +70,11 @@ def vllm_schema() -> Iterator[ModuleType]:
     It stays registered in ``sys.modules`` for the session because msgspec
     resolves a struct's annotations through its module when a decoder is made.
     """
-    wheel = _cached_wheel() or _download_wheel()
-    with zipfile.ZipFile(wheel) as archive:
-        source = archive.read(SCHEMA_MEMBER)
-    name = "vllm_0_33_kv_events"
-    spec = importlib.util.spec_from_loader(name, loader=None)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    with _in_sys_modules({name: module}):
-        with _in_sys_modules(_stand_ins()):
-            exec(compile(source, f"{wheel.name}/{SCHEMA_MEMBER}", "exec"), module.__dict__)
-        yield module
+    try:
+        module = load_member(SCHEMA_MEMBER, "vllm_0_33_kv_events", _stand_ins())
+    except WheelUnavailable as exc:
+        pytest.skip(str(exc))
+    yield module
 
 
 def test_our_batches_decode_with_vllms_schema(vllm_schema: ModuleType) -> None:

@@ -10,8 +10,6 @@ builds the real ``CanonicalKVCaches``, run from the vLLM wheel's own source.
 
 from __future__ import annotations
 
-import importlib.util
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -19,13 +17,8 @@ from types import ModuleType
 import pytest
 import torch
 
+from bench.tooling.vllm_wheel import WheelUnavailable, load_member, stand_in
 from offload.transfer import CPUTransferBackend, KVLayout, KVOrder
-from tests.offload.test_kv_events_vllm import (
-    _cached_wheel,
-    _download_wheel,
-    _in_sys_modules,
-    _stand_in,
-)
 from tests.support import kv_caches
 from tests.support.kv_caches import random_bits
 
@@ -183,26 +176,18 @@ def vllm_base() -> Iterator[ModuleType]:
     ``KvHintsEnvelope`` is only an annotation of ``ReqContext``, the other two
     are used inside methods this test does not call.
     """
-    wheel = _cached_wheel() or _download_wheel()
-    with zipfile.ZipFile(wheel) as archive:
-        source = archive.read(BASE_MEMBER)
-    name = "vllm_0_33_kv_offload_base"
-    spec = importlib.util.spec_from_loader(name, loader=None)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
     stand_ins = {
-        "vllm.v1.kv_hints": _stand_in("vllm.v1.kv_hints", KvHintsEnvelope=type("KvHints", (), {})),
-        "vllm.v1.kv_offload.config": _stand_in(
-            "vllm.v1.kv_offload.config", OffloadingConfig=object
-        ),
-        "vllm.v1.metrics.cache_hit_source": _stand_in(
+        "vllm.v1.kv_hints": stand_in("vllm.v1.kv_hints", KvHintsEnvelope=type("KvHints", (), {})),
+        "vllm.v1.kv_offload.config": stand_in("vllm.v1.kv_offload.config", OffloadingConfig=object),
+        "vllm.v1.metrics.cache_hit_source": stand_in(
             "vllm.v1.metrics.cache_hit_source", CacheHitSource=object
         ),
     }
-    with _in_sys_modules({name: module}):
-        with _in_sys_modules(stand_ins):
-            exec(compile(source, f"{wheel.name}/{BASE_MEMBER}", "exec"), module.__dict__)
-        yield module
+    try:
+        module = load_member(BASE_MEMBER, "vllm_0_33_kv_offload_base", stand_ins)
+    except WheelUnavailable as exc:
+        pytest.skip(str(exc))
+    yield module
 
 
 def test_vllms_own_canonical_kv_caches_round_trip(vllm_base: ModuleType) -> None:
