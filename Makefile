@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+VLLM_STAMP := $(VENV)/.vllm-installed
 
 .PHONY: demo test lint bench clean debs
 
@@ -11,6 +12,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
+
+# The vLLM compatibility tier (tests/vllm): the real vllm==0.33.0 package,
+# installed without its dependencies (they pin a CUDA torch), plus what its
+# offloading modules import; and vLLM's own manager tests from its source release.
+$(VLLM_STAMP): $(STAMP) tests/vllm/requirements.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps vllm==0.33.0
+	$(BIN)/pip install -q --disable-pip-version-check -r tests/vllm/requirements.txt
+	$(BIN)/python tests/vllm/fetch_upstream.py
+	touch $(VLLM_STAMP)
 
 # Two end-to-end tests drive Debian packages: headless Chromium (the web page)
 # and Prometheus (a real scrape, promtool's lint), installed unless already
@@ -23,7 +33,7 @@ debs:
 demo: $(STAMP)
 	$(BIN)/kvscope demo
 
-test: $(STAMP) debs
+test: $(VLLM_STAMP) debs
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -88,8 +88,13 @@ class OffloadingManager(ABC):
         """Reserve slots for blocks not yet stored, evicting if needed; None if impossible."""
 
     @abstractmethod
-    def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
-        """Make stored blocks readable, or roll them back when the copy failed."""
+    def complete_store(
+        self, block_hashes: Iterable[BlockHash], success: bool = True
+    ) -> Sequence[BlockHash]:
+        """Make stored blocks readable, or roll them back when the copy failed.
+
+        Returns the hashes whose state changed (stored, or forgotten).
+        """
 
     @abstractmethod
     def take_events(self) -> Iterable[OffloadingEvent]:

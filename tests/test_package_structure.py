@@ -1,5 +1,6 @@
-"""Every module imports on its own, the core never reaches into the sidecar, and the
-sidecar never loads torch (its image carries none).
+"""Every module imports on its own, the core never reaches into the sidecar, the
+sidecar never loads torch (its image carries none), and nothing but offload.vllm
+loads vLLM (``import offload`` must work without it).
 
 Each module is imported in a fresh interpreter: an import cycle only shows
 when its first import comes from the wrong side, which a test process that
@@ -30,6 +31,8 @@ for name in sys.argv[1:]:
         sys.exit(f"{name} imports the sidecar package app")
     if name.startswith("app") and "torch" in sys.modules:
         sys.exit(f"{name} imports torch")
+    if not name.startswith("offload.vllm") and "vllm" in sys.modules:
+        sys.exit(f"{name} imports vLLM: only offload.vllm may")
 """
 
 

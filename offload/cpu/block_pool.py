@@ -38,36 +38,49 @@ class BlockPool:
     """A fixed set of slots, each with one Block object reused for its lifetime.
 
     Reusing the objects keeps allocation off the store path: handing out a
-    slot is a list slice and a reset, not an object construction.
+    slot is a list slice and a reset, not an object construction. Slots are
+    handed out in vLLM's order, so a store is given the same slot ids under
+    kvscope as under vLLM's own CPU manager: slots never used since the last
+    reset first, lowest first, then the most recently freed.
     """
 
-    __slots__ = ("_by_slot", "_cursor", "_free", "capacity")
+    __slots__ = ("_by_slot", "_cursor", "_free", "_unused", "capacity")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"block pool capacity must be at least 1, got {capacity}")
         self.capacity = capacity
         self._by_slot = [Block(slot) for slot in range(capacity)]
-        # Popped from the end: slot 0 is handed out first.
-        self._free: list[Block] = self._by_slot[::-1]
+        self._unused: list[Block] = []
+        self._free: list[Block] = []
         self._cursor = 0
+        self.reset()
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._unused) + len(self._free)
 
     @property
     def num_used(self) -> int:
-        return self.capacity - len(self._free)
+        return self.capacity - self.num_free
 
     def allocate(self, n: int) -> list[Block]:
         """Hand out n slots as not-ready blocks (ref -1); the caller checked room."""
-        free = self._free
-        if n > len(free):
-            raise RuntimeError(f"block pool asked for {n} slots with {len(free)} free")
-        blocks = free[len(free) - n :]
-        del free[len(free) - n :]
+        unused, free = self._unused, self._free
+        if n > len(unused) + len(free):
+            raise RuntimeError(
+                f"block pool asked for {n} slots with {len(unused) + len(free)} free"
+            )
+        # Both stacks pop from the end: unused is kept highest slot first.
+        fresh = min(n, len(unused))
+        blocks = unused[len(unused) - fresh :]
+        del unused[len(unused) - fresh :]
         blocks.reverse()
+        if fresh < n:
+            reused = free[len(free) - (n - fresh) :]
+            del free[len(free) - (n - fresh) :]
+            reused.reverse()
+            blocks += reused
         for block in blocks:
             block.ref = -1
             block.loaded = False
@@ -77,9 +90,14 @@ class BlockPool:
         """Take back the blocks that left the tier."""
         self._free.extend(blocks)
 
+    def reset(self) -> None:
+        """Every slot free and unused again (a full reset of the tier)."""
+        self._unused = self._by_slot[::-1]
+        self._free = []
+
     def free_slots(self) -> list[int]:
         """The free slots, for invariant checks (not the hot path)."""
-        return [block.slot for block in self._free]
+        return [block.slot for block in chain(self._unused, self._free)]
 
     def check_slots(self, start: int, stop: int) -> list[str]:
         """What is wrong with the blocks of slots [start, stop), block by block.
@@ -109,5 +127,5 @@ class BlockPool:
 
     def holders_are_distinct(self, used: Iterable[Block]) -> bool:
         """No block is used twice, or both used and free (O(capacity): not for scrapes)."""
-        blocks = list(chain(used, self._free))
+        blocks = list(chain(used, self._unused, self._free))
         return len(set(map(id, blocks))) == len(blocks)

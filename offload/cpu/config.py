@@ -35,7 +35,7 @@ class KVGeometry:
 
     def __post_init__(self) -> None:
         for field in ("bytes_per_gpu_block", "num_kv_tensors", "world_size", "gpu_block_size"):
-            _positive_int(field, getattr(self, field), "KV geometry")
+            positive_int(field, getattr(self, field), "KV geometry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def resolve_config(extra_config: Mapping[str, Any], geometry: KVGeometry) -> Off
         )
     block_size = geometry.gpu_block_size
     if extra_config.get("block_size") is not None:
-        block_size = _positive_int("block_size", extra_config["block_size"])
+        block_size = positive_int("block_size", extra_config["block_size"])
         if block_size % geometry.gpu_block_size:
             raise ConfigError(
                 f"block_size={block_size} must be a multiple of the GPU block size "
@@ -86,7 +86,7 @@ def resolve_config(extra_config: Mapping[str, Any], geometry: KVGeometry) -> Off
             + ", ".join(policy_names())
         )
     if extra_config.get("cpu_bytes_to_use") is not None:
-        cpu_bytes = _positive_int("cpu_bytes_to_use", extra_config["cpu_bytes_to_use"])
+        cpu_bytes = positive_int("cpu_bytes_to_use", extra_config["cpu_bytes_to_use"])
         num_blocks = cpu_bytes // bytes_per_block
         if num_blocks < 1:
             raise ConfigError(
@@ -94,7 +94,7 @@ def resolve_config(extra_config: Mapping[str, Any], geometry: KVGeometry) -> Off
                 f"({bytes_per_block} bytes)"
             )
     elif extra_config.get("num_cpu_blocks") is not None:
-        num_blocks = _positive_int("num_cpu_blocks", extra_config["num_cpu_blocks"])
+        num_blocks = positive_int("num_cpu_blocks", extra_config["num_cpu_blocks"])
     else:
         raise ConfigError(
             "kv_connector_extra_config needs cpu_bytes_to_use (bytes of CPU memory) "
@@ -103,8 +103,10 @@ def resolve_config(extra_config: Mapping[str, Any], geometry: KVGeometry) -> Off
     return OffloadConfig(num_blocks, block_size, factor, bytes_per_block, policy)
 
 
-def _positive_int(key: str, value: Any, where: str = "kv_connector_extra_config") -> int:
-    """An integer >= 1 from an int, an integral float or a decimal string."""
+def positive_int(
+    key: str, value: Any, where: str = "kv_connector_extra_config", minimum: int = 1
+) -> int:
+    """An integer >= ``minimum`` from an int, an integral float or a decimal string."""
     number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
@@ -117,6 +119,6 @@ def _positive_int(key: str, value: Any, where: str = "kv_connector_extra_config"
             number = None
     if number is None:
         raise ConfigError(f"{where} {key}={value!r} is not a whole number")
-    if number < 1:
-        raise ConfigError(f"{where} {key}={value!r} must be at least 1")
+    if number < minimum:
+        raise ConfigError(f"{where} {key}={value!r} must be at least {minimum}")
     return number

@@ -9,7 +9,7 @@ and counts what it did in plain integers (ManagerStats) once per call.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from operator import attrgetter
 
 from offload.base import BlockHash, OffloadingEvent, OffloadingManager, PrepareStoreOutput
@@ -17,6 +17,7 @@ from offload.cpu.block_pool import Block, BlockPool
 from offload.cpu.load_store_spec import CPULoadStoreSpec
 from offload.cpu.manager_stats import ManagerStats
 from offload.cpu.policies.registry import make_policy
+from offload.cpu.request_recency import RequestRecency
 from offload.telemetry.spans import SpanGate, record_span
 
 MEDIUM = CPULoadStoreSpec.medium()
@@ -109,7 +110,19 @@ class CPUOffloadingManager(OffloadingManager):
             block.ref -= 1
         self.stats.load_completed_blocks += len(blocks)
 
-    def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreOutput | None:
+    def prepare_store(
+        self,
+        block_hashes: Iterable[BlockHash],
+        request: RequestRecency | None = None,
+        offered: Collection[BlockHash] = (),
+    ) -> PrepareStoreOutput | None:
+        """Reserve slots for the blocks not yet resident, evicting idle ones if needed.
+
+        ``request`` (optional) is the storing request, for policies that order
+        a request's blocks by their place in its prompt. ``offered`` names
+        more blocks to keep from eviction: the ones a caller filtered out of
+        ``block_hashes`` (vLLM protects a whole offer).
+        """
         start = time.perf_counter()
         requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
         resident = self._blocks
@@ -127,7 +140,7 @@ class CPUOffloadingManager(OffloadingManager):
         self._moves += 1
         try:
             if shortfall > 0:
-                evicted = self.policy.evict(shortfall, set(requested))
+                evicted = self.policy.evict(shortfall, {*requested, *offered})
                 if evicted is None:
                     stats.store_refused_calls += 1
                     stats.store_refused_blocks += len(to_store)
@@ -141,7 +154,7 @@ class CPUOffloadingManager(OffloadingManager):
                     event = OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, True)
                     self._events.append(event)
             blocks = pool.allocate(len(to_store))
-            self.policy.insert(to_store, blocks)
+            self.policy.insert(to_store, blocks, request)
         finally:
             self._moves += 1
         stats.store_admitted_blocks += len(to_store)
@@ -162,7 +175,13 @@ class CPUOffloadingManager(OffloadingManager):
             to_store, CPULoadStoreSpec([block.slot for block in blocks]), evicted_hashes
         )
 
-    def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
+    def complete_store(
+        self, block_hashes: Iterable[BlockHash], success: bool = True
+    ) -> list[BlockHash]:
+        """Make written blocks readable, or forget them when the copy failed.
+
+        Returns the hashes whose state changed: stored, or forgotten.
+        """
         get = self._blocks.get
         if success:
             stored: list[BlockHash] = []
@@ -180,23 +199,21 @@ class CPUOffloadingManager(OffloadingManager):
             self.stats.store_completed_blocks += len(stored)
             if stored and self._events is not None:
                 self._events.append(OffloadingEvent(stored, self.block_size, MEDIUM, False))
-            return
+            return stored
         # A failed copy leaves garbage in the slots: forget the blocks that were
         # being written. Their stored event was never sent, so nothing is removed
         # from a consumer's view either. Rare, so the blocks are looked up first,
         # before anything changes (a dict: a hash named twice is forgotten once).
         hashes = list(block_hashes)
         blocks = dict(zip(hashes, map(get, hashes), strict=True))
-        failed: list[Block] = []
+        forgotten = [h for h, block in blocks.items() if block is not None and block.ref < 0]
         self._moves += 1
         try:
-            for block_hash, block in blocks.items():
-                if block is not None and block.ref < 0:
-                    failed.append(self.policy.remove(block_hash))
-            self.pool.free(failed)
+            self.pool.free([self.policy.remove(block_hash) for block_hash in forgotten])
         finally:
             self._moves += 1
-        self.stats.evicted_failed_store_blocks += len(failed)
+        self.stats.evicted_failed_store_blocks += len(forgotten)
+        return forgotten
 
     def clear(self) -> list[BlockHash]:
         """Drop every idle block (a prefix-cache reset); returns the dropped hashes.
@@ -216,6 +233,29 @@ class CPUOffloadingManager(OffloadingManager):
         if idle and self._events is not None:
             self._events.append(OffloadingEvent(idle, self.block_size, MEDIUM, removed=True))
         return idle
+
+    def reset(self) -> None:
+        """Forget every block, in flight or not, and all policy history.
+
+        vLLM's prefix-cache reset: its scheduler drops the completions of
+        every job in flight, so nothing will ask for these blocks again. A
+        consumer mirroring the tier is told that the ready blocks left.
+        """
+        ready = [h for h, block in self._blocks.items() if block.ref >= 0]
+        loaded = sum(1 for h in ready if self._blocks[h].loaded)
+        stats = self.stats
+        stats.load_dropped_blocks += stats.loads_in_flight
+        stats.store_dropped_blocks += stats.stores_in_flight
+        self._moves += 1
+        try:
+            self.policy.reset()
+            self.pool.reset()
+        finally:
+            self._moves += 1
+        self.stats.evicted_clear_blocks += len(ready)
+        self.stats.dead_write_blocks += len(ready) - loaded
+        if ready and self._events is not None:
+            self._events.append(OffloadingEvent(ready, self.block_size, MEDIUM, removed=True))
 
     def take_events(self) -> list[OffloadingEvent]:
         if self._events is None:

@@ -21,12 +21,14 @@ class ManagerStats:
         "evicted_failed_store_blocks",
         "load_blocks",
         "load_completed_blocks",
+        "load_dropped_blocks",
         "lookup_blocks",
         "lookup_calls",
         "lookup_hit_blocks",
         "prepare_store_seconds",
         "store_admitted_blocks",
         "store_completed_blocks",
+        "store_dropped_blocks",
         "store_refused_blocks",
         "store_refused_calls",
         "store_requested_blocks",
@@ -50,6 +52,9 @@ class ManagerStats:
         self.store_refused_calls = 0
         self.store_refused_blocks = 0
         self.store_completed_blocks = 0
+        self.load_dropped_blocks = 0
+        self.store_dropped_blocks = 0
+        """Loads and stores in flight at a reset, whose completions will never come."""
         self.evicted_capacity_blocks = 0
         self.evicted_failed_store_blocks = 0
         self.evicted_clear_blocks = 0
@@ -60,10 +65,14 @@ class ManagerStats:
 
     @property
     def loads_in_flight(self) -> int:
-        finished = self.load_completed_blocks  # first: see the module docstring
+        finished = self.load_completed_blocks + self.load_dropped_blocks  # first: see above
         return self.load_blocks - finished
 
     @property
     def stores_in_flight(self) -> int:
-        finished = self.store_completed_blocks + self.evicted_failed_store_blocks
+        finished = (
+            self.store_completed_blocks
+            + self.evicted_failed_store_blocks
+            + self.store_dropped_blocks
+        )
         return self.store_admitted_blocks - finished

@@ -48,5 +48,9 @@ class TransferBackend(Closeable):
         """Jobs finished since the last poll, in completion order; never blocks."""
 
     @abstractmethod
+    def wait(self, job_id: int, timeout: float | None = None) -> TransferResult:
+        """Block until a job finishes and return its result; ``poll`` still reports it."""
+
+    @abstractmethod
     def close(self) -> None:
         """Finish the jobs in flight and release threads and streams; idempotent."""

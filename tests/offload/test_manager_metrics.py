@@ -116,7 +116,7 @@ def test_a_negative_reference_count_is_found_by_both_checks() -> None:
 def test_a_lost_block_breaks_the_counts_at_once() -> None:
     manager = CPUOffloadingManager(16, 1000, "lru")
     manager.prepare_store([1, 2])
-    manager.pool._free.pop()  # a free slot leaks
+    manager.pool._unused.pop()  # a free slot leaks
     expected = ["used 2 + free 997 != capacity 1000"]
     assert manager.live_invariant_violations(slots=1) == expected
 
@@ -126,7 +126,7 @@ def test_a_block_held_twice_with_one_lost_is_left_to_the_full_check() -> None:
     manager = CPUOffloadingManager(16, 4, "lru")
     manager.prepare_store([1, 2])
     manager.complete_store([1, 2])
-    free = manager.pool._free
+    free = manager.pool._unused
     free[0] = manager.policy.blocks[1]  # a used block is also free; a free one is lost
     assert manager.live_invariant_violations() == []
     assert manager.invariant_violations() == ["a block is held twice"]

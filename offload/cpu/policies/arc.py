@@ -16,6 +16,7 @@ from collections.abc import Container, Iterable, Sequence
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import CachePolicy, take_idle
+from offload.cpu.request_recency import RequestRecency
 
 
 class ARCCachePolicy(CachePolicy):
@@ -32,7 +33,12 @@ class ARCCachePolicy(CachePolicy):
         self.b2: OrderedDict[BlockHash, None] = OrderedDict()
         self.target_t1 = 0.0
 
-    def insert(self, block_hashes: Sequence[BlockHash], blocks: Sequence[Block]) -> None:
+    def insert(
+        self,
+        block_hashes: Sequence[BlockHash],
+        blocks: Sequence[Block],
+        request: RequestRecency | None = None,
+    ) -> None:
         self.blocks.update(zip(block_hashes, blocks, strict=True))
         t1, b1, b2 = self.t1, self.b1, self.b2
         t1.update(zip(block_hashes, blocks, strict=True))
@@ -99,3 +105,8 @@ class ARCCachePolicy(CachePolicy):
         if self.t1.pop(block_hash, None) is None:
             del self.t2[block_hash]
         return block
+
+    def reset(self) -> None:
+        for table in (self.blocks, self.t1, self.t2, self.b1, self.b2):
+            table.clear()
+        self.target_t1 = 0.0

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
+from offload.cpu.request_recency import RequestRecency
 
 
 class CachePolicy(ABC):
@@ -26,12 +27,44 @@ class CachePolicy(ABC):
         self.capacity = capacity
 
     @abstractmethod
-    def insert(self, block_hashes: Sequence[BlockHash], blocks: Sequence[Block]) -> None:
-        """Admit newly allocated (not yet ready) blocks, none of them resident."""
+    def insert(
+        self,
+        block_hashes: Sequence[BlockHash],
+        blocks: Sequence[Block],
+        request: RequestRecency | None = None,
+    ) -> None:
+        """Admit newly allocated (not yet ready) blocks, none of them resident.
+
+        ``request``, when the engine names one, is the storing request: a
+        policy may order the blocks by their place in its prompt.
+        """
 
     @abstractmethod
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         """Record a use; hashes that are not resident are ignored or remembered."""
+
+    def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
+        """A running request met these blocks for the first time (stored or loaded).
+
+        Its use is recorded by ``finish`` when the request ends; a policy may
+        already keep the blocks in the request's prompt order meanwhile. The
+        default waits for ``finish``.
+        """
+        return
+
+    def finish(self, block_hashes: Sequence[BlockHash], reused: Container[BlockHash]) -> None:
+        """A request ended having used these blocks, head of its prompt first.
+
+        ``reused`` are those it found already stored, as opposed to the ones
+        it stored itself. The default counts a use of the reused ones only,
+        so a block's own store is never taken for its reuse (ARC's second
+        sighting).
+        """
+        self.touch([block_hash for block_hash in block_hashes if block_hash in reused])
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget every block and all history (the tier was reset)."""
 
     @abstractmethod
     def evict(

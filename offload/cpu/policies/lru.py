@@ -3,47 +3,216 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
+from heapq import heapify, heappop, heappush
 
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
-from offload.cpu.policies.cache_policy import CachePolicy, take_idle
+from offload.cpu.policies.cache_policy import CachePolicy
+from offload.cpu.request_recency import RequestRecency
+
+_POSITION_BITS = 48
+"""A rank is ``(order << 48) - position``: one int, compared in C, for (order, -position)."""
+
+_Candidate = tuple[int, BlockHash]
 
 
 class LRUCachePolicy(CachePolicy):
-    """Evicts the idle block used longest ago.
+    """Evicts the idle block with the oldest rank, as vLLM 0.33's LRU does.
 
-    A touch walks a request's prefix tail-first, so the chain's head ends up
-    most recent: a prefix then loses its tail before its head, which keeps the
-    rest of the chain reachable.
+    Every use gives a block a new, highest rank. A touch walks a request's
+    prefix tail-first, so the chain's head ends up most recent: a prefix loses
+    its tail before its head, which keeps the rest of the chain reachable.
+    A running request's blocks share the request's rank, tails below heads,
+    so a prefix stored in several batches (or out of order) is still evicted
+    tail first, and a late store completion never makes a block look newer
+    than the request that used it.
+
+    Two structures hold the ranks. A use gives the highest rank yet, so
+    blocks ranked by use sit in an OrderedDict in rank order (O(1) per use).
+    Blocks ranked by a running request can rank below them, so they sit in a
+    heap, ordered lazily (a rank change pushes a new entry; an outdated one
+    is skipped when it surfaces). Eviction merges the two in rank order.
     """
 
     name = "lru"
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
-        self.blocks: OrderedDict[BlockHash, Block] = OrderedDict()
+        self.blocks: dict[BlockHash, Block] = {}
+        self._used: OrderedDict[BlockHash, int] = OrderedDict()
+        self._placed: dict[BlockHash, int] = {}
+        self._heap: list[_Candidate] = []
+        self._order = 0
+        self._generation = 0
 
-    def insert(self, block_hashes: Sequence[BlockHash], blocks: Sequence[Block]) -> None:
+    def insert(
+        self,
+        block_hashes: Sequence[BlockHash],
+        blocks: Sequence[Block],
+        request: RequestRecency | None = None,
+    ) -> None:
         self.blocks.update(zip(block_hashes, blocks, strict=True))
+        used = self._used
+        if request is None:
+            order = self._order
+            for block_hash in block_hashes:
+                order += 1
+                used[block_hash] = order << _POSITION_BITS
+            self._order = order
+            return
+        position = request.position
+        for block_hash in block_hashes:
+            place = position(block_hash)
+            if place is None:
+                self._order += 1
+                used[block_hash] = self._order << _POSITION_BITS
+            else:
+                self._place(block_hash, (self._request_order(request) << _POSITION_BITS) - place)
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
-        resident = self.blocks
-        to_end = resident.move_to_end
+        used, placed = self._used, self._placed
+        order = self._order
+        to_end = used.move_to_end
         for block_hash in reversed(list(block_hashes)):
-            if block_hash in resident:
+            if block_hash in used:
                 to_end(block_hash)
+            elif block_hash in placed:
+                del placed[block_hash]
+            else:
+                continue
+            order += 1
+            used[block_hash] = order << _POSITION_BITS
+        self._order = order
+        if placed:
+            self._compact()
+
+    def finish(self, block_hashes: Sequence[BlockHash], reused: Container[BlockHash]) -> None:
+        """Every block the request met counts as used, the head of its prompt newest."""
+        self.touch(block_hashes)
+
+    def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
+        order = self._request_order(request) << _POSITION_BITS
+        used, placed, position = self._used, self._placed, request.position
+        for block_hash in block_hashes:
+            place = position(block_hash)
+            if place is None or block_hash not in self.blocks:
+                continue
+            new = order - place
+            old = used.get(block_hash)
+            if (placed[block_hash] if old is None else old) >= new:
+                continue
+            if old is not None:
+                del used[block_hash]
+            self._place(block_hash, new)
+        self._compact()
 
     def evict(
         self, n: int, protected: Container[BlockHash]
     ) -> list[tuple[BlockHash, Block]] | None:
-        chosen = take_idle(self.blocks, protected, n)
-        if len(chosen) < n:
-            return None
+        if n <= 0:
+            return []
+        if not self._placed:
+            return self._evict_by_use(n, protected)
         resident = self.blocks
-        for block_hash, _ in chosen:
-            del resident[block_hash]
-        return chosen
+        by_use = self._idle_by_use(protected)
+        held: list[_Candidate] = []
+        chosen: dict[BlockHash, _Candidate] = {}
+        next_used = next(by_use, None)
+        next_placed = self._pop_idle_placed(protected, held, chosen)
+        while len(chosen) < n and (next_used is not None or next_placed is not None):
+            if next_placed is None or (next_used is not None and next_used < next_placed):
+                chosen[next_used[1]] = next_used
+                next_used = next(by_use, None)
+            else:
+                chosen[next_placed[1]] = next_placed
+                next_placed = self._pop_idle_placed(protected, held, chosen)
+        if next_placed is not None:
+            held.append(next_placed)
+        if len(chosen) < n:
+            held.extend(entry for entry in chosen.values() if entry[1] in self._placed)
+            chosen = {}
+        for entry in held:
+            heappush(self._heap, entry)
+        if not chosen:
+            return None
+        used, placed = self._used, self._placed
+        for block_hash in chosen:
+            if used.pop(block_hash, None) is None:
+                del placed[block_hash]
+        self._compact()
+        return [(block_hash, resident.pop(block_hash)) for block_hash in chosen]
 
     def remove(self, block_hash: BlockHash) -> Block:
+        if self._used.pop(block_hash, None) is None:
+            del self._placed[block_hash]
         return self.blocks.pop(block_hash)
+
+    def reset(self) -> None:
+        for table in (self.blocks, self._used, self._placed, self._heap):
+            table.clear()
+        self._order = 0
+        self._generation += 1
+
+    def _evict_by_use(
+        self, n: int, protected: Container[BlockHash]
+    ) -> list[tuple[BlockHash, Block]] | None:
+        """Eviction when every block is ranked by use: a scan in rank order."""
+        resident, picked = self.blocks, []
+        for block_hash in self._used:
+            if resident[block_hash].ref == 0 and block_hash not in protected:
+                picked.append(block_hash)
+                if len(picked) == n:
+                    break
+        else:
+            return None
+        used = self._used
+        for block_hash in picked:
+            del used[block_hash]
+        return [(block_hash, resident.pop(block_hash)) for block_hash in picked]
+
+    def _idle_by_use(self, protected: Container[BlockHash]) -> Iterator[_Candidate]:
+        """Idle, unprotected blocks ranked by use, oldest first."""
+        resident = self.blocks
+        for block_hash, rank in self._used.items():
+            if resident[block_hash].ref == 0 and block_hash not in protected:
+                yield rank, block_hash
+
+    def _pop_idle_placed(
+        self,
+        protected: Container[BlockHash],
+        held: list[_Candidate],
+        chosen: Container[BlockHash],
+    ) -> _Candidate | None:
+        """The oldest idle, unprotected block ranked by a request, popped from the heap.
+
+        Outdated entries are dropped; current ones that cannot leave now are
+        kept in ``held``, to go back on the heap.
+        """
+        heap, placed, resident = self._heap, self._placed, self.blocks
+        while heap:
+            entry = heappop(heap)
+            block_hash = entry[1]
+            if placed.get(block_hash) != entry[0] or block_hash in chosen:
+                continue
+            if resident[block_hash].ref == 0 and block_hash not in protected:
+                return entry
+            held.append(entry)
+        return None
+
+    def _place(self, block_hash: BlockHash, rank: int) -> None:
+        self._placed[block_hash] = rank
+        heappush(self._heap, (rank, block_hash))
+
+    def _request_order(self, request: RequestRecency) -> int:
+        """The request's rank in this policy and generation, given on first need."""
+        if request.owner is not self or request.generation != self._generation:
+            self._order += 1
+            request.owner, request.generation, request.rank = self, self._generation, self._order
+        return request.rank
+
+    def _compact(self) -> None:
+        """Drop outdated heap entries once they outnumber the live ones."""
+        if len(self._heap) > 2 * len(self._placed) + 64:
+            self._heap = [(rank, block_hash) for block_hash, rank in self._placed.items()]
+            heapify(self._heap)

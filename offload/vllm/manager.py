@@ -1,0 +1,278 @@
+"""vLLM 0.33's ``OffloadingManager`` on kvscope's CPU manager.
+
+vLLM's scheduler calls this with ``OffloadKey`` bytes and a ``ReqContext``
+per request; kvscope's manager, block pool and policy registry do the work
+and keep their counters, events and invariant checks. What is vLLM's alone
+lives here: one key per lookup, request records (a request's use counts once,
+at its end, in prompt order), the reuse threshold, vLLM's event fields and
+stats payload. Allocation order, eviction order and events match vLLM's own
+CPU manager (tests/vllm runs vLLM's manager tests against this class).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Collection, Iterator, Sequence
+
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+    OffloadingConnectorStats,
+)
+from vllm.v1.kv_offload.base import (
+    ConfigInfoMapping,
+    LookupResult,
+    Medium,
+    OffloadingEvent,
+    OffloadingManager,
+    OffloadKey,
+    PrepareStoreOutput,
+    ReqContext,
+    RequestOffloadingContext,
+    ScheduleEndContext,
+)
+from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+from offload.cpu.manager import CPUOffloadingManager
+from offload.vllm.request_access import RequestAccess
+from offload.vllm.settings import SpecSettings
+from offload.vllm.stats import fill_stats
+from offload.worker_telemetry import WorkerTelemetry
+
+STATS_INTERVAL_S = 1.0
+"""How often a stats frame goes to kvscope's publisher, at a scheduler step's end."""
+
+
+class KVScopeManager(OffloadingManager):
+    """The scheduler side of kvscope in vLLM: one CPU tier, its policy and its telemetry."""
+
+    def __init__(
+        self,
+        core: CPUOffloadingManager,
+        settings: SpecSettings,
+        *,
+        vllm_events: bool,
+        telemetry: WorkerTelemetry | None = None,
+        config_info: ConfigInfoMapping | None = None,
+    ) -> None:
+        self.core = core
+        self.medium = Medium.CPU
+        self.telemetry = telemetry
+        self._blocks = core.policy.blocks
+        self._events: list[OffloadingEvent] | None = [] if vllm_events else None
+        self._outbox: list = []
+        self._config_info = dict(config_info or {})
+        self._generation = 0
+        self._next_stats = 0.0
+        self.store_threshold = settings.store_threshold
+        self.max_tracker_size = settings.max_tracker_size
+        self.counts: OrderedDict[OffloadKey, int] | None = (
+            OrderedDict() if settings.store_threshold >= 2 else None
+        )
+        """Offers per key, least recent first, when stores need a threshold of offers."""
+        self.stores_skipped_in_current_batch = 0
+        self.allocation_sizes: list[int] = []
+        self.reported: dict[tuple[str, tuple[str, ...]], float] = {}
+        """Counter values already handed to vLLM's metrics, to hand over increases only."""
+
+    # --- lookups and loads ---
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        block = self._blocks.get(key)
+        stats = self.core.stats
+        stats.lookup_calls += 1
+        stats.lookup_blocks += 1
+        if block is None:
+            return LookupResult.MISS
+        if block.ref < 0:
+            return LookupResult.HIT_PENDING
+        stats.lookup_hit_blocks += 1
+        return LookupResult.HIT
+
+    def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> CacheHitSource:
+        return CacheHitSource.HOST
+
+    def prepare_load(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> CPULoadStoreSpec:
+        keys = list(keys)
+        spec = self.core.prepare_load(keys)
+        self._met(keys, req_context, reused=keys)
+        return CPULoadStoreSpec(spec.block_ids)
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        self.core.touch(keys)
+
+    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        self.core.complete_load(keys)
+
+    # --- stores ---
+
+    def prepare_store(
+        self, keys: Collection[OffloadKey], req_context: ReqContext
+    ) -> PrepareStoreOutput | None:
+        keys = list(keys)
+        if self.counts is not None:
+            self._count_offers(keys)
+        blocks = self._blocks
+        new: list[OffloadKey] = []
+        ready: list[OffloadKey] = []
+        for key in keys:
+            block = blocks.get(key)
+            if block is None:
+                new.append(key)
+            elif block.ref >= 0:
+                ready.append(key)
+        if self.counts is not None:
+            offered, counts, threshold = len(new), self.counts, self.store_threshold
+            new = [key for key in new if counts.get(key, 0) >= threshold]
+            self.stores_skipped_in_current_batch += offered - len(new)
+        met = set(new).union(ready)
+        access = self._met([key for key in keys if key in met], req_context, reused=ready)
+        if not new:
+            return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
+        self.allocation_sizes.append(len(new))
+        output = self.core.prepare_store(new, access.recency, offered=keys)
+        self._drain()
+        if output is None:
+            return None
+        access.inserted.update(output.block_hashes_to_store)
+        return PrepareStoreOutput(
+            keys_to_store=list(output.block_hashes_to_store),
+            store_spec=CPULoadStoreSpec(output.store_spec.block_ids),
+            evicted_keys=list(output.block_hashes_evicted),
+        )
+
+    def complete_store(
+        self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+    ) -> None:
+        changed = self.core.complete_store(keys, success)
+        self._drain()
+        if not success and changed and self._events is not None:
+            # vLLM announces the rollback as metadata only: the slots were never readable.
+            self._events.append(
+                OffloadingEvent(list(changed), self.medium, removed=True, metadata_only=True)
+            )
+
+    # --- requests ---
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        self._access(req_context)
+        return RequestOffloadingContext()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        access = req_context.get_state(RequestAccess)
+        if (
+            access is None
+            or access.owner is not self
+            or access.generation != self._generation
+            or access.finished
+        ):
+            return
+        access.finished = True
+        self.core.policy.finish(access.prompt_order(), access.reused)
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        """Ship the step's events to kvscope's publisher, and stats once a second."""
+        if self.telemetry is None:
+            return
+        if self._outbox:
+            events, self._outbox = self._outbox, []
+            self.telemetry.publisher.publish_events(events)
+        now = time.monotonic()
+        if now >= self._next_stats:
+            self._next_stats = now + STATS_INTERVAL_S
+            self.telemetry.publish_stats()
+
+    def reset_cache(self) -> None:
+        self._drain()
+        self.core.reset()
+        # vLLM announces a reset itself; only kvscope's publisher hears of the blocks.
+        self._drain(vllm=False)
+        self._generation += 1
+
+    # --- reporting ---
+
+    def take_events(self) -> Iterator[OffloadingEvent]:
+        if self._events is None:
+            return
+        events, self._events = self._events, []
+        blocks = self._blocks
+        for event in events:
+            if event.metadata_only:
+                # A retry may own the key again before this rollback is read.
+                keys = [key for key in event.keys if key not in blocks]
+                if not keys:
+                    continue
+                event = OffloadingEvent(keys, event.medium, removed=True, metadata_only=True)
+            yield event
+
+    def get_stats(self) -> OffloadingConnectorStats:
+        stats = OffloadingConnectorStats()
+        fill_stats(stats, self)
+        return stats
+
+    def config_info(self) -> Sequence[ConfigInfoMapping]:
+        return [self._config_info]
+
+    def shutdown(self) -> None:
+        if self.telemetry is not None:
+            self.on_schedule_end(ScheduleEndContext((), ()))
+            self.telemetry.publisher.close()
+
+    # --- helpers ---
+
+    def _access(self, req_context: ReqContext) -> RequestAccess:
+        access = req_context.get_state(RequestAccess)
+        if access is None or access.owner is not self or access.generation != self._generation:
+            access = RequestAccess(self, self._generation, req_context)
+            req_context.set_state(access)
+        return access
+
+    def _met(
+        self, keys: list[OffloadKey], req_context: ReqContext, reused: list[OffloadKey]
+    ) -> RequestAccess:
+        access = self._access(req_context)
+        new = access.met(keys)
+        if new:
+            self.core.policy.observe(new, access.recency)
+        access.reuse(reused)
+        return access
+
+    def _count_offers(self, keys: list[OffloadKey]) -> None:
+        """Count an offer per key; the least recently offered keys leave a full tracker.
+
+        Keys of this offer never push out each other, so an offer larger than
+        the tracker still makes progress.
+        """
+        counts = self.counts
+        assert counts is not None
+        known: set[OffloadKey] = set()
+        for key in keys:
+            if key in counts:
+                counts.move_to_end(key)
+                counts[key] += 1
+                known.add(key)
+        others = len(counts) - len(known)
+        for key in keys:
+            if key in counts:
+                continue
+            if len(counts) >= self.max_tracker_size:
+                if others == 0:
+                    continue
+                counts.popitem(last=False)
+                others -= 1
+            counts[key] = 1
+
+    def _drain(self, vllm: bool = True) -> None:
+        """Take the core's events: to kvscope's publisher, and as vLLM events."""
+        events = self.core.take_events()
+        if not events:
+            return
+        if self.telemetry is not None:
+            self._outbox.extend(events)
+        if vllm and self._events is not None:
+            medium = self.medium
+            self._events.extend(
+                OffloadingEvent(list(event.block_hashes), medium, event.removed) for event in events
+            )

@@ -1,0 +1,179 @@
+"""kvscope's keys in vLLM's ``kv_connector_extra_config``, checked before anything is allocated.
+
+The mapping arrives loosely typed (often JSON typed on a command line), so
+every key is checked here, by name: an unknown key is a typo or an option
+kvscope does not honour, and both are errors rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import importlib
+import mmap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from offload.cpu.config import ConfigError, positive_int
+from offload.cpu.policies.cache_policy import CachePolicy
+from offload.cpu.policies.registry import policy_names, register_policy
+
+VLLM_KEYS = frozenset(
+    {
+        "spec_name",
+        "spec_module_path",
+        "block_size",
+        "blocks_per_chunk",
+        "canonical_layout",
+        "offload_prompt_only",
+        "self_describing_kv_events",
+        "sync_load_budget_bytes",
+    }
+)
+"""Keys vLLM's offloading connector reads itself; they pass through untouched."""
+
+KVSCOPE_KEYS = frozenset(
+    {
+        "cpu_bytes_to_use",
+        "num_cpu_blocks",
+        "eviction_policy",
+        "cache_policy_module_path",
+        "store_threshold",
+        "max_tracker_size",
+        "kvscope_endpoint",
+        "kvscope_replay_endpoint",
+    }
+)
+
+CHUNK_ALIGNMENT = mmap.PAGESIZE
+"""A chunk's bytes are rounded up to a page, as vLLM's CPU spec sizes its region."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpecSettings:
+    """The CPU tier kvscope builds for one vLLM engine."""
+
+    num_chunks: int
+    """Offloaded blocks (vLLM's chunks) the tier holds."""
+    bytes_per_chunk: int
+    """Bytes of one chunk across every worker, padded to a page."""
+    eviction_policy: str
+    store_threshold: int
+    """Offers a chunk needs before it is stored; below 2, every offer is stored."""
+    max_tracker_size: int
+    kvscope_endpoint: str | None
+    kvscope_replay_endpoint: str | None
+
+
+def read_settings(
+    extra_config: Mapping[str, Any],
+    *,
+    worker_kv_bytes_per_block: int,
+    world_size: int,
+    blocks_per_chunk: int,
+) -> SpecSettings:
+    """Check every key and size the tier; raises ConfigError naming the first bad key."""
+    if not isinstance(extra_config, Mapping):
+        raise ConfigError(
+            f"kv_connector_extra_config must be a mapping, got {type(extra_config).__name__}"
+        )
+    unknown = sorted(str(key) for key in extra_config if key not in VLLM_KEYS | KVSCOPE_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"kv_connector_extra_config key {unknown[0]!r} is not an option of "
+            "KVScopeOffloadingSpec; it accepts: " + ", ".join(sorted(KVSCOPE_KEYS | VLLM_KEYS))
+        )
+    policy = _policy(extra_config)
+    store_threshold = positive_int(
+        "store_threshold", extra_config.get("store_threshold", 0), minimum=0
+    )
+    max_tracker_size = positive_int(
+        "max_tracker_size", extra_config.get("max_tracker_size", 64_000)
+    )
+    endpoint = _endpoint(extra_config, "kvscope_endpoint")
+    replay = _endpoint(extra_config, "kvscope_replay_endpoint")
+    if replay is not None and endpoint is None:
+        raise ConfigError(
+            "kvscope_replay_endpoint needs kvscope_endpoint: replay serves a publisher"
+        )
+    chunk = (
+        -(-worker_kv_bytes_per_block * world_size * blocks_per_chunk // CHUNK_ALIGNMENT)
+        * CHUNK_ALIGNMENT
+    )
+    num_chunks = _num_chunks(extra_config, chunk)
+    return SpecSettings(
+        num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay
+    )
+
+
+def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
+    has_bytes = extra_config.get("cpu_bytes_to_use") is not None
+    has_count = extra_config.get("num_cpu_blocks") is not None
+    if has_bytes and has_count:
+        raise ConfigError("give one of cpu_bytes_to_use and num_cpu_blocks, not both")
+    if has_count:
+        return positive_int("num_cpu_blocks", extra_config["num_cpu_blocks"])
+    if not has_bytes:
+        raise ConfigError(
+            "kv_connector_extra_config needs cpu_bytes_to_use (bytes of CPU memory) "
+            "or num_cpu_blocks (a chunk count)"
+        )
+    cpu_bytes = positive_int("cpu_bytes_to_use", extra_config["cpu_bytes_to_use"])
+    if bytes_per_chunk == 0:
+        raise ConfigError(
+            "cpu_bytes_to_use cannot size the tier: vLLM reports 0 KV bytes per block; "
+            "give num_cpu_blocks instead"
+        )
+    if cpu_bytes < bytes_per_chunk:
+        raise ConfigError(
+            f"cpu_bytes_to_use={cpu_bytes} is smaller than one offloaded chunk "
+            f"({bytes_per_chunk} bytes across all workers)"
+        )
+    return cpu_bytes // bytes_per_chunk
+
+
+def _policy(extra_config: Mapping[str, Any]) -> str:
+    """The eviction policy's name, after loading ``cache_policy_module_path`` if given.
+
+    As in vLLM, the module path names where the policy class called
+    ``eviction_policy`` lives; it must be a kvscope ``CachePolicy``.
+    """
+    name = extra_config.get("eviction_policy", "lru")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"eviction_policy={name!r} must be a policy name")
+    module_path = extra_config.get("cache_policy_module_path")
+    if module_path is not None and name not in policy_names():
+        if not isinstance(module_path, str):
+            raise ConfigError(f"cache_policy_module_path={module_path!r} must be a module path")
+        try:
+            module = importlib.import_module(module_path)
+        except ImportError as exc:
+            raise ConfigError(
+                f"cache_policy_module_path={module_path!r} cannot be imported: {exc}"
+            ) from exc
+        policy_cls = getattr(module, name, None)
+        if not (isinstance(policy_cls, type) and issubclass(policy_cls, CachePolicy)):
+            raise ConfigError(
+                f"cache_policy_module_path={module_path!r} has no kvscope "
+                f"CachePolicy named {name!r}"
+            )
+        if getattr(policy_cls, "name", None) != name:
+            raise ConfigError(f"policy class {name!r} must declare name = {name!r}")
+        register_policy(policy_cls)
+    if name not in policy_names():
+        raise ConfigError(
+            f"eviction_policy={name!r} is not a known policy; use one of: "
+            + ", ".join(policy_names())
+            + " (or name a module holding it with cache_policy_module_path)"
+        )
+    return name
+
+
+def _endpoint(extra_config: Mapping[str, Any], key: str) -> str | None:
+    value = extra_config.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith(("tcp://", "ipc://", "inproc://")):
+        raise ConfigError(
+            f"{key}={value!r} must be a ZMQ endpoint such as tcp://*:5557 or ipc:///tmp/kvscope"
+        )
+    return value

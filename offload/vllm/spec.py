@@ -1,0 +1,108 @@
+"""``KVScopeOffloadingSpec``: what vLLM 0.33's ``OffloadingSpecFactory`` loads.
+
+vLLM builds one spec per process from its ``OffloadingConfig``; the scheduler
+asks it for a manager, each worker for a worker. Every key is checked when the
+spec is built, before any memory is allocated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.kv_offload.base import (
+    CanonicalKVCaches,
+    OffloadingManager,
+    OffloadingMetricMetadata,
+    OffloadingSpec,
+    OffloadingWorker,
+)
+from vllm.v1.kv_offload.config import OffloadingConfig
+
+from offload.cpu.config import ConfigError, positive_int
+from offload.cpu.manager import CPUOffloadingManager
+from offload.vllm.manager import KVScopeManager
+from offload.vllm.settings import read_settings
+from offload.vllm.stats import metric_definitions
+from offload.vllm.worker import KVScopeWorker, build_backend
+from offload.wire.publisher import EventPublisher
+from offload.worker_telemetry import WorkerTelemetry
+
+CONFIG_INFO_KEYS = (
+    "cpu_num_chunks",
+    "cpu_blocks_per_chunk",
+    "cpu_kv_cache_size_bytes",
+    "eviction_policy",
+)
+
+
+class KVScopeOffloadingSpec(OffloadingSpec):
+    """kvscope's CPU tier as a vLLM offloading backend."""
+
+    @classmethod
+    def build_metric_definitions(
+        cls, extra_config: dict[str, Any]
+    ) -> dict[str, OffloadingMetricMetadata]:
+        threshold = positive_int(
+            "store_threshold", extra_config.get("store_threshold", 0), minimum=0
+        )
+        return metric_definitions(threshold)
+
+    @classmethod
+    def config_info_keys(cls, extra_config: dict[str, Any]) -> tuple[str, ...]:
+        return CONFIG_INFO_KEYS
+
+    def __init__(self, config: OffloadingConfig) -> None:
+        super().__init__(config)
+        if config.replicated_layout:
+            raise ConfigError("kvscope does not offer vLLM's replicated (MLA single-copy) layout")
+        self.settings = read_settings(
+            self.extra_config,
+            worker_kv_bytes_per_block=config.worker_kv_bytes_per_block,
+            world_size=config.parallel.world_size,
+            blocks_per_chunk=self.blocks_per_chunk,
+        )
+        tokens = self.tokens_per_block[0] if self.tokens_per_block else 1
+        self.tokens_per_chunk = tokens * self.blocks_per_chunk
+        self._manager: KVScopeManager | None = None
+        self._worker: KVScopeWorker | None = None
+
+    def get_manager(self) -> OffloadingManager:
+        if self._manager is None:
+            settings = self.settings
+            telemetry = None
+            vllm_events = self.kv_events_config.enable_kv_cache_events
+            core = CPUOffloadingManager(
+                self.tokens_per_chunk,
+                settings.num_chunks,
+                settings.eviction_policy,
+                enable_events=vllm_events or settings.kvscope_endpoint is not None,
+            )
+            if settings.kvscope_endpoint is not None:
+                telemetry = WorkerTelemetry(
+                    core,
+                    engine_id=self.config.engine_id,
+                    rank=self.config.parallel.rank,
+                    publisher=EventPublisher(
+                        settings.kvscope_endpoint, settings.kvscope_replay_endpoint
+                    ),
+                    bytes_per_block=settings.bytes_per_chunk,
+                )
+            self._manager = KVScopeManager(
+                core,
+                settings,
+                vllm_events=vllm_events,
+                telemetry=telemetry,
+                config_info={
+                    "cpu_num_chunks": settings.num_chunks,
+                    "cpu_blocks_per_chunk": self.blocks_per_chunk,
+                    "cpu_kv_cache_size_bytes": settings.num_chunks * settings.bytes_per_chunk,
+                    "eviction_policy": settings.eviction_policy,
+                },
+            )
+        return self._manager
+
+    def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
+        if self._worker is None:
+            backend = build_backend(kv_caches, self.blocks_per_chunk, self.settings.num_chunks)
+            self._worker = KVScopeWorker(backend)
+        return self._worker

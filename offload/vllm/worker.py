@@ -1,0 +1,105 @@
+"""vLLM 0.33's ``OffloadingWorker`` on kvscope's transfer backends.
+
+vLLM names jobs by its own ids and blocks by ``GPULoadStoreSpec`` and
+``CPULoadStoreSpec``; a kvscope backend takes GPU and CPU block ids and
+numbers its own jobs. This maps one onto the other: CUDA streams when the
+caches are on a GPU, the CPU backend otherwise, every job counted in the
+backend's transfer stats like any other kvscope transfer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vllm.v1.kv_offload.base import (
+    CanonicalKVCaches,
+    GPULoadStoreSpec,
+    LoadStoreSpec,
+    OffloadingWorker,
+    TransferResult,
+)
+from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+
+from offload.transfer.backend import TransferBackend
+from offload.transfer.cpu_backend import CPUTransferBackend
+from offload.transfer.job import Direction
+from offload.transfer.layout import KVLayout
+
+logger = logging.getLogger(__name__)
+
+
+def build_backend(
+    kv_caches: CanonicalKVCaches, blocks_per_chunk: int, num_chunks: int
+) -> TransferBackend:
+    """The backend for where the caches live: CUDA streams on a GPU, threads on a CPU."""
+    layout = KVLayout.from_canonical(kv_caches, blocks_per_chunk)
+    if layout.gpu_tensors[0].device.type == "cuda":
+        from offload.transfer.cuda_backend import CUDATransferBackend
+
+        return CUDATransferBackend(layout, num_chunks)
+    return CPUTransferBackend(layout, num_chunks)
+
+
+class KVScopeWorker(OffloadingWorker):
+    """Moves chunks between vLLM's KV caches and kvscope's CPU tier."""
+
+    def __init__(self, backend: TransferBackend) -> None:
+        self.backend = backend
+        self.rejected_jobs = 0
+        """Jobs refused at submit (bad specs); vLLM is told with False."""
+        self._vllm_ids: dict[int, int] = {}
+
+    def submit_store(
+        self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec
+    ) -> bool:
+        return self._submit(job_id, Direction.GPU_TO_CPU, src_spec, dst_spec)
+
+    def submit_load(
+        self,
+        job_id: int,
+        src_spec: LoadStoreSpec,
+        dst_spec: GPULoadStoreSpec,
+        expedited: bool = False,
+    ) -> bool:
+        return self._submit(job_id, Direction.CPU_TO_GPU, src_spec, dst_spec)
+
+    def get_finished(self) -> list[TransferResult]:
+        finished = []
+        for result in self.backend.poll():
+            job_id = self._vllm_ids.pop(result.job_id)
+            finished.append(TransferResult(job_id, result.success, result.bytes, result.seconds))
+        return finished
+
+    def wait(self, job_ids: set[int]) -> None:
+        ours = [own for own, theirs in self._vllm_ids.items() if theirs in job_ids]
+        for own in ours:
+            self.backend.wait(own)
+
+    def shutdown(self) -> None:
+        self.backend.close()
+
+    def _submit(
+        self, job_id: int, direction: Direction, src: LoadStoreSpec, dst: LoadStoreSpec
+    ) -> bool:
+        gpu, cpu = (src, dst) if direction is Direction.GPU_TO_CPU else (dst, src)
+        if not isinstance(gpu, GPULoadStoreSpec) or not isinstance(cpu, CPULoadStoreSpec):
+            self.rejected_jobs += 1
+            logger.error("kvscope job %d refused: specs are not GPU and CPU block ids", job_id)
+            return False
+        if len(gpu.group_sizes) > 1:
+            self.rejected_jobs += 1
+            logger.error("kvscope job %d refused: several KV cache groups", job_id)
+            return False
+        src_ids, dst_ids = (
+            (gpu.block_ids, cpu.block_ids)
+            if direction is Direction.GPU_TO_CPU
+            else (cpu.block_ids, gpu.block_ids)
+        )
+        try:
+            own = self.backend.submit(direction, src_ids.tolist(), dst_ids.tolist())
+        except ValueError as exc:
+            self.rejected_jobs += 1
+            logger.error("kvscope job %d refused: %s", job_id, exc)
+            return False
+        self._vllm_ids[own] = job_id
+        return True
