@@ -1,0 +1,62 @@
+"""The kvscope_endpoint key: the tier's events and stats reach a live subscriber."""
+
+from __future__ import annotations
+
+import socket
+
+import zmq
+from vllm.v1.kv_offload.base import ReqContext, ScheduleEndContext, make_offload_key
+
+from app.decode import decode_kv_payload
+from offload.vllm import KVScopeOffloadingSpec
+from offload.wire.framing import DEFAULT_STATS_TOPIC
+from offload.wire.stats_frame import decode_stats_frame
+from tests.support.polling import wait_until
+from tests.support.vllm_config import offloading_config
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_events_and_stats_reach_the_endpoint_named_by_kvscope_endpoint() -> None:
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    spec = KVScopeOffloadingSpec(
+        offloading_config({"num_cpu_blocks": 4, "kvscope_endpoint": endpoint}, events=False)
+    )
+    manager = spec.get_manager()
+    context = zmq.Context()
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    ctx = ReqContext(req_id="r")
+    stored: list = []
+    stats: list = []
+    rounds = iter(range(10**6))
+
+    def store_step_and_read() -> bool:
+        """Store a fresh block and end a step (a late subscriber misses the first ones)."""
+        key = make_offload_key(next(rounds).to_bytes(8, "big"), 0)
+        if manager.prepare_store([key], ctx) is not None:
+            manager.complete_store([key], ctx)
+        manager.on_schedule_end(ScheduleEndContext((), ()))
+        while sub.poll(50):
+            topic, _seq, payload = sub.recv_multipart()
+            if topic == DEFAULT_STATS_TOPIC:
+                stats.append(decode_stats_frame(payload))
+            else:
+                stored.extend(decode_kv_payload(payload).events)
+        return bool(stored) and bool(stats)
+
+    try:
+        wait_until(store_step_and_read, "events and a stats frame from the vLLM manager")
+    finally:
+        manager.shutdown()
+        sub.close(0)
+        context.term()
+    assert stats[0].engine_id == "engine-0"
+    assert any(event.kind == "stored" and event.medium == "CPU" for event in stored)
+    # vLLM's own events were off: kvscope's publisher does not need them.
+    assert list(manager.take_events()) == []

@@ -1,0 +1,87 @@
+"""One scripted sequence of vLLM-style calls, on kvscope's manager and on vLLM 0.33's own.
+
+Requests overlap in prefixes, store in several batches, load what they hit,
+sometimes fail a store, and finish; every answer and every event is
+compared. With LRU the two must agree call for call.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+from tests.support.vllm_config import kvscope_manager
+
+CAPACITY = 24
+
+
+def _script(seed: int) -> list[tuple[str, list[int], bool]]:
+    """Requests as (id, prefix of block hashes, whether the store fails)."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(10_000) for _ in range(rng.randint(4, 12))] for _ in range(6)]
+    requests = []
+    for number in range(60):
+        shared = rng.choice(prefixes)
+        blocks = shared[: rng.randint(1, len(shared))] + [
+            rng.randrange(10_000, 20_000) for _ in range(rng.randint(0, 6))
+        ]
+        requests.append((f"req-{number}", blocks, rng.random() < 0.1))
+    return requests
+
+
+def _run(manager, script) -> list:
+    """Drive a manager as vLLM's scheduler does; the trace of everything it answered."""
+    trace: list = []
+    for req_id, hashes, fail in script:
+        keys = [make_offload_key(h.to_bytes(8, "big"), 0) for h in hashes]
+        ctx = ReqContext(req_id=req_id)
+        for place, key in enumerate(keys, 1):
+            ctx.set_offload_key_position(key, place * 16)
+        manager.on_new_request(ctx)
+        hits = 0
+        for key in keys:
+            result = manager.lookup(key, ctx)
+            trace.append(("lookup", result))
+            if result is not LookupResult.HIT:
+                break
+            hits += 1
+        if hits:
+            spec = manager.prepare_load(keys[:hits], ctx)
+            trace.append(("load", spec.block_ids.tolist()))
+            manager.touch(keys[:hits], ctx)
+        for start in range(hits, len(keys), 3):
+            batch = keys[start : start + 3]
+            output = manager.prepare_store(batch, ctx)
+            if output is None:
+                trace.append(("store", None))
+                continue
+            trace.append(
+                (
+                    "store",
+                    output.keys_to_store,
+                    output.store_spec.block_ids.tolist(),
+                    output.evicted_keys,
+                )
+            )
+            manager.complete_store(output.keys_to_store, ctx, success=not fail)
+        if hits:
+            manager.complete_load(keys[:hits], ctx)
+        manager.on_request_finished(ctx)
+        trace.append(
+            ("events", [(e.keys, e.removed, e.metadata_only) for e in manager.take_events()])
+        )
+    return trace
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kvscope_answers_every_call_as_vllm_does_with_lru(seed: int) -> None:
+    script = _script(seed)
+    ours = _run(kvscope_manager(CAPACITY, "lru", enable_events=True), script)
+    theirs = _run(CPUOffloadingManager(CAPACITY, "lru", enable_events=True), script)
+    assert len(ours) == len(theirs)
+    for step, (mine, vllms) in enumerate(zip(ours, theirs, strict=True)):
+        assert mine == vllms, f"call {step} differs"
+    assert any(entry[0] == "store" and entry[1] and entry[3] for entry in ours), "no eviction ran"

@@ -1,0 +1,111 @@
+"""kvscope's spec as vLLM 0.33 loads it: through its factory, from a real OffloadingConfig."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+from offload.cpu.config import ConfigError
+from offload.vllm import KVScopeOffloadingSpec
+from offload.vllm.settings import CHUNK_ALIGNMENT
+from tests.support.vllm_config import SPEC, offloading_config
+
+
+def test_vllm_factory_resolves_the_spec_from_the_extra_config() -> None:
+    assert OffloadingSpecFactory.get_spec_cls(SPEC) is KVScopeOffloadingSpec
+    spec = OffloadingSpecFactory.create_spec(offloading_config({"num_cpu_blocks": 8}))
+    assert isinstance(spec, KVScopeOffloadingSpec)
+    assert spec.get_manager().core.num_blocks == 8
+
+
+def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
+    """vLLM: chunk bytes = per-worker bytes x workers x blocks per chunk, rounded up to a page."""
+    config = offloading_config(
+        {"cpu_bytes_to_use": 10 * 2**20},
+        worker_kv_bytes_per_block=3000,
+        world_size=2,
+        blocks_per_chunk=2,
+    )
+    spec = KVScopeOffloadingSpec(config)
+    chunk = -(-3000 * 2 * 2 // CHUNK_ALIGNMENT) * CHUNK_ALIGNMENT
+    assert spec.settings.bytes_per_chunk == chunk
+    assert spec.settings.num_chunks == 10 * 2**20 // chunk
+    assert spec.tokens_per_chunk == 32
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"num_cpu_blocks": 8, "cpu_byte_to_use": 1}, "cpu_byte_to_use"),
+        ({"cpu_bytes_to_use": "lots"}, "cpu_bytes_to_use"),
+        ({"cpu_bytes_to_use": 0}, "cpu_bytes_to_use"),
+        ({"cpu_bytes_to_use": 100}, "cpu_bytes_to_use"),
+        ({"cpu_bytes_to_use": 2**30, "num_cpu_blocks": 4}, "num_cpu_blocks"),
+        ({}, "cpu_bytes_to_use"),
+        ({"num_cpu_blocks": -1}, "num_cpu_blocks"),
+        ({"num_cpu_blocks": 8, "eviction_policy": "mru"}, "eviction_policy"),
+        ({"num_cpu_blocks": 8, "store_threshold": -1}, "store_threshold"),
+        ({"num_cpu_blocks": 8, "max_tracker_size": 0}, "max_tracker_size"),
+        ({"num_cpu_blocks": 8, "kvscope_endpoint": "http://x:1"}, "kvscope_endpoint"),
+        ({"num_cpu_blocks": 8, "kvscope_replay_endpoint": "tcp://*:1"}, "kvscope_replay_endpoint"),
+        (
+            {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": "no.such"},
+            "cache_policy_module_path",
+        ),
+    ],
+)
+def test_each_bad_key_is_a_clear_error_naming_it(extra: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        KVScopeOffloadingSpec(offloading_config(extra))
+
+
+def test_vllm_options_keep_their_meaning() -> None:
+    spec = KVScopeOffloadingSpec(
+        offloading_config({"num_cpu_blocks": 8, "offload_prompt_only": False, "store_threshold": 2})
+    )
+    assert spec.offload_prompt_only is False
+    manager = spec.get_manager()
+    assert manager.store_threshold == 2
+    assert manager.counts is not None
+
+
+def test_an_out_of_tree_kvscope_policy_loads_from_its_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "fifo_policy.py").write_text(
+        textwrap.dedent(
+            """
+            from offload.cpu.policies.lru import LRUCachePolicy
+
+            class fifo(LRUCachePolicy):
+                name = "fifo"
+
+                def touch(self, block_hashes):
+                    return None
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = KVScopeOffloadingSpec(
+        offloading_config(
+            {
+                "num_cpu_blocks": 4,
+                "eviction_policy": "fifo",
+                "cache_policy_module_path": "fifo_policy",
+            }
+        )
+    )
+    assert spec.get_manager().core.policy.name == "fifo"
+    sys.modules.pop("fifo_policy", None)
+
+
+def test_metric_definitions_name_kvscope_counters_and_vllm_gauges() -> None:
+    definitions = KVScopeOffloadingSpec.build_metric_definitions({**SPEC, "store_threshold": 2})
+    assert "kvscope_lookup_hit_blocks_total" in definitions
+    assert definitions["kvscope_evicted_blocks_total"].labelnames == ("medium", "policy", "reason")
+    assert "vllm:kv_offload_cpu_cache_usage_perc" in definitions
+    assert "vllm:kv_offload_stores_skipped" in definitions

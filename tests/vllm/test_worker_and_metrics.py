@@ -1,0 +1,138 @@
+"""kvscope's worker on vLLM 0.33's canonical caches, and its metrics through vLLM's hook."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import prometheus_client
+import pytest
+import torch
+from vllm.config import KVTransferConfig
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadPromMetrics
+from vllm.v1.kv_offload.base import (
+    CanonicalKVCacheRef,
+    CanonicalKVCaches,
+    CanonicalKVCacheTensor,
+    GPULoadStoreSpec,
+    ReqContext,
+    make_offload_key,
+)
+from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+
+from offload.vllm import KVScopeOffloadingSpec
+from tests.support.vllm_config import SPEC, offloading_config
+
+PAGE = 256
+GPU_BLOCKS = 16
+
+
+def _caches() -> CanonicalKVCaches:
+    tensors = [torch.randint(-128, 127, (GPU_BLOCKS, PAGE), dtype=torch.int8) for _ in range(2)]
+    return CanonicalKVCaches(
+        tensors=[CanonicalKVCacheTensor(tensor, PAGE) for tensor in tensors],
+        group_data_refs=[[CanonicalKVCacheRef(0, PAGE), CanonicalKVCacheRef(1, PAGE)]],
+    )
+
+
+def _finished(worker, job_ids: set[int]) -> dict[int, bool]:
+    worker.wait(job_ids)
+    done: dict[int, bool] = {}
+    deadline = time.monotonic() + 10
+    while set(done) != job_ids and time.monotonic() < deadline:
+        done.update((result.job_id, result.success) for result in worker.get_finished())
+    return done
+
+
+def test_the_worker_moves_canonical_pages_byte_exactly() -> None:
+    spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 8}))
+    caches = _caches()
+    original = [t.tensor.clone() for t in caches.tensors]
+    worker = spec.get_worker(caches)
+    try:
+        assert worker.submit_store(
+            7, GPULoadStoreSpec([3, 5, 9], [3], [0]), CPULoadStoreSpec([0, 6, 2])
+        )
+        assert _finished(worker, {7}) == {7: True}
+        for cache in caches.tensors:
+            cache.tensor.zero_()
+        assert worker.submit_load(
+            8, CPULoadStoreSpec([6, 2, 0]), GPULoadStoreSpec([1, 2, 4], [3], [0])
+        )
+        assert _finished(worker, {8}) == {8: True}
+        for before, cache in zip(original, caches.tensors, strict=True):
+            assert torch.equal(cache.tensor[1], before[5])
+            assert torch.equal(cache.tensor[2], before[9])
+            assert torch.equal(cache.tensor[4], before[3])
+        # A job naming a slot outside the tier is refused; vLLM is told so.
+        assert not worker.submit_store(9, GPULoadStoreSpec([1], [1], [0]), CPULoadStoreSpec([8]))
+        assert worker.rejected_jobs == 1
+    finally:
+        worker.shutdown()
+
+
+def test_manager_metrics_reach_vllms_prometheus_hook() -> None:
+    extra = {**SPEC, "num_cpu_blocks": 4}
+    vllm_config = SimpleNamespace(
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=extra
+        )
+    )
+    registry = prometheus_client.CollectorRegistry()
+
+    def bound(cls):
+        return lambda *args, **kwargs: cls(*args, registry=registry, **kwargs)
+
+    prom = OffloadPromMetrics(
+        vllm_config,
+        {
+            prometheus_client.Gauge: bound(prometheus_client.Gauge),
+            prometheus_client.Counter: bound(prometheus_client.Counter),
+            prometheus_client.Histogram: bound(prometheus_client.Histogram),
+        },
+        ["engine"],
+        {0: ["0"]},
+    )
+    manager = KVScopeOffloadingSpec(offloading_config(extra)).get_manager()
+    ctx = ReqContext(req_id="r")
+    keys = [make_offload_key(bytes([n]) * 8, 0) for n in range(6)]
+    manager.prepare_store(keys[:4], ctx)
+    manager.complete_store(keys[:4], ctx)
+    manager.lookup(keys[0], ctx)
+    manager.prepare_store(keys[4:], ctx)
+    prom.observe(manager.get_stats().data, 0)
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'kvscope_lookup_hit_blocks_total{engine="0",medium="CPU"} 1.0' in text
+    assert (
+        'kvscope_evicted_blocks_total{engine="0",medium="CPU",policy="lru",reason="capacity"} 2.0'
+        in text
+    )
+    assert 'vllm:kv_offload_cpu_cache_write_usage_perc{engine="0"} 0.5' in text
+    # Counters go over as increases: a second step with nothing new adds nothing.
+    prom.observe(manager.get_stats().data, 0)
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'kvscope_lookup_hit_blocks_total{engine="0",medium="CPU"} 1.0' in text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_worker_moves_cuda_pages_byte_exactly() -> None:
+    spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 8}))
+    caches = _caches()
+    for cache in caches.tensors:
+        cache.tensor = cache.tensor.cuda()
+    original = [t.tensor.clone() for t in caches.tensors]
+    worker = spec.get_worker(caches)
+    try:
+        assert worker.submit_store(1, GPULoadStoreSpec([3, 5], [2], [0]), CPULoadStoreSpec([0, 6]))
+        assert _finished(worker, {1}) == {1: True}
+        for cache in caches.tensors:
+            cache.tensor.zero_()
+        assert worker.submit_load(2, CPULoadStoreSpec([6, 0]), GPULoadStoreSpec([1, 2], [2], [0]))
+        assert _finished(worker, {2}) == {2: True}
+        torch.cuda.synchronize()
+        for before, cache in zip(original, caches.tensors, strict=True):
+            assert torch.equal(cache.tensor[1], before[5])
+            assert torch.equal(cache.tensor[2], before[3])
+    finally:
+        worker.shutdown()
