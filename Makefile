@@ -44,6 +44,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.policy_hit_ratio
 	$(BIN)/python -m bench.hot_path
+	$(BIN)/python -m bench.vllm_race
 	$(BIN)/python -m bench.telemetry_overhead
 	$(BIN)/python -m bench.transfer_cpu
 	$(BIN)/python -m bench.sidecar_ingest

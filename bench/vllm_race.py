@@ -1,0 +1,295 @@
+"""vLLM interface race: kvscope's vLLM manager against vLLM 0.33's own, events published.
+
+Run from the repository root: .venv/bin/python -m bench.vllm_race [--repeat R] [--requests N]
+Both managers are driven through vLLM 0.33's ``OffloadingManager`` interface
+(one ``ReqContext`` per request, key-by-key lookup, load, store, finish,
+events drained every request) on the bundled trace, in the same run:
+kvscope built by vLLM's ``OffloadingSpecFactory`` with its publisher to a
+live subscriber, and vLLM's ``CPUOffloadingManager`` with its events turned
+into a ``KVEventBatch`` for vLLM's ``ZmqEventPublisher`` to a live subscriber.
+Also the adapter's cost (kvscope's vLLM manager, no events, against its core
+manager's own API) and the publisher's cost (endpoint against none), in ns
+per block reference. Best of R runs each; timings are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from bench.tooling.common import emit, trace
+from offload import CPUOffloadingManager as CoreManager
+from offload.sim.workload import run_workload
+from tests.support.vllm_config import kvscope_manager
+
+POLICIES = ("lru", "arc")
+CAPACITIES = (1000, 4000)
+TOKENS_PER_BLOCK = 16
+"""tokens per block of the config tests.support.vllm_config builds (one block per chunk)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    block_refs: int
+    hits: int
+    seconds: float
+
+    @property
+    def blocks_per_s(self) -> float:
+        return self.block_refs / self.seconds
+
+    @property
+    def ns_per_block(self) -> float:
+        return self.seconds * 1e9 / self.block_refs
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.block_refs
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Subscriber:
+    """A SUB socket subscribed to everything, drained on its own thread."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.messages = 0
+        self._stop = threading.Event()
+        self._ctx = zmq.Context()
+        self._sub = self._ctx.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self._sub.setsockopt(zmq.RCVHWM, 0)
+        self._sub.connect(endpoint)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sub, zmq.POLLIN)
+        while not self._stop.is_set():
+            if poller.poll(50):
+                while True:
+                    try:
+                        self._sub.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self.messages += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sub.close(linger=0)
+        self._ctx.term()
+
+
+def replay(
+    manager: Any,
+    requests: list[list[bytes]],
+    drain: Callable[[], None],
+    step_end: Callable[[], None] | None,
+) -> Run:
+    """Every request through vLLM 0.33's manager interface, as its connector drives it."""
+    from vllm.v1.kv_offload.base import LookupResult, ReqContext
+
+    hit = LookupResult.HIT
+    lookup = manager.lookup
+    hits = 0
+    block_refs = 0
+    start = time.perf_counter()
+    for index, keys in enumerate(requests):
+        ctx = ReqContext(req_id=str(index))
+        for i, key in enumerate(keys):
+            ctx.set_offload_key_position(key, (i + 1) * TOKENS_PER_BLOCK)
+        manager.on_new_request(ctx)
+        n = 0
+        for key in keys:
+            if lookup(key, ctx) is not hit:
+                break
+            n += 1
+        if n:
+            loaded = keys[:n]
+            manager.prepare_load(loaded, ctx)
+            manager.complete_load(loaded, ctx)
+        if n < len(keys):
+            out = manager.prepare_store(keys[n:], ctx)
+            if out is not None and out.keys_to_store:
+                manager.complete_store(out.keys_to_store, ctx)
+        manager.on_request_finished(ctx)
+        drain()
+        if step_end is not None:
+            step_end()
+        hits += n
+        block_refs += len(keys)
+    seconds = time.perf_counter() - start
+    return Run(block_refs, hits, seconds)
+
+
+def run_kvscope(
+    requests: list[list[bytes]], policy: str, capacity: int, *, publish: bool, events: bool
+) -> tuple[Run, int]:
+    """kvscope through vLLM's factory; with ``publish``, its publisher to a live subscriber."""
+    from vllm.v1.kv_offload.base import ScheduleEndContext
+
+    extra: dict[str, Any] = {}
+    subscriber = None
+    if publish:
+        port = free_port()
+        extra["kvscope_endpoint"] = f"tcp://127.0.0.1:{port}"
+    manager = kvscope_manager(capacity, policy, enable_events=events, **extra)
+    if publish:
+        subscriber = Subscriber(f"tcp://127.0.0.1:{port}")
+        time.sleep(0.2)  # let the subscription reach the publisher
+    end = ScheduleEndContext((), ())
+
+    def drain() -> None:
+        deque(manager.take_events(), maxlen=0)
+
+    step_end = (lambda: manager.on_schedule_end(end)) if publish else None
+    try:
+        result = replay(manager, requests, drain, step_end)
+    finally:
+        manager.shutdown()
+    received = 0
+    if subscriber is not None:
+        time.sleep(0.2)
+        subscriber.close()
+        received = subscriber.messages
+    return result, received
+
+
+def run_vllm(requests: list[list[bytes]], policy: str, capacity: int) -> tuple[Run, int]:
+    """vLLM 0.33's CPU manager, its events as KVEventBatches through vLLM's ZmqEventPublisher."""
+    from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.events import (
+        OffloadingEventsTracker,
+    )
+    from vllm.v1.kv_offload.base import OffloadingKVEventsConfig
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    port = free_port()
+    manager = CPUOffloadingManager(num_chunks=capacity, cache_policy=policy, enable_events=True)
+    # The connector's own translation (self-describing payloads off, vLLM's default).
+    tracker = OffloadingEventsTracker(
+        OffloadingKVEventsConfig(enable_kv_cache_events=True, self_describing_kv_events=False)
+    )
+    publisher = ZmqEventPublisher(0, endpoint=f"tcp://*:{port}")
+    subscriber = Subscriber(f"tcp://127.0.0.1:{port}")
+    time.sleep(0.2)
+
+    def drain() -> None:
+        # As the scheduler does: the connector's events, one batch per step.
+        events = list(tracker.take_events(list(manager.take_events())))
+        if events:
+            publisher.publish(KVEventBatch(ts=time.time(), events=events))
+
+    try:
+        result = replay(manager, requests, drain, None)
+    finally:
+        publisher.shutdown()
+    time.sleep(0.2)
+    subscriber.close()
+    return result, subscriber.messages
+
+
+def run_core(requests: list[list[bytes]], policy: str, capacity: int) -> Run:
+    """kvscope's core manager through its own API, events off, as bench.hot_path drives it."""
+    result = run_workload(CoreManager(TOKENS_PER_BLOCK, capacity, policy), requests)
+    return Run(result.block_refs, result.hits, result.seconds)
+
+
+def best(runs: list[Any]) -> Any:
+    return min(runs, key=lambda run: (run[0] if isinstance(run, tuple) else run).seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per side; best is kept")
+    parser.add_argument("--requests", type=int, default=None, help="replay only the first N")
+    args = parser.parse_args()
+    from vllm.v1.kv_offload.base import make_offload_key
+
+    _, trace_requests = trace()
+    if args.requests is not None:
+        trace_requests = trace_requests[: args.requests]
+    requests = [
+        [make_offload_key((h & (2**64 - 1)).to_bytes(8, "big"), 0) for h in request]
+        for request in trace_requests
+    ]
+    repeat = range(args.repeat)
+    for policy in POLICIES:
+        for capacity in CAPACITIES:
+            ours, received = best(
+                [run_kvscope(requests, policy, capacity, publish=True, events=True) for _ in repeat]
+            )
+            peer, peer_received = best([run_vllm(requests, policy, capacity) for _ in repeat])
+            bare_events = best(
+                [
+                    run_kvscope(requests, policy, capacity, publish=False, events=True)[0]
+                    for _ in repeat
+                ]
+            )
+            bare = best(
+                [
+                    run_kvscope(requests, policy, capacity, publish=False, events=False)[0]
+                    for _ in repeat
+                ]
+            )
+            core = best([run_core(requests, policy, capacity) for _ in repeat])
+            base = {"bench": "vllm_race", "policy": policy, "capacity": capacity}
+            emit(
+                {
+                    **base,
+                    "measure": "race",
+                    "requests": len(requests),
+                    "block_refs": ours.block_refs,
+                    "blocks_per_s": round(ours.blocks_per_s),
+                    "vllm_blocks_per_s": round(peer.blocks_per_s),
+                    "ratio": round(ours.blocks_per_s / peer.blocks_per_s, 2),
+                    "hit_ratio": round(ours.hit_ratio, 4),
+                    "vllm_hit_ratio": round(peer.hit_ratio, 4),
+                    "ns_per_block": round(ours.ns_per_block, 1),
+                    "vllm_ns_per_block": round(peer.ns_per_block, 1),
+                    "messages_received": received,
+                    "vllm_messages_received": peer_received,
+                }
+            )
+            emit(
+                {
+                    **base,
+                    "measure": "adapter_cost",
+                    "events": False,
+                    "ns_per_block": round(bare.ns_per_block, 1),
+                    "core_ns_per_block": round(core.ns_per_block, 1),
+                    "adapter_ns_per_block": round(bare.ns_per_block - core.ns_per_block, 1),
+                    "hit_ratio": round(bare.hit_ratio, 4),
+                    "core_hit_ratio": round(core.hit_ratio, 4),
+                }
+            )
+            emit(
+                {
+                    **base,
+                    "measure": "publisher_cost",
+                    "events": True,
+                    "ns_per_block": round(ours.ns_per_block, 1),
+                    "no_endpoint_ns_per_block": round(bare_events.ns_per_block, 1),
+                    "publisher_ns_per_block": round(
+                        ours.ns_per_block - bare_events.ns_per_block, 1
+                    ),
+                }
+            )
+
+
+if __name__ == "__main__":
+    main()
