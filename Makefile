@@ -41,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP)
+bench: $(VLLM_STAMP)
 	$(BIN)/python -m bench.policy_hit_ratio
 	$(BIN)/python -m bench.hot_path
 	$(BIN)/python -m bench.vllm_race

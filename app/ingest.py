@@ -1,10 +1,18 @@
-"""Subscribing to publishers: kvscope workers and vLLM's own KV-event publisher.
+"""Receiving publishers' frames: kvscope workers and vLLM's own KV-event publisher.
 
-One thread owns every SUB socket (ZMQ sockets are not thread-safe) and applies
-what arrives to the sidecar's state, publisher by publisher, in sequence order:
-gaps are filled from the publisher's replay socket, a sequence that goes back
-resets that publisher's view, malformed frames are counted and skipped. A stats
-frame updates the publisher's totals and rates right when it arrives.
+The sidecar meets a publisher one of two ways, and one sidecar may do both.
+Connect mode: a SUB socket per publisher, connected to the PUB socket the
+publisher binds, so the socket says who sent a frame. Listen mode: one SUB
+socket bound to the ``listen`` endpoints, which any number of publishers
+connect to; a frame goes to the publisher of its stream (topic and rank,
+app/streams.py), added on its first frame.
+
+One thread owns every socket (ZMQ sockets are not thread-safe) and applies
+what arrives to the sidecar's state, publisher by publisher, in sequence
+order: gaps are filled from the publisher's replay socket, a sequence that
+goes back resets that publisher's view, malformed frames are counted and
+skipped. A stats frame updates the publisher's totals and rates right when it
+arrives.
 """
 
 from __future__ import annotations
@@ -12,11 +20,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Final, NamedTuple
 
 import msgspec
 import zmq
 
 from app.decode import DecodedBatch, decode_kv_payload
+from app.settings import PublisherEndpoints
+from app.state.listener import ListenerState
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats, block_bytes_by_medium
@@ -32,12 +45,30 @@ from offload.wire.stats_frame import StatsFrame, decode_stats_frame
 
 logger = logging.getLogger(__name__)
 
-POLL_MS = 100
+POLL_MS: Final = 100
 """How often the thread looks at its stop flag when no frame arrives."""
+
+MAX_LISTEN_MESSAGE_BYTES: Final = 64 * 2**20
+"""Largest frame the listen socket takes (a publisher's whole replay buffer, by default).
+
+Anyone who reaches the socket may connect; a peer that sends more is
+disconnected by ZMQ instead of having its frame buffered."""
+
+
+class ListenError(Exception):
+    """A ``listen`` endpoint could not be bound (taken, or no such address here)."""
+
+
+class _Batch(NamedTuple):
+    """A KV message, decoded: its topic, sequence number and batch."""
+
+    topic: bytes
+    seq: int
+    batch: DecodedBatch
 
 
 class Ingestor:
-    """Subscribes to every publisher and keeps the sidecar's state current."""
+    """Receives from every publisher and keeps the sidecar's state current."""
 
     def __init__(
         self,
@@ -55,12 +86,31 @@ class Ingestor:
         self._ctx = zmq.Context()
         self._sockets: dict[zmq.Socket, PublisherState] = {}
         for publisher in state.publishers.values():
-            sock = self._ctx.socket(zmq.SUB)
-            for topic in {kv_topic, stats_topic}:
-                sock.setsockopt(zmq.SUBSCRIBE, topic)
-            sock.connect(publisher.endpoints.endpoint)
-            self._sockets[sock] = publisher
+            if isinstance(publisher.source, PublisherEndpoints):
+                sock = self._ctx.socket(zmq.SUB)
+                for topic in {kv_topic, stats_topic}:
+                    sock.setsockopt(zmq.SUBSCRIBE, topic)
+                sock.connect(publisher.source.endpoint)
+                self._sockets[sock] = publisher
+        self._listen = None if state.listener is None else self._bind(state.listener)
         self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
+
+    def _bind(self, listener: ListenerState) -> zmq.Socket:
+        """The listen socket, bound to every endpoint; ``ListenError`` naming the one that fails."""
+        sock = self._ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")  # every topic: each engine publishes on its own
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_LISTEN_MESSAGE_BYTES)
+        bound = []
+        for endpoint in listener.endpoints:
+            sock.setsockopt(zmq.IPV6, "[" in endpoint)
+            try:
+                sock.bind(endpoint)
+            except zmq.ZMQError as exc:
+                self._ctx.destroy(linger=0)
+                raise ListenError(f"cannot bind {endpoint!r}: {exc.strerror}") from None
+            bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        listener.bound = tuple(bound)
+        return sock
 
     def start(self) -> None:
         self._thread.start()
@@ -76,26 +126,57 @@ class Ingestor:
         poller = zmq.Poller()
         for sock in self._sockets:
             poller.register(sock, zmq.POLLIN)
+        if self._listen is not None:
+            poller.register(self._listen, zmq.POLLIN)
         while not self._stop.is_set():
             for sock, _ in poller.poll(POLL_MS):
-                state = self._sockets[sock]
-                try:
-                    self._on_frame(state, sock.recv_multipart())
-                except Exception:  # a publisher's bad frame must not stop the others
-                    state.malformed += 1
-                    logger.exception("dropped a frame from %s", state.endpoints.name)
+                frames = sock.recv_multipart()
+                publisher = self._sockets.get(sock)
+                if publisher is None:
+                    self._on_listened(frames)
+                else:
+                    self._on_connected(publisher, frames)
 
-    def _on_frame(self, state: PublisherState, frames: list[bytes]) -> None:
-        state.frames += 1
-        state.last_frame_at = time.time()
+    def _on_connected(self, state: PublisherState, frames: list[bytes]) -> None:
+        _heard(state)
+        try:
+            self._deliver(state, self._decode(frames))
+        except Exception as exc:  # a publisher's bad frame must not stop the others
+            _skipped(state, exc)
+
+    def _on_listened(self, frames: list[bytes]) -> None:
+        """A frame from the listen socket, to the publisher its stream names."""
+        listener = self.state.listener
+        assert listener is not None  # the listen socket exists only with a listener
+        listener.frames += 1
+        try:
+            message = self._decode(frames)
+            state = self.state.listened_publisher(*_stream(message))
+        except Exception as exc:  # malformed before it named a stream: the listener's count
+            _skipped(listener, exc)
+            return
+        if state is None:
+            listener.refused += 1
+            return
+        _heard(state)
+        try:
+            self._deliver(state, message)
+        except Exception as exc:  # a publisher's bad frame must not stop the others
+            _skipped(state, exc)
+
+    def _decode(self, frames: list[bytes]) -> _Batch | StatsFrame:
         if len(frames) != 3:
             raise MalformedFrame(f"expected [topic, seq, payload], got {len(frames)} frames")
         topic, seq_bytes, payload = frames
         if topic == self._stats_topic and topic != self._kv_topic:
-            self._on_stats(state, decode_stats_frame(payload))
+            return decode_stats_frame(payload)
+        return _Batch(topic, decode_seq(seq_bytes), decode_kv_payload(payload))
+
+    def _deliver(self, state: PublisherState, message: _Batch | StatsFrame) -> None:
+        if isinstance(message, StatsFrame):
+            self._on_stats(state, message)
             return
-        seq = decode_seq(seq_bytes)
-        batch = decode_kv_payload(payload)
+        _, seq, batch = message
         if state.last_seq is not None and seq <= state.last_seq:
             self._restart(state)
         expected = 0 if state.last_seq is None else state.last_seq + 1
@@ -111,7 +192,7 @@ class Ingestor:
         if block_bytes:
             with self.state.lock:
                 for medium, size in block_bytes.items():
-                    self.state.index.set_block_bytes(state.endpoints.name, medium, size)
+                    self.state.index.set_block_bytes(state.name, medium, size)
         state.stats_frames += 1
 
     def _restart(self, state: PublisherState) -> None:
@@ -119,28 +200,35 @@ class Ingestor:
         state.restarts += 1
         state.last_seq = None
         with self.state.lock:
-            self.state.index.reset_publisher(state.endpoints.name)
+            self.state.index.reset_publisher(state.name)
 
     def _fill(self, state: PublisherState, first: int, upto: int) -> None:
-        """Apply batches first..upto-1 from the replay socket; count what it lacks."""
+        """Apply batches first..upto-1 from the replay socket, in order; count what it lacks."""
         is_gap = state.last_seq is not None
         state.gaps += is_gap
         recovered = 0
-        for seq, batch in self._replay(state, first):
-            if first <= seq < upto:
-                self._apply(state, seq, batch)
-                recovered += 1
+        wanted = first
+        with closing(self._replay(state, first)) as answers:
+            for seq, batch in answers:
+                if wanted <= seq < upto:
+                    self._apply(state, seq, batch)
+                    recovered += 1
+                    wanted = seq + 1
+                if seq >= upto - 1:  # answers come oldest first: the rest is newer still
+                    break
         if is_gap:
             state.missed += (upto - first) - recovered
 
-    def _replay(self, state: PublisherState, start: int) -> list[tuple[int, DecodedBatch]]:
-        """Ask the publisher's replay socket for every batch from ``start`` on."""
-        if state.endpoints.replay_endpoint is None:
-            return []
+    def _replay(self, state: PublisherState, start: int) -> Iterator[tuple[int, DecodedBatch]]:
+        """The batches the publisher's replay socket holds from ``start`` on, as they arrive.
+
+        One at a time, so a replay holds one batch in memory however long it is.
+        """
+        if state.source.replay_endpoint is None:
+            return
         dealer = self._ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(state.endpoints.replay_endpoint)
-        answers: list[tuple[int, DecodedBatch]] = []
+        dealer.connect(state.source.replay_endpoint)
         try:
             dealer.send_multipart(replay_request(start))
             while dealer.poll(self._replay_timeout_ms):
@@ -150,19 +238,49 @@ class Ingestor:
                 _, _, seq_bytes, payload = frames
                 if seq_bytes == END_OF_REPLAY_SEQ:
                     break
-                answers.append((decode_seq(seq_bytes), decode_kv_payload(payload)))
+                answer = decode_seq(seq_bytes), decode_kv_payload(payload)
                 state.replayed += 1
+                yield answer
         except (MalformedFrame, msgspec.DecodeError):
             state.malformed += 1
-            logger.warning("bad replay answer from %s", state.endpoints.name)
+            logger.warning("bad replay answer from %s", state.name)
         finally:
             dealer.close()
-        return answers
 
     def _apply(self, state: PublisherState, seq: int, batch: DecodedBatch) -> None:
         with self.state.lock:
-            self.state.index.apply(state.endpoints.name, batch, time.time())
+            self.state.index.apply(state.name, batch, time.time())
         state.last_seq = seq
         state.batches_applied += 1
         state.malformed += batch.malformed
-        self.state.event_log.record(state.endpoints.name, seq, batch)
+        self.state.event_log.record(state.name, seq, batch)
+
+
+def _stream(message: _Batch | StatsFrame) -> tuple[bytes, int | None]:
+    """The listen-mode stream a message belongs to (app/streams.py).
+
+    A KV batch: its topic and the rank it carries. A stats frame, whose topic is
+    the same for every publisher: its engine id and rank.
+    """
+    if isinstance(message, StatsFrame):
+        return message.engine_id.encode(), message.rank
+    return message.topic, message.batch.rank
+
+
+def _heard(state: PublisherState) -> None:
+    state.frames += 1
+    state.last_frame_at = time.time()
+
+
+def _skipped(counts: PublisherState | ListenerState, exc: Exception) -> None:
+    """Count a frame skipped; log it only when the fault is the sidecar's own.
+
+    A ``ValueError`` (``MalformedFrame``, msgspec's decode errors) is the
+    sender's bytes, which came from the network and are not printed; anything
+    else is a bug here, logged with its traceback.
+    """
+    counts.malformed += 1
+    if isinstance(exc, ValueError):
+        logger.debug("skipped a malformed frame from %s (%s)", counts.name, type(exc).__name__)
+    else:
+        logger.error("dropped a frame from %s", counts.name, exc_info=exc)

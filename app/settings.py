@@ -5,20 +5,26 @@ environment variables are the natural interface) and tests, so every knob is
 validated once, here, with an error that names the setting rather than a
 failure deep inside ZMQ or uvicorn.
 
-Endpoint lists (``KVSCOPE_CONNECT``, ``KVSCOPE_REPLAY``) are read from the
-environment either as a JSON list or, more conveniently in a shell, as a
-comma-separated string. ``replay[i]`` is the replay socket of ``connect[i]``;
-a shorter ``replay`` list leaves the remaining publishers without replay.
+Endpoint lists (``KVSCOPE_CONNECT``, ``KVSCOPE_REPLAY``, ``KVSCOPE_LISTEN``,
+``KVSCOPE_LISTEN_REPLAY``) are read from the environment either as a JSON list
+or, more conveniently in a shell, as a comma-separated string. ``replay[i]`` is
+the replay socket of ``connect[i]``; a shorter ``replay`` list leaves the
+remaining publishers without replay. Listen mode has no positions to match, so
+``listen_replay`` names each publisher's stream (app/streams.py):
+``STREAM=ENDPOINT``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.streams import ListenStream, parse_stream_name
 
 MAX_PAGE_LIMIT: Final = 1000
 """The most entries (blocks or events) one page holds, whatever limit is asked."""
@@ -31,6 +37,8 @@ class PublisherEndpoints:
     endpoint: str
     replay_endpoint: str | None = None
 
+    mode: ClassVar[Literal["connect"]] = "connect"
+
     @property
     def name(self) -> str:
         return self.endpoint
@@ -39,6 +47,11 @@ class PublisherEndpoints:
 EndpointList = Annotated[list[str], NoDecode]
 """Decoded by ``_split_endpoints`` rather than as JSON only, to accept comma lists."""
 
+_BINDABLE: Final = re.compile(
+    r"tcp://(\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(?P<port>\*|[0-9]{1,5})|ipc://.+"
+)
+"""What ``listen`` may bind: tcp://HOST:PORT (``*`` for every address or a free port), ipc://PATH."""
+
 
 class SidecarSettings(BaseSettings):
     """Where to read KV events from, where to serve, and how much to keep in memory."""
@@ -46,12 +59,26 @@ class SidecarSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KVSCOPE_", extra="forbid")
 
     connect: EndpointList = Field(
-        min_length=1,
+        default_factory=list,
         description="ZMQ PUB endpoints of the workers (kvscope or vLLM) to subscribe to.",
     )
     replay: EndpointList = Field(
         default_factory=list,
         description="Replay (ROUTER) endpoints, matched to `connect` by position; may be shorter.",
+    )
+    listen: EndpointList = Field(
+        default_factory=list,
+        description="Endpoints one SUB socket binds for publishers that connect (listen mode).",
+    )
+    listen_replay: EndpointList = Field(
+        default_factory=list,
+        description="STREAM=ENDPOINT: the replay (ROUTER) endpoint of a listen-mode stream.",
+    )
+    listen_max_publishers: int = Field(
+        default=64,
+        ge=1,
+        le=4096,
+        description="Most listen-mode publishers tracked; frames of further streams are counted.",
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
@@ -68,7 +95,7 @@ class SidecarSettings(BaseSettings):
         description="Largest page (blocks or events) one request may ask for.",
     )
 
-    @field_validator("connect", "replay", mode="before")
+    @field_validator("connect", "replay", "listen", "listen_replay", mode="before")
     @classmethod
     def _split_endpoints(cls, value: Any) -> Any:
         """A JSON list or a comma-separated string, as environment variables carry lists."""
@@ -82,12 +109,30 @@ class SidecarSettings(BaseSettings):
     @classmethod
     def _endpoints_are_zmq(cls, endpoints: list[str]) -> list[str]:
         for endpoint in endpoints:
-            if "://" not in endpoint:
-                raise ValueError(
-                    f"{endpoint!r} is not a ZMQ endpoint (expected transport://address, "
-                    "e.g. tcp://127.0.0.1:5557)"
-                )
+            _check_zmq(endpoint)
         return endpoints
+
+    @field_validator("listen")
+    @classmethod
+    def _listen_is_bindable(cls, endpoints: list[str]) -> list[str]:
+        """Caught here, by name, rather than as an error from inside ZMQ at start-up."""
+        for endpoint in endpoints:
+            match = _BINDABLE.fullmatch(endpoint)
+            port = match["port"] if match else None
+            if match is None or (port not in (None, "*") and int(port) > 65535):
+                raise ValueError(
+                    f"{endpoint!r} is not an endpoint to listen on (expected tcp://HOST:PORT, "
+                    "e.g. tcp://*:5557 or tcp://10.0.0.5:5557, or ipc://PATH)"
+                )
+        _no_repeats(endpoints, "is listed twice")
+        return endpoints
+
+    @field_validator("listen_replay")
+    @classmethod
+    def _listen_replay_declares_streams(cls, pairs: list[str]) -> list[str]:
+        names = [_declared_stream(pair).name for pair in pairs]
+        _no_repeats(names, "is given more than one replay endpoint")
+        return pairs
 
     @field_validator("token")
     @classmethod
@@ -105,6 +150,23 @@ class SidecarSettings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _something_to_read(self) -> SidecarSettings:
+        if not self.connect and not self.listen:
+            raise ValueError(
+                "no publisher to read: give connect (--connect / KVSCOPE_CONNECT, a worker's PUB "
+                "endpoint) or listen (--listen / KVSCOPE_LISTEN, an endpoint publishers connect "
+                "to), or both"
+            )
+        if self.listen_replay and not self.listen:
+            raise ValueError("listen_replay (KVSCOPE_LISTEN_REPLAY) needs listen (KVSCOPE_LISTEN)")
+        if len(self.listen_replay) > self.listen_max_publishers:
+            raise ValueError(
+                f"listen_replay (KVSCOPE_LISTEN_REPLAY) declares {len(self.listen_replay)} "
+                f"streams, more than listen_max_publishers ({self.listen_max_publishers})"
+            )
+        return self
+
     def publishers(self) -> list[PublisherEndpoints]:
         """Each PUB endpoint paired with its replay endpoint, where one was given."""
         replays = self.replay + [None] * (len(self.connect) - len(self.replay))
@@ -112,3 +174,33 @@ class SidecarSettings(BaseSettings):
             PublisherEndpoints(endpoint, replay)
             for endpoint, replay in zip(self.connect, replays, strict=True)
         ]
+
+    def listen_streams(self) -> list[ListenStream]:
+        """The listen-mode streams declared with a replay endpoint (others are met, not declared)."""
+        return [_declared_stream(pair) for pair in self.listen_replay]
+
+
+def _declared_stream(pair: str) -> ListenStream:
+    """A ``listen_replay`` value, ``STREAM=ENDPOINT``, as the stream it declares."""
+    name, separator, endpoint = pair.partition("=")
+    if not separator or not endpoint:
+        raise ValueError(f"{pair!r} is not STREAM=ENDPOINT (e.g. vllm-gpu#0=tcp://engine:5558)")
+    _check_zmq(endpoint)
+    return ListenStream(*parse_stream_name(name), replay_endpoint=endpoint)
+
+
+def _check_zmq(endpoint: str) -> None:
+    if "://" not in endpoint:
+        raise ValueError(
+            f"{endpoint!r} is not a ZMQ endpoint (expected transport://address, "
+            "e.g. tcp://127.0.0.1:5557)"
+        )
+
+
+def _no_repeats(values: list[str], complaint: str) -> None:
+    """Settings that would bind or declare one thing twice are refused, naming it."""
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{value!r} {complaint}")
+        seen.add(value)

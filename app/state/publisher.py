@@ -6,14 +6,19 @@ from dataclasses import dataclass, field
 
 from app.settings import PublisherEndpoints
 from app.state.worker_stats import WorkerStats
+from app.streams import ListenStream
 from offload.wire.stats_frame import StatsFrame
+
+PublisherSource = PublisherEndpoints | ListenStream
+"""How the sidecar meets a publisher: it connects to its PUB socket, or the publisher
+connects to the sidecar's listen socket; either way it has a name and maybe a replay socket."""
 
 
 @dataclass(slots=True)
 class PublisherState:
     """One publisher's stream health and latest stats (all counts since start-up)."""
 
-    endpoints: PublisherEndpoints
+    source: PublisherSource
     last_seq: int | None = None
     last_frame_at: float | None = None
     frames: int = 0
@@ -27,6 +32,10 @@ class PublisherState:
     stats: StatsFrame | None = field(default=None, repr=False)
     worker: WorkerStats | None = field(default=None, repr=False)
     """Totals and rates, replaced (never mutated) with each stats frame."""
+
+    @property
+    def name(self) -> str:
+        return self.source.name
 
     @property
     def seen(self) -> bool:
