@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from app.ingest import ListenError
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SidecarSettings
@@ -78,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--replay", action="append", metavar="ENDPOINT",
         help="the replay (ROUTER) endpoint of the --connect at the same position",
     )  # fmt: skip
+    serve_cmd.add_argument(
+        "--listen", action="append", metavar="ENDPOINT",
+        help="an endpoint to bind for publishers that connect, e.g. tcp://*:5557 (vLLM's "
+        "connects when its endpoint names a host: tcp://THIS-HOST:5557); repeat for several",
+    )  # fmt: skip
+    serve_cmd.add_argument(
+        "--listen-replay", action="append", metavar="STREAM=ENDPOINT",
+        help="the replay (ROUTER) endpoint of the listen-mode stream TOPIC@RANK "
+        "(e.g. vllm-gpu@0=tcp://engine:5558); repeat for several",
+    )  # fmt: skip
     _listen_flags(serve_cmd)
     serve_cmd.add_argument("--token", help="require `Authorization: Bearer TOKEN`")
     serve_cmd.set_defaults(run=_run_serve)
@@ -108,7 +119,8 @@ def _listen_flags(command: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace, **given: object) -> SidecarSettings:
     """Settings from the environment, overridden by the flags that were given."""
-    flags = {key: getattr(args, key, None) for key in ("connect", "replay", "host", "port")}
+    names = ("connect", "replay", "listen", "listen_replay", "host", "port")
+    flags = {key: getattr(args, key, None) for key in names}
     flags["token"] = getattr(args, "token", None)
     return SidecarSettings(**{k: v for k, v in {**flags, **given}.items() if v is not None})
 
@@ -168,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except ValidationError as exc:
         print(f"kvscope: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except ListenError as exc:
+        print(f"kvscope: error: {_setting_name(('listen',))}: {exc}", file=sys.stderr)
         return 2
     finally:
         if provider is not None:

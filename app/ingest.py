@@ -107,7 +107,7 @@ class Ingestor:
                 sock.bind(endpoint)
             except zmq.ZMQError as exc:
                 self._ctx.destroy(linger=0)
-                raise ListenError(f"cannot bind {endpoint!r}: {exc.strerror}") from None
+                raise ListenError(f"cannot bind {endpoint!r}: {zmq.strerror(exc.errno)}") from None
             bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         listener.bound = tuple(bound)
         return sock
@@ -128,14 +128,15 @@ class Ingestor:
             poller.register(sock, zmq.POLLIN)
         if self._listen is not None:
             poller.register(self._listen, zmq.POLLIN)
+        listener = self.state.listener
         while not self._stop.is_set():
             for sock, _ in poller.poll(POLL_MS):
                 frames = sock.recv_multipart()
                 publisher = self._sockets.get(sock)
-                if publisher is None:
-                    self._on_listened(frames)
-                else:
+                if publisher is not None:
                     self._on_connected(publisher, frames)
+                elif listener is not None:  # the listen socket exists only with a listener
+                    self._on_listened(listener, frames)
 
     def _on_connected(self, state: PublisherState, frames: list[bytes]) -> None:
         _heard(state)
@@ -144,10 +145,8 @@ class Ingestor:
         except Exception as exc:  # a publisher's bad frame must not stop the others
             _skipped(state, exc)
 
-    def _on_listened(self, frames: list[bytes]) -> None:
+    def _on_listened(self, listener: ListenerState, frames: list[bytes]) -> None:
         """A frame from the listen socket, to the publisher its stream names."""
-        listener = self.state.listener
-        assert listener is not None  # the listen socket exists only with a listener
         listener.frames += 1
         try:
             message = self._decode(frames)

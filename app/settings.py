@@ -176,7 +176,7 @@ class SidecarSettings(BaseSettings):
         ]
 
     def listen_streams(self) -> list[ListenStream]:
-        """The listen-mode streams declared with a replay endpoint (others are met, not declared)."""
+        """The listen-mode streams declared with a replay endpoint; others appear as they send."""
         return [_declared_stream(pair) for pair in self.listen_replay]
 
 
@@ -184,7 +184,7 @@ def _declared_stream(pair: str) -> ListenStream:
     """A ``listen_replay`` value, ``STREAM=ENDPOINT``, as the stream it declares."""
     name, separator, endpoint = pair.partition("=")
     if not separator or not endpoint:
-        raise ValueError(f"{pair!r} is not STREAM=ENDPOINT (e.g. vllm-gpu#0=tcp://engine:5558)")
+        raise ValueError(f"{pair!r} is not STREAM=ENDPOINT (e.g. vllm-gpu@0=tcp://engine:5558)")
     _check_zmq(endpoint)
     return ListenStream(*parse_stream_name(name), replay_endpoint=endpoint)
 

@@ -58,6 +58,7 @@ LAYERS = {
     },
     "app": {
         "settings": 0,
+        "streams": 0,
         "otel": 0,
         "decode": 1,
         "state": 2,

@@ -27,6 +27,14 @@ _PUBLISHER_COUNTERS = (
     ("kvscope_sidecar_replayed_batches_total", "Batches fetched from replay sockets.",
      "replayed"),
 )  # fmt: skip
+_LISTENER_COUNTERS = (
+    ("kvscope_sidecar_listen_frames_total", "Frames received on the listen socket.", "frames"),
+    ("kvscope_sidecar_listen_malformed_frames_total",
+     "Listen-socket frames skipped before they named a publisher's stream.", "malformed"),
+    ("kvscope_sidecar_listen_refused_frames_total",
+     "Listen-socket frames of new streams once the most publishers are tracked.", "refused"),
+)  # fmt: skip
+"""The listen socket's own counts; its publishers' frames are counted per publisher above."""
 
 
 class SidecarCollector(Collector):
@@ -43,7 +51,7 @@ class SidecarCollector(Collector):
         for name, help_text, attribute in _PUBLISHER_COUNTERS:
             family = CounterMetricFamily(name, help_text, labels=["publisher"])
             for publisher in publishers:
-                family.add_metric([publisher.endpoints.name], getattr(publisher, attribute))
+                family.add_metric([publisher.name], getattr(publisher, attribute))
             yield family
         lag = GaugeMetricFamily(
             "kvscope_sidecar_ingest_lag_seconds",
@@ -53,8 +61,12 @@ class SidecarCollector(Collector):
         now = time.time()
         for publisher in publishers:
             if publisher.last_frame_at is not None:
-                lag.add_metric([publisher.endpoints.name], now - publisher.last_frame_at)
+                lag.add_metric([publisher.name], now - publisher.last_frame_at)
         yield lag
+        listener = self._state.listener
+        if listener is not None:
+            for name, help_text, attribute in _LISTENER_COUNTERS:
+                yield CounterMetricFamily(name, help_text, getattr(listener, attribute))
         index = self._state.index
         with self._state.lock:
             tracked, overflow = len(index), index.overflow

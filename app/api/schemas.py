@@ -10,6 +10,7 @@ from app.api.hash_text import BlockHashInput, render_block_hash
 from app.decode import DEFAULT_MEDIUM
 from app.state.block_index import BlockEntry
 from app.state.event_log import LoggedEvent
+from app.state.listener import ListenerState
 from app.state.publisher import PublisherState
 
 CONNECTED_WITHIN_S = 10.0
@@ -19,7 +20,14 @@ CONNECTED_WITHIN_S = 10.0
 class PublisherInfo(BaseModel):
     """One publisher's stream health and, once a stats frame arrived, its configuration."""
 
-    name: str = Field(description="The publisher's PUB endpoint, as configured.")
+    name: str = Field(
+        description="Connect mode: the publisher's PUB endpoint, as configured. "
+        "Listen mode: its stream, TOPIC@RANK."
+    )
+    mode: Literal["connect", "listen"] = Field(
+        description="connect: the sidecar subscribed to the publisher's socket; "
+        "listen: the publisher connected to the sidecar's listen socket."
+    )
     seen: bool
     connected: bool = Field(description=f"A frame arrived within {CONNECTED_WITHIN_S:g} s.")
     last_frame_at: float | None
@@ -41,7 +49,8 @@ class PublisherInfo(BaseModel):
     def of(cls, state: PublisherState, now: float) -> PublisherInfo:
         frame, worker = state.stats, state.worker
         return cls(
-            name=state.endpoints.name,
+            name=state.name,
+            mode=state.source.mode,
             seen=state.seen,
             connected=state.last_frame_at is not None
             and now - state.last_frame_at <= CONNECTED_WITHIN_S,
@@ -59,6 +68,28 @@ class PublisherInfo(BaseModel):
             policy=None if frame is None else frame.config.policy,
             capacity_blocks=None if frame is None else frame.config.capacity_blocks,
             block_size=None if frame is None else frame.config.block_size,
+        )
+
+
+class ListenerInfo(BaseModel):
+    """The listen socket: where publishers connect, and the frames no publisher took."""
+
+    endpoints: list[str] = Field(description="Bound endpoints (wildcard ports resolved).")
+    frames: int = Field(description="Frames received on the listen socket.")
+    malformed: int = Field(description="Frames skipped before they named a stream.")
+    refused: int = Field(description="Frames of new streams once max_publishers are tracked.")
+    publishers: int = Field(description="Listen-mode publishers tracked.")
+    max_publishers: int
+
+    @classmethod
+    def of(cls, listener: ListenerState, publishers: list[PublisherState]) -> ListenerInfo:
+        return cls(
+            endpoints=list(listener.bound),
+            frames=listener.frames,
+            malformed=listener.malformed,
+            refused=listener.refused,
+            publishers=sum(p.source.mode == "listen" for p in publishers),
+            max_publishers=listener.max_publishers,
         )
 
 
@@ -83,6 +114,7 @@ class StatsResponse(BaseModel):
     transfer_bytes_per_s: dict[str, float] = Field(description="By direction.")
     events_per_s: float
     publishers: list[PublisherInfo]
+    listener: ListenerInfo | None = Field(description="Null unless the sidecar listens.")
 
 
 class BlockInfo(BaseModel):

@@ -36,11 +36,10 @@ class SidecarState:
         self.listener = listener
         states = [PublisherState(p) for p in publishers]
         self.publishers: Mapping[str, PublisherState] = {s.name: s for s in states}
-        self._listened = {
-            s.source.key: s for s in states if isinstance(s.source, ListenStream)
-        }  # (topic, rank) -> state: what the ingest thread looks a listened frame up in
+        # (topic, rank) -> state: where the ingest thread looks up a listened frame's publisher
+        self._listened = {s.source.key: s for s in states if isinstance(s.source, ListenStream)}
         if not self.publishers and listener is None:
-            raise ValueError("the sidecar needs a publisher to connect to or endpoints to listen on")
+            raise ValueError("the sidecar needs a publisher to connect to or endpoints to bind")
         if self._listened and listener is None:
             raise ValueError("listen-mode publishers were declared without endpoints to listen on")
 
@@ -68,9 +67,10 @@ class SidecarState:
         state = self._listened.get((topic, rank))
         if state is not None or self.listener is None:
             return state
+        stream = ListenStream(topic, rank)  # first: a topic that names no stream is malformed
         if len(self._listened) >= self.listener.max_publishers:
             return None
-        state = PublisherState(ListenStream(topic, rank))
+        state = PublisherState(stream)
         self._listened[topic, rank] = state
         self.publishers = {**self.publishers, state.name: state}
         return state

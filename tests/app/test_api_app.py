@@ -8,10 +8,11 @@ first read is what a test checks) for up to 15 s; nothing asserts on time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
 from app.ingest import Ingestor
@@ -20,8 +21,9 @@ from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
 from offload.telemetry import metrics as m
 from offload.wire.publisher import EventPublisher
-from offload.wire.stats_frame import Sample, StatsFrame, WorkerConfig
+from offload.wire.stats_frame import Sample, StatsFrame, WorkerConfig, encode_stats_frame
 from tests.support.polling import wait_until
+from tests.support.zmq_peers import RawPublisher, free_tcp_endpoint, kv_payload
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "s3cret-token"
@@ -125,12 +127,15 @@ def test_rates_and_block_bytes_come_from_ingest_not_from_reads(
     wait_until(probe, "the sidecar receives the publisher")
     publisher.publish_events([OffloadingEvent([1, 2, 3], 16, "CPU", False)])
     wait_until(lambda: state.event_log.last_id == 1, "the stores are ingested")
-    frames = heard.stats_frames
+
+    def ingested(ts: float) -> Callable[[], bool]:  # probes may still be in flight: wait by ts
+        return lambda: heard.stats is not None and heard.stats.ts == ts
+
     # Three frames, nobody reading: 0 -> 10 -> 30 stores a second apart.
     publisher.publish_stats(a_frame(10.0, 0, 0, bytes_per_block=4096))
     publisher.publish_stats(a_frame(11.0, 10, 1000, bytes_per_block=4096))
     publisher.publish_stats(a_frame(12.0, 30, 5000, bytes_per_block=4096))
-    wait_until(lambda: heard.stats_frames == frames + 3, "the stats frames are ingested")
+    wait_until(ingested(12.0), "the stats frames are ingested")
     with state.lock:  # declared by the ingest thread, before anyone asked
         assert state.index.bytes_by_medium() == {"CPU": 3 * 4096}
 
@@ -151,12 +156,79 @@ def test_rates_and_block_bytes_come_from_ingest_not_from_reads(
             )
 
         publisher.publish_stats(a_frame(13.0, 30, 5000, bytes_per_block=4096))  # idle
-        wait_until(lambda: heard.stats_frames == frames + 4, "the idle frame is ingested")
+        wait_until(ingested(13.0), "the idle frame is ingested")
         idle = http.get("/api/v1/stats").json()
         assert (idle["stores_per_s"], idle["transfer_bytes_per_s"]) == (0.0, {"h2d": 0.0})
 
         publisher.publish_stats(a_frame(14.0, 0, 0, bytes_per_block=4096))  # a restart
-        wait_until(lambda: heard.stats_frames == frames + 5, "the reset frame is ingested")
+        wait_until(ingested(14.0), "the reset frame is ingested")
         reset = http.get("/api/v1/stats").json()
         assert (reset["stores_per_s"], reset["transfer_bytes_per_s"]) == (None, {})
         assert reset["stores_completed"] == 0
+
+
+# --- listen mode: publishers that connect show as connect-mode ones do -------------------
+
+
+def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
+    settings = SidecarSettings(
+        listen=["tcp://127.0.0.1:*"], listen_replay=[f"engine-a@0={free_tcp_endpoint()}"]
+    )
+    state = SidecarState.from_settings(settings)
+    ingestor = Ingestor(state)
+    ingestor.start()
+    assert state.listener is not None
+    raw = RawPublisher(connect=state.listener.bound[0], topic=b"engine-b")
+    try:
+        with TestClient(create_app(settings, state)) as http:
+            unready = http.get("/readyz")
+            assert (unready.status_code, unready.json()["unseen"]) == (503, ["engine-a@0"])
+            frame = StatsFrame(  # names stream engine-b@0: its engine id is its topic
+                ts=1.0, engine_id="engine-b", rank=0,
+                config=WorkerConfig(policy="arc", capacity_blocks=8, block_size=16,
+                                    bytes_per_block=4096),
+                gauges=[Sample(name=m.BLOCKS_CAPACITY.name, labels={"medium": "CPU"}, value=8)],
+            )  # fmt: skip
+
+            def probe() -> bool:  # ZMQ's slow joiner: frames before the connection are lost
+                raw.pub.send_multipart([b"kvscope.stats", b"\0" * 8, encode_stats_frame(frame)])
+                heard = state.publishers.get("engine-b@0")
+                return heard is not None and heard.stats_frames > 0
+
+            wait_until(probe, "the sidecar hears the publisher on its listen socket")
+            raw.send(0, kv_payload(OffloadingEvent([1, 2], 16, "CPU", False), rank=0))
+            wait_until(lambda: state.event_log.last_id == 1, "the stores are ingested")
+
+            stats = http.get("/api/v1/stats").json()
+            publishers = {p["name"]: p for p in stats["publishers"]}
+            listened = publishers["engine-b@0"]
+            assert (listened["mode"], listened["seen"], listened["last_seq"]) == ("listen", True, 0)
+            assert (listened["engine_id"], listened["policy"]) == ("engine-b", "arc")
+            assert (publishers["engine-a@0"]["mode"], publishers["engine-a@0"]["seen"]) == (
+                "listen",
+                False,
+            )
+            assert stats["bytes_by_medium"] == {"CPU": 2 * 4096}
+            listener = stats["listener"]
+            assert listener["endpoints"] == [state.listener.bound[0]]
+            assert listener["frames"] >= 2
+            assert (listener["malformed"], listener["refused"]) == (0, 0)
+            assert (listener["publishers"], listener["max_publishers"]) == (2, 64)
+
+            metrics = http.get("/metrics").text
+            assert 'kvscope_sidecar_frames_total{publisher="engine-b@0"}' in metrics
+            assert 'kvscope_sidecar_frames_total{publisher="engine-a@0"} 0.0' in metrics
+            assert "kvscope_sidecar_listen_frames_total " in metrics
+            assert "kvscope_sidecar_listen_refused_frames_total 0.0" in metrics
+            capacity = next(
+                sample
+                for family in text_string_to_metric_families(metrics)
+                for sample in family.samples
+                if sample.name == m.BLOCKS_CAPACITY.name
+            )
+            assert capacity.labels == {
+                "medium": "CPU", "publisher": "engine-b@0", "engine": "engine-b", "rank": "0"
+            }  # fmt: skip
+    finally:
+        ingestor.close()
+        raw.close()

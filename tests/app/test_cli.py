@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,48 @@ def test_serve_starts_without_loading_torch() -> None:
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
     assert "app.server" in imported or "app.cli" in imported
     assert not any(name == "torch" or name.startswith("torch.") for name in imported)
+
+
+def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`kvscope serve` with no KVSCOPE_* setting but those given."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", *args],
+        capture_output=True, text=True, timeout=120, env={**clean, **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--listen", "5557"], {},
+         "--listen / KVSCOPE_LISTEN: Value error, '5557' is not an endpoint to listen on "
+         "(expected tcp://HOST:PORT, e.g. tcp://*:5557"),
+        ([], {"KVSCOPE_LISTEN": "tcp://*:70000"},
+         "--listen / KVSCOPE_LISTEN: Value error, 'tcp://*:70000' is not an endpoint to listen on"),
+        (["--listen", "tcp://*:5557", "--listen-replay", "vllm-gpu=tcp://engine:5558"], {},
+         "--listen-replay / KVSCOPE_LISTEN_REPLAY: Value error, 'vllm-gpu' is not a stream name"),
+        ([], {}, "settings: Value error, no publisher to read: give connect (--connect"),
+    ],
+)  # fmt: skip
+def test_serve_refuses_a_bad_listen_setting_in_one_line_naming_it(
+    args: list[str], env: dict[str, str], message: str
+) -> None:
+    result = serve(*args, env=env)
+    assert result.returncode == 2
+    assert f"kvscope: error: {message}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_serve_names_a_listen_endpoint_it_cannot_bind() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        endpoint = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+        result = serve("--listen", endpoint, "--port", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"kvscope: error: --listen / KVSCOPE_LISTEN: cannot bind '{endpoint}': "
+        "Address already in use"
+    )

@@ -9,7 +9,7 @@ from typing import TypeVar
 from fastapi import APIRouter, Depends
 
 from app.api.deps import State, require_token
-from app.api.schemas import PublisherInfo, StatsResponse
+from app.api.schemas import ListenerInfo, PublisherInfo, StatsResponse
 
 Number = TypeVar("Number", int, float)
 
@@ -47,6 +47,7 @@ def stats(state: State) -> StatsResponse:
         transfer_bytes_per_s=_add_up(w.transfer_bytes_per_s for w in workers),
         events_per_s=state.event_log.events_per_s(),
         publishers=[PublisherInfo.of(p, now) for p in publishers],
+        listener=None if state.listener is None else ListenerInfo.of(state.listener, publishers),
     )
 
 

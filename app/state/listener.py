@@ -1,0 +1,28 @@
+"""What the sidecar knows of its listen socket, kept by the ingest thread.
+
+Frames that reach a publisher's stream are counted in that publisher's state;
+these counters hold the rest: frames too malformed to name a stream, and
+frames of new streams once ``max_publishers`` are tracked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class ListenerState:
+    """The listen socket's endpoints and the frames no publisher took (counts since start-up)."""
+
+    endpoints: tuple[str, ...]
+    """As configured (``--listen``)."""
+    max_publishers: int
+    bound: tuple[str, ...] = ()
+    """As bound, wildcard ports resolved: what publishers connect to. Empty until bound."""
+    frames: int = 0
+    malformed: int = 0
+    refused: int = 0
+
+    @property
+    def name(self) -> str:
+        return "listen " + ", ".join(self.endpoints)

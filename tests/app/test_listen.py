@@ -1,0 +1,261 @@
+"""Listen mode over real ZMQ sockets: many publishers connect to one bound socket.
+
+The sidecar is built from its settings as `kvscope serve --listen` builds it;
+publishers are the test-controlled peer of tests/support/zmq_peers.py, its PUB
+socket connected to the sidecar's listen socket, and for connect mode beside
+listen mode kvscope's own EventPublisher. Waits poll a condition for up to 15 s
+(tests/support/polling.py); nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+
+from app.ingest import Ingestor, ListenError
+from app.settings import SidecarSettings
+from app.state.publisher import PublisherState
+from app.state.sidecar import SidecarState
+from offload.base import OffloadingEvent
+from offload.wire.framing import DEFAULT_STATS_TOPIC, encode_seq
+from offload.wire.publisher import EventPublisher
+from offload.wire.stats_frame import StatsFrame, WorkerConfig, encode_stats_frame
+from tests.support.polling import wait_until
+from tests.support.zmq_peers import RawPublisher, free_tcp_endpoint, kv_payload
+
+pytestmark = pytest.mark.timeout(120)
+
+LISTEN = "tcp://127.0.0.1:*"
+
+
+def stored(*hashes: int) -> OffloadingEvent:
+    return OffloadingEvent(list(hashes), 16, "CPU", False)
+
+
+def removed(*hashes: int) -> OffloadingEvent:
+    return OffloadingEvent(list(hashes), 16, "CPU", True)
+
+
+def stats_payload(engine_id: str, rank: int) -> bytes:
+    config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
+    return encode_stats_frame(StatsFrame(ts=1.0, engine_id=engine_id, rank=rank, config=config))
+
+
+def listening(listen: str = LISTEN, **settings: object) -> Ingestor:
+    """A started ingestor built from settings, listening (by default on a free loopback port)."""
+    state = SidecarState.from_settings(SidecarSettings(listen=[listen], **settings))
+    ingestor = Ingestor(state)
+    ingestor.start()
+    return ingestor
+
+
+def bound(ingestor: Ingestor) -> str:
+    assert ingestor.state.listener is not None
+    return ingestor.state.listener.bound[0]
+
+
+def heard(ingestor: Ingestor, raw: RawPublisher, engine_id: str, rank: int) -> PublisherState:
+    """Probe with stats frames until the sidecar has the stream (engine_id, rank).
+
+    A stats frame names the stream of its engine id and rank, so a peer whose
+    topic is its engine id is one publisher whatever it sends.
+    """
+    name = f"{engine_id}@{rank}"
+
+    def arrived() -> bool:
+        raw.pub.send_multipart([DEFAULT_STATS_TOPIC, encode_seq(0), stats_payload(engine_id, rank)])
+        state = ingestor.state.publishers.get(name)
+        return state is not None and state.stats_frames > 0
+
+    wait_until(arrived, f"the sidecar hears {name} on its listen socket")
+    return ingestor.state.publishers[name]
+
+
+def blocks_of(ingestor: Ingestor, publisher: str) -> set[int]:
+    """The hashes (of 0..199) that ``publisher`` holds, on any medium."""
+    with ingestor.state.lock:
+        entries = [ingestor.state.index.get(h) for h in range(200)]
+    return {h for h, e in enumerate(entries) if e is not None and publisher in e.publishers}
+
+
+@pytest.fixture
+def peers() -> Iterator[list[RawPublisher]]:
+    """Raw publishers a test opens (append to the list); closed after the test."""
+    opened: list[RawPublisher] = []
+    yield opened
+    for peer in opened:
+        peer.close()
+
+
+def test_two_publishers_on_one_socket_keep_their_sequences_apart(
+    peers: list[RawPublisher],
+) -> None:
+    ingestor = listening()
+    try:
+        a = RawPublisher(connect=bound(ingestor), topic=b"engine-a")
+        b = RawPublisher(connect=bound(ingestor), topic=b"engine-b")
+        peers += [a, b]
+        heard(ingestor, a, "engine-a", 0)
+        heard(ingestor, b, "engine-b", 0)
+        a.send(0, kv_payload(stored(1, 2), rank=0))
+        b.send(0, kv_payload(stored(50), rank=0))
+        a.send(1, kv_payload(stored(3), rank=0))
+        b.send(1, kv_payload(stored(51, 52), rank=0))
+        a.send(2, kv_payload(removed(1), rank=0))
+        b.send(2, kv_payload(removed(52), rank=0))
+        wait_until(lambda: blocks_of(ingestor, "engine-a@0") == {2, 3}, "engine-a's blocks")
+        wait_until(lambda: blocks_of(ingestor, "engine-b@0") == {50, 51}, "engine-b's blocks")
+        for name in ("engine-a@0", "engine-b@0"):
+            state = ingestor.state.publishers[name]
+            assert state.source.mode == "listen"
+            assert (state.last_seq, state.batches_applied) == (2, 3), name
+            assert (state.gaps, state.missed, state.restarts, state.malformed) == (0, 0, 0, 0)
+        listener = ingestor.state.listener
+        assert listener is not None and (listener.malformed, listener.refused) == (0, 0)
+    finally:
+        ingestor.close()
+
+
+def test_each_rank_is_its_own_stream_and_a_gap_is_replayed_from_its_own_socket(
+    peers: list[RawPublisher],
+) -> None:
+    """vLLM's data-parallel ranks share a topic (here vLLM's default, empty) and differ in rank."""
+    listen = free_tcp_endpoint()  # the publishers first: their replay sockets are declared
+    rank0, rank1 = RawPublisher(connect=listen), RawPublisher(connect=listen)
+    peers += [rank0, rank1]
+    ingestor = listening(
+        listen,
+        listen_replay=[
+            f"@0={rank0.endpoints.replay_endpoint}",
+            f"@1={rank1.endpoints.replay_endpoint}",
+        ],
+    )
+    try:
+        heard(ingestor, rank0, "", 0)
+        heard(ingestor, rank1, "", 1)
+        rank0.send(0, kv_payload(stored(1), rank=0))
+        rank1.send(0, kv_payload(stored(100), rank=1))
+        rank0.send(1, kv_payload(stored(2), rank=0), lose=True)
+        rank1.send(1, kv_payload(stored(101), rank=1))
+        rank1.send(2, kv_payload(stored(102), rank=1), lose=True)
+        rank0.send(2, kv_payload(stored(3), rank=0))
+        rank1.send(3, kv_payload(stored(103), rank=1))
+        wait_until(lambda: blocks_of(ingestor, "@0") == {1, 2, 3}, "rank 0's gap filled")
+        wait_until(lambda: blocks_of(ingestor, "@1") == {100, 101, 102, 103}, "rank 1's filled")
+        zero, one = ingestor.state.publishers["@0"], ingestor.state.publishers["@1"]
+        assert (zero.gaps, zero.missed, zero.replayed, zero.last_seq) == (1, 0, 1, 2)
+        assert (one.gaps, one.missed, one.replayed, one.last_seq) == (1, 0, 1, 3)
+        assert (rank0.replay_requests, rank1.replay_requests) == (1, 1)
+    finally:
+        ingestor.close()
+
+
+def test_a_restarted_publisher_resets_its_own_stream_only(peers: list[RawPublisher]) -> None:
+    ingestor = listening()
+    try:
+        first = RawPublisher(connect=bound(ingestor), topic=b"first")
+        other = RawPublisher(connect=bound(ingestor), topic=b"other")
+        peers += [first, other]
+        heard(ingestor, first, "first", 0)
+        heard(ingestor, other, "other", 0)
+        first.send(0, kv_payload(stored(1, 2), rank=0))
+        first.send(1, kv_payload(stored(3), rank=0))
+        other.send(0, kv_payload(stored(50), rank=0))
+        wait_until(lambda: blocks_of(ingestor, "first@0") == {1, 2, 3}, "first applied")
+        wait_until(lambda: blocks_of(ingestor, "other@0") == {50}, "other applied")
+        first.send(0, kv_payload(stored(4), rank=0))  # the sequence starts over
+        wait_until(lambda: blocks_of(ingestor, "first@0") == {4}, "first's view rebuilt")
+        assert blocks_of(ingestor, "other@0") == {50}
+        assert ingestor.state.publishers["first@0"].restarts == 1
+        assert ingestor.state.publishers["other@0"].restarts == 0
+    finally:
+        ingestor.close()
+
+
+def test_malformed_frames_and_streams_past_the_cap_are_counted_never_applied(
+    peers: list[RawPublisher],
+) -> None:
+    ingestor = listening(listen_max_publishers=1)
+    listener = ingestor.state.listener
+    assert listener is not None
+    try:
+        raw = RawPublisher(connect=bound(ingestor), topic=b"x")
+        peers.append(raw)
+        state = heard(ingestor, raw, "x", 0)
+        garbage = [
+            [b"only one frame"],
+            [b"x", b"short", kv_payload(stored(9), rank=0)],  # a sequence frame of 5 bytes
+            [b"x", encode_seq(0), b"\xc1 not msgpack"],
+            [DEFAULT_STATS_TOPIC, encode_seq(0), b"\xc1 not a stats frame"],
+            [b"t" * 200, encode_seq(0), kv_payload(stored(9), rank=0)],  # too long to name
+        ]
+        for frames in garbage:
+            raw.pub.send_multipart(frames)
+        wait_until(lambda: listener.malformed == len(garbage), "garbage counted on the listener")
+        raw.pub.send_multipart([b"y", encode_seq(0), kv_payload(stored(8), rank=0)])
+        wait_until(lambda: listener.refused == 1, "a second stream is past the cap")
+        good = {"type": "BlockStored", "block_hashes": [7], "parent_block_hash": None,
+                "token_ids": [], "block_size": 16, "lora_id": None, "medium": "CPU"}  # fmt: skip
+        one_bad_event = msgspec.msgpack.encode([1.0, [good, {"type": "NoSuchEvent"}], 0])
+        raw.pub.send_multipart([b"x", encode_seq(0), one_bad_event])
+        raw.send(1, kv_payload(stored(5), rank=0))
+        wait_until(lambda: blocks_of(ingestor, "x@0") == {5, 7}, "later frames still applied")
+        assert state.malformed == 1  # the bad event, inside a batch that named its stream
+        assert (state.last_seq, state.gaps, state.restarts) == (1, 0, 0)
+        assert set(ingestor.state.publishers) == {"x@0"}
+        with ingestor.state.lock:
+            assert len(ingestor.state.index) == 2  # nothing from the garbage or the refused
+    finally:
+        ingestor.close()
+
+
+def test_connect_and_listen_mode_in_one_sidecar(peers: list[RawPublisher]) -> None:
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as worker:
+        ingestor = listening(connect=[worker.endpoint], replay=[worker.replay_endpoint])
+        try:
+            raw = RawPublisher(connect=bound(ingestor), topic=b"vllm-gpu")
+            peers.append(raw)
+            heard(ingestor, raw, "vllm-gpu", 0)
+            connected = ingestor.state.publishers[worker.endpoint]
+
+            def worker_heard() -> bool:
+                worker.publish_stats(StatsFrame(
+                    ts=1.0, engine_id="cpu", rank=0,
+                    config=WorkerConfig(policy="lru", capacity_blocks=8, block_size=16),
+                ))  # fmt: skip
+                return connected.stats_frames > 0
+
+            wait_until(worker_heard, "the sidecar hears the connect-mode worker")
+            worker.publish_events([stored(1, 2)])
+            raw.send(0, kv_payload(OffloadingEvent([1, 3], 16, "GPU", False), rank=0))
+            wait_until(lambda: blocks_of(ingestor, worker.endpoint) == {1, 2}, "CPU tier")
+            wait_until(lambda: blocks_of(ingestor, "vllm-gpu@0") == {1, 3}, "GPU cache")
+            with ingestor.state.lock:
+                assert ingestor.state.index.blocks_by_medium() == {"CPU": 2, "GPU": 2}
+            assert connected.source.mode == "connect"
+            assert ingestor.state.publishers["vllm-gpu@0"].source.mode == "listen"
+        finally:
+            ingestor.close()
+
+
+def test_an_endpoint_that_cannot_be_bound_is_an_error_naming_it() -> None:
+    taken = listening()
+    try:
+        settings = SidecarSettings(listen=[bound(taken)])
+        with pytest.raises(ListenError, match=f"cannot bind '{bound(taken)}': Address already"):
+            Ingestor(SidecarState.from_settings(settings))
+    finally:
+        taken.close()
+
+
+def test_a_declared_stream_waits_unseen_until_it_sends() -> None:
+    replay = free_tcp_endpoint()
+    ingestor = listening(listen_replay=[f"vllm-gpu@0={replay}"])
+    try:
+        declared = ingestor.state.publishers["vllm-gpu@0"]
+        assert declared.source.replay_endpoint == replay
+        assert not declared.seen
+    finally:
+        ingestor.close()
