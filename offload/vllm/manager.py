@@ -209,7 +209,10 @@ class KVScopeManager(OffloadingManager):
 
     def get_stats(self) -> OffloadingConnectorStats:
         stats = OffloadingConnectorStats()
-        fill_stats(stats, self)
+        skipped = self.stores_skipped_in_current_batch if self.counts is not None else None
+        fill_stats(stats, self.core, self.allocation_sizes, skipped, self.reported)
+        self.allocation_sizes.clear()
+        self.stores_skipped_in_current_batch = 0
         return stats
 
     def config_info(self) -> Sequence[ConfigInfoMapping]:

@@ -9,8 +9,6 @@ read kvscope the same way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
     OffloadingConnectorStats,
 )
@@ -22,11 +20,9 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.cpu.common import CPUOffloadingMetrics
 
+from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.manager_metrics import manager_snapshot
 from offload.telemetry import metrics as m
-
-if TYPE_CHECKING:
-    from offload.vllm.manager import KVScopeManager
 
 MANAGER_SPECS = (
     m.LOOKUP_BLOCKS_TOTAL,
@@ -79,25 +75,30 @@ def metric_definitions(store_threshold: int) -> dict[str, OffloadingMetricMetada
     return definitions
 
 
-def fill_stats(stats: OffloadingConnectorStats, manager: KVScopeManager) -> None:
-    """One step's payload: usage gauges, allocations, skips, and the manager's metrics."""
-    core = manager.core
+def fill_stats(
+    stats: OffloadingConnectorStats,
+    core: CPUOffloadingManager,
+    allocation_sizes: list[int],
+    stores_skipped: int | None,
+    reported: dict[tuple[str, tuple[str, ...]], float],
+) -> None:
+    """One step's payload: usage gauges, allocations, skips, and the manager's metrics.
+
+    ``stores_skipped`` is None when no store threshold is set (vLLM then
+    defines no such counter); ``reported`` holds the counter values already
+    handed over, so that only increases go out, and is updated.
+    """
     capacity = core.num_blocks
     writing = core.stats.stores_in_flight
     reading = core.stats.loads_in_flight
     stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_USAGE_PERC, (writing + reading) / capacity)
     stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_WRITE_USAGE_PERC, writing / capacity)
     stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_READ_USAGE_PERC, reading / capacity)
-    for size in manager.allocation_sizes:
+    for size in allocation_sizes:
         stats.observe_histogram(CPUOffloadingMetrics.CPU_ALLOCATION_SIZE, size)
-    manager.allocation_sizes.clear()
-    if manager.store_threshold >= 2:
-        stats.increase_counter(
-            CPUOffloadingMetrics.STORES_SKIPPED, manager.stores_skipped_in_current_batch
-        )
-        manager.stores_skipped_in_current_batch = 0
+    if stores_skipped is not None:
+        stats.increase_counter(CPUOffloadingMetrics.STORES_SKIPPED, stores_skipped)
     snapshot = manager_snapshot(core)
-    reported = manager.reported
     for sample in snapshot.counters:
         spec = _BY_NAME.get(sample.name)
         if spec is None:
