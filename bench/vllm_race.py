@@ -2,8 +2,9 @@
 
 Run from the repository root: .venv/bin/python -m bench.vllm_race [--repeat R] [--requests N]
 Both managers are driven through vLLM 0.33's ``OffloadingManager`` interface
-(one ``ReqContext`` per request, key-by-key lookup, load, store, finish,
-events drained every request) on the bundled trace, in the same run:
+through the canonical workload's loop that the vLLM peer benchmark also runs
+(``bench/tooling/peer_workload.py``: key-by-key lookup, load and touch, store,
+finish, events drained every request) on the bundled trace, in the same run:
 kvscope built by vLLM's ``OffloadingSpecFactory`` with its publisher to a
 live subscriber, and vLLM's ``CPUOffloadingManager`` with its events turned
 into a ``KVEventBatch`` for vLLM's ``ZmqEventPublisher`` to a live subscriber.
@@ -19,28 +20,31 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
-from bench.tooling.common import emit, trace
+from bench.tooling.common import emit
+from bench.tooling.peer_workload import load_keys, replay
+from bench.tooling.vllm_config import kvscope_manager
 from offload import CPUOffloadingManager as CoreManager
+from offload.sim.mooncake import bundled_trace_path
 from offload.sim.workload import run_workload
-from tests.support.vllm_config import kvscope_manager
 
 POLICIES = ("lru", "arc")
 CAPACITIES = (1000, 4000)
 TOKENS_PER_BLOCK = 16
-"""tokens per block of the config tests.support.vllm_config builds (one block per chunk)."""
+"""tokens per block of the config bench.tooling.vllm_config builds (one block per chunk)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    block_refs: int
     hits: int
+    block_refs: int
     seconds: float
+    received: int = 0
+    """Messages the live subscriber got (0 where nothing was published)."""
 
     @property
     def blocks_per_s(self) -> float:
@@ -94,51 +98,9 @@ class Subscriber:
         self._ctx.term()
 
 
-def replay(
-    manager: Any,
-    requests: list[list[bytes]],
-    drain: Callable[[], None],
-    step_end: Callable[[], None] | None,
-) -> Run:
-    """Every request through vLLM 0.33's manager interface, as its connector drives it."""
-    from vllm.v1.kv_offload.base import LookupResult, ReqContext
-
-    hit = LookupResult.HIT
-    lookup = manager.lookup
-    hits = 0
-    block_refs = 0
-    start = time.perf_counter()
-    for index, keys in enumerate(requests):
-        ctx = ReqContext(req_id=str(index))
-        for i, key in enumerate(keys):
-            ctx.set_offload_key_position(key, (i + 1) * TOKENS_PER_BLOCK)
-        manager.on_new_request(ctx)
-        n = 0
-        for key in keys:
-            if lookup(key, ctx) is not hit:
-                break
-            n += 1
-        if n:
-            loaded = keys[:n]
-            manager.prepare_load(loaded, ctx)
-            manager.complete_load(loaded, ctx)
-        if n < len(keys):
-            out = manager.prepare_store(keys[n:], ctx)
-            if out is not None and out.keys_to_store:
-                manager.complete_store(out.keys_to_store, ctx)
-        manager.on_request_finished(ctx)
-        drain()
-        if step_end is not None:
-            step_end()
-        hits += n
-        block_refs += len(keys)
-    seconds = time.perf_counter() - start
-    return Run(block_refs, hits, seconds)
-
-
 def run_kvscope(
     requests: list[list[bytes]], policy: str, capacity: int, *, publish: bool, events: bool
-) -> tuple[Run, int]:
+) -> Run:
     """kvscope through vLLM's factory; with ``publish``, its publisher to a live subscriber."""
     from vllm.v1.kv_offload.base import ScheduleEndContext
 
@@ -158,7 +120,7 @@ def run_kvscope(
 
     step_end = (lambda: manager.on_schedule_end(end)) if publish else None
     try:
-        result = replay(manager, requests, drain, step_end)
+        hits, block_refs, seconds = replay(manager, requests, drain, step_end)
     finally:
         manager.shutdown()
     received = 0
@@ -166,10 +128,10 @@ def run_kvscope(
         time.sleep(0.2)
         subscriber.close()
         received = subscriber.messages
-    return result, received
+    return Run(hits, block_refs, seconds, received)
 
 
-def run_vllm(requests: list[list[bytes]], policy: str, capacity: int) -> tuple[Run, int]:
+def run_vllm(requests: list[list[bytes]], policy: str, capacity: int) -> Run:
     """vLLM 0.33's CPU manager, its events as KVEventBatches through vLLM's ZmqEventPublisher."""
     from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.events import (
@@ -195,22 +157,40 @@ def run_vllm(requests: list[list[bytes]], policy: str, capacity: int) -> tuple[R
             publisher.publish(KVEventBatch(ts=time.time(), events=events))
 
     try:
-        result = replay(manager, requests, drain, None)
+        hits, block_refs, seconds = replay(manager, requests, drain)
     finally:
         publisher.shutdown()
     time.sleep(0.2)
     subscriber.close()
-    return result, subscriber.messages
+    return Run(hits, block_refs, seconds, subscriber.messages)
 
 
 def run_core(requests: list[list[bytes]], policy: str, capacity: int) -> Run:
     """kvscope's core manager through its own API, events off, as bench.hot_path drives it."""
     result = run_workload(CoreManager(TOKENS_PER_BLOCK, capacity, policy), requests)
-    return Run(result.block_refs, result.hits, result.seconds)
+    return Run(result.hits, result.block_refs, result.seconds)
 
 
-def best(runs: list[Any]) -> Any:
-    return min(runs, key=lambda run: (run[0] if isinstance(run, tuple) else run).seconds)
+def best(runs: list[Run]) -> Run:
+    return min(runs, key=lambda run: run.seconds)
+
+
+def best_kvscope(
+    requests: list[list[bytes]],
+    policy: str,
+    capacity: int,
+    repeat: int,
+    *,
+    publish: bool,
+    events: bool,
+) -> Run:
+    """The fastest of ``repeat`` kvscope runs."""
+    return best(
+        [
+            run_kvscope(requests, policy, capacity, publish=publish, events=events)
+            for _ in range(repeat)
+        ]
+    )
 
 
 def main() -> None:
@@ -220,31 +200,17 @@ def main() -> None:
     args = parser.parse_args()
     from vllm.v1.kv_offload.base import make_offload_key
 
-    _, trace_requests = trace()
-    if args.requests is not None:
-        trace_requests = trace_requests[: args.requests]
-    requests = [
-        [make_offload_key((h & (2**64 - 1)).to_bytes(8, "big"), 0) for h in request]
-        for request in trace_requests
-    ]
+    requests = load_keys(bundled_trace_path(), make_offload_key)[: args.requests]
     repeat = range(args.repeat)
     for policy in POLICIES:
         for capacity in CAPACITIES:
-            ours, received = best(
-                [run_kvscope(requests, policy, capacity, publish=True, events=True) for _ in repeat]
+            ours = best_kvscope(requests, policy, capacity, args.repeat, publish=True, events=True)
+            peer = best([run_vllm(requests, policy, capacity) for _ in repeat])
+            bare_events = best_kvscope(
+                requests, policy, capacity, args.repeat, publish=False, events=True
             )
-            peer, peer_received = best([run_vllm(requests, policy, capacity) for _ in repeat])
-            bare_events = best(
-                [
-                    run_kvscope(requests, policy, capacity, publish=False, events=True)[0]
-                    for _ in repeat
-                ]
-            )
-            bare = best(
-                [
-                    run_kvscope(requests, policy, capacity, publish=False, events=False)[0]
-                    for _ in repeat
-                ]
+            bare = best_kvscope(
+                requests, policy, capacity, args.repeat, publish=False, events=False
             )
             core = best([run_core(requests, policy, capacity) for _ in repeat])
             base = {"bench": "vllm_race", "policy": policy, "capacity": capacity}
@@ -261,8 +227,8 @@ def main() -> None:
                     "vllm_hit_ratio": round(peer.hit_ratio, 4),
                     "ns_per_block": round(ours.ns_per_block, 1),
                     "vllm_ns_per_block": round(peer.ns_per_block, 1),
-                    "messages_received": received,
-                    "vllm_messages_received": peer_received,
+                    "messages_received": ours.received,
+                    "vllm_messages_received": peer.received,
                 }
             )
             emit(

@@ -40,7 +40,7 @@ import json
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -73,14 +73,19 @@ def load_keys(path: Path, make_key: Any) -> list[list[bytes]]:
     return requests
 
 
-def replay_once(
-    requests: Sequence[Sequence[bytes]], policy: str, capacity: int
+def replay(
+    manager: Any,
+    requests: Sequence[Sequence[bytes]],
+    drain: Callable[[], None],
+    step_end: Callable[[], None] | None = None,
 ) -> tuple[int, int, float]:
-    """One canonical replay on a fresh manager: (hits, block_refs, seconds)."""
-    from vllm.v1.kv_offload.base import LookupResult, ReqContext
-    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+    """The canonical workload through any vLLM 0.33 manager: (hits, block_refs, seconds).
 
-    manager = CPUOffloadingManager(capacity, cache_policy=policy, enable_events=True)
+    ``drain`` takes the manager's events after each request (step 4);
+    ``step_end``, when given, runs last, as the scheduler's end of a step.
+    """
+    from vllm.v1.kv_offload.base import LookupResult, ReqContext
+
     hit = LookupResult.HIT
     hits = 0
     block_refs = 0
@@ -102,11 +107,23 @@ def replay_once(
         if out is not None and out.keys_to_store:
             manager.complete_store(out.keys_to_store, ctx)
         manager.on_request_finished(ctx)
-        deque(manager.take_events(), maxlen=0)
+        drain()
+        if step_end is not None:
+            step_end()
         hits += n
         block_refs += len(keys)
     seconds = time.perf_counter() - start
     return hits, block_refs, seconds
+
+
+def replay_once(
+    requests: Sequence[Sequence[bytes]], policy: str, capacity: int
+) -> tuple[int, int, float]:
+    """One canonical replay on a fresh vLLM manager: (hits, block_refs, seconds)."""
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    manager = CPUOffloadingManager(capacity, cache_policy=policy, enable_events=True)
+    return replay(manager, requests, lambda: deque(manager.take_events(), maxlen=0))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

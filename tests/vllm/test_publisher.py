@@ -8,11 +8,11 @@ import zmq
 from vllm.v1.kv_offload.base import ReqContext, ScheduleEndContext, make_offload_key
 
 from app.decode import decode_kv_payload
+from bench.tooling.vllm_config import offloading_config
 from offload.vllm import KVScopeOffloadingSpec
 from offload.wire.framing import DEFAULT_STATS_TOPIC
 from offload.wire.stats_frame import decode_stats_frame
 from tests.support.polling import wait_until
-from tests.support.vllm_config import offloading_config
 
 
 def _free_port() -> int:

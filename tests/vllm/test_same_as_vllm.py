@@ -13,7 +13,7 @@ import pytest
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-from tests.support.vllm_config import kvscope_manager
+from bench.tooling.vllm_config import kvscope_manager
 
 CAPACITY = 24
 

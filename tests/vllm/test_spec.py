@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
+from bench.tooling.vllm_config import SPEC, offloading_config
 from offload.cpu.config import ConfigError
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.settings import CHUNK_ALIGNMENT
-from tests.support.vllm_config import SPEC, offloading_config
 
 
 def test_vllm_factory_resolves_the_spec_from_the_extra_config() -> None:

@@ -20,8 +20,8 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
+from bench.tooling.vllm_config import SPEC, offloading_config
 from offload.vllm import KVScopeOffloadingSpec
-from tests.support.vllm_config import SPEC, offloading_config
 
 PAGE = 256
 GPU_BLOCKS = 16

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.vllm_config import kvscope_manager
+from bench.tooling.vllm_config import kvscope_manager
 
 PRIVATE = {
     "test_cpu_manager_reports_allocation_size_on_allocation_failure": "patches _allocate_chunks",
