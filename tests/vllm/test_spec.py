@@ -12,7 +12,7 @@ from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 from bench.tooling.vllm_config import SPEC, offloading_config
 from offload.cpu.config import ConfigError
 from offload.vllm import KVScopeOffloadingSpec
-from offload.vllm.settings import CHUNK_ALIGNMENT
+from offload.vllm.settings import CHUNK_ALIGNMENT, read_settings
 
 
 def test_vllm_factory_resolves_the_spec_from_the_extra_config() -> None:
@@ -61,6 +61,16 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
 def test_each_bad_key_is_a_clear_error_naming_it(extra: dict, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         KVScopeOffloadingSpec(offloading_config(extra))
+
+
+def test_an_extra_config_that_is_not_a_mapping_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="must be a mapping, got list"):
+        read_settings(
+            [("num_cpu_blocks", 4)],  # type: ignore[arg-type]
+            worker_kv_bytes_per_block=4096,
+            world_size=1,
+            blocks_per_chunk=1,
+        )
 
 
 def test_vllm_options_keep_their_meaning() -> None:
