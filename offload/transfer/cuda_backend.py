@@ -54,7 +54,9 @@ class _Lane:
     direction: Direction
     stream: torch.cuda.Stream
     device_stage: torch.Tensor
-    host_stage: torch.Tensor
+    host_stages: tuple[torch.Tensor, torch.Tensor]
+    """Two pinned buffers used in turn, so the host fills or drains one while the
+    DMA engine reads or writes the other."""
     jobs: queue.SimpleQueue[_Job | None] = field(default_factory=queue.SimpleQueue)
     worker: threading.Thread | None = None
 
@@ -217,18 +219,21 @@ class CUDATransferBackend(TransferBackend):
         planes, row_elements = len(self._gpu_rows), rows.shape[1]
         rows_per_chunk = max(1, STAGE_BYTES // (planes * row_elements * rows.itemsize))
         numel = rows_per_chunk * planes * row_elements
-        try:
-            host_stage = torch.empty(numel, dtype=rows.dtype, pin_memory=True)
-        except RuntimeError:
-            if not self.pageable_fallback:
-                raise
-            host_stage = torch.empty(numel, dtype=rows.dtype)  # correct, only slower
+        host_stages = (self._host_stage(numel, rows.dtype), self._host_stage(numel, rows.dtype))
         stream = torch.cuda.Stream(self.device)
         # Allocated on the lane's stream, the only one that ever uses it, so the caching
         # allocator ties the block to that stream.
         with torch.cuda.stream(stream):
             device_stage = torch.empty(numel, dtype=rows.dtype, device=self.device)
-        return _Lane(direction, stream, device_stage, host_stage)
+        return _Lane(direction, stream, device_stage, host_stages)
+
+    def _host_stage(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        try:
+            return torch.empty(numel, dtype=dtype, pin_memory=True)
+        except RuntimeError:
+            if not self.pageable_fallback:
+                raise
+            return torch.empty(numel, dtype=dtype)  # correct, only slower
 
     # -- the workers ---------------------------------------------------------------------
 
@@ -262,13 +267,22 @@ class CUDATransferBackend(TransferBackend):
         return job_result(job.job_id, job.plan, job.submitted, success=True, error=None)
 
     def _store(self, lane: _Lane, job: _Job) -> None:
-        """GPU rows -> device stage (gather) -> pinned stage (DMA) -> CPU tier (host scatter)."""
+        """GPU rows -> device stage (gather) -> pinned stage (DMA) -> CPU tier (host scatter).
+
+        Chunk i+1's gather and DMA are queued before the host scatters chunk
+        i, so the DMA engine fills one pinned stage while the host drains the
+        other.
+        """
         plan = job.plan
         gpu_idx = plan.src_rows.to(self.device, non_blocking=True)  # queued on lane.stream
         cpu_idx = plan.dst_rows
-        for start, count in _chunks(plan, lane, self._gpu_rows):
+        undrained: tuple[torch.cuda.Event, torch.Tensor, torch.Tensor] | None = None
+        for number, (start, count) in enumerate(_chunks(plan, lane, self._gpu_rows)):
+            # Its device stage is free: its last reader, the previous chunk's DMA, was
+            # queued on this same stream. Its pinned stage is free: the chunk that last
+            # used it (two back) was scattered on the host before this DMA is queued.
             device_stage = _stage_view(lane.device_stage, self._gpu_rows, count)
-            host_stage = _stage_view(lane.host_stage, self._gpu_rows, count)
+            host_stage = _stage_view(lane.host_stages[number % 2], self._gpu_rows, count)
             for plane, source in enumerate(self._gpu_rows):
                 torch.index_select(
                     source, 0, gpu_idx[start : start + count], out=device_stage[plane]
@@ -277,37 +291,56 @@ class CUDATransferBackend(TransferBackend):
             copied = torch.cuda.Event(blocking=True)
             copied.record(lane.stream)
             self._publish_if_last(job, copied, start + count)
-            # The host may read the pinned stage only once the DMA into it is done; the
-            # next chunk's DMA is queued only after this scatter, so it never overwrites
-            # rows not yet scattered. The device stage needs no event: its next writer
-            # is queued on the same stream after this DMA.
-            copied.synchronize()
-            rows = cpu_idx[start : start + count]
-            for plane, target in enumerate(self._cpu_rows):
-                target.index_copy_(0, rows, host_stage[plane])
+            if undrained is not None:
+                self._drain(*undrained)
+            undrained = (copied, host_stage, cpu_idx[start : start + count])
+        if undrained is not None:
+            self._drain(*undrained)
+
+    def _drain(
+        self, copied: torch.cuda.Event, host_stage: torch.Tensor, rows: torch.Tensor
+    ) -> None:
+        """Scatter a store chunk from its pinned stage into the tier, once its DMA is done."""
+        # Returns once the device's writes into the pinned stage are visible to the host.
+        copied.synchronize()
+        for plane, target in enumerate(self._cpu_rows):
+            target.index_copy_(0, rows, host_stage[plane])
 
     def _load(self, lane: _Lane, job: _Job) -> None:
-        """CPU tier -> pinned stage (host gather) -> device stage (DMA) -> GPU rows (scatter)."""
+        """CPU tier -> pinned stage (host gather) -> device stage (DMA) -> GPU rows (scatter).
+
+        The host gathers chunk i+1 into one pinned stage while chunk i's DMA
+        reads the other.
+        """
         plan = job.plan
         gpu_idx = plan.dst_rows.to(self.device, non_blocking=True)  # queued on lane.stream
         cpu_idx = plan.src_rows
-        for start, count in _chunks(plan, lane, self._gpu_rows):
+        # Per pinned stage, the event after the DMA that last read it in this job.
+        read: list[torch.cuda.Event | None] = [None, None]
+        done: torch.cuda.Event | None = None
+        for number, (start, count) in enumerate(_chunks(plan, lane, self._gpu_rows)):
+            slot = number % 2
+            if (last_read := read[slot]) is not None:
+                last_read.synchronize()  # the gather below overwrites what that DMA read
             device_stage = _stage_view(lane.device_stage, self._gpu_rows, count)
-            host_stage = _stage_view(lane.host_stage, self._gpu_rows, count)
+            host_stage = _stage_view(lane.host_stages[slot], self._gpu_rows, count)
             rows = cpu_idx[start : start + count]
             for plane, source in enumerate(self._cpu_rows):
                 torch.index_select(source, 0, rows, out=host_stage[plane])
+            # Queued after the previous chunk's scatter on this stream, so the device
+            # stage it overwrites has been read.
             device_stage.copy_(host_stage, non_blocking=True)
+            read[slot] = torch.cuda.Event(blocking=True)
+            read[slot].record(lane.stream)
             for plane, target in enumerate(self._gpu_rows):
                 target.index_copy_(0, gpu_idx[start : start + count], device_stage[plane])
-            copied = torch.cuda.Event(blocking=True)
-            copied.record(lane.stream)
-            self._publish_if_last(job, copied, start + count)
-            # The next gather (this job's or the next job's) overwrites the pinned stage,
-            # which this chunk's DMA may still be reading: wait for it here, on the worker.
-            # The event follows the scatter too, so for the last chunk it is the job's
-            # completion event and, once it fires, the loaded rows are in the GPU cache.
-            copied.synchronize()
+            done = torch.cuda.Event(blocking=True)
+            done.record(lane.stream)
+            self._publish_if_last(job, done, start + count)
+        if done is not None:
+            # After the last scatter, and so after every copy of the job (one stream):
+            # once it fires the loaded rows are in the GPU cache and both stages are free.
+            done.synchronize()
 
     def _publish_if_last(self, job: _Job, event: torch.cuda.Event, end: int) -> None:
         """Once the job's last chunk is queued, let ``stream_wait`` wait on its final event."""
