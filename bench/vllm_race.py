@@ -10,7 +10,8 @@ live subscriber, and vLLM's ``CPUOffloadingManager`` with its events turned
 into a ``KVEventBatch`` for vLLM's ``ZmqEventPublisher`` to a live subscriber.
 Also the adapter's cost (kvscope's vLLM manager, no events, against its core
 manager's own API) and the publisher's cost (endpoint against none), in ns
-per block reference. Best of R runs each; timings are reported, never asserted.
+per block reference. Best of R runs each, the sides taking turns; timings are
+reported, never asserted.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import zmq
@@ -175,22 +178,26 @@ def best(runs: list[Run]) -> Run:
     return min(runs, key=lambda run: run.seconds)
 
 
-def best_kvscope(
-    requests: list[list[bytes]],
-    policy: str,
-    capacity: int,
-    repeat: int,
-    *,
-    publish: bool,
-    events: bool,
-) -> Run:
-    """The fastest of ``repeat`` kvscope runs."""
-    return best(
-        [
-            run_kvscope(requests, policy, capacity, publish=publish, events=events)
-            for _ in range(repeat)
-        ]
-    )
+SIDES: dict[str, Callable[[list[list[bytes]], str, int], Run]] = {
+    "ours": partial(run_kvscope, publish=True, events=True),
+    "peer": run_vllm,
+    "bare_events": partial(run_kvscope, publish=False, events=True),
+    "bare": partial(run_kvscope, publish=False, events=False),
+    "core": run_core,
+}
+"""kvscope fully on, vLLM's path, kvscope without an endpoint, kvscope with
+events off, and kvscope's core manager: the differences are the race, the
+publisher's cost and the adapter's cost."""
+
+
+def race(requests: list[list[bytes]], policy: str, capacity: int, repeat: int) -> dict[str, Run]:
+    """The fastest of ``repeat`` runs of every side, the sides taking turns round by
+    round, so a busy spell of a shared machine falls on all of them alike."""
+    runs: dict[str, list[Run]] = {side: [] for side in SIDES}
+    for _ in range(repeat):
+        for side, run in SIDES.items():
+            runs[side].append(run(requests, policy, capacity))
+    return {side: best(side_runs) for side, side_runs in runs.items()}
 
 
 def main() -> None:
@@ -201,18 +208,11 @@ def main() -> None:
     from vllm.v1.kv_offload.base import make_offload_key
 
     requests = load_keys(bundled_trace_path(), make_offload_key)[: args.requests]
-    repeat = range(args.repeat)
     for policy in POLICIES:
         for capacity in CAPACITIES:
-            ours = best_kvscope(requests, policy, capacity, args.repeat, publish=True, events=True)
-            peer = best([run_vllm(requests, policy, capacity) for _ in repeat])
-            bare_events = best_kvscope(
-                requests, policy, capacity, args.repeat, publish=False, events=True
-            )
-            bare = best_kvscope(
-                requests, policy, capacity, args.repeat, publish=False, events=False
-            )
-            core = best([run_core(requests, policy, capacity) for _ in repeat])
+            runs = race(requests, policy, capacity, args.repeat)
+            ours, peer, bare_events = runs["ours"], runs["peer"], runs["bare_events"]
+            bare, core = runs["bare"], runs["core"]
             base = {"bench": "vllm_race", "policy": policy, "capacity": capacity}
             emit(
                 {
