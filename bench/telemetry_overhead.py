@@ -34,18 +34,15 @@ bound's, and the cost per block reference. Target: under 3%.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from multiprocessing.sharedctypes import Synchronized
-from multiprocessing.synchronize import Event as EventType
 from statistics import median
 
 import msgspec
-import zmq
 from prometheus_client import generate_latest
 
 from bench.tooling.common import emit, trace
+from bench.tooling.subscriber import Subscriber
 from offload import CPUOffloadingManager
 from offload.base import BlockHash
 from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE
@@ -57,47 +54,6 @@ EXPORT_PERIOD_S = 1.0
 CAPACITY = 2000
 FLUSH_INTERVAL_S = 0.01
 """The publisher's default flush interval, which the bound's buffer is emptied at."""
-
-
-class Subscriber:
-    """A live SUB socket in its own process, as the sidecar would be, counting frames.
-
-    Out of process so that it competes with the replay for CPU as a real
-    consumer does, not for this interpreter's lock as a thread would. Spawned,
-    not forked: a forked child shares the parent's pages copy-on-write, and
-    the replay's first pass over the trace after the fork would then pay a
-    page fault per page it touches (measured: +30% on the first round).
-    """
-
-    def __init__(self, endpoint: str) -> None:
-        spawn = multiprocessing.get_context("spawn")
-        self._stop = spawn.Event()
-        self._frames = spawn.Value("q", 0)
-        self._process = spawn.Process(
-            target=_subscribe, args=(endpoint, self._stop, self._frames), daemon=True
-        )
-        self._process.start()
-
-    @property
-    def frames(self) -> int:
-        return int(self._frames.value)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._process.join()
-
-
-def _subscribe(endpoint: str, stop: EventType, frames: Synchronized) -> None:
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.SUB)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    sock.connect(endpoint)
-    while not stop.is_set():
-        if sock.poll(100):
-            sock.recv_multipart()
-            frames.value += 1
-    sock.close(linger=0)
-    ctx.term()
 
 
 class EventsSide:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,10 +25,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import zmq
-
 from bench.tooling.common import emit
 from bench.tooling.peer_workload import load_keys, replay
+from bench.tooling.subscriber import Subscriber
 from bench.tooling.vllm_config import kvscope_manager
 from offload import CPUOffloadingManager as CoreManager
 from offload.sim.mooncake import bundled_trace_path
@@ -68,39 +66,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class Subscriber:
-    """A SUB socket subscribed to everything, drained on its own thread."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.messages = 0
-        self._stop = threading.Event()
-        self._ctx = zmq.Context()
-        self._sub = self._ctx.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self._sub.setsockopt(zmq.RCVHWM, 0)
-        self._sub.connect(endpoint)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sub, zmq.POLLIN)
-        while not self._stop.is_set():
-            if poller.poll(50):
-                while True:
-                    try:
-                        self._sub.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self.messages += 1
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sub.close(linger=0)
-        self._ctx.term()
-
-
 def run_kvscope(
     requests: list[list[bytes]], policy: str, capacity: int, *, publish: bool, events: bool
 ) -> Run:
@@ -115,7 +80,6 @@ def run_kvscope(
     manager = kvscope_manager(capacity, policy, enable_events=events, **extra)
     if publish:
         subscriber = Subscriber(f"tcp://127.0.0.1:{port}")
-        time.sleep(0.2)  # let the subscription reach the publisher
     end = ScheduleEndContext((), ())
 
     def drain() -> None:
@@ -130,7 +94,7 @@ def run_kvscope(
     if subscriber is not None:
         time.sleep(0.2)
         subscriber.close()
-        received = subscriber.messages
+        received = subscriber.frames
     return Run(hits, block_refs, seconds, received)
 
 
@@ -151,7 +115,6 @@ def run_vllm(requests: list[list[bytes]], policy: str, capacity: int) -> Run:
     )
     publisher = ZmqEventPublisher(0, endpoint=f"tcp://*:{port}")
     subscriber = Subscriber(f"tcp://127.0.0.1:{port}")
-    time.sleep(0.2)
 
     def drain() -> None:
         # As the scheduler does: the connector's events, one batch per step.
@@ -165,7 +128,7 @@ def run_vllm(requests: list[list[bytes]], policy: str, capacity: int) -> Run:
         publisher.shutdown()
     time.sleep(0.2)
     subscriber.close()
-    return Run(hits, block_refs, seconds, subscriber.messages)
+    return Run(hits, block_refs, seconds, subscriber.frames)
 
 
 def run_core(requests: list[list[bytes]], policy: str, capacity: int) -> Run:
