@@ -25,6 +25,12 @@ _COUNT_TRIES = 5
 """Readings of the counts a live check takes before leaving them unchecked."""
 LIVE_CHECK_SLOTS = 8192
 """Slots whose blocks each live invariant check inspects (a bounded cost per check)."""
+MAX_BLOCK_SIZE = 2**31 - 1
+"""Tokens per block: every event carries it, and every KV-event encoding holds this much."""
+MAX_NUM_BLOCKS = 2**32
+"""Far beyond any host's memory; a larger count is a units mistake, refused at once
+rather than found by a MemoryError after the pool has tried to build its slots."""
+
 _loaded = attrgetter("loaded")
 
 
@@ -43,10 +49,8 @@ class CPUOffloadingManager(OffloadingManager):
         cache_policy: str = "lru",
         enable_events: bool = False,
     ) -> None:
-        if block_size < 1:
-            raise ValueError(f"block_size must be at least 1, got {block_size}")
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be at least 1, got {num_blocks}")
+        _check_size("block_size", block_size, MAX_BLOCK_SIZE)
+        _check_size("num_blocks", num_blocks, MAX_NUM_BLOCKS)
         self.block_size = block_size
         self.medium = MEDIUM
         self.policy = make_policy(cache_policy, num_blocks)
@@ -65,6 +69,7 @@ class CPUOffloadingManager(OffloadingManager):
         return self.pool.capacity
 
     def lookup(self, block_hashes: Sequence[BlockHash]) -> int:
+        _refuse_one_object(block_hashes)
         get = self._blocks.get
         hits = 0
         for block_hash in block_hashes:
@@ -94,10 +99,11 @@ class CPUOffloadingManager(OffloadingManager):
         moved it, and nothing counted or owned changes. Checking every hash
         first would cost the hot path on every call.
         """
+        _refuse_one_object(block_hashes)
         self.policy.touch(block_hashes)
 
     def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
-        hashes = list(block_hashes)
+        hashes = _hash_list(block_hashes)
         blocks = self._resident(hashes, "complete the load of")
         for done, block in enumerate(blocks):
             if block.ref <= 0:
@@ -124,7 +130,7 @@ class CPUOffloadingManager(OffloadingManager):
         ``block_hashes`` (vLLM protects a whole offer).
         """
         start = time.perf_counter()
-        requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
+        requested = _hash_list(block_hashes)
         resident = self._blocks
         # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
         # (An unhashable hash raises here, before anything is counted or changed.)
@@ -182,6 +188,7 @@ class CPUOffloadingManager(OffloadingManager):
 
         Returns the hashes whose state changed: stored, or forgotten.
         """
+        _refuse_one_object(block_hashes)
         get = self._blocks.get
         if success:
             stored: list[BlockHash] = []
@@ -204,7 +211,7 @@ class CPUOffloadingManager(OffloadingManager):
         # being written. Their stored event was never sent, so nothing is removed
         # from a consumer's view either. Rare, so the blocks are looked up first,
         # before anything changes (a dict: a hash named twice is forgotten once).
-        hashes = list(block_hashes)
+        hashes = _hash_list(block_hashes)
         blocks = dict(zip(hashes, map(get, hashes), strict=True))
         forgotten = [h for h, block in blocks.items() if block is not None and block.ref < 0]
         self._moves += 1
@@ -307,6 +314,7 @@ class CPUOffloadingManager(OffloadingManager):
 
     def _resident(self, block_hashes: Iterable[BlockHash], action: str) -> Sequence[Block]:
         """The ready blocks behind the hashes, or a ValueError naming the first bad one."""
+        _refuse_one_object(block_hashes)
         get = self._blocks.get
         blocks: list[Block] = []
         for block_hash in block_hashes:
@@ -317,3 +325,31 @@ class CPUOffloadingManager(OffloadingManager):
                 raise ValueError(f"cannot {action} block {block_hash!r}: its store is not complete")
             blocks.append(block)
         return blocks
+
+
+def _check_size(name: str, value: int, maximum: int) -> None:
+    """A size argument: an int (not a bool, float or string) in [1, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not 1 <= value <= maximum:
+        raise ValueError(f"{name} must be at least 1 and at most {maximum}, got {value}")
+
+
+def _refuse_one_object(block_hashes: Iterable[BlockHash]) -> None:
+    """A TypeError for a str or bytes-like object passed as the hashes.
+
+    Iterating one yields characters or small ints, each a valid-looking hash:
+    ``prepare_store(b"abc")`` would store the blocks 97, 98 and 99.
+    """
+    if isinstance(block_hashes, str | bytes | bytearray | memoryview):
+        raise TypeError(
+            f"block_hashes must be a collection of hashes, not one {type(block_hashes).__name__}"
+        )
+
+
+def _hash_list(block_hashes: Iterable[BlockHash]) -> list[BlockHash]:
+    """The hashes as a list; a list is used as it is (the hot path's case)."""
+    if type(block_hashes) is list:
+        return block_hashes
+    _refuse_one_object(block_hashes)
+    return list(block_hashes)

@@ -257,6 +257,46 @@ def test_unknown_policy_names_the_policies_that_exist() -> None:
         CPUOffloadingManager(16, 4, "mru")
 
 
+@pytest.mark.parametrize(
+    ("block_size", "num_blocks", "error"),
+    [
+        (16.5, 4, TypeError),
+        (float("nan"), 4, TypeError),
+        (float("inf"), 4, TypeError),
+        (True, 4, TypeError),
+        ("16", 4, TypeError),
+        (16, 4.0, TypeError),
+        (10**30, 4, ValueError),
+        (16, 2**40, ValueError),
+    ],
+)
+def test_sizes_that_are_not_sane_ints_are_refused(
+    block_size: object, num_blocks: object, error: type[Exception]
+) -> None:
+    """A float, a bool or a string size, or one no encoding or host could hold, fails at once."""
+    name = "block_size" if block_size != 16 else "num_blocks"
+    with pytest.raises(error, match=name):
+        CPUOffloadingManager(block_size, num_blocks)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "call", ["lookup", "prepare_load", "touch", "complete_load", "prepare_store", "complete_store"]
+)
+@pytest.mark.parametrize("one_object", [b"abc", "abc", bytearray(b"abc")])
+def test_one_bytes_or_str_object_is_refused_as_the_hashes(
+    policy: str, call: str, one_object: object
+) -> None:
+    """Iterated, b"abc" is the hashes 97, 98, 99: it must not store, load or evict them."""
+    manager = CPUOffloadingManager(16, 2, policy, enable_events=True)
+    stored(manager, [97, 98])
+    manager.take_events()
+    before = snapshot(manager), vars_of(manager.stats)
+    with pytest.raises(TypeError, match="a collection of hashes, not one"):
+        getattr(manager, call)(one_object)
+    assert (snapshot(manager), vars_of(manager.stats)) == before
+    assert manager.take_events() == []
+
+
 @pytest.mark.parametrize(("block_size", "num_blocks"), [(0, 4), (16, 0), (-1, 4)])
 def test_nonpositive_sizes_are_rejected(block_size: int, num_blocks: int) -> None:
     with pytest.raises(ValueError, match="must be at least 1"):
