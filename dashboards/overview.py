@@ -1,0 +1,346 @@
+"""kvscope Overview: is the CPU tier earning its keep, are transfers keeping up, is the feed whole.
+
+Rows go from the verdict (health figures) to the causes (stores, loads,
+evictions), then transfers, the sidecar's event feed, and vLLM's own
+prefix-cache figures beside kvscope's when vLLM is scraped too.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders.dashboard import Dashboard
+
+from dashboards import rules
+from dashboards.kit import (
+    BLOCKS,
+    BLOCKS_PER_S,
+    PUBLISHER,
+    TIER,
+    TOKENS_PER_S,
+    VLLM,
+    WORKER,
+    Panel,
+    Query,
+    build_dashboard,
+    rate,
+    series,
+    stat_panel,
+    timeseries_panel,
+)
+
+UID = "kvscope-overview"
+VLLM_ROW = "vLLM prefix cache: GPU tier (vLLM) beside CPU tier (kvscope)"
+"""The one row whose panels need vLLM scraped; without vLLM they show no data."""
+LAG = series("kvscope_sidecar_ingest_lag_seconds", PUBLISHER)
+
+
+def _by(labels: str, expr: str) -> str:
+    return f"sum by ({labels}) ({expr})"
+
+
+def _quantiles(histogram: str, scope: tuple[str, ...], by: str, *matchers: str) -> list[Query]:
+    """p50 and p99 of a kvscope histogram, one series per ``by`` value."""
+    buckets = _by(f"{by}, le", rate(f"{histogram}_bucket", scope, *matchers))
+    return [
+        Query(f"histogram_quantile({q}, {buckets})", f"p{round(q * 100)} {{{{{by}}}}}")
+        for q in (0.5, 0.99)
+    ]
+
+
+def _health() -> list[Panel]:
+    return [
+        stat_panel(
+            "Invariant violations",
+            "Broken bookkeeping invariants in the tier (free + used = capacity, one owner per "
+            "slot). Healthy: 0, always; anything else is a bug, see the alert's runbook.",
+            "none",
+            Query(f"max({series('kvscope_invariant_violations', TIER)})", "violations"),
+            red_from=1,
+        ),
+        stat_panel(
+            "Lookup hit ratio (5m)",
+            "Blocks found in the CPU tier over blocks asked for, per engine/rank/medium. "
+            "Healthy depends on reuse in the workload: steady, and well above 0 for chat.",
+            "percentunit",
+            Query(series(rules.HIT_RATIO, TIER), "{{engine}}/{{rank}} {{medium}}"),
+        ),
+        stat_panel(
+            "Occupancy",
+            "Resident over capacity. Healthy: climbs to ~100% and stays there once warm; "
+            "a full tier is the point, thrashing is not (see evictions and dead writes).",
+            "percentunit",
+            Query(series(rules.OCCUPANCY, TIER), "{{engine}}/{{rank}} {{medium}}"),
+        ),
+        stat_panel(
+            "Publishers silent > 60 s",
+            "Streams whose last frame is over a minute old. Healthy: 0 while engines serve; "
+            "an idle engine also goes quiet (stats ride scheduler steps).",
+            "none",
+            Query(f"count({LAG} > 60) or vector(0)", "silent"),
+            red_from=1,
+        ),
+    ]
+
+
+def _tier() -> list[Panel]:
+    return [
+        timeseries_panel(
+            "Capacity and occupancy per medium",
+            "Blocks resident against the tier's capacity. Healthy: resident rises to capacity "
+            "and holds; a gap that never closes means the tier is larger than the reuse.",
+            BLOCKS,
+            Query(_by("medium", series("kvscope_blocks_resident", TIER)), "resident {{medium}}"),
+            Query(_by("medium", series("kvscope_blocks_capacity", TIER)), "capacity {{medium}}"),
+        ),
+        timeseries_panel(
+            "Hit ratio (5m)",
+            "Lookups' hits over lookups, in blocks and in tokens, from counter rates "
+            "(recording rules). Healthy: steady; a sudden fall means the working set no "
+            "longer fits or the traffic changed.",
+            "percentunit",
+            Query(series(rules.HIT_RATIO, TIER), "blocks {{engine}}/{{rank}} {{medium}}"),
+            Query(series(rules.TOKEN_HIT_RATIO, TIER), "tokens {{engine}}/{{rank}} {{medium}}"),
+            percent=True,
+        ),
+        timeseries_panel(
+            "Stores",
+            "Blocks offered to the tier and what became of them. Healthy: completed tracks "
+            "admitted; refused and failed stay at 0 (refused: no room, every slot pinned).",
+            BLOCKS_PER_S,
+            *(
+                Query(_by("medium", rate(f"kvscope_store_{kind}_blocks_total", TIER)), kind)
+                for kind in ("requested", "admitted", "completed", "skipped", "refused", "failed")
+            ),
+        ),
+        timeseries_panel(
+            "Loads",
+            "Blocks brought back to the GPU on a prefix hit. Healthy: completed tracks "
+            "submitted; their rate is the tier's pay-off.",
+            BLOCKS_PER_S,
+            Query(_by("medium", rate("kvscope_load_blocks_total", TIER)), "submitted {{medium}}"),
+            Query(
+                _by("medium", rate("kvscope_load_completed_blocks_total", TIER)),
+                "completed {{medium}}",
+            ),
+        ),
+        timeseries_panel(
+            "Evictions by reason",
+            "Blocks leaving the tier: capacity (room for a store), failed_store (rolled back), "
+            "clear (a cache reset). Healthy: capacity only, at or below the store rate.",
+            BLOCKS_PER_S,
+            Query(_by("reason", rate("kvscope_evicted_blocks_total", TIER)), "{{reason}}"),
+        ),
+        timeseries_panel(
+            "Dead writes",
+            "Share of evicted blocks that were never loaded: writes that bought nothing "
+            "(recording rule). Healthy: well under 90%; near 100% means the tier stores "
+            "what is never reused (raise store_threshold, try policy arc).",
+            "percentunit",
+            Query(series(rules.DEAD_WRITE_RATIO, TIER), "{{engine}}/{{rank}} {{medium}}"),
+            percent=True,
+        ),
+        timeseries_panel(
+            "Pinned blocks (in flight)",
+            "Blocks held by loads or stores still in flight. Healthy: small and returning "
+            "to 0; a level that only grows means transfers are not completing.",
+            BLOCKS,
+            Query(_by("reason", series("kvscope_blocks_pinned", TIER)), "{{reason}}"),
+            width=8,
+        ),
+        timeseries_panel(
+            "Transfer jobs in flight",
+            "Jobs submitted but not finished, per direction. Healthy: a handful, back to 0 "
+            "when idle; growth means the copy engine falls behind.",
+            "suffix: jobs",
+            Query(
+                f"{_by('direction', series('kvscope_transfer_jobs_submitted_total', WORKER))}"
+                f" - {_by('direction', series('kvscope_transfer_jobs_total', WORKER))}",
+                "{{direction}}",
+            ),
+            width=8,
+        ),
+        timeseries_panel(
+            "Manager call latency",
+            "Time in manager calls that evict and allocate (prepare_store), p50 and p99. "
+            "Healthy: microseconds; it runs on the scheduler's critical path.",
+            "s",
+            *_quantiles("kvscope_manager_operation_duration_seconds", TIER, "operation"),
+            width=8,
+        ),
+    ]
+
+
+def _transfers() -> list[Panel]:
+    return [
+        timeseries_panel(
+            "Transfer bandwidth",
+            "Bytes per second moved by successful jobs, per direction. Healthy: gpu_to_cpu "
+            "follows the store rate, cpu_to_gpu the load rate; far below the link's speed.",
+            "Bps",
+            Query(_by("direction", rate("kvscope_transfer_bytes_total", WORKER)), "{{direction}}"),
+        ),
+        timeseries_panel(
+            "Transfer latency",
+            "Job time from submit to finish, p50 and p99 per direction. Healthy: steady and "
+            "well under a scheduler step (milliseconds); see the Transfers dashboard.",
+            "s",
+            *_quantiles("kvscope_transfer_duration_seconds", WORKER, "direction"),
+        ),
+    ]
+
+
+def _events() -> list[Panel]:
+    return [
+        timeseries_panel(
+            "Event lag per publisher",
+            "Seconds since the sidecar's last frame from each publisher. Healthy: about a "
+            "second or less while the engine serves (stats frames come once a second).",
+            "s",
+            Query(LAG, "{{publisher}}"),
+            width=8,
+        ),
+        timeseries_panel(
+            "Gaps and lost batches per publisher",
+            "Sequence jumps the sidecar saw, batches lost for good (not replayable) and "
+            "publisher restarts. Healthy: 0; gaps that replay fills are recoverable, lost "
+            "batches are not.",
+            "cps",
+            *(
+                Query(
+                    _by("publisher", rate(f"kvscope_sidecar_{name}_total", PUBLISHER)),
+                    f"{label} {{{{publisher}}}}",
+                )
+                for name, label in (("gaps", "gaps"), ("missed_batches", "lost"))
+            ),
+            Query(
+                _by("publisher", rate("kvscope_sidecar_restarts_total", PUBLISHER)),
+                "restarts {{publisher}}",
+            ),
+            width=8,
+        ),
+        timeseries_panel(
+            "Drops and replays per publisher",
+            "Frames the worker's publisher dropped (consumer slow or absent), batches the "
+            "sidecar fetched by replay, and replay requests answered. Healthy: drops 0; "
+            "replays only after a gap.",
+            "cps",
+            Query(
+                _by("publisher", rate("kvscope_publisher_dropped_frames_total", WORKER)),
+                "dropped {{publisher}}",
+            ),
+            Query(
+                _by("publisher", rate("kvscope_sidecar_replayed_batches_total", PUBLISHER)),
+                "replayed {{publisher}}",
+            ),
+            Query(
+                _by(
+                    "publisher, outcome",
+                    rate("kvscope_publisher_replay_requests_total", WORKER),
+                ),
+                "replay requests {{outcome}} {{publisher}}",
+            ),
+            width=8,
+        ),
+        timeseries_panel(
+            "Frames per publisher",
+            "Frames the sidecar received, and those skipped as malformed. Healthy: a steady "
+            "rate while serving, malformed 0 (non-zero: a version mismatch).",
+            "cps",
+            Query(
+                _by("publisher", rate("kvscope_sidecar_frames_total", PUBLISHER)),
+                "received {{publisher}}",
+            ),
+            Query(
+                _by("publisher", rate("kvscope_sidecar_malformed_frames_total", PUBLISHER)),
+                "malformed {{publisher}}",
+            ),
+        ),
+        timeseries_panel(
+            "Sidecar block index",
+            "Blocks the sidecar indexes against the most it holds, and blocks a full index "
+            "refused. Healthy: tracked below max, refused 0 (else raise the index size).",
+            BLOCKS,
+            Query("kvscope_sidecar_tracked_blocks", "tracked"),
+            Query("kvscope_sidecar_tracked_blocks_max", "max"),
+            Query("increase(kvscope_sidecar_index_overflow_total[$__rate_interval])", "refused"),
+        ),
+    ]
+
+
+def _vllm() -> list[Panel]:
+    tokens = "Healthy: GPU hits first, the CPU tier catching part of what the GPU lost."
+    return [
+        timeseries_panel(
+            "Prefix-cache hit ratio: GPU and CPU tiers",
+            "Token hit ratios: vLLM's GPU prefix cache, vLLM's external (connector) cache, "
+            "and kvscope's CPU tier (recording rules). " + tokens + " vLLM series need vLLM "
+            "scraped.",
+            "percentunit",
+            Query(series(rules.VLLM_GPU_HIT_RATIO, VLLM), "GPU (vLLM) {{model_name}}"),
+            Query(
+                series(rules.VLLM_EXTERNAL_HIT_RATIO, VLLM),
+                "external, as vLLM counts it {{model_name}}",
+            ),
+            Query(series(rules.TOKEN_HIT_RATIO, TIER), "CPU (kvscope) {{engine}}/{{rank}}"),
+            percent=True,
+        ),
+        timeseries_panel(
+            "KV-cache usage: GPU and CPU tiers",
+            "vLLM's GPU KV-cache usage beside kvscope's CPU tier occupancy. Healthy: the GPU "
+            "runs near full under load and the CPU tier holds what it evicts.",
+            "percentunit",
+            Query(series("vllm:kv_cache_usage_perc", VLLM), "GPU (vLLM) {{model_name}}"),
+            Query(series(rules.OCCUPANCY, TIER), "CPU (kvscope) {{engine}}/{{rank}}"),
+            percent=True,
+        ),
+        timeseries_panel(
+            "Prompt tokens by source",
+            "vLLM's prompt tokens: computed, from the local (GPU) prefix cache, or from "
+            "an external KV transfer (the CPU tier). Healthy: computed a minority once warm.",
+            TOKENS_PER_S,
+            Query(_by("source", rate("vllm:prompt_tokens_by_source_total", VLLM)), "{{source}}"),
+            width=8,
+        ),
+        timeseries_panel(
+            "Cached prompt tokens by tier",
+            "Prefix-cache hit tokens by the tier that supplied them (device = GPU, host = "
+            "CPU). " + tokens,
+            TOKENS_PER_S,
+            Query(
+                _by("source", rate("vllm:prompt_tokens_cached_by_source_total", VLLM)),
+                "{{source}}",
+            ),
+            width=8,
+        ),
+        timeseries_panel(
+            "Offload traffic as vLLM counts it",
+            "Bytes vLLM's offloading connector stored to and loaded from the CPU tier. "
+            "Healthy: close to kvscope's transfer bandwidth above.",
+            "Bps",
+            Query(
+                _by("model_name", rate("vllm:kv_offload_store_bytes_total", VLLM)),
+                "store {{model_name}}",
+            ),
+            Query(
+                _by("model_name", rate("vllm:kv_offload_load_bytes_total", VLLM)),
+                "load {{model_name}}",
+            ),
+            width=8,
+        ),
+    ]
+
+
+def build() -> Dashboard:
+    """The Overview dashboard."""
+    return build_dashboard(
+        UID,
+        "kvscope / Overview",
+        "kvscope's CPU tier, its transfers and the sidecar's event feed; vLLM's prefix "
+        "cache beside it when vLLM is scraped too.",
+        [
+            ("Health", _health()),
+            ("CPU tier", _tier()),
+            ("Transfers", _transfers()),
+            ("Event feed (sidecar)", _events()),
+            (VLLM_ROW, _vllm()),
+        ],
+    )

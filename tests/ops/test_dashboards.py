@@ -1,0 +1,140 @@
+"""The committed dashboards are what dashboards/generate.py writes, and each panel is usable.
+
+Usable: a description saying what healthy looks like, a unit on its axis, the
+``$datasource`` variable behind every query, only known variables, and ratios
+read from the recording rules rather than divided in the panel. Whether every
+query returns data is the live test's job (test_prometheus_live.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dashboards import generate
+from dashboards.overview import VLLM_ROW
+from tests.ops.artifacts import (
+    DASHBOARD_DIR,
+    ROOT,
+    dashboards,
+    panel_queries,
+    panels,
+    recorded_names,
+    rules,
+)
+from tests.ops.promql import is_vllm, metric_names
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+FILTERS = ("engine", "rank", "medium")
+VLLM_DEFINITIONS = (
+    "v1/metrics/loggers.py",
+    "distributed/kv_transfer/kv_connector/v1/offloading/metrics.py",
+)
+"""Where vLLM 0.33 names the vllm:* series the dashboards plot."""
+
+
+def _all_panels() -> list[Any]:
+    return [
+        pytest.param(panel, id=f"{name}: {panel['title']}")
+        for name, board in dashboards().items()
+        for _row, panel in panels(board)
+    ]
+
+
+def test_regenerating_gives_the_committed_files_byte_for_byte() -> None:
+    generated = generate.render_all()
+    committed = {path.name: path.read_text() for path in DASHBOARD_DIR.glob("*.json")}
+    assert sorted(committed) == sorted(generated), "a JSON file no generator writes, or one missing"
+    for name, text in generated.items():
+        assert committed[name] == text, (
+            f"{name} is stale: run .venv/bin/python dashboards/generate.py"
+        )
+
+
+def test_the_script_checks_from_the_command_line() -> None:
+    checked = subprocess.run(
+        [sys.executable, "dashboards/generate.py", "--check"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_check_names_a_stale_file(tmp_path: Path) -> None:
+    for name, text in generate.render_all().items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "kvscope-overview.json").write_text("{}\n")
+    assert generate.stale(tmp_path) == ["kvscope-overview.json"]
+
+
+@pytest.mark.parametrize("panel", _all_panels())
+def test_every_panel_has_a_description_a_unit_and_the_datasource_variable(
+    panel: dict[str, Any],
+) -> None:
+    where = panel["title"]
+    assert "healthy" in panel.get("description", "").lower(), f"{where}: no healthy value"
+    if panel["type"] == "heatmap":
+        unit = panel["options"]["yAxis"].get("unit")
+    else:
+        unit = panel["fieldConfig"]["defaults"].get("unit")
+    assert unit, f"{where}: no unit"
+    assert panel["datasource"] == DATASOURCE, where
+    assert panel["targets"], f"{where}: no query"
+    assert all(target["datasource"] == DATASOURCE for target in panel["targets"]), where
+
+
+@pytest.mark.parametrize("name", sorted(dashboards()))
+def test_every_dashboard_has_the_datasource_variable_and_the_filters(name: str) -> None:
+    variables = {v["name"]: v for v in dashboards()[name]["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for label in FILTERS:
+        assert variables[label]["datasource"] == DATASOURCE
+        assert variables[label]["includeAll"] and variables[label]["multi"]
+
+
+def test_queries_name_only_the_dashboards_variables() -> None:
+    for board in dashboards().values():
+        known = {v["name"] for v in board["templating"]["list"]} | {"__rate_interval"}
+        for _row, panel in panels(board):
+            for target in panel["targets"]:
+                used = set(re.findall(r"\$\{?(\w+)", target["expr"]))
+                assert used <= known, f"{board['title']} / {panel['title']}: {used - known}"
+
+
+def test_ratios_come_from_the_recording_rules() -> None:
+    recorded = recorded_names()
+    for query in panel_queries():
+        assert "/" not in query.expr, f"divides in the panel, record the ratio instead: {query}"
+        for name in metric_names(query.expr):
+            if ":" in name and not name.startswith("vllm:"):
+                assert name in recorded, f"{name} is not a recording rule: {query}"
+
+
+def test_vllm_series_stay_in_the_vllm_row() -> None:
+    """The live test skips vLLM's series (no vLLM there); that skip must cover this row only."""
+    in_row = [q for q in panel_queries() if q.row == VLLM_ROW]
+    assert in_row, f"no row {VLLM_ROW!r}"
+    for query in panel_queries():
+        if any(is_vllm(name) for name in metric_names(query.expr)):
+            assert query.row == VLLM_ROW, f"vLLM series outside the vLLM row: {query}"
+
+
+def test_vllm_series_are_ones_vllm_exports() -> None:
+    """The names panels and rules give vLLM's series are in vLLM 0.33's source."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        pytest.skip("vllm not installed (make test installs vllm==0.33.0)")
+    package = Path(spec.origin).parent
+    source = "".join((package / path).read_text() for path in VLLM_DEFINITIONS)
+    exprs = [query.expr for query in panel_queries()] + [rule["expr"] for rule in rules()]
+    names = {name for expr in exprs for name in metric_names(expr) if name.startswith("vllm:")}
+    assert names
+    for name in sorted(names):
+        # prometheus_client adds _total to a counter's name in the exposition
+        assert f'"{name.removesuffix("_total")}"' in source, f"vLLM defines no {name}"

@@ -1,0 +1,127 @@
+"""A real Prometheus, with the shipped config and rules, scrapes a live `kvscope demo`.
+
+The config is the shipped prometheus.yml with only the sidecar's target moved
+to the demo's loopback port, the intervals cut to 1 s (so rates exist within
+seconds) and the vLLM job left out (no vLLM here). Through Prometheus' HTTP
+API, every query of every dashboard panel must return data, every rule must
+evaluate cleanly, and every metric a panel or rule names must be one the demo
+exports. vLLM's series are the exception, and the only one: with no vLLM
+scraped they have no data (test_dashboards.py holds that they sit in the
+vLLM row alone and that vLLM exports them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.ops.artifacts import (
+    PROMETHEUS_CONFIG,
+    PROMETHEUS_DIR,
+    PanelQuery,
+    dashboards,
+    panel_queries,
+    recorded_names,
+    rules,
+)
+from tests.ops.promql import is_vllm, metric_names, substitute
+from tests.support.demo_process import running_demo
+from tests.support.polling import wait_for
+from tests.support.prometheus import WAIT_S, needs_prometheus, query, running_prometheus
+
+pytestmark = [pytest.mark.e2e, needs_prometheus, pytest.mark.timeout(180)]
+PROMETHEUS_OWN = {"up"}
+"""Series Prometheus makes itself for every target."""
+
+
+def config_for(target: str, tmp_path: Path) -> Path:
+    """The shipped config, scraping only ``target`` for the sidecar, every second."""
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    jobs = [job for job in config["scrape_configs"] if job["job_name"] == "kvscope"]
+    if len(jobs) != 1:
+        raise ValueError(f"{PROMETHEUS_CONFIG} has {len(jobs)} jobs named kvscope, not one")
+    (job,) = jobs
+    job["static_configs"] = [{"targets": [target]}]
+    config["scrape_configs"] = [job]
+    config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+    config["rule_files"] = [str(PROMETHEUS_DIR / pattern) for pattern in config["rule_files"]]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[str]:
+    """One live demo for the module: its base URL."""
+    with running_demo(rate=300) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def prometheus(demo: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """Prometheus with the shipped config and rules, scraping the demo; its API client."""
+    tmp_path = tmp_path_factory.mktemp("prometheus")
+    config = config_for(urlsplit(demo).netloc, tmp_path)
+    with running_prometheus(config, tmp_path / "tsdb") as api:
+        yield api
+
+
+def _has_data(result: list[dict[str, Any]]) -> bool:
+    return any(not math.isnan(float(series["value"][1])) for series in result)
+
+
+def _checked_queries() -> list[PanelQuery]:
+    """Every panel query but those on vLLM's series (no vLLM is scraped here)."""
+    return [q for q in panel_queries() if not any(is_vllm(name) for name in metric_names(q.expr))]
+
+
+def _variables() -> set[str]:
+    return {v["name"] for board in dashboards().values() for v in board["templating"]["list"]}
+
+
+def test_every_dashboard_query_returns_data(prometheus: httpx.Client) -> None:
+    variables = _variables()
+    for panel_query in _checked_queries():
+        promql = substitute(panel_query.expr, variables)
+        wait_for(
+            lambda promql=promql: query(prometheus, promql), _has_data,
+            f"data for {panel_query}", WAIT_S,
+        )  # fmt: skip
+
+
+def test_every_kvscope_recording_rule_records_and_every_rule_evaluates(
+    prometheus: httpx.Client,
+) -> None:
+    for name in sorted(recorded_names()):
+        if not is_vllm(name):
+            wait_for(
+                lambda name=name: query(prometheus, name), _has_data, f"{name} recorded", WAIT_S
+            )
+    groups = prometheus.get("/api/v1/rules").json()["data"]["groups"]
+    loaded = [rule for group in groups for rule in group["rules"]]
+    assert len(loaded) == len(rules())
+    broken = [(rule["name"], rule.get("lastError")) for rule in loaded if rule["health"] != "ok"]
+    assert not broken, broken
+
+
+def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(demo: str) -> None:
+    body = wait_for(
+        lambda: httpx.get(f"{demo}/metrics", timeout=10).text,
+        lambda text: "kvscope_lookup_blocks_total{" in text,
+        "the worker's series appear", WAIT_S,
+    )  # fmt: skip
+    exported = {
+        sample.name for family in text_string_to_metric_families(body) for sample in family.samples
+    }
+    exprs = [q.expr for q in panel_queries()] + [rule["expr"] for rule in rules()]
+    named = {name for expr in exprs for name in metric_names(expr) if not is_vllm(name)}
+    unknown = named - exported - recorded_names() - PROMETHEUS_OWN
+    assert not unknown, f"named but not exported: {sorted(unknown)}"

@@ -1,0 +1,90 @@
+"""A real Prometheus (Debian's ``prometheus``) in a subprocess, and its HTTP API, for the tests.
+
+Tests that drive it skip when the binaries are absent (``make debs`` installs
+them); the skip reasons are here so every such test says the same.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.polling import wait_for
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None, reason="Debian package prometheus not installed"
+)
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool (Debian package prometheus) not installed"
+)
+WAIT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def running_prometheus(config: Path, data: Path) -> Iterator[httpx.Client]:
+    """Prometheus on a free loopback port with ``config``, its TSDB under ``data``.
+
+    Yields a client for its HTTP API once it reports ready.
+    """
+    assert PROMETHEUS is not None
+    address = f"127.0.0.1:{free_port()}"
+    server = subprocess.Popen(
+        [
+            PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={data}",
+            f"--web.listen-address={address}", "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        with httpx.Client(base_url=f"http://{address}", timeout=10) as api:
+
+            def ready() -> bool:
+                assert server.poll() is None, f"prometheus exited: {server.communicate()[1]}"
+                try:
+                    return api.get("/-/ready").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_for(ready, bool, "prometheus is ready", WAIT_S)
+            yield api
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def query(api: httpx.Client, promql: str) -> list[dict[str, Any]]:
+    """An instant query's vector (empty until the series exist)."""
+    answer = api.get("/api/v1/query", params={"query": promql}).json()
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def value_of(api: httpx.Client, promql: str) -> float | None:
+    """The single value a query returns, or None while it returns nothing."""
+    result = query(api, promql)
+    assert len(result) <= 1, f"{promql} returned {len(result)} series"
+    return float(result[0]["value"][1]) if result else None
+
+
+def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``promtool ARGS``, ``stdin`` on its standard input; the caller checks the outcome."""
+    assert PROMTOOL is not None
+    return subprocess.run(
+        [PROMTOOL, *args], input=stdin, capture_output=True, text=True, timeout=60
+    )
