@@ -55,6 +55,15 @@ Anyone who reaches the socket may connect; a peer that sends more is
 disconnected by ZMQ instead of having its frame buffered."""
 
 
+MAX_SEQ_JUMP: Final = 2**32
+"""The largest forward jump of a publisher's sequence still read as lost batches.
+
+Four billion batches is weeks of any engine's output; a larger jump is a
+publisher that started a new sequence (or a forged frame), so it resets that
+publisher's view like a sequence that goes back, instead of counting
+billions of batches missed."""
+
+
 class ListenError(Exception):
     """A ``listen`` endpoint could not be bound (taken, or no such address here)."""
 
@@ -176,7 +185,8 @@ class Ingestor:
             self._on_stats(state, message)
             return
         _, seq, batch = message
-        if state.last_seq is not None and seq <= state.last_seq:
+        last = state.last_seq
+        if last is not None and not last < seq <= last + MAX_SEQ_JUMP:
             self._restart(state)
         expected = 0 if state.last_seq is None else state.last_seq + 1
         if seq > expected:

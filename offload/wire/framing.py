@@ -19,6 +19,8 @@ SEQ_BYTES: Final = 8
 """A sequence number frame: 8 bytes, big-endian."""
 
 END_OF_REPLAY_SEQ: Final = (-1).to_bytes(SEQ_BYTES, "big", signed=True)
+MAX_SEQ: Final = 2**63 - 1
+"""The largest sequence number a batch or stats frame may carry."""
 """The sequence frame that ends every replay answer (-1, as vLLM writes it)."""
 
 
@@ -32,13 +34,18 @@ def encode_seq(seq: int) -> bytes:
 
 
 def decode_seq(frame: bytes) -> int:
-    """The sequence number of a sequence frame.
+    """The sequence number of a batch or stats frame: unsigned, as vLLM encodes it.
 
-    Signed, so that the replay socket's end marker reads -1.
+    At most ``MAX_SEQ``: a counter from 0 never gets further, and the top
+    half of the range holds the replay socket's end marker (all ones),
+    which callers compare as bytes before decoding.
     """
     if len(frame) != SEQ_BYTES:
         raise MalformedFrame(f"sequence frame must be {SEQ_BYTES} bytes, got {len(frame)}")
-    return int.from_bytes(frame, "big", signed=True)
+    seq = int.from_bytes(frame, "big")
+    if seq > MAX_SEQ:
+        raise MalformedFrame(f"sequence number {seq} is above {MAX_SEQ}")
+    return seq
 
 
 def replay_request(start: int) -> list[bytes]:

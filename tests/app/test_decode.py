@@ -221,8 +221,11 @@ def test_decode_seq(seq: int) -> None:
     assert decode_seq(seq.to_bytes(8, "big")) == seq
 
 
-def test_decode_seq_reads_the_replay_end_marker() -> None:
-    assert decode_seq((-1).to_bytes(8, "big", signed=True)) == -1
+@pytest.mark.parametrize("seq", [2**63, 2**64 - 1])
+def test_decode_seq_refuses_the_top_half_where_negatives_and_the_end_marker_live(seq: int) -> None:
+    """Unsigned as vLLM writes them: (-5) signed is 2**64 - 5, no batch's number."""
+    with pytest.raises(MalformedFrame, match="above"):
+        decode_seq(seq.to_bytes(8, "big"))
 
 
 @pytest.mark.parametrize("frame", [b"", b"\x00" * 7, b"\x00" * 9])

@@ -153,6 +153,47 @@ def test_malformed_frames_are_counted_and_skipped() -> None:
         raw.close()
 
 
+def test_a_negative_sequence_number_is_malformed_and_wedges_nothing() -> None:
+    """(-5) as 8 signed bytes was read as a restart, and every later gap replay then failed."""
+    raw = RawPublisher()
+    ingestor = start_ingest(raw.endpoints)
+    try:
+        probe_until_connected(raw, ingestor)
+        state = ingestor.state.publishers[raw.endpoints.endpoint]
+        for seq in range(10):
+            raw.send(seq, kv_payload(stored(seq)))
+        raw.pub.send_multipart([b"", (-5).to_bytes(8, "big", signed=True), kv_payload(stored(99))])
+        raw.send(10, kv_payload(stored(10)), lose=True)  # a gap: replayed from seq 10
+        for seq in range(11, 20):
+            raw.send(seq, kv_payload(stored(seq)))
+        wait_until(lambda: state.last_seq == 19, "the publisher advances past the bad frame")
+        assert cpu_blocks(ingestor) == set(range(20))
+        assert (state.malformed, state.restarts, state.gaps, state.missed) == (1, 0, 1, 0)
+    finally:
+        ingestor.close()
+        raw.close()
+
+
+def test_a_sequence_that_jumps_billions_ahead_is_a_restart_not_billions_missed() -> None:
+    raw = RawPublisher()
+    ingestor = start_ingest(raw.endpoints)
+    try:
+        probe_until_connected(raw, ingestor)
+        state = ingestor.state.publishers[raw.endpoints.endpoint]
+        raw.send(0, kv_payload(stored(1)))
+        raw.send(1, kv_payload(stored(2)))
+        wait_until(lambda: state.last_seq == 1, "the first batches applied")
+        with raw._lock:
+            raw.buffer.clear()  # a new sequence: nothing before it to replay
+        raw.send(2**62, kv_payload(stored(3)))
+        wait_until(lambda: state.last_seq == 2**62, "the jumped batch applied")
+        assert cpu_blocks(ingestor) == {3}
+        assert (state.restarts, state.gaps, state.missed) == (1, 0, 0)
+    finally:
+        ingestor.close()
+        raw.close()
+
+
 def test_a_restarted_publisher_resets_its_own_view_only() -> None:
     first, other = RawPublisher(), RawPublisher()
     ingestor = start_ingest(first.endpoints, other.endpoints)
