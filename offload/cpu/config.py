@@ -9,7 +9,10 @@ tier's sizing are read by ``offload/vllm/settings.py``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
 
 
 class ConfigError(ValueError):
@@ -25,11 +28,9 @@ def positive_int(
         number = value
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
-    elif isinstance(value, str):
-        try:
-            number = int(value.strip())
-        except ValueError:
-            number = None
+    elif isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
+        # ASCII digits only: int() would also take "1_000" and other scripts' digits.
+        number = int(value.strip())
     if number is None:
         raise ConfigError(f"{where} {key}={value!r} is not a whole number")
     if number < minimum:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import mmap
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,7 @@ def read_settings(
         * CHUNK_ALIGNMENT
     )
     num_chunks = _num_chunks(extra_config, chunk)
+    _check_fits_host(num_chunks, chunk)
     return SpecSettings(
         num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay
     )
@@ -129,6 +131,21 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
             f"({bytes_per_chunk} bytes across all workers)"
         )
     return cpu_bytes // bytes_per_chunk
+
+
+def _check_fits_host(num_chunks: int, bytes_per_chunk: int) -> None:
+    """Refuse a tier larger than the host's memory before allocating any of it."""
+    try:
+        host_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # no such sysconf name here: nothing to compare with
+        return
+    tier_bytes = num_chunks * bytes_per_chunk
+    if tier_bytes > host_bytes:
+        raise ConfigError(
+            f"the CPU tier would take {tier_bytes} bytes ({num_chunks} chunks of "
+            f"{bytes_per_chunk} bytes), more than this host's {host_bytes} bytes of memory; "
+            "lower cpu_bytes_to_use or num_cpu_blocks"
+        )
 
 
 def _policy(extra_config: Mapping[str, Any]) -> str:

@@ -29,6 +29,9 @@ def test_a_minimum_of_zero_admits_zero() -> None:
         ("cpu_bytes_to_use", None, "cpu_bytes_to_use=None is not a whole number"),
         ("num_cpu_blocks", "-3", "num_cpu_blocks='-3' must be at least 1"),
         ("num_cpu_blocks", [4], r"num_cpu_blocks=\[4\] is not a whole number"),
+        ("num_cpu_blocks", "1_000", "num_cpu_blocks='1_000' is not a whole number"),
+        ("num_cpu_blocks", "\u0661\u0662", "is not a whole number"),  # Arabic-Indic 12
+        ("num_cpu_blocks", "0x10", "num_cpu_blocks='0x10' is not a whole number"),
     ],
 )
 def test_every_bad_value_is_one_clear_error_naming_the_key(

@@ -44,6 +44,8 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"cpu_bytes_to_use": "lots"}, "cpu_bytes_to_use"),
         ({"cpu_bytes_to_use": 0}, "cpu_bytes_to_use"),
         ({"cpu_bytes_to_use": 100}, "cpu_bytes_to_use"),
+        ({"cpu_bytes_to_use": 8 << 50}, "more than this host's"),  # 8 PiB
+        ({"num_cpu_blocks": 2**50}, "more than this host's"),
         ({"cpu_bytes_to_use": 2**30, "num_cpu_blocks": 4}, "num_cpu_blocks"),
         ({}, "cpu_bytes_to_use"),
         ({"num_cpu_blocks": -1}, "num_cpu_blocks"),
