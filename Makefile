@@ -10,7 +10,7 @@ VLLM_STAMP := $(VENV)/.vllm-installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,worker]'
 	touch $(STAMP)
 
 # The vLLM compatibility tier (tests/vllm): the real vllm==0.33.0 package,
@@ -22,13 +22,16 @@ $(VLLM_STAMP): $(STAMP) tests/vllm/requirements.txt
 	$(BIN)/python tests/vllm/fetch_upstream.py
 	touch $(VLLM_STAMP)
 
-# Two end-to-end tests drive Debian packages: headless Chromium (the web page)
-# and Prometheus (a real scrape, promtool's lint), installed unless already
-# there; where apt cannot run (no apt, not root) those tests skip and say why.
+# Tests that drive Debian packages: headless Chromium (the web page), Prometheus
+# (a real scrape, promtool's lint), and podman with runc and mmdebstrap (the
+# sidecar image, built from a Debian base and run: tests/container); installed
+# unless already there. Where apt cannot run (no apt, not root) those tests skip
+# and say why.
+DEBS := chromium prometheus podman runc mmdebstrap ca-certificates
 debs:
-	-@command -v chromium >/dev/null && command -v prometheus >/dev/null && \
-		command -v promtool >/dev/null || (apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium prometheus >/dev/null)
+	-@(for command in chromium prometheus promtool podman runc mmdebstrap; do \
+		command -v $$command >/dev/null || exit 1; done) || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS) >/dev/null)
 
 demo: $(STAMP)
 	$(BIN)/kvscope demo
