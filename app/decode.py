@@ -4,16 +4,23 @@ vLLM's wire format changed shape across releases; every shape is read into one
 small internal form (``DecodedBatch`` of ``DecodedEvent``) by msgspec, in one
 pass. A payload that is no batch raises ``MalformedFrame``; a bad event is
 skipped and counted, the rest of its batch kept. The shapes: docs/PROTOCOL.md.
+
+What a peer sends is bounded here, where its bytes enter (offload/wire/labels.py):
+a medium is a short name of plain characters, a bytes block hash at most 64
+bytes, ``ts`` a finite number, a rank a 32-bit integer. An event that breaks a
+bound is malformed like any other; a batch whose ``ts`` or rank does is no batch.
 """
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
+from offload.telemetry.metrics import SPECS
 from offload.wire.framing import MalformedFrame
-from offload.wire.kv_events import WireBlockHash
+from offload.wire.labels import BlockHash, Finite, Medium, Rank
+from offload.wire.stats_frame import InvalidStatsFrame, StatsFrame, decode_stats_frame
 
 DEFAULT_MEDIUM: Final = "GPU"
 """The medium of an event that names none: vLLM's GPU prefix cache."""
@@ -30,10 +37,10 @@ class DecodedEvent(msgspec.Struct, frozen=True, gc=False):
     """
 
     kind: EventKind
-    block_hashes: list[WireBlockHash]
+    block_hashes: list[BlockHash]
     medium: str | None = None
     block_size: int | None = None
-    parent_block_hash: WireBlockHash | None = None
+    parent_block_hash: BlockHash | None = None
 
 
 class DecodedBatch(msgspec.Struct, frozen=True, gc=False):
@@ -51,18 +58,21 @@ class DecodedBatch(msgspec.Struct, frozen=True, gc=False):
 # last field, which is what makes every later release's extra fields harmless.
 
 
+_BlockSize = Annotated[int, msgspec.Meta(ge=0, le=2**32)]
+
+
 class _ArrayStored(msgspec.Struct, array_like=True, tag="BlockStored", gc=False):
-    block_hashes: list[WireBlockHash]
-    parent_block_hash: WireBlockHash | None
+    block_hashes: list[BlockHash]
+    parent_block_hash: BlockHash | None
     token_ids: msgspec.Raw
-    block_size: int
+    block_size: _BlockSize
     lora_id: msgspec.Raw = msgspec.Raw()
-    medium: str | None = None
+    medium: Medium | None = None
 
 
 class _ArrayRemoved(msgspec.Struct, array_like=True, tag="BlockRemoved", gc=False):
-    block_hashes: list[WireBlockHash]
-    medium: str | None = None
+    block_hashes: list[BlockHash]
+    medium: Medium | None = None
 
 
 class _ArrayCleared(msgspec.Struct, array_like=True, tag="AllBlocksCleared", gc=False):
@@ -70,15 +80,15 @@ class _ArrayCleared(msgspec.Struct, array_like=True, tag="AllBlocksCleared", gc=
 
 
 class _MapStored(msgspec.Struct, tag="BlockStored", gc=False):
-    block_hashes: list[WireBlockHash]
-    parent_block_hash: WireBlockHash | None = None
-    block_size: int | None = None
-    medium: str | None = None
+    block_hashes: list[BlockHash]
+    parent_block_hash: BlockHash | None = None
+    block_size: _BlockSize | None = None
+    medium: Medium | None = None
 
 
 class _MapRemoved(msgspec.Struct, tag="BlockRemoved", gc=False):
-    block_hashes: list[WireBlockHash]
-    medium: str | None = None
+    block_hashes: list[BlockHash]
+    medium: Medium | None = None
 
 
 class _MapCleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):
@@ -91,29 +101,29 @@ _WireEvent = _ArrayEvent | _MapEvent
 
 
 class _MapEventsBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
+    ts: Finite
     events: list[_MapEvent]
-    data_parallel_rank: int | None = None
+    data_parallel_rank: Rank | None = None
 
 
 class _ArrayEventsBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
+    ts: Finite
     events: list[_ArrayEvent]
-    data_parallel_rank: int | None = None
+    data_parallel_rank: Rank | None = None
 
 
 class _LooseBatch(msgspec.Struct, array_like=True, gc=False):
     """The batch with its events left undecoded, to decode them one by one."""
 
-    ts: float
+    ts: Finite
     events: list[msgspec.Raw]
-    data_parallel_rank: int | None = None
+    data_parallel_rank: Rank | None = None
 
 
 class _LooseMapBatch(msgspec.Struct, gc=False):
-    ts: float
+    ts: Finite
     events: list[msgspec.Raw]
-    data_parallel_rank: int | None = None
+    data_parallel_rank: Rank | None = None
 
 
 # Map events first: every vLLM since 0.26 and every kvscope worker send them.
@@ -193,3 +203,31 @@ def _normalise(event: _WireEvent) -> DecodedEvent:
     if isinstance(event, _ArrayRemoved | _MapRemoved):
         return DecodedEvent("removed", event.block_hashes, event.medium)
     return DecodedEvent("cleared", [])
+
+
+def decode_stats_payload(payload: bytes) -> StatsFrame:
+    """A stats frame the sidecar can export: the wire's checks, then the metric table's.
+
+    A metric this kvscope defines (offload/telemetry/metrics.py) must come as
+    its defined type (the exposition builds its family from the table, and a
+    histogram's samples in a counter's family would break the scrape) and with
+    none but its defined label names; a name it does not know (a newer
+    worker's) passes as it is. Raises a ``ValueError`` (``InvalidStatsFrame``
+    and the others of ``decode_stats_frame``).
+    """
+    frame = decode_stats_frame(payload)
+    for kind, samples in (
+        ("counter", frame.counters),
+        ("gauge", frame.gauges),
+        ("histogram", frame.histograms),
+    ):
+        for sample in samples:
+            spec = SPECS.get(sample.name)
+            if spec is not None and (
+                spec.kind != kind or not sample.labels.keys() <= set(spec.labels)
+            ):
+                raise InvalidStatsFrame(
+                    f"{sample.name} is a {spec.kind} labelled {list(spec.labels)} in the metric "
+                    "table; the frame sends it otherwise"
+                )
+    return frame

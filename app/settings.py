@@ -24,10 +24,33 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.streams import ListenStream, parse_stream_name
+from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
+from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
 
 MAX_PAGE_LIMIT: Final = 1000
 """The most entries (blocks or events) one page holds, whatever limit is asked."""
+
+MiB: Final = 2**20
+
+_TOPIC: Final = re.compile(r"[A-Za-z0-9._/-]*")
+"""Topics the settings take: the characters a stream name shows as they are (app/streams.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestConfig:
+    """How the ingest thread reads its sockets: the topics and the bounds on what peers send.
+
+    Built from the settings (``SidecarSettings.ingest_config``); the defaults
+    are the settings' defaults, for tests and embedders that build a state by hand.
+    """
+
+    kv_topic: bytes = DEFAULT_KV_TOPIC
+    stats_topic: bytes = DEFAULT_STATS_TOPIC
+    max_message_bytes: int = 64 * MiB
+    replay_timeout_s: float = 2.0
+    replay_deadline_s: float = 30.0
+    replay_max_bytes: int = 256 * MiB
+    replay_hold_bytes: int = 64 * MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +117,64 @@ class SidecarSettings(BaseSettings):
         le=MAX_PAGE_LIMIT,
         description="Largest page (blocks or events) one request may ask for.",
     )
+    event_buffer_bytes: int = Field(
+        default=64 * MiB,
+        ge=MiB,
+        description="Most memory the recent events may take (estimated); the oldest go first.",
+    )
+    event_batch_max: int = Field(
+        default=1000,
+        ge=1,
+        description="Most events of one batch the event log keeps; the rest are counted as shed.",
+    )
+    max_media: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="Most distinct media the index tracks; events naming others are refused, "
+        "counted.",
+    )
+    kv_topic: str = Field(
+        default=DEFAULT_KV_TOPIC.decode(),
+        max_length=MAX_TOPIC_BYTES,
+        description="The KV-event topic of the publishers --connect names (vLLM's `topic`); "
+        "frames of other topics are counted as malformed.",
+    )
+    stats_topic: str = Field(
+        default=DEFAULT_STATS_TOPIC.decode(),
+        min_length=1,
+        max_length=MAX_TOPIC_BYTES,
+        description="The topic stats frames travel on (EventPublisher's `stats_topic`).",
+    )
+    max_message_bytes: int = Field(
+        default=64 * MiB,
+        ge=MiB,
+        description="Largest message taken from any socket; ZMQ disconnects a peer that sends "
+        "more.",
+    )
+    replay_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="A replay that answers nothing for this long ends; the rest is missed.",
+    )
+    replay_deadline_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Longest a whole replay may take; what it has not sent by then is missed.",
+    )
+    replay_max_bytes: int = Field(
+        default=256 * MiB,
+        ge=MiB,
+        description="Most bytes of answers one replay may send before it is ended.",
+    )
+    replay_hold_bytes: int = Field(
+        default=64 * MiB,
+        ge=MiB,
+        description="Live frames held per publisher while its replay runs; past it, later "
+        "frames are dropped (counted) and replayed afterwards.",
+    )
 
     @field_validator("connect", "replay", "listen", "listen_replay", mode="before")
     @classmethod
@@ -134,6 +215,13 @@ class SidecarSettings(BaseSettings):
         _no_repeats(names, "is given more than one replay endpoint")
         return pairs
 
+    @field_validator("kv_topic", "stats_topic")
+    @classmethod
+    def _topic_is_plain(cls, topic: str) -> str:
+        if not _TOPIC.fullmatch(topic):
+            raise ValueError(f"{topic!r} is not a topic: letters, digits and ._/- only")
+        return topic
+
     @field_validator("token")
     @classmethod
     def _token_not_blank(cls, token: SecretStr | None) -> SecretStr | None:
@@ -148,6 +236,12 @@ class SidecarSettings(BaseSettings):
                 f"replay (KVSCOPE_REPLAY) names {len(self.replay)} endpoints but connect "
                 f"(KVSCOPE_CONNECT) only {len(self.connect)}; replay[i] belongs to connect[i]"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _topics_differ(self) -> SidecarSettings:
+        if self.kv_topic == self.stats_topic:
+            raise ValueError(f"kv_topic and stats_topic must differ, both are {self.kv_topic!r}")
         return self
 
     @model_validator(mode="after")
@@ -174,6 +268,18 @@ class SidecarSettings(BaseSettings):
             PublisherEndpoints(endpoint, replay)
             for endpoint, replay in zip(self.connect, replays, strict=True)
         ]
+
+    def ingest_config(self) -> IngestConfig:
+        """What the ingest thread needs of these settings."""
+        return IngestConfig(
+            kv_topic=self.kv_topic.encode(),
+            stats_topic=self.stats_topic.encode(),
+            max_message_bytes=self.max_message_bytes,
+            replay_timeout_s=self.replay_timeout_s,
+            replay_deadline_s=self.replay_deadline_s,
+            replay_max_bytes=self.replay_max_bytes,
+            replay_hold_bytes=self.replay_hold_bytes,
+        )
 
     def listen_streams(self) -> list[ListenStream]:
         """The listen-mode streams declared with a replay endpoint; others appear as they send."""

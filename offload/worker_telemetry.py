@@ -97,4 +97,5 @@ def publisher_snapshot(publisher: Publisher) -> Snapshot:
     replays = m.PUBLISHER_REPLAY_REQUESTS_TOTAL
     snap.add(replays, publisher.replays_served, outcome="ok")
     snap.add(replays, publisher.malformed_replay_requests, outcome="malformed")
+    snap.add(replays, publisher.refused_replay_requests, outcome="refused")
     return snap

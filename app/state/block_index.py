@@ -77,12 +77,20 @@ class BlockIndex:
     thread (or take their own lock around both).
     """
 
-    def __init__(self, max_blocks: int) -> None:
+    def __init__(self, max_blocks: int, max_media: int = 16) -> None:
         if max_blocks < 1:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
+        if max_media < 1:
+            raise ValueError(f"max_media must be at least 1, got {max_media}")
         self.max_blocks = max_blocks
+        self.max_media = max_media
+        """Most distinct media tracked: each is a bit of every block's location mask per
+        publisher and a key of every answer, so a peer naming thousands would slow them all."""
         self.overflow = 0
         """Stores of blocks refused because the index was full."""
+        self.refused_media_events = 0
+        """Events refused because they named a medium past ``max_media``."""
+        self._media: set[str] = set()
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
         # block hash -> (location bits, sequence, first stored, last stored, hits, block size)
@@ -116,6 +124,8 @@ class BlockIndex:
 
     def _store(self, publisher: str, event: DecodedEvent, now: float) -> None:
         number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
+        if number is None:
+            return
         bit = 1 << number
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
         blocks = self._blocks
@@ -150,6 +160,8 @@ class BlockIndex:
 
     def _remove(self, publisher: str, event: DecodedEvent) -> None:
         number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
+        if number is None:
+            return
         bit = 1 << number
         blocks = self._blocks
         removed = 0
@@ -166,11 +178,19 @@ class BlockIndex:
         self._counts[number] -= removed
         self.untracked_removals += len(event.block_hashes) - removed
 
-    def _location(self, publisher: str, medium: str) -> int:
-        """The bit number of a (publisher, medium) pair, allocated on first sight."""
+    def _location(self, publisher: str, medium: str) -> int | None:
+        """The bit number of a (publisher, medium) pair, allocated on first sight.
+
+        None (the event counted in ``refused_media_events``) for a medium past ``max_media``.
+        """
         key = (publisher, medium)
         number = self._locations.get(key)
         if number is None:
+            if medium not in self._media:
+                if len(self._media) >= self.max_media:
+                    self.refused_media_events += 1
+                    return None
+                self._media.add(medium)
             number = self._locations[key] = len(self._location_names)
             self._location_names.append(key)
             self._counts.append(0)

@@ -1,8 +1,14 @@
 """The sidecar's recent block events: a bounded ring with ids, and waiting for new ones.
 
 Ids let a feed reader resume where it stopped (``/api/v1/events`` and its
-stream); the ring keeps the last ``capacity`` events as decoded. ``record``
-runs on the ingest thread, readers on the server's threads and event loop.
+stream); the ring keeps the last ``capacity`` events as decoded, and at most
+``max_bytes`` of them by estimate: an event holds its block hashes, so a few
+events of a giant frame could otherwise keep hundreds of megabytes and make one
+page of the feed as large. Of one batch at most ``max_batch_events`` are kept,
+and an event estimated above ``max_event_bytes`` is not kept at all; events not
+kept still take their ids (a reader sees the hole, as for events pushed out)
+and are counted in ``shed``. ``record`` runs on the ingest thread, readers on
+the server's threads and event loop.
 """
 
 from __future__ import annotations
@@ -10,15 +16,38 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from contextlib import suppress
 from itertools import islice
-from typing import NamedTuple
+from operator import attrgetter
+from typing import Final, NamedTuple
 
 from app.decode import DecodedBatch, DecodedEvent
+from offload.wire.labels import MAX_HASH_BYTES
 
 RATE_WINDOW_S = 10.0
 """The span over which ``events_per_s`` averages: long enough to smooth bursts."""
+
+DEFAULT_MAX_BYTES: Final = 64 * 2**20
+DEFAULT_MAX_BATCH_EVENTS: Final = 1000
+
+# What one logged event costs in memory, estimated in O(1) (CPython, 64-bit): the
+# LoggedEvent and DecodedEvent objects and the hash list's header, plus per hash
+# its pointer and object: an int's, or a bytes object's header and at most
+# MAX_HASH_BYTES of content (decoding refuses longer hashes).
+_EVENT_BYTES: Final = 300
+_INT_HASH_BYTES: Final = 8 + 32
+_BYTES_HASH_BYTES: Final = 8 + 33 + MAX_HASH_BYTES
+
+_ID: Final = attrgetter("id")
+
+
+def estimated_bytes(event: DecodedEvent) -> int:
+    """The memory one event keeps, by its hash count and the type of its first hash."""
+    hashes = event.block_hashes
+    per_hash = _BYTES_HASH_BYTES if hashes and isinstance(hashes[0], bytes) else _INT_HASH_BYTES
+    return _EVENT_BYTES + len(hashes) * per_hash
 
 
 class LoggedEvent(NamedTuple):
@@ -32,13 +61,32 @@ class LoggedEvent(NamedTuple):
 
 
 class EventLog:
-    """The most recent ``capacity`` events, with ids, for polling and streaming readers."""
+    """The most recent events (``capacity`` of them, ``max_bytes`` at most), with ids."""
 
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be at least 1, got {capacity}")
+    def __init__(
+        self,
+        capacity: int,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
+    ) -> None:
+        for name, value in (
+            ("capacity", capacity),
+            ("max_bytes", max_bytes),
+            ("max_batch_events", max_batch_events),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.max_batch_events = max_batch_events
+        self.max_event_bytes = max(_EVENT_BYTES, max_bytes // 64)
+        """An event estimated larger is not kept: one event never takes the whole log."""
+        self.shed = 0
+        """Events given an id but not kept: past a batch's cap, or larger than an event may be."""
         self._lock = threading.Lock()
-        self._ring: deque[LoggedEvent] = deque(maxlen=capacity)
+        self._ring: deque[LoggedEvent] = deque()
+        self._sizes: deque[int] = deque()  # estimated_bytes of each event in the ring
+        self._bytes = 0
         self._last_id = 0
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic time, events) per batch
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
@@ -48,36 +96,62 @@ class EventLog:
         """The id of the newest event (0 before the first); equals the number recorded."""
         return self._last_id
 
+    @property
+    def bytes(self) -> int:
+        """The estimated memory of the events held."""
+        return self._bytes
+
     def record(self, publisher: str, seq: int, batch: DecodedBatch) -> None:
         """Append a batch's events (the ingest listener) and wake every waiting reader."""
-        if not batch.events:
+        events = batch.events
+        if not events:
             return
         now = time.monotonic()
         with self._lock:
+            ring, sizes = self._ring, self._sizes
             first = self._last_id + 1
-            self._ring.extend(
-                LoggedEvent(first + offset, publisher, seq, batch.ts, event)
-                for offset, event in enumerate(batch.events)
-            )
-            self._last_id += len(batch.events)
-            self._recent.append((now, len(batch.events)))
+            for offset, event in enumerate(islice(events, self.max_batch_events)):
+                size = estimated_bytes(event)
+                if size > self.max_event_bytes:
+                    self.shed += 1
+                    continue
+                ring.append(LoggedEvent(first + offset, publisher, seq, batch.ts, event))
+                sizes.append(size)
+                self._bytes += size
+            self.shed += max(0, len(events) - self.max_batch_events)
+            while len(ring) > self.capacity or self._bytes > self.max_bytes:
+                ring.popleft()
+                self._bytes -= sizes.popleft()
+            self._last_id += len(events)
+            self._recent.append((now, len(events)))
             self._forget_before(now - RATE_WINDOW_S)
             waiters, self._waiters = self._waiters, []
         for loop, event in waiters:
             with suppress(RuntimeError):  # that reader's loop has closed: nobody to wake
                 loop.call_soon_threadsafe(event.set)
 
-    def since(self, last_id: int, limit: int) -> list[LoggedEvent]:
+    def since(self, last_id: int, limit: int, max_bytes: int | None = None) -> list[LoggedEvent]:
         """Up to ``limit`` events with ids above ``last_id``, oldest first.
 
-        Events already pushed out of the ring are skipped: the first returned
-        id then exceeds ``last_id + 1``, which is how a reader sees its loss.
+        Events already pushed out of the ring (or shed) are skipped: the first
+        returned id then exceeds ``last_id + 1``, which is how a reader sees its
+        loss. With ``max_bytes``, the page ends before the event that would take
+        its estimated size past it (the first event is always returned), so a
+        page of events holding many hashes stays bounded too.
         """
         with self._lock:
-            if not self._ring:
-                return []
-            start = max(0, last_id + 1 - self._ring[0].id)
-            return list(islice(self._ring, start, start + limit))
+            start = bisect_right(self._ring, last_id, key=_ID)
+            if max_bytes is None:
+                return list(islice(self._ring, start, start + limit))
+            found: list[LoggedEvent] = []
+            total = 0
+            held = zip(self._ring, self._sizes, strict=True)
+            for event, size in islice(held, start, start + limit):
+                total += size
+                if found and total > max_bytes:
+                    break
+                found.append(event)
+            return found
 
     def first_id(self) -> int:
         """The id of the oldest event still held (``last_id + 1`` when none is)."""

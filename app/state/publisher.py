@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from app.settings import PublisherEndpoints
 from app.state.worker_stats import WorkerStats
@@ -12,6 +13,19 @@ from offload.wire.stats_frame import StatsFrame
 PublisherSource = PublisherEndpoints | ListenStream
 """How the sidecar meets a publisher: it connects to its PUB socket, or the publisher
 connects to the sidecar's listen socket; either way it has a name and maybe a replay socket."""
+
+ReplayOutcome = Literal["complete", "timeout", "deadline", "oversize", "malformed"]
+REPLAY_OUTCOMES: Final[tuple[ReplayOutcome, ...]] = (
+    "complete",
+    "timeout",
+    "deadline",
+    "oversize",
+    "malformed",
+)
+"""How a replay ended: its answer ended (end marker, or the gap's last batch arrived);
+nothing arrived for ``replay_timeout_s``; it was still answering at ``replay_deadline_s``;
+its answers passed ``replay_max_bytes``; an answer broke the protocol (not four frames,
+a bad sequence frame, a sequence number that repeats or goes back)."""
 
 
 @dataclass(slots=True)
@@ -25,10 +39,18 @@ class PublisherState:
     batches_applied: int = 0
     gaps: int = 0
     replayed: int = 0
+    """Batches applied from replay answers (not those received and not needed)."""
     missed: int = 0
     restarts: int = 0
     malformed: int = 0
     stats_frames: int = 0
+    replays: dict[ReplayOutcome, int] = field(
+        default_factory=lambda: dict.fromkeys(REPLAY_OUTCOMES, 0)
+    )
+    """Replays asked of this publisher's replay socket, by how they ended."""
+    held_dropped: int = 0
+    """Live KV frames dropped because those held during a replay reached ``replay_hold_bytes``;
+    each shows as a gap afterwards, filled by the next replay when the publisher still has it."""
     stats: StatsFrame | None = field(default=None, repr=False)
     worker: WorkerStats | None = field(default=None, repr=False)
     """Totals and rates, replaced (never mutated) with each stats frame."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 
-from app.settings import SidecarSettings
+from app.settings import IngestConfig, SidecarSettings
 from app.state.block_index import BlockIndex
 from app.state.event_log import EventLog
 from app.state.listener import ListenerState
@@ -29,9 +29,12 @@ class SidecarState:
         event_log: EventLog,
         publishers: Iterable[PublisherSource],
         listener: ListenerState | None = None,
+        ingest: IngestConfig | None = None,
     ) -> None:
         self.index = index
         self.event_log = event_log
+        self.ingest = IngestConfig() if ingest is None else ingest
+        """How the ingest thread reads: topics and the bounds on what peers send."""
         self.lock = threading.Lock()
         self.listener = listener
         states = [PublisherState(p) for p in publishers]
@@ -51,10 +54,11 @@ class SidecarState:
             else None
         )
         return cls(
-            BlockIndex(settings.max_blocks),
-            EventLog(settings.event_buffer),
+            BlockIndex(settings.max_blocks, settings.max_media),
+            EventLog(settings.event_buffer, settings.event_buffer_bytes, settings.event_batch_max),
             [*settings.publishers(), *settings.listen_streams()],
             listener,
+            settings.ingest_config(),
         )
 
     def listened_publisher(self, topic: bytes, rank: int | None) -> PublisherState | None:

@@ -7,6 +7,7 @@ consecutive frames of one publisher whoever reads it and however often.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from offload.telemetry import metrics as m
 from offload.wire.stats_frame import StatsFrame
@@ -86,6 +87,14 @@ def _by_label(frame: StatsFrame, spec: m.MetricSpec, label: str) -> dict[str, fl
     return totals
 
 
+MAX_RATE: Final = 2.0**63
+"""A larger rate is two frames' timestamps a hair apart, not a rate: None, which sums stay
+finite without (an infinite rate would make the stats answer unencodable)."""
+
+
 def _rate(before: float, after: float, seconds: float) -> float | None:
-    """A counter's rate, or None over no time or across a reset (a restarted worker)."""
-    return (after - before) / seconds if seconds > 0 and after >= before else None
+    """A counter's rate, or None over no time, across a reset (a restarted worker), or absurd."""
+    if not seconds > 0 or after < before:
+        return None
+    per_s = (after - before) / seconds
+    return per_s if per_s <= MAX_RATE else None

@@ -182,7 +182,7 @@ PUBLISHER_DROPPED_FRAMES_TOTAL = _spec(
 PUBLISHER_REPLAY_REQUESTS_TOTAL = _spec(
     "kvscope_publisher_replay_requests_total",
     "counter",
-    "Replay requests answered, by outcome (ok, malformed).",
+    "Replay requests answered, by outcome (ok, malformed, refused).",
     "outcome",
 )
 

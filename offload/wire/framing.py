@@ -19,9 +19,10 @@ SEQ_BYTES: Final = 8
 """A sequence number frame: 8 bytes, big-endian."""
 
 END_OF_REPLAY_SEQ: Final = (-1).to_bytes(SEQ_BYTES, "big", signed=True)
+"""The sequence frame that ends every replay answer (-1, as vLLM writes it)."""
+
 MAX_SEQ: Final = 2**63 - 1
 """The largest sequence number a batch or stats frame may carry."""
-"""The sequence frame that ends every replay answer (-1, as vLLM writes it)."""
 
 
 class MalformedFrame(ValueError):

@@ -6,6 +6,14 @@ latency, so ``publish_*`` only queues; the call that notices a flush is due
 background thread picks up what quiet callers left and answers replay
 requests. docs/PROTOCOL.md describes the wire exchange and how drops are
 counted; docs/ARCHITECTURE.md why the caller, not a thread, encodes.
+
+Memory is bounded in bytes, not only in messages, because ZMQ's high-water
+marks count messages: payloads go to ZMQ without a copy (``copy=False``),
+so a subscriber's queue and every replay answer share the replay buffer's
+bytes instead of copying them, and ZMQ tells (``MessageTracker``) when it is
+done with each one. What ZMQ still holds is then known in bytes and capped
+(``ZmqHeld``): ``queue_bytes`` for the PUB socket, ``replay_budget_bytes``
+for all replay answers together, ``replay_max_bytes`` for one.
 """
 
 from __future__ import annotations
@@ -31,9 +39,12 @@ from offload.wire.framing import (
     parse_replay_request,
 )
 from offload.wire.kv_events import KVEventBatch, encode_batch, to_kv_events
+from offload.wire.log_limit import LogLimiter
 from offload.wire.stats_frame import StatsFrame, encode_stats_frame
+from offload.wire.zmq_held import PayloadKey, ZmqHeld
 
 logger = logging.getLogger(__name__)
+_log = LogLimiter(logger)
 
 _CLOSE_LINGER_MS = 200
 """How long close() lets ZMQ flush already-sent frames to connected peers."""
@@ -47,13 +58,15 @@ class Publisher(Closeable):
 
     The counters are plain ints, read from any thread: ``batches_published``
     and ``stats_published`` (frames handed on), ``dropped`` (frames that
-    never were), ``replays_served`` and ``malformed_replay_requests``.
+    never were), ``replays_served``, ``malformed_replay_requests`` and
+    ``refused_replay_requests``.
     """
 
     batches_published: int
     stats_published: int
     replays_served: int
     malformed_replay_requests: int
+    refused_replay_requests: int
 
     @property
     @abstractmethod
@@ -76,7 +89,8 @@ class NullPublisher(Publisher):
     consumer could have had.
     """
 
-    batches_published = stats_published = replays_served = malformed_replay_requests = 0
+    batches_published = stats_published = replays_served = 0
+    malformed_replay_requests = refused_replay_requests = 0
 
     @property
     def dropped(self) -> int:
@@ -104,13 +118,24 @@ class EventPublisher(Publisher):
     flush interval of events, not one scheduler step, so ``buffer_steps`` of
     them could hold far more than a consumer needs.
 
+    What ZMQ holds is bounded in bytes (see the module doc). A frame the PUB
+    socket's queue has no room for (``queue_bytes`` held for a subscriber that
+    stopped reading) is refused like one past the high-water mark, and
+    counted in ``dropped``. A replay request that finds ``replay_budget_bytes``
+    already held by answers, or comes from a peer whose previous answer ZMQ
+    still holds (a peer that does not read), gets the end marker alone and is
+    counted in ``refused_replay_requests``; an answer stops (its end marker
+    follows) before ``replay_max_bytes`` of payload or the budget, counted in
+    ``truncated_replays``, and the asker counts the rest as missed.
+
     Counters (plain ints, read from any thread): ``batches_published`` and
     ``stats_published`` (frames handed to the PUB socket), ``dropped`` (frames
     that never reached it), ``replays_served`` (replay requests answered with
-    batches) and ``malformed_replay_requests`` (those answered with the end
-    marker alone); ``replay_requests`` is their sum. Each counter is raised
-    once per frame or request, never raised and then corrected, so a reader
-    on another thread sees every one of them only rise.
+    batches), ``malformed_replay_requests`` and ``refused_replay_requests``
+    (those answered with the end marker alone); ``replay_requests`` is their
+    sum; ``truncated_replays`` (served answers cut short). Each counter is
+    raised once per frame or request, never raised and then corrected, so a
+    reader on another thread sees every one of them only rise.
     """
 
     def __init__(
@@ -126,13 +151,22 @@ class EventPublisher(Publisher):
         hwm: int = 100_000,
         flush_interval: float = 0.01,
         data_parallel_rank: int | None = None,
+        queue_bytes: int = 64 * 2**20,
+        replay_max_bytes: int | None = None,
+        replay_budget_bytes: int | None = None,
     ) -> None:
         if kv_topic == stats_topic:
             raise ValueError(f"kv_topic and stats_topic must differ, both are {kv_topic!r}")
+        replay_max_bytes = buffer_bytes if replay_max_bytes is None else replay_max_bytes
+        if replay_budget_bytes is None:
+            replay_budget_bytes = 2 * buffer_bytes
         for name, value in (
             ("buffer_steps", buffer_steps),
             ("buffer_bytes", buffer_bytes),
             ("max_queue_size", max_queue_size),
+            ("queue_bytes", queue_bytes),
+            ("replay_max_bytes", replay_max_bytes),
+            ("replay_budget_bytes", replay_budget_bytes),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -143,6 +177,8 @@ class EventPublisher(Publisher):
         self.stats_published = 0
         self.replays_served = 0
         self.malformed_replay_requests = 0
+        self.refused_replay_requests = 0
+        self.truncated_replays = 0
         # One writer each (the callers of publish_events, of publish_stats, the
         # holder of _sending), so the counts stay exact without another lock.
         self._dropped_kv = 0
@@ -168,6 +204,14 @@ class EventPublisher(Publisher):
         # and the replay buffer. Callers only ever try it; the thread waits.
         self._sending = threading.Lock()
         self._closed = False
+        # What ZMQ holds of the payloads handed to it: the PUB socket's (under
+        # _sending) and the replay answers' (on the background thread).
+        self._pub_held = ZmqHeld(ordered=True)
+        self._queue_bytes = queue_bytes
+        self._replay_held = ZmqHeld()
+        self._replay_max_bytes = replay_max_bytes
+        self._replay_budget_bytes = replay_budget_bytes
+        self._answering: dict[bytes, int] = {}  # peer identity -> its latest answer's key
 
         self._ctx = zmq.Context(io_threads=1)
         try:
@@ -196,6 +240,7 @@ class EventPublisher(Publisher):
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.SNDHWM, hwm)
         sock.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
+        sock.copy_threshold = 0  # payloads sent copy=False are never copied, so all are tracked
         sock.bind(endpoint)
         return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
@@ -212,7 +257,12 @@ class EventPublisher(Publisher):
     @property
     def replay_requests(self) -> int:
         """Every replay request received, well formed or not."""
-        return self.replays_served + self.malformed_replay_requests
+        return self.replays_served + self.malformed_replay_requests + self.refused_replay_requests
+
+    @property
+    def held_bytes(self) -> int:
+        """Payload bytes ZMQ holds now for subscribers and replay answers (each counted once)."""
+        return self._pub_held.bytes + self._replay_held.bytes
 
     @property
     def dropped(self) -> int:
@@ -290,8 +340,13 @@ class EventPublisher(Publisher):
                 if self._replay is not None and self._replay in ready:
                     try:
                         self._serve_replay()
-                    except Exception:  # replay is best effort; publishing must go on
-                        logger.exception("kvscope publisher could not answer a replay request")
+                    except Exception as exc:  # replay is best effort; publishing must go on
+                        _log.log(
+                            logging.ERROR,
+                            "replay-error",
+                            "kvscope publisher could not answer a replay request",
+                            exc_info=exc,
+                        )
                 if closing or _now() >= self._next_flush:
                     with self._sending:
                         self._flush()
@@ -323,8 +378,11 @@ class EventPublisher(Publisher):
         """Send, and never let a failure reach the caller (a scheduler step)."""
         try:
             send(*args)
-        except Exception:
-            logger.exception("kvscope publisher could not send a frame; dropped")
+        except Exception as exc:
+            _log.log(
+                logging.ERROR, "send-error", "kvscope publisher could not send a frame; dropped",
+                exc_info=exc,
+            )  # fmt: skip
             self._refused += 1
 
     def _send_stats(self, frame: StatsFrame) -> None:
@@ -354,30 +412,94 @@ class EventPublisher(Publisher):
             self._history_bytes -= len(history.popleft()[1])
 
     def _publish(self, topic: bytes, seq: int, payload: bytes) -> bool:
-        """Hand one frame to the PUB socket without waiting; False (counted) if refused."""
+        """Hand one frame to the PUB socket without waiting; False (counted) if refused.
+
+        Refused past the high-water mark, or when ZMQ already holds
+        ``queue_bytes`` of payloads (a subscriber that stopped reading): the
+        payload would wait in memory for it, as every later one would.
+        """
+        held = self._pub_held
+        if not held.has_room(len(payload), self._queue_bytes):
+            self._refused += 1
+            return False
         try:
-            self._pub.send_multipart((topic, encode_seq(seq), payload), flags=zmq.NOBLOCK)
+            tracker = _send(self._pub, (topic, encode_seq(seq)), payload)
         except zmq.Again:
             self._refused += 1
             return False
+        held.add(tracker, [(("pub", seq, topic), len(payload))])
         return True
 
     def _serve_replay(self) -> None:
-        """Answer one replay request: buffered KV batches from its sequence on, then the end."""
+        """Answer one replay request: buffered KV batches from its sequence on, then the end.
+
+        Refused (the end marker alone) when the answers ZMQ holds already take
+        ``replay_budget_bytes``, or the peer's previous answer is still held
+        (it is not reading); cut short before ``replay_max_bytes`` or the budget.
+        """
         assert self._replay is not None
         frames = self._replay.recv_multipart()
         identity = frames[0]
         start = parse_replay_request(frames)
+        held = self._replay_held
+        held.release_done()
         if start is None:
             self.malformed_replay_requests += 1
-            logger.warning("malformed replay request (%d frames); sent the end marker", len(frames))
+            _log.log(
+                logging.WARNING,
+                "malformed-replay-request",
+                f"malformed replay request ({len(frames)} frames); sent the end marker",
+            )
+        elif held.holds(self._answering.get(identity)) or held.bytes >= self._replay_budget_bytes:
+            self.refused_replay_requests += 1
+            _log.log(
+                logging.WARNING,
+                "refused-replay-request",
+                "refused a replay request: its peer's last answer or the replay budget is "
+                "still held by ZMQ; sent the end marker",
+            )
         else:
             self.replays_served += 1
             with self._sending:  # a snapshot: the sends below need no lock
                 batches = list(self._history_from(start))
-            for seq, payload in batches:
-                self._replay_send((identity, b"", self._kv_topic, encode_seq(seq), payload))
+            self._answer(identity, batches)
         self._replay_send((identity, b"", b"", END_OF_REPLAY_SEQ, b""))
+
+    def _answer(self, identity: bytes, batches: list[tuple[int, bytes]]) -> None:
+        """Send the batches without copying them, within the per-answer and global byte caps."""
+        assert self._replay is not None
+        held = self._replay_held
+        sent = added = 0
+        tracker = None
+        keys: list[tuple[PayloadKey, int]] = []
+        for seq, payload in batches:
+            key, size = ("kv", seq), len(payload)
+            cost = held.cost(key, size)
+            if keys and (
+                sent + size > self._replay_max_bytes
+                or held.bytes + added + cost > self._replay_budget_bytes
+            ):
+                self.truncated_replays += 1
+                break
+            try:
+                tracker = _send(
+                    self._replay, (identity, b"", self._kv_topic, encode_seq(seq)), payload
+                )
+            except zmq.Again:  # the peer's queue is full: it is not reading
+                break
+            sent += size
+            added += cost
+            keys.append((key, size))
+        if tracker is not None:
+            self._answering[identity] = held.add(tracker, keys)
+        self._forget_answered()
+
+    def _forget_answered(self) -> None:
+        """Drop the peers whose answers ZMQ no longer holds (identities come and go)."""
+        held = self._replay_held
+        for identity, answer in list(self._answering.items()):
+            if not held.holds(answer):
+                del self._answering[identity]
 
     def _replay_send(self, frames: tuple[bytes, ...]) -> None:
         # A ROUTER drops (never blocks) for a gone or saturated peer.
@@ -390,3 +512,14 @@ class EventPublisher(Publisher):
         if skip >= len(self._history):
             return ()
         return islice(self._history, max(0, skip), None)
+
+
+def _send(sock: zmq.Socket, head: tuple[bytes, ...], payload: bytes) -> zmq.MessageTracker:
+    """Send ``head`` frames (copied: a few bytes) and ``payload`` (not copied, tracked).
+
+    All or nothing: ZMQ checks the high-water mark on the first frame of a
+    message only, so once it is taken the rest are too.
+    """
+    for frame in head:
+        sock.send(frame, zmq.SNDMORE | zmq.NOBLOCK)
+    return sock.send(payload, zmq.NOBLOCK, copy=False, track=True)

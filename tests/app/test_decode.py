@@ -257,7 +257,11 @@ def map_form(kind: str, hashes: list, where: str | None, parent: Any) -> Any:
     return BlockRemoved(hashes, where) if kind == "removed" else AllBlocksCleared()
 
 
-@given(st.lists(event, max_size=8), st.floats(allow_nan=False), st.none() | st.integers(0, 8))
+@given(
+    st.lists(event, max_size=8),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.none() | st.integers(0, 8),
+)
 def test_both_eras_decode_to_the_same_events(events: list, ts: float, rank: int | None) -> None:
     expected = [
         DecodedEvent(kind, hashes, where, 16 if kind == "stored" else None, parent)

@@ -310,7 +310,7 @@ def test_replay_requests_are_exported_by_outcome(
         for sample in publisher_snapshot(publisher).counters
         if sample.name == "kvscope_publisher_replay_requests_total"
     }
-    assert exported == {"ok": 2, "malformed": 1}
+    assert exported == {"ok": 2, "malformed": 1, "refused": 0}
     assert publisher.replay_requests == 3
 
 

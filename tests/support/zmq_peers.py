@@ -11,13 +11,35 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import zmq
 
-from app.settings import PublisherEndpoints
+from app.ingest import Ingestor
+from app.settings import IngestConfig, PublisherEndpoints
+from app.state.block_index import BlockIndex
+from app.state.event_log import EventLog
+from app.state.publisher import PublisherState
+from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
 from offload.wire.framing import END_OF_REPLAY_SEQ
 from offload.wire.kv_events import KVEventBatch, encode_batch, to_kv_events
+from offload.wire.stats_frame import StatsFrame, WorkerConfig, encode_stats_frame
+from tests.support.polling import wait_until
+
+Answerer = Callable[["RawPublisher", bytes, int], None]
+"""How a replay request is answered: (publisher, the asker's identity, first sequence wanted).
+It sends on ``publisher.router`` from the publisher's replay thread, as slowly as it likes."""
+
+
+def honest_answer(raw: RawPublisher, identity: bytes, start: int) -> None:
+    """Every buffered batch from ``start`` on, then the end marker, as vLLM answers."""
+    with raw._lock:
+        answers = [(s, p) for s, p in raw.buffer if s >= start]
+    for seq, payload in answers:
+        raw.answer(identity, seq, payload)
+    raw.end(identity)
 
 
 class RawPublisher:
@@ -25,11 +47,15 @@ class RawPublisher:
 
     ``connect``: a listening sidecar's endpoint to connect the PUB socket to;
     without it the PUB socket binds a free port. ``topic`` is the KV topic.
+    ``answerer`` answers replay requests (default: honestly, ``honest_answer``).
     """
 
-    def __init__(self, connect: str | None = None, topic: bytes = b"") -> None:
+    def __init__(
+        self, connect: str | None = None, topic: bytes = b"", answerer: Answerer = honest_answer
+    ) -> None:
         self.ctx = zmq.Context()
         self.topic = topic
+        self.answerer = answerer
         self.pub = self.ctx.socket(zmq.PUB)
         if connect is None:
             self.pub.bind("tcp://127.0.0.1:*")
@@ -57,6 +83,19 @@ class RawPublisher:
         if not lose:
             self.pub.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
 
+    def answer(self, identity: bytes, seq: int, payload: bytes) -> None:
+        """One batch of a replay answer (for an answerer)."""
+        self.router.send_multipart([identity, b"", self.topic, seq.to_bytes(8, "big"), payload])
+
+    def end(self, identity: bytes) -> None:
+        """The end marker of a replay answer (for an answerer)."""
+        self.router.send_multipart([identity, b"", b"", END_OF_REPLAY_SEQ, b""])
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``close`` began: a slow answerer should stop."""
+        return self._stop.is_set()
+
     def _serve_replay(self) -> None:
         while not self._stop.is_set():
             if not self.router.poll(50):
@@ -64,12 +103,7 @@ class RawPublisher:
             identity, _, start = self.router.recv_multipart()
             with self._lock:
                 self.replay_requests += 1
-                answers = [(s, p) for s, p in self.buffer if s >= int.from_bytes(start, "big")]
-            for seq, payload in answers:
-                self.router.send_multipart(
-                    [identity, b"", self.topic, seq.to_bytes(8, "big"), payload]
-                )
-            self.router.send_multipart([identity, b"", b"", END_OF_REPLAY_SEQ, b""])
+            self.answerer(self, identity, int.from_bytes(start, "big"))
 
     def close(self) -> None:
         self._stop.set()
@@ -91,3 +125,50 @@ def free_tcp_endpoint() -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+
+
+# --- the sidecar's side: an ingest thread following such peers ------------------------
+
+
+@contextmanager
+def ingesting(
+    *publishers: PublisherEndpoints,
+    config: IngestConfig | None = None,
+    max_blocks: int = 1000,
+    max_media: int = 16,
+    event_log: EventLog | None = None,
+) -> Iterator[Ingestor]:
+    """A running ingest thread over ``publishers`` (connect mode), closed on exit."""
+    state = SidecarState(
+        BlockIndex(max_blocks, max_media),
+        EventLog(1000) if event_log is None else event_log,
+        publishers,
+        ingest=config,
+    )
+    ingestor = Ingestor(state)
+    ingestor.start()
+    try:
+        yield ingestor
+    finally:
+        ingestor.close()
+
+
+def stats_probe(engine_id: str = "e0", rank: int = 0) -> bytes:
+    """A small valid stats frame's payload."""
+    config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
+    return encode_stats_frame(StatsFrame(ts=1.0, engine_id=engine_id, rank=rank, config=config))
+
+
+def wait_connected(
+    raw: RawPublisher, ingestor: Ingestor, stats_topic: bytes = b"kvscope.stats"
+) -> PublisherState:
+    """Probe with stats frames until the sidecar receives ``raw`` (ZMQ's slow joiner)."""
+    state = ingestor.state.publishers[raw.endpoints.endpoint]
+    before = state.stats_frames
+
+    def seen() -> bool:
+        raw.pub.send_multipart([stats_topic, b"\0" * 8, stats_probe()])
+        return state.stats_frames > before
+
+    wait_until(seen, "the sidecar receives the raw publisher")
+    return state

@@ -1,0 +1,416 @@
+"""The ingest thread: every socket, every frame, applied to the sidecar's state in order.
+
+One thread owns every socket (ZMQ sockets are not thread-safe): the connect
+mode SUB sockets, the listen socket and the DEALER of each replay in progress
+(app/ingest/replay.py), all in one poller, one message per ready socket per
+turn, so no publisher's traffic, and no replay socket, holds up the others.
+Frames are applied publisher by publisher, in sequence order: a gap is filled
+from the publisher's replay socket while its later frames wait, a sequence
+that goes back resets that publisher's view, malformed frames are counted and
+skipped. A stats frame updates the publisher's totals and rates right when it
+arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Final, NamedTuple
+
+import zmq
+
+from app.decode import DecodedBatch, decode_kv_payload, decode_stats_payload
+from app.ingest.replay import Answer, KVFrame, Replay
+from app.settings import IngestConfig, PublisherEndpoints
+from app.state.listener import ListenerState
+from app.state.publisher import PublisherState, ReplayOutcome
+from app.state.sidecar import SidecarState
+from app.state.worker_stats import WorkerStats, block_bytes_by_medium
+from offload.wire.framing import MalformedFrame, decode_seq
+from offload.wire.log_limit import LogLimiter
+from offload.wire.stats_frame import StatsFrame
+
+logger = logging.getLogger("app.ingest")
+_log = LogLimiter(logger)
+
+POLL_MS: Final = 100
+"""How often the thread looks at its stop flag and its replays' clocks when nothing arrives."""
+
+MAX_LISTEN_MESSAGE_BYTES: Final = IngestConfig.max_message_bytes
+"""Largest frame any socket takes by default (``max_message_bytes``): a publisher's whole
+replay buffer. A peer that sends more is disconnected by ZMQ instead of having its frame
+buffered."""
+
+MAX_SEQ_JUMP: Final = 2**32
+"""The largest forward jump of a publisher's sequence still read as lost batches.
+
+Four billion batches is weeks of any engine's output; a larger jump is a
+publisher that started a new sequence (or a forged frame), so it resets that
+publisher's view like a sequence that goes back, instead of counting
+billions of batches missed."""
+
+
+class ListenError(Exception):
+    """A ``listen`` endpoint could not be bound (taken, or no such address here)."""
+
+
+class _Batch(NamedTuple):
+    """A KV message, decoded: its topic, sequence number and batch."""
+
+    topic: bytes
+    seq: int
+    batch: DecodedBatch
+
+
+def _unreadable(malformed: int = 1) -> DecodedBatch:
+    """What a KV payload that decodes to no batch stands for: its sequence number, used up.
+
+    TCP does not corrupt bytes and the publisher's replay buffer holds the same
+    ones, so asking for that batch again could only fail again: counting it
+    once as malformed, and moving on, is all there is to do.
+    """
+    return DecodedBatch(0.0, None, [], malformed=malformed)
+
+
+class Ingestor:
+    """Receives from every publisher and keeps the sidecar's state current."""
+
+    def __init__(self, state: SidecarState, config: IngestConfig | None = None) -> None:
+        self.state = state
+        self.config = config = state.ingest if config is None else config
+        self._stop = threading.Event()
+        self._ctx = zmq.Context()
+        self._poller = zmq.Poller()
+        self._sockets: dict[zmq.Socket, PublisherState] = {}
+        self._replays: dict[zmq.Socket, Replay] = {}
+        self._replaying: dict[str, Replay] = {}  # publisher name -> its replay in progress
+        for publisher in state.publishers.values():
+            if isinstance(publisher.source, PublisherEndpoints):
+                sock = self._ctx.socket(zmq.SUB)
+                sock.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes)
+                for topic in {config.kv_topic, config.stats_topic}:
+                    sock.setsockopt(zmq.SUBSCRIBE, topic)
+                sock.connect(publisher.source.endpoint)
+                self._sockets[sock] = publisher
+        self._listen = None if state.listener is None else self._bind(state.listener)
+        self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
+
+    def _bind(self, listener: ListenerState) -> zmq.Socket:
+        """The listen socket, bound to every endpoint; ``ListenError`` naming the one that fails."""
+        sock = self._ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")  # every topic: each engine publishes on its own
+        sock.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
+        bound = []
+        for endpoint in listener.endpoints:
+            sock.setsockopt(zmq.IPV6, "[" in endpoint)
+            try:
+                sock.bind(endpoint)
+            except zmq.ZMQError as exc:
+                self._ctx.destroy(linger=0)
+                raise ListenError(f"cannot bind {endpoint!r}: {zmq.strerror(exc.errno)}") from None
+            bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        listener.bound = tuple(bound)
+        return sock
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread and close the sockets; idempotent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._ctx.destroy(linger=0)
+
+    # --- the loop -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = self._poller
+        for sock in self._sockets:
+            poller.register(sock, zmq.POLLIN)
+        if self._listen is not None:
+            poller.register(self._listen, zmq.POLLIN)
+        while not self._stop.is_set():
+            for sock, _ in poller.poll(POLL_MS):
+                self._on_ready(sock)
+            self._expire_replays()
+
+    def _on_ready(self, sock: zmq.Socket) -> None:
+        """Take one message from a ready socket (one per socket per turn: fair to all)."""
+        replay = self._replays.get(sock)
+        if replay is not None:
+            self._on_answer(replay)
+            return
+        if sock not in self._sockets and sock is not self._listen:
+            return  # a replay that ended earlier in this turn
+        try:
+            frames = sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        publisher = self._sockets.get(sock)
+        if publisher is not None:
+            self._on_connected(publisher, frames)
+        elif self.state.listener is not None:  # the listen socket exists only with a listener
+            self._on_listened(self.state.listener, frames)
+
+    def _on_connected(self, state: PublisherState, frames: list[bytes]) -> None:
+        _heard(state)
+        try:
+            message = self._parse(frames, listen=False)
+            if isinstance(message, KVFrame) and self._held(state, message):
+                return
+            self._deliver(state, self._decoded(message))
+        except Exception as exc:  # a publisher's bad frame must not stop the others
+            _skipped(state, exc)
+
+    def _on_listened(self, listener: ListenerState, frames: list[bytes]) -> None:
+        """A frame from the listen socket, to the publisher its stream names."""
+        listener.frames += 1
+        try:
+            raw = self._parse(frames, listen=True)
+            message = (  # a payload that is no batch names no stream: the listener's to count
+                raw
+                if isinstance(raw, StatsFrame)
+                else _Batch(raw.topic, raw.seq, decode_kv_payload(raw.payload))
+            )
+            state = self.state.listened_publisher(*_stream(message))
+        except Exception as exc:  # malformed before it named a stream: the listener's count
+            _skipped(listener, exc)
+            return
+        if state is None:
+            listener.refused += 1
+            return
+        _heard(state)
+        try:
+            if isinstance(raw, KVFrame) and self._held(state, raw):
+                return
+            self._deliver(state, message)
+        except Exception as exc:  # a publisher's bad frame must not stop the others
+            _skipped(state, exc)
+
+    # --- reading a message ----------------------------------------------------------
+
+    def _parse(self, frames: list[bytes], *, listen: bool) -> KVFrame | StatsFrame:
+        """The message's kind and sequence number; a stats frame decoded and checked.
+
+        In connect mode a KV message must carry the KV topic exactly: ZMQ
+        subscribes by prefix, so the default empty topic lets every other
+        topic through, and those frames are not KV batches. In listen mode the
+        topic is the stream's name, whatever it is.
+        """
+        if len(frames) != 3:
+            raise MalformedFrame(f"expected [topic, seq, payload], got {len(frames)} frames")
+        topic, seq_frame, payload = frames
+        config = self.config
+        if topic == config.stats_topic and topic != config.kv_topic:
+            return decode_stats_payload(payload)
+        if not listen and topic != config.kv_topic:
+            raise MalformedFrame("a topic that is neither the KV nor the stats topic")
+        return KVFrame(topic, decode_seq(seq_frame), payload)
+
+    @staticmethod
+    def _decoded(message: KVFrame | StatsFrame) -> _Batch | StatsFrame:
+        """A KV message with its batch decoded; a payload that is no batch uses its number up.
+
+        (In listen mode such a payload names no stream and is the listener's to
+        count; ``_on_listened`` decodes strictly.)
+        """
+        if isinstance(message, StatsFrame):
+            return message
+        try:
+            batch = decode_kv_payload(message.payload)
+        except ValueError:  # MalformedFrame, or msgspec's errors
+            batch = _unreadable()
+        return _Batch(message.topic, message.seq, batch)
+
+    def _held(self, state: PublisherState, frame: KVFrame) -> bool:
+        """Keep a KV frame for after the publisher's replay in progress, if there is one."""
+        replay = self._replaying.get(state.name)
+        if replay is None:
+            return False
+        if not replay.hold(frame):
+            state.held_dropped += 1
+        return True
+
+    # --- applying -------------------------------------------------------------------
+
+    def _deliver(self, state: PublisherState, message: _Batch | StatsFrame) -> None:
+        if isinstance(message, StatsFrame):
+            self._on_stats(state, message)
+            return
+        _, seq, batch = message
+        last = state.last_seq
+        if last is not None and not last < seq <= last + MAX_SEQ_JUMP:
+            self._restart(state)
+        expected = 0 if state.last_seq is None else state.last_seq + 1
+        if seq > expected and self._fill(state, expected, seq, batch):
+            return
+        self._apply(state, seq, batch)
+
+    def _on_stats(self, state: PublisherState, frame: StatsFrame) -> None:
+        """Totals and rates since the publisher's previous frame; its block sizes to the index."""
+        state.worker = WorkerStats.between(state.stats, frame)
+        state.stats = frame
+        block_bytes = block_bytes_by_medium(frame)
+        if block_bytes:
+            with self.state.lock:
+                for medium, size in block_bytes.items():
+                    self.state.index.set_block_bytes(state.name, medium, size)
+        state.stats_frames += 1
+
+    def _restart(self, state: PublisherState) -> None:
+        """The publisher's sequence went back: forget what it told us before."""
+        state.restarts += 1
+        state.last_seq = None
+        with self.state.lock:
+            self.state.index.reset_publisher(state.name)
+
+    def _fill(
+        self, state: PublisherState, first: int, upto: int, batch: DecodedBatch | None
+    ) -> bool:
+        """Batches first..upto-1 are missing: start a replay of them, True if one started.
+
+        Without a replay socket they are counted as missed at once (unless this
+        is the publisher's first frame: a sidecar that started late misses
+        nothing) and the caller applies ``batch`` (number ``upto``) now.
+        ``batch`` is None when no frame showed the gap (frames dropped while held).
+        """
+        is_gap = state.last_seq is not None
+        state.gaps += is_gap
+        endpoint = state.source.replay_endpoint
+        if endpoint is None:
+            state.missed += (upto - first) if is_gap else 0
+            return False
+        replay = Replay(
+            self._ctx, state, endpoint, self.config,
+            first=first, upto=upto, trigger=None if batch is None else (upto, batch),
+            is_gap=is_gap,
+        )  # fmt: skip
+        self._replays[replay.socket] = replay
+        self._replaying[state.name] = replay
+        self._poller.register(replay.socket, zmq.POLLIN)
+        return True
+
+    def _on_answer(self, replay: Replay) -> None:
+        """One message of a replay's answer: apply it, or end the replay."""
+        state = replay.state
+        answer = replay.receive()
+        if answer is None:
+            return
+        if not isinstance(answer, Answer):
+            self._end_replay(replay, answer)
+            return
+        try:
+            batch = decode_kv_payload(answer.payload)
+        except ValueError:
+            batch = _unreadable()
+        self._apply(state, answer.seq, batch)
+        replay.applied += 1
+        state.replayed += 1
+        if replay.wanted >= replay.upto:
+            self._end_replay(replay, "complete")
+
+    def _expire_replays(self) -> None:
+        now = time.monotonic()
+        for replay in list(self._replays.values()):
+            outcome = replay.expired(now)
+            if outcome is not None:
+                self._end_replay(replay, outcome)
+
+    def _end_replay(self, replay: Replay, outcome: ReplayOutcome) -> None:
+        """Count how the replay went, apply the batch that showed the gap, then the held frames.
+
+        A held frame may show another gap (one dropped while held, say): that
+        starts the next replay, and the frames after it are held again, in order.
+        Frames dropped after the last one held show no gap until a later frame
+        arrives, which may be never: a replay of them starts at once.
+        """
+        state = replay.state
+        self._poller.unregister(replay.socket)
+        del self._replays[replay.socket]
+        del self._replaying[state.name]
+        replay.close()
+        state.replays[outcome] += 1
+        if replay.is_gap:
+            state.missed += replay.missing
+        if outcome == "malformed":
+            state.malformed += 1
+        if outcome != "complete":
+            _log.log(
+                logging.WARNING,
+                f"replay:{outcome}:{state.name}",
+                f"a replay from {state.name} ended: {outcome}; the batches it lacked are missed",
+            )
+        if replay.trigger is not None:
+            self._apply(state, *replay.trigger)
+        for frame in replay.held:
+            try:
+                if not self._held(state, frame):
+                    message = self._decoded(frame)
+                    assert isinstance(message, _Batch)
+                    self._deliver(state, message)
+            except Exception as exc:  # as for a live frame
+                _skipped(state, exc)
+        if replay.dropped_last is not None:
+            self._replay_dropped(state, replay.dropped_last)
+
+    def _replay_dropped(self, state: PublisherState, dropped_last: int) -> None:
+        """Fill the gap up to ``dropped_last``, a frame dropped while held, if nothing covers it."""
+        active = self._replaying.get(state.name)
+        if active is not None:  # a held frame started another replay: it holds what follows
+            if active.dropped_last is None:
+                active.dropped_last = dropped_last
+            return
+        last = state.last_seq
+        if last is not None and last < dropped_last <= last + MAX_SEQ_JUMP:
+            self._fill(state, last + 1, dropped_last + 1, None)
+
+    def _apply(self, state: PublisherState, seq: int, batch: DecodedBatch) -> None:
+        with self.state.lock:
+            self.state.index.apply(state.name, batch, time.time())
+        state.last_seq = seq
+        state.batches_applied += 1
+        state.malformed += batch.malformed
+        self.state.event_log.record(state.name, seq, batch)
+
+
+def _stream(message: _Batch | StatsFrame) -> tuple[bytes, int | None]:
+    """The listen-mode stream a message belongs to (app/streams.py).
+
+    A KV batch: its topic and the rank it carries. A stats frame, whose topic is
+    the same for every publisher: its engine id and rank.
+    """
+    if isinstance(message, StatsFrame):
+        return message.engine_id.encode(), message.rank
+    return message.topic, message.batch.rank
+
+
+def _heard(state: PublisherState) -> None:
+    state.frames += 1
+    state.last_frame_at = time.time()
+
+
+def _skipped(counts: PublisherState | ListenerState, exc: Exception) -> None:
+    """Count a frame skipped; log it, a line per kind of problem at most every few seconds.
+
+    A ``ValueError`` (``MalformedFrame``, msgspec's decode errors, the stats
+    checks) is the sender's bytes: the line names the publisher and the kind
+    of error, never the exception's text, which may quote those bytes.
+    Anything else is a bug here, logged with its traceback.
+    """
+    counts.malformed += 1
+    kind = type(exc).__name__
+    if isinstance(exc, ValueError):
+        _log.log(
+            logging.WARNING,
+            f"malformed:{counts.name}:{kind}",
+            f"skipped a malformed frame from {counts.name} ({kind})",
+        )
+    else:
+        _log.log(
+            logging.ERROR,
+            f"bug:{counts.name}:{kind}",
+            f"dropped a frame from {counts.name}",
+            exc_info=exc,
+        )

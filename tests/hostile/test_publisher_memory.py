@@ -1,0 +1,120 @@
+"""The worker's publisher bounds what ZMQ holds in bytes (issue 15, item 4).
+
+Each replay request used to copy the whole replay buffer into ZMQ's queue for
+its peer (ten peers that never read, asking once: 106 MB -> 743 MB), and a
+subscriber that stopped reading grew the worker by ~140 MB in 20 s with
+nothing counted, the high-water marks counting messages, not bytes. Peers
+here are real ZMQ sockets on loopback that never read; memory is read from
+the process (its resident set) and from the publisher's own count.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import zmq
+
+from offload.base import OffloadingEvent
+from offload.wire.framing import replay_request
+from offload.wire.publisher import EventPublisher
+from tests.support.polling import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+MiB = 2**20
+BATCH_HASHES = 100_000  # about 0.5 MB of msgpack per batch
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def fill(publisher: EventPublisher, batches: int) -> None:
+    for number in range(batches):
+        hashes = list(range(number * BATCH_HASHES, (number + 1) * BATCH_HASHES))
+        publisher.publish_events([OffloadingEvent(hashes, 16, "CPU", False)])
+        wait_until(lambda n=number: publisher.batches_published + publisher.dropped > n, "sent")
+
+
+def deaf_peer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
+    """A DEALER that asks for a replay and never reads the answer."""
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.RCVHWM, 1)
+    dealer.setsockopt(zmq.RCVBUF, 4096)
+    dealer.connect(endpoint)
+    return dealer
+
+
+def test_replay_answers_share_the_buffer_instead_of_copying_it(ctx: zmq.Context) -> None:
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
+        fill(publisher, 32)  # ~16 MB buffered
+        before = rss()
+        peers = [deaf_peer(ctx, publisher.replay_endpoint) for _ in range(10)]
+        for peer in peers:
+            peer.send_multipart(replay_request(0))
+        wait_until(lambda: publisher.replays_served == 10, "every request answered")
+        grown = rss() - before
+        assert grown < 40 * MiB, f"resident set grew by {grown / MiB:.0f} MiB"  # 160+ copying
+        assert publisher.held_bytes <= publisher._replay_budget_bytes
+
+
+def test_a_peer_that_asks_again_without_reading_is_refused_and_counted(ctx: zmq.Context) -> None:
+    with EventPublisher(
+        "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", replay_budget_bytes=64 * MiB
+    ) as publisher:
+        fill(publisher, 16)
+        peer = deaf_peer(ctx, publisher.replay_endpoint)
+        for _ in range(20):
+            peer.send_multipart(replay_request(0))
+        wait_until(lambda: publisher.replay_requests == 20, "every request received")
+        assert publisher.replays_served == 1
+        assert publisher.refused_replay_requests == 19
+
+
+def test_answers_are_cut_short_at_the_budget(ctx: zmq.Context) -> None:
+    with EventPublisher(
+        "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", replay_budget_bytes=4 * MiB
+    ) as publisher:
+        fill(publisher, 16)  # ~8 MB: twice the budget
+        peers = [deaf_peer(ctx, publisher.replay_endpoint) for _ in range(3)]
+        for peer in peers:
+            peer.send_multipart(replay_request(0))
+        wait_until(lambda: publisher.replay_requests == 3, "every request received")
+        assert publisher.truncated_replays >= 1  # the answers share what they hold
+        assert publisher.held_bytes <= 4 * MiB + MiB  # the budget, and one batch at most
+
+
+def test_a_subscriber_that_stops_reading_holds_queue_bytes_at_most_counted(
+    ctx: zmq.Context,
+) -> None:
+    with EventPublisher(
+        "tcp://127.0.0.1:*", queue_bytes=4 * MiB, buffer_bytes=2 * MiB
+    ) as publisher:
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.RCVHWM, 1)
+        sub.setsockopt(zmq.RCVBUF, 4096)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(publisher.endpoint)
+        wait_until(lambda: _subscribed(publisher), "the subscriber is connected")
+        before = rss()
+        fill(publisher, 90)  # ~45 MB published at a peer that reads nothing
+        grown = rss() - before
+        assert publisher.dropped > 0
+        assert publisher.held_bytes <= 4 * MiB + MiB
+        assert grown < 24 * MiB, f"resident set grew by {grown / MiB:.0f} MiB"  # 45+ queued
+
+
+def _subscribed(publisher: EventPublisher) -> bool:
+    """A probe batch the PUB socket cannot drop unheard: sent only once someone subscribes."""
+    publisher.publish_events([OffloadingEvent([-1], 16, "CPU", False)])
+    return publisher._pub_held.bytes > 0 or publisher.dropped > 0

@@ -1,0 +1,195 @@
+"""Replay sockets that dawdle, fall silent or lie never stall ingest (issue 15, item 2).
+
+A replay used to run inside the ingest thread until its end marker: a replay
+socket that answered one batch every half second held every other publisher
+for as long as it kept answering. Here each test holds a replay open (an
+answerer that drips, stays silent or misbehaves) and shows a healthy
+publisher advancing meanwhile, then how the replay ended and what it counted.
+Real sockets on loopback; waits poll a condition, nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.settings import IngestConfig
+from offload.base import OffloadingEvent
+from tests.support.polling import wait_until
+from tests.support.zmq_peers import (
+    RawPublisher,
+    honest_answer,
+    ingesting,
+    kv_payload,
+    wait_connected,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def stored(*hashes: int) -> OffloadingEvent:
+    return OffloadingEvent(list(hashes), 16, "CPU", False)
+
+
+def blocks(ingestor, publisher: str) -> set:
+    with ingestor.state.lock:
+        page, _ = ingestor.state.index.page(publisher=publisher, limit=1000)
+    return {entry.block_hash for entry in page}
+
+
+def dripping(raw: RawPublisher, identity: bytes, start: int) -> None:
+    """One batch every 0.5 s from ``start`` on, never the end marker, until closed."""
+    seq = start
+    while not raw.stopping:
+        raw.answer(identity, seq, kv_payload(stored(1000 + seq)))
+        seq += 1
+        threading.Event().wait(0.5)
+
+
+def silent(raw: RawPublisher, identity: bytes, start: int) -> None:
+    """Never answers."""
+
+
+def a_gap_of(raw: RawPublisher, size: int) -> None:
+    """Batch 0, then ``size`` lost ones, then one more: a gap of ``size`` to replay."""
+    raw.send(0, kv_payload(stored(1)))
+    for seq in range(1, size + 1):
+        raw.send(seq, kv_payload(stored(1000 + seq)), lose=True)
+    raw.send(size + 1, kv_payload(stored(2)))
+
+
+@pytest.mark.parametrize("answerer", [dripping, silent])
+def test_a_replay_that_never_ends_does_not_hold_up_another_publisher(answerer) -> None:
+    slow, healthy = RawPublisher(answerer=answerer), RawPublisher()
+    config = IngestConfig(replay_timeout_s=60.0, replay_deadline_s=60.0)
+    try:
+        with ingesting(slow.endpoints, healthy.endpoints, config=config) as ingestor:
+            stuck = wait_connected(slow, ingestor)
+            flowing = wait_connected(healthy, ingestor)
+            a_gap_of(slow, 1000)
+            wait_until(lambda: slow.replay_requests == 1, "the slow replay is asked")
+            for seq in range(100):
+                healthy.send(seq, kv_payload(stored(seq)))
+            wait_until(lambda: flowing.last_seq == 99, "the healthy publisher advances")
+            assert blocks(ingestor, healthy.endpoints.endpoint) == set(range(100))
+            assert sum(stuck.replays.values()) == 0, "the slow replay is still open"
+            assert stuck.last_seq is not None and stuck.last_seq < 1001
+    finally:
+        slow.close()
+        healthy.close()
+
+
+def test_a_replay_that_outlives_its_deadline_ends_counted_and_the_held_frames_follow() -> None:
+    slow = RawPublisher(answerer=dripping)
+    config = IngestConfig(replay_timeout_s=60.0, replay_deadline_s=1.5)
+    try:
+        with ingesting(slow.endpoints, config=config) as ingestor:
+            state = wait_connected(slow, ingestor)
+            a_gap_of(slow, 1000)
+            slow.send(1002, kv_payload(stored(3)))  # held while the replay runs
+            wait_until(lambda: state.replays["deadline"] == 1, "the replay hits its deadline")
+            wait_until(lambda: state.last_seq == 1002, "the held frame is applied after it")
+            assert state.replayed >= 1 and state.replayed < 1000
+            assert state.missed == 1000 - state.replayed
+            assert {1, 2, 3} <= blocks(ingestor, slow.endpoints.endpoint)
+    finally:
+        slow.close()
+
+
+def test_a_silent_replay_socket_times_out_counted_as_missed() -> None:
+    raw = RawPublisher(answerer=silent)
+    try:
+        with ingesting(raw.endpoints, config=IngestConfig(replay_timeout_s=0.5)) as ingestor:
+            state = wait_connected(raw, ingestor)
+            a_gap_of(raw, 3)
+            wait_until(lambda: state.last_seq == 4, "the frame after the gap is applied")
+            assert (state.gaps, state.missed, state.replayed) == (1, 3, 0)
+            assert state.replays["timeout"] == 1
+    finally:
+        raw.close()
+
+
+def repeating(raw: RawPublisher, identity: bytes, start: int) -> None:
+    """Answers batch ``start`` three times over, then ends."""
+    for _ in range(3):
+        raw.answer(identity, start, kv_payload(stored(500)))
+    raw.end(identity)
+
+
+def test_an_answer_that_repeats_a_sequence_number_ends_the_replay_as_malformed() -> None:
+    raw = RawPublisher(answerer=repeating)
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            a_gap_of(raw, 5)
+            wait_until(lambda: state.last_seq == 6, "the frame after the gap is applied")
+            assert state.replays["malformed"] == 1
+            assert (state.replayed, state.missed) == (1, 4)
+            assert state.missed >= 0 and state.malformed == 1
+    finally:
+        raw.close()
+
+
+def test_replayed_counts_the_batches_applied_not_those_received() -> None:
+    """The publisher no longer holds the gap: its answer starts past it, and nothing is applied."""
+    raw = RawPublisher()
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            raw.send(0, kv_payload(stored(1)))
+            wait_until(lambda: state.last_seq == 0, "batch 0 applied")
+            with raw._lock:
+                raw.buffer.clear()  # batches 1 and 2 fell out of the publisher's buffer
+            raw.send(3, kv_payload(stored(4)))
+            wait_until(lambda: state.last_seq == 3, "batch 3 applied")
+            assert (state.gaps, state.replayed, state.missed) == (1, 0, 2)
+            assert state.replays["complete"] == 1
+    finally:
+        raw.close()
+
+
+def test_a_malformed_payload_is_counted_once_and_uses_up_its_number() -> None:
+    """It was counted malformed, then again as a gap and a missed batch (its replay failed too)."""
+    raw = RawPublisher()
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            raw.send(0, kv_payload(stored(1)))
+            raw.send(1, b"\xc1 not a batch")
+            raw.send(2, kv_payload(stored(3)))
+            wait_until(lambda: state.last_seq == 2, "batch 2 applied")
+            assert (state.malformed, state.gaps, state.missed, state.replayed) == (1, 0, 0, 0)
+            assert raw.replay_requests == 0
+            assert blocks(ingestor, raw.endpoints.endpoint) == {1, 3}
+    finally:
+        raw.close()
+
+
+def test_live_frames_held_past_the_byte_bound_are_dropped_counted_and_replayed_later() -> None:
+    gate = threading.Event()
+
+    def gated(raw: RawPublisher, identity: bytes, start: int) -> None:
+        gate.wait(30)
+        honest_answer(raw, identity, start)
+
+    raw = RawPublisher(answerer=gated)
+    payloads = {seq: kv_payload(stored(*range(seq * 10, seq * 10 + 10))) for seq in range(60)}
+    config = IngestConfig(replay_hold_bytes=5 * len(payloads[5]))
+    try:
+        with ingesting(raw.endpoints, config=config) as ingestor:
+            state = wait_connected(raw, ingestor)
+            raw.send(0, payloads[0])
+            raw.send(1, payloads[1], lose=True)
+            for seq in range(2, 60):
+                raw.send(seq, payloads[seq])
+            wait_until(lambda: state.held_dropped > 0, "frames past the hold bound dropped")
+            gate.set()
+            wait_until(lambda: state.last_seq == 59, "everything applied in the end")
+            expected = {h for seq in range(60) for h in range(seq * 10, seq * 10 + 10)}
+            assert blocks(ingestor, raw.endpoints.endpoint) == expected
+            assert state.missed == 0 and state.held_dropped > 0
+            assert state.replays["complete"] == raw.replay_requests >= 2
+    finally:
+        gate.set()
+        raw.close()
