@@ -52,6 +52,7 @@ bench: $(VLLM_STAMP)
 	$(BIN)/python -m bench.transfer_cpu
 	$(BIN)/python -m bench.sidecar_ingest
 	$(BIN)/python -m bench.sidecar_latency
+	$(BIN)/python -m bench.sidecar_sse_load
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -4,7 +4,9 @@
 ``Sidecar`` serves from a background thread, for tests and the in-process
 demo, which need the bound address (port 0 picks a free one) and a clean stop.
 Both build the same parts the same way, and both close the ingestor (its
-thread and ZMQ sockets) when serving ends, whatever ends it.
+thread and ZMQ sockets) when serving ends, whatever ends it. ``HttpServer``
+is the background-thread server alone, for any app (tests build apps over a
+state they feed themselves).
 """
 
 from __future__ import annotations
@@ -13,17 +15,46 @@ import threading
 import time
 
 import uvicorn
+from fastapi import FastAPI
 
 from app.api import create_app
+from app.api.access_log import redact_access_log
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
 from offload.base import Closeable
 
 SHUTDOWN_GRACE_S = 3.0
-"""How long a stop waits for open requests; event streams never end on their own."""
+"""How long a stop waits for open requests once the event streams are told to end."""
 
 START_TIMEOUT_S = 30.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, ending the app's event streams as it starts to shut down.
+
+    Streams never end on their own: without this each would be cancelled
+    after the grace period, and uvicorn logs a traceback per cancelled request.
+    """
+
+    async def shutdown(self, sockets: list | None = None) -> None:
+        app = self.config.app
+        if isinstance(app, FastAPI):
+            app.state.streams.end_all()
+        await super().shutdown(sockets)
+
+
+def http_server(app: FastAPI, host: str, port: int, log_level: str = "info") -> uvicorn.Server:
+    """uvicorn over ``app``, with the access log's targets redacted (app/api/access_log.py)."""
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )
+    redact_access_log()  # after uvicorn.Config, which configures logging
+    return _Server(config)
 
 
 def build_server(
@@ -31,15 +62,8 @@ def build_server(
 ) -> tuple[uvicorn.Server, Ingestor]:
     """The uvicorn server over the API, and the (not yet started) ingestor that feeds it."""
     state = SidecarState.from_settings(settings)
-    ingestor = Ingestor(state)
-    config = uvicorn.Config(
-        create_app(settings, state),
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-    )
-    return uvicorn.Server(config), ingestor
+    server = http_server(create_app(settings, state), settings.host, settings.port, log_level)
+    return server, Ingestor(state)
 
 
 def run_server(settings: SidecarSettings) -> None:
@@ -52,8 +76,43 @@ def run_server(settings: SidecarSettings) -> None:
         ingestor.close()
 
 
+class HttpServer(Closeable):
+    """A uvicorn server running from a background thread while the ``with`` block runs.
+
+    ``url`` is the bound base URL (``http://127.0.0.1:PORT``), known once entered.
+    """
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        self.server = server
+        self._thread: threading.Thread | None = None
+        self.url = ""
+
+    def __enter__(self) -> HttpServer:
+        self._thread = threading.Thread(target=self.server.run, name="kvscope-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.close()
+                config = self.server.config
+                raise RuntimeError(
+                    f"the sidecar did not start serving on {config.host}:{config.port} "
+                    "(see uvicorn's log above)"
+                )
+            time.sleep(0.01)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return self
+
+    def close(self) -> None:
+        """Stop serving; idempotent."""
+        if self._thread is not None:
+            self.server.should_exit = True
+            self._thread.join()
+
+
 class Sidecar(Closeable):
-    """A sidecar serving from a background thread while the ``with`` block runs.
+    """A sidecar (ingest and HTTP) serving from a background thread while the ``with`` block runs.
 
     ``url`` is the bound base URL (``http://127.0.0.1:PORT``), known once entered.
     """
@@ -61,33 +120,24 @@ class Sidecar(Closeable):
     def __init__(self, settings: SidecarSettings, log_level: str = "warning") -> None:
         self.settings = settings
         self._log_level = log_level
-        self._server: uvicorn.Server | None = None
+        self._http: HttpServer | None = None
         self._ingestor: Ingestor | None = None
-        self._thread: threading.Thread | None = None
         self.url = ""
 
     def __enter__(self) -> Sidecar:
-        self._server, self._ingestor = build_server(self.settings, self._log_level)
+        server, self._ingestor = build_server(self.settings, self._log_level)
         self._ingestor.start()
-        self._thread = threading.Thread(target=self._server.run, name="kvscope-http", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(
-                    f"the sidecar did not start serving on {self.settings.host}:"
-                    f"{self.settings.port} (see uvicorn's log above)"
-                )
-            time.sleep(0.01)
-        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
-        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        self._http = HttpServer(server)
+        try:
+            self.url = self._http.__enter__().url
+        except BaseException:
+            self._ingestor.close()
+            raise
         return self
 
     def close(self) -> None:
         """Stop serving, then ingesting; idempotent."""
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join()
+        if self._http is not None:
+            self._http.close()
         if self._ingestor is not None:
             self._ingestor.close()

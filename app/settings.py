@@ -30,6 +30,7 @@ from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
 MAX_PAGE_LIMIT: Final = 1000
 """The most entries (blocks or events) one page holds, whatever limit is asked."""
 
+KiB: Final = 2**10
 MiB: Final = 2**20
 
 _TOPIC: Final = re.compile(r"[A-Za-z0-9._/-]*")
@@ -68,7 +69,11 @@ class PublisherEndpoints:
 
 
 EndpointList = Annotated[list[str], NoDecode]
-"""Decoded by ``_split_endpoints`` rather than as JSON only, to accept comma lists."""
+"""Decoded by ``_split_endpoints`` rather than as JSON only, to accept comma lists
+(endpoints, and the allowed host names)."""
+
+_HOST_NAME: Final = re.compile(r"[A-Za-z0-9.-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}\]?")
+"""A DNS name or an IPv4/IPv6 address, as a Host header names it (without the port)."""
 
 _BINDABLE: Final = re.compile(
     r"tcp://(\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(?P<port>\*|[0-9]{1,5})|ipc://.+"
@@ -175,8 +180,36 @@ class SidecarSettings(BaseSettings):
         description="Live frames held per publisher while its replay runs; past it, later "
         "frames are dropped (counted) and replayed afterwards.",
     )
+    max_body_bytes: int = Field(
+        default=2 * MiB,
+        ge=KiB,
+        le=1024 * MiB,
+        description="Largest request body; a larger one is a 413, refused while it is read.",
+    )
+    max_sse_clients: int = Field(
+        default=256,
+        ge=1,
+        le=65536,
+        description="Most event streams open at once; one more is a 503 (counted).",
+    )
+    sse_client_queue_bytes: int = Field(
+        default=MiB,
+        ge=64 * KiB,
+        description="Rendered events waiting for one slow stream reader; past it the reader "
+        "is shed (counted) and resumes with Last-Event-ID.",
+    )
+    events_response_bytes: int = Field(
+        default=MiB,
+        ge=64 * KiB,
+        description="Most event bytes in one /api/v1/events page (at least one event).",
+    )
+    allowed_hosts: EndpointList = Field(
+        default_factory=list,
+        description="Host header names the HTTP server answers (any port); unset: the "
+        "loopback names and the bound address, or every name when bound to all addresses.",
+    )
 
-    @field_validator("connect", "replay", "listen", "listen_replay", mode="before")
+    @field_validator("connect", "replay", "listen", "listen_replay", "allowed_hosts", mode="before")
     @classmethod
     def _split_endpoints(cls, value: Any) -> Any:
         """A JSON list or a comma-separated string, as environment variables carry lists."""
@@ -214,6 +247,14 @@ class SidecarSettings(BaseSettings):
         names = [_declared_stream(pair).name for pair in pairs]
         _no_repeats(names, "is given more than one replay endpoint")
         return pairs
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_are_names(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            if not _HOST_NAME.fullmatch(host):
+                raise ValueError(f"{host[:80]!r} is not a host name or address")
+        return hosts
 
     @field_validator("kv_topic", "stats_topic")
     @classmethod

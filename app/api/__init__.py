@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 
-from app.api.metrics import metrics_registry
+from app.api.event_stream import EventStreams
+from app.api.guards import install_guards
+from app.api.http_counts import HttpCounts
+from app.api.limits import HttpLimits
+from app.api.metrics import HttpCollector, metrics_registry
 from app.api.page import mount_page
 from app.api.routes import blocks, docs, events, operations, stats
+from app.api.validation_errors import install_validation_errors
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
 
@@ -33,14 +41,37 @@ Anything else is a 422 naming the text. Ints are strings in JSON because
 
 **Authentication.** When the sidecar is started with a token, every route
 except the probes (`/healthz`, `/readyz`) needs `Authorization: Bearer
-<token>`, this documentation included; a missing or wrong token is a 401. The
-event stream also takes `?token=<token>`, since a browser's EventSource cannot
-send headers. The web page at `/` holds no data and loads without a token.
+<token>`, this schema and the web page included; a missing or wrong token is
+a 401. In a browser, open `/?token=<token>` once: the answer sets a session
+cookie (HttpOnly, SameSite=Strict) that the page and its requests then carry,
+and redirects to `/`. The event stream also takes `?token=<token>`, since an
+EventSource cannot send headers. Without the token, `/readyz` counts the
+unseen publishers but does not name them.
+
+**Limits.** A request body over 2 MiB is a 413; a lookup takes at most 16,384
+hashes; an event lists at most 1,000 of its hashes (`block_count` says how many
+it had); an events page stops at about 1 MiB; at most 256 event streams are
+open (then 503), and a stream whose reader falls 1 MiB behind is ended (the
+reader resumes with `Last-Event-ID`). Requests must name the sidecar by a
+name it serves (`Host`; by default the loopback names and the address it
+binds), except the probes'.
 """
 
 
-def create_app(settings: SidecarSettings, state: SidecarState) -> FastAPI:
-    """The sidecar's FastAPI application over ``state`` (which the ingest thread keeps)."""
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    app.state.streams.close()
+
+
+def create_app(
+    settings: SidecarSettings, state: SidecarState, limits: HttpLimits | None = None
+) -> FastAPI:
+    """The sidecar's FastAPI application over ``state`` (which the ingest thread keeps).
+
+    ``limits`` default to ``HttpLimits.from_settings(settings)``.
+    """
+    limits = HttpLimits.from_settings(settings) if limits is None else limits
     app = FastAPI(
         title="kvscope sidecar",
         summary="Live KV-cache block statistics, block index, event feed and metrics.",
@@ -48,14 +79,21 @@ def create_app(settings: SidecarSettings, state: SidecarState) -> FastAPI:
         openapi_url=None,  # served by routes.docs, behind the token
         docs_url=None,
         redoc_url=None,
+        lifespan=_lifespan,
     )
+    counts = HttpCounts()
+    streams = EventStreams(state.event_log, limits, counts)
     app.state.settings = settings
     app.state.sidecar = state
-    app.state.metrics = metrics_registry(state)
+    app.state.limits = limits
+    app.state.streams = streams
+    app.state.metrics = metrics_registry(state, HttpCollector(counts, streams))
     for router in (stats.router, blocks.router, events.router, events.stream_router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(operations.router)
     app.include_router(operations.probes)
     app.include_router(docs.router)
     mount_page(app)
+    install_validation_errors(app)
+    install_guards(app, limits, counts)
     return app

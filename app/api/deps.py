@@ -9,10 +9,14 @@ from __future__ import annotations
 from hmac import compare_digest
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Query, Request, status
+from fastapi import Depends, HTTPException, Query, Request, Security, status
 from fastapi.exceptions import RequestValidationError
+from fastapi.security import APIKeyCookie, APIKeyQuery, HTTPBearer
 from prometheus_client import CollectorRegistry
 
+from app.api.event_stream import EventStreams
+from app.api.limits import HttpLimits
+from app.api.session import COOKIE, session_value
 from app.settings import MAX_PAGE_LIMIT, SidecarSettings
 from app.state.sidecar import SidecarState
 
@@ -32,9 +36,24 @@ def get_registry(request: Request) -> CollectorRegistry:
     return request.app.state.metrics
 
 
+def get_streams(request: Request) -> EventStreams:
+    return request.app.state.streams
+
+
+def get_limits(request: Request) -> HttpLimits:
+    return request.app.state.limits
+
+
 State = Annotated[SidecarState, Depends(get_state)]
 Settings = Annotated[SidecarSettings, Depends(get_settings)]
 Registry = Annotated[CollectorRegistry, Depends(get_registry)]
+Streams = Annotated[EventStreams, Depends(get_streams)]
+Limits = Annotated[HttpLimits, Depends(get_limits)]
+
+UNAUTHORIZED: dict[int | str, dict[str, str]] = {
+    401: {"description": "A token is set and the request does not carry it."}
+}
+"""The answer every guarded router documents."""
 
 
 def page_size(
@@ -68,38 +87,97 @@ def page_size(
 
 PageSize = Annotated[int, Depends(page_size)]
 
+# Declared for the OpenAPI schema (its security schemes); the checks below read the
+# request themselves, comparing bytes in constant time.
+_BEARER = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>`.")
+_SESSION = APIKeyCookie(
+    name=COOKIE,
+    auto_error=False,
+    description="Set by `GET /?token=<token>`, for the page in a browser.",
+)
+_QUERY = APIKeyQuery(
+    name="token",
+    auto_error=False,
+    description="The event stream only: a browser's EventSource cannot send headers.",
+)
 
-def require_token(request: Request, settings: Settings) -> None:
-    """With a token configured, the request must carry ``Authorization: Bearer <token>``."""
-    _check(settings, _authorization(request))
+
+def require_token(
+    request: Request,
+    settings: Settings,
+    _bearer: Annotated[object, Security(_BEARER)] = None,
+    _session: Annotated[object, Security(_SESSION)] = None,
+) -> None:
+    """With a token configured: ``Authorization: Bearer <token>`` or the page's session cookie."""
+    check_token(request, settings)
 
 
-def require_token_or_query(request: Request, settings: Settings) -> None:
+def require_token_or_query(
+    request: Request,
+    settings: Settings,
+    _bearer: Annotated[object, Security(_BEARER)] = None,
+    _session: Annotated[object, Security(_SESSION)] = None,
+    _query: Annotated[object, Security(_QUERY)] = None,
+) -> None:
     """As ``require_token``, or ``?token=``: a browser's EventSource cannot send headers."""
-    given = _authorization(request)
-    if given is None:
-        tokens = [token for token in request.query_params.getlist("token") if token]
-        if tokens:
-            given = b"Bearer " + tokens[0].encode()
-    _check(settings, given)
+    check_token(request, settings, query=True)
 
 
-def _authorization(request: Request) -> bytes | None:
-    given = request.headers.get("authorization")
-    return None if given is None else given.encode("latin-1")  # the header's bytes, as sent
+def is_authorized(request: Request, settings: SidecarSettings) -> bool:
+    """Whether the request may read what the token guards (always, without a token)."""
+    try:
+        check_token(request, settings)
+    except HTTPException:
+        return False
+    return True
 
 
-def _check(settings: SidecarSettings, given: bytes | None) -> None:
+def check_token(request: Request, settings: SidecarSettings, *, query: bool = False) -> None:
+    """Refuse (401) unless the first credential the request carries is the token.
+
+    In order: the Authorization header (its bytes as sent), the session
+    cookie, and, with ``query``, ``?token=``. A wrong one is refused even
+    when a later one would be right.
+    """
     if settings.token is None:
         return
-    if given is None:
-        challenge, detail = 'Bearer realm="kvscope"', "missing bearer token"
+    token = settings.token.get_secret_value()
+    header = request.headers.get("authorization")
+    cookie = request.cookies.get(COOKIE)
+    given = query_token(request) if query else None
+    if header is not None:
+        scheme, _, credentials = header.encode("latin-1").partition(b" ")
+        _verify(scheme.lower() == b"bearer", credentials.strip(), token.encode())
+    elif cookie is not None:
+        _verify(True, cookie.encode(), session_value(token).encode())
+    elif given is not None:
+        _verify(True, given.encode(), token.encode())
     else:
-        scheme, _, credentials = given.partition(b" ")
-        expected = settings.token.get_secret_value().encode()
-        if scheme.lower() == b"bearer" and compare_digest(credentials.strip(), expected):
-            return
-        challenge, detail = 'Bearer realm="kvscope", error="invalid_token"', "invalid token"
+        _refuse('Bearer realm="kvscope"', "missing bearer token")
+
+
+def login_token(request: Request, settings: Settings) -> str | None:
+    """The token of a ``/?token=`` login, checked before any cookie (a stale one is replaced);
+    None, after the usual check, when the request is no login."""
+    given = query_token(request)
+    if given is None or settings.token is None:
+        check_token(request, settings)
+        return None
+    _verify(True, given.encode(), settings.token.get_secret_value().encode())
+    return given
+
+
+def query_token(request: Request) -> str | None:
+    """The first non-empty ``?token=``, or None."""
+    return next((token for token in request.query_params.getlist("token") if token), None)
+
+
+def _verify(scheme_ok: bool, given: bytes, expected: bytes) -> None:
+    if not (compare_digest(given, expected) and scheme_ok):
+        _refuse('Bearer realm="kvscope", error="invalid_token"', "invalid token")
+
+
+def _refuse(challenge: str, detail: str) -> None:
     raise HTTPException(
         status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": challenge}
     )

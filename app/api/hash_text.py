@@ -10,9 +10,13 @@ because 64-bit hashes exceed what JavaScript numbers hold exactly.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Final
 
-from pydantic import AfterValidator, StrictInt
+from pydantic import AfterValidator, StrictInt, StringConstraints, WithJsonSchema
+
+MAX_HASH_TEXT: Final = 2 + 2 * 128
+"""Longest hash text: 0x and a 128-byte hash (vLLM's are 32 bytes; an int's decimal fits
+too). Checked before the patterns run, and bounds the text a 422 echoes."""
 
 _INT_TEXT = re.compile(r"-?[0-9]+")
 _HEX_TEXT = re.compile(r"(?:0[xX](?:[0-9a-fA-F]{2})+|[0-9a-fA-F]{64})")
@@ -38,8 +42,23 @@ def _hash_input(value: str | int) -> bytes | int:
     return value if isinstance(value, int) else parse_block_hash(value)
 
 
-BlockHashText = Annotated[str, AfterValidator(parse_block_hash)]
+_HashText = Annotated[
+    str,
+    StringConstraints(max_length=MAX_HASH_TEXT),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "maxLength": MAX_HASH_TEXT,
+            "pattern": rf"^(?:{_INT_TEXT.pattern}|{_HEX_TEXT.pattern})$",
+            "description": "Decimal digits (an int hash), or 0x and hex digits (bytes).",
+        }
+    ),
+]
+"""The schema states the rule (a client can check text before sending it); the
+validator below applies it, with a message saying what a hash looks like."""
+
+BlockHashText = Annotated[_HashText, AfterValidator(parse_block_hash)]
 """A hash given as text (a path parameter), parsed to int or bytes."""
 
-BlockHashInput = Annotated[StrictInt | str, AfterValidator(_hash_input)]
+BlockHashInput = Annotated[StrictInt | _HashText, AfterValidator(_hash_input)]
 """A hash in a JSON body: a JSON integer, or text by the same rule."""

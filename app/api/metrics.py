@@ -1,7 +1,7 @@
 """The Prometheus registry behind /metrics: every worker's metrics, labelled, and the sidecar's own.
 
 The sidecar's own ``kvscope_sidecar_*`` metrics are defined here, read at
-scrape time from the sidecar's state.
+scrape time from the sidecar's state and from the HTTP side's counts.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app.api.event_stream import EventStreams
+from app.api.http_counts import HttpCounts
 from app.state.sidecar import SidecarState
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import Snapshot
@@ -24,8 +26,10 @@ _PUBLISHER_COUNTERS = (
     ("kvscope_sidecar_restarts_total", "Times a publisher's sequence went back.", "restarts"),
     ("kvscope_sidecar_malformed_frames_total", "Frames or events skipped as malformed.",
      "malformed"),
-    ("kvscope_sidecar_replayed_batches_total", "Batches fetched from replay sockets.",
+    ("kvscope_sidecar_replayed_batches_total", "Batches applied from replay sockets.",
      "replayed"),
+    ("kvscope_sidecar_held_dropped_frames_total",
+     "Live frames dropped while a replay held them past replay_hold_bytes.", "held_dropped"),
 )  # fmt: skip
 _LISTENER_COUNTERS = (
     ("kvscope_sidecar_listen_frames_total", "Frames received on the listen socket.", "frames"),
@@ -53,6 +57,15 @@ class SidecarCollector(Collector):
             for publisher in publishers:
                 family.add_metric([publisher.name], getattr(publisher, attribute))
             yield family
+        replays = CounterMetricFamily(
+            "kvscope_sidecar_replays_total",
+            "Replays asked of publishers' replay sockets, by how they ended.",
+            labels=["publisher", "outcome"],
+        )
+        for publisher in publishers:
+            for outcome, count in publisher.replays.items():
+                replays.add_metric([publisher.name, outcome], count)
+        yield replays
         lag = GaugeMetricFamily(
             "kvscope_sidecar_ingest_lag_seconds",
             "Seconds since the publisher's last frame (absent until its first).",
@@ -70,6 +83,7 @@ class SidecarCollector(Collector):
         index = self._state.index
         with self._state.lock:
             tracked, overflow = len(index), index.overflow
+            refused_media = index.refused_media_events
         yield GaugeMetricFamily("kvscope_sidecar_tracked_blocks", "Blocks indexed.", tracked)
         yield GaugeMetricFamily(
             "kvscope_sidecar_tracked_blocks_max", "Most blocks the index holds.", index.max_blocks
@@ -78,7 +92,53 @@ class SidecarCollector(Collector):
             "kvscope_sidecar_index_overflow_total", "Blocks refused by a full index.", overflow
         )
         yield CounterMetricFamily(
-            "kvscope_sidecar_events_total", "Block events received.", self._state.event_log.last_id
+            "kvscope_sidecar_refused_media_events_total",
+            "Events refused for naming a medium past max_media.",
+            refused_media,
+        )
+        event_log = self._state.event_log
+        yield CounterMetricFamily(
+            "kvscope_sidecar_events_total", "Block events received.", event_log.last_id
+        )
+        yield CounterMetricFamily(
+            "kvscope_sidecar_event_log_shed_total",
+            "Events not kept in the recent-events log (past event_batch_max, or too large).",
+            event_log.shed,
+        )
+        yield GaugeMetricFamily(
+            "kvscope_sidecar_event_log_bytes",
+            "Estimated memory of the recent-events log (at most event_buffer_bytes).",
+            event_log.bytes,
+        )
+
+
+class HttpCollector(Collector):
+    """What the HTTP side refused or shed, and the event streams open (``HttpLimits``)."""
+
+    def __init__(self, counts: HttpCounts, streams: EventStreams) -> None:
+        self._counts = counts
+        self._streams = streams
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        refused = CounterMetricFamily(
+            "kvscope_sidecar_http_refused",
+            "Requests refused by a limit: body_too_large (413), host_not_allowed (400), "
+            "sse_clients_full (503).",
+            labels=["reason"],
+        )
+        for reason, count in self._counts.refused.items():
+            refused.add_metric([reason], count)
+        yield refused
+        yield CounterMetricFamily(
+            "kvscope_sidecar_sse_shed",
+            "Event-stream readers dropped for falling a queue's worth behind.",
+            self._counts.sse_shed,
+        )
+        yield GaugeMetricFamily(
+            "kvscope_sidecar_sse_clients", "Event streams open.", len(self._streams)
         )
 
 
@@ -91,9 +151,10 @@ def _worker_snapshots(state: SidecarState) -> Iterator[tuple[Snapshot, Mapping[s
             yield snapshot, {"publisher": name, "engine": frame.engine_id, "rank": str(frame.rank)}
 
 
-def metrics_registry(state: SidecarState) -> CollectorRegistry:
+def metrics_registry(state: SidecarState, http: HttpCollector) -> CollectorRegistry:
     """A registry of its own, so two sidecars in one process (tests) never collide."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: _worker_snapshots(state)))
     registry.register(SidecarCollector(state))
+    registry.register(http)
     return registry

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, Field
 
@@ -15,6 +15,14 @@ from app.state.publisher import PublisherState
 
 CONNECTED_WITHIN_S = 10.0
 """A publisher counts as connected when a frame arrived this recently."""
+
+MAX_LOOKUP_HASHES: Final = 16_384
+"""Longest chain one lookup takes: a 256k-token prompt in blocks of 16."""
+
+MAX_EVENT_HASHES: Final = 1_000
+"""Most block hashes one served event lists (``block_count`` says how many it had). A
+publisher may send one event of millions of hashes; rendering them all, for every
+reader, would hold the server for seconds and send hundreds of megabytes."""
 
 
 class PublisherInfo(BaseModel):
@@ -37,7 +45,14 @@ class PublisherInfo(BaseModel):
     missed: int
     restarts: int
     malformed: int
-    replayed: int
+    replayed: int = Field(description="Batches applied from the publisher's replay socket.")
+    replays: dict[str, int] = Field(
+        description="Replays asked of its replay socket, by how they ended: complete, "
+        "timeout, deadline, oversize, malformed."
+    )
+    held_dropped: int = Field(
+        description="Live frames dropped while a replay held them past replay_hold_bytes."
+    )
     dropped: int | None = Field(description="Frames the publisher itself dropped.")
     engine_id: str | None
     rank: int | None
@@ -62,6 +77,8 @@ class PublisherInfo(BaseModel):
             restarts=state.restarts,
             malformed=state.malformed,
             replayed=state.replayed,
+            replays={str(outcome): count for outcome, count in state.replays.items()},
+            held_dropped=state.held_dropped,
             dropped=None if worker is None else worker.dropped_frames,
             engine_id=None if frame is None else frame.engine_id,
             rank=None if frame is None else frame.rank,
@@ -147,7 +164,9 @@ class BlockPage(BaseModel):
 
 
 class LookupRequest(BaseModel):
-    block_hashes: list[BlockHashInput] = Field(description="A prompt's block-hash chain.")
+    block_hashes: list[BlockHashInput] = Field(
+        max_length=MAX_LOOKUP_HASHES, description="A prompt's block-hash chain."
+    )
 
 
 class LookupResponse(BaseModel):
@@ -162,7 +181,10 @@ class Event(BaseModel):
     ts: float = Field(description="The batch's timestamp, by the publisher's clock.")
     kind: Literal["stored", "removed", "cleared"]
     medium: str | None = Field(description="Null for `cleared` (every medium).")
-    block_hashes: list[str]
+    block_hashes: list[str] = Field(
+        description=f"The event's first {MAX_EVENT_HASHES} block hashes (all, when fewer)."
+    )
+    block_count: int = Field(description="How many block hashes the event carried.")
     block_size: int | None
     parent_block_hash: str | None
 
@@ -170,6 +192,7 @@ class Event(BaseModel):
     def of(cls, logged: LoggedEvent) -> Event:
         event = logged.event
         parent = event.parent_block_hash
+        shown = event.block_hashes[:MAX_EVENT_HASHES]
         return cls(
             id=logged.id,
             publisher=logged.publisher,
@@ -177,13 +200,16 @@ class Event(BaseModel):
             ts=logged.ts,
             kind=event.kind,
             medium=None if event.kind == "cleared" else event.medium or DEFAULT_MEDIUM,
-            block_hashes=[render_block_hash(h) for h in event.block_hashes],
+            block_hashes=[render_block_hash(h) for h in shown],
+            block_count=len(event.block_hashes),
             block_size=event.block_size,
             parent_block_hash=None if parent is None else render_block_hash(parent),
         )
 
 
 class EventPage(BaseModel):
+    """Events after ``since``, up to ``limit`` and about a megabyte: page on with the last id."""
+
     events: list[Event]
     first_id: int = Field(description="The oldest id still held; older ones were dropped.")
     last_id: int
@@ -191,4 +217,8 @@ class EventPage(BaseModel):
 
 class Readiness(BaseModel):
     ready: bool
-    unseen: list[str]
+    unseen_count: int = Field(description="Publishers not heard from yet.")
+    unseen: list[str] | None = Field(
+        description="Their names; null to a request without the token, when one is set: "
+        "the probes are open, the publishers' addresses are not."
+    )

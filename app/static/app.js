@@ -1,7 +1,8 @@
 // kvscope's live page: polls /api/v1/stats every second, follows the SSE event stream.
+// With a token set, the page was opened as /?token=TOKEN, which the sidecar answered with a
+// session cookie and a redirect to /: every request below carries that cookie, and no URL
+// carries the token.
 "use strict";
-const token = new URLSearchParams(location.search).get("token");
-const headers = token ? { Authorization: `Bearer ${token}` } : {};
 const HISTORY = 300;  // seconds of chart history
 const series = { gpu: [], cpu: [], g2c: [], c2g: [] };
 const fmt = (v, digits = 0) => (v === null || v === undefined ? "–"
@@ -50,7 +51,7 @@ function publisherRow(p) {
 
 async function refresh() {
   try {
-    const response = await fetch("/api/v1/stats", { headers });
+    const response = await fetch("/api/v1/stats");
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const s = await response.json();
     const media = s.blocks_by_medium || {};
@@ -81,14 +82,14 @@ async function refresh() {
 }
 
 function follow() {
-  const url = "/api/v1/events/stream" + (token ? `?token=${encodeURIComponent(token)}` : "");
   const feed = document.getElementById("event-feed");
-  new EventSource(url).onmessage = (message) => {
+  new EventSource("/api/v1/events/stream").onmessage = (message) => {
     const e = JSON.parse(message.data);
     const item = document.createElement("li");
     item.className = e.kind;
     const hashes = (e.block_hashes || []).slice(0, 4).join(", ");
-    const more = (e.block_hashes || []).length > 4 ? ` +${e.block_hashes.length - 4}` : "";
+    const count = e.block_count ?? (e.block_hashes || []).length;  // the list may be cut short
+    const more = count > 4 ? ` +${count - 4}` : "";
     item.textContent = `#${e.id} ${e.kind} ${e.medium ?? ""} [${hashes}${more}]`;
     feed.prepend(item);
     while (feed.children.length > 100) feed.lastChild.remove();

@@ -1,6 +1,8 @@
 """The FastAPI app in-process over a real SidecarState: auth, paging, and stats computed at ingest.
 
-Routes are driven through fastapi's TestClient (no server); the state is fed
+Routes are driven through fastapi's TestClient (no server), under a name the
+sidecar serves (``localhost``; TestClient's own ``testserver`` is refused by the
+Host check, tests/hostile/test_http_input.py); the state is fed
 by a real Ingestor from kvscope's real EventPublisher where a test needs
 ingest. Waits poll the ingest thread's own counters (never the API, whose
 first read is what a test checks) for up to 15 s; nothing asserts on time.
@@ -30,16 +32,20 @@ TOKEN = "s3cret-token"
 ENDPOINT = "tcp://127.0.0.1:1"  # never connected to: these tests ingest nothing
 
 
+def served(settings: SidecarSettings, state: SidecarState) -> TestClient:
+    return TestClient(create_app(settings, state), base_url="http://localhost")
+
+
 def client(**overrides: object) -> TestClient:
     settings = SidecarSettings(connect=[ENDPOINT], **overrides)
-    return TestClient(create_app(settings, SidecarState.from_settings(settings)))
+    return served(settings, SidecarState.from_settings(settings))
 
 
-def test_the_token_guards_every_route_but_the_probes_and_the_page() -> None:
+def test_the_token_guards_every_route_but_the_probes() -> None:
     with client(token=TOKEN) as http:
         good = {"Authorization": f"Bearer {TOKEN}"}
         for path in ("/api/v1/stats", "/api/v1/blocks", "/api/v1/events", "/metrics",
-                     "/docs", "/redoc", "/openapi.json"):  # fmt: skip
+                     "/openapi.json", "/", "/static/app.js", "/static/style.css"):  # fmt: skip
             missing = http.get(path)
             assert missing.status_code == 401, path
             assert missing.headers["www-authenticate"] == 'Bearer realm="kvscope"'
@@ -58,8 +64,8 @@ def test_the_token_guards_every_route_but_the_probes_and_the_page() -> None:
         assert http.get("/api/v1/blocks/7", headers=good).status_code == 404
         assert http.get("/healthz").status_code == 200
         assert http.get("/readyz").status_code == 503
-        assert http.get("/").status_code == 200
-        assert http.get("/static/app.js").status_code == 200
+        for gone in ("/docs", "/redoc", "/static/index.html", "/static/../server.py"):
+            assert http.get(gone, headers=good).status_code == 404, gone
         stream = "/api/v1/events/stream"
         assert http.get(stream).json() == {"detail": "missing bearer token"}
         assert http.get(stream, params={"token": "not-it"}).json() == {"detail": "invalid token"}
@@ -68,8 +74,29 @@ def test_the_token_guards_every_route_but_the_probes_and_the_page() -> None:
 
 def test_without_a_token_everything_is_open() -> None:
     with client() as http:
-        for path in ("/api/v1/stats", "/metrics", "/docs", "/redoc", "/openapi.json"):
+        for path in ("/api/v1/stats", "/metrics", "/openapi.json", "/", "/static/app.js"):
             assert http.get(path).status_code == 200, path
+
+
+def test_a_browser_trades_the_token_in_the_url_for_a_session_cookie() -> None:
+    with client(token=TOKEN) as http:
+        assert http.get("/", params={"token": "not-it"}).status_code == 401
+        login = http.get("/", params={"token": TOKEN}, follow_redirects=False)
+        assert (login.status_code, login.headers["location"]) == (303, "/")
+        cookie = login.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and TOKEN not in cookie
+        # From now on the client carries the cookie, and no URL the token.
+        for path in ("/", "/static/app.js", "/api/v1/stats", "/metrics", "/openapi.json"):
+            assert http.get(path).status_code == 200, path
+        with http.stream("GET", "/api/v1/events/stream") as stream:
+            assert stream.status_code == 200
+        assert http.get("/readyz").json()["unseen"] == [ENDPOINT]
+        # A stale cookie (another token) is refused, and a new login replaces it.
+        http.cookies.clear()
+        http.cookies.set("kvscope_session", "0" * 64)
+        assert http.get("/api/v1/stats").json() == {"detail": "invalid token"}
+        assert http.get("/", params={"token": TOKEN}).status_code == 200
+        assert http.get("/api/v1/stats").status_code == 200
 
 
 def test_page_size_defaults_under_the_cap_and_a_larger_one_is_a_422() -> None:
@@ -140,7 +167,7 @@ def test_rates_and_block_bytes_come_from_ingest_not_from_reads(
         assert state.index.bytes_by_medium() == {"CPU": 3 * 4096}
 
     settings = SidecarSettings(connect=[publisher.endpoint])
-    with TestClient(create_app(settings, state)) as http:
+    with served(settings, state) as http:
         first = http.get("/api/v1/stats").json()
         # The first read already sees the block bytes and the rate of the last two frames.
         assert first["bytes_by_medium"] == {"CPU": 3 * 4096}
@@ -180,7 +207,7 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
     assert state.listener is not None
     raw = RawPublisher(connect=state.listener.bound[0], topic=b"engine-b")
     try:
-        with TestClient(create_app(settings, state)) as http:
+        with served(settings, state) as http:
             unready = http.get("/readyz")
             assert (unready.status_code, unready.json()["unseen"]) == (503, ["engine-a@0"])
             frame = StatsFrame(  # names stream engine-b@0: its engine id is its topic

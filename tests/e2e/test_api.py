@@ -8,7 +8,6 @@ with httpx. Waits poll the API for up to WAIT_S; nothing asserts on time.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +23,7 @@ from offload.base import OffloadingEvent
 from offload.cpu.manager import CPUOffloadingManager
 from offload.wire.publisher import EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
+from tests.support.http_app import sse_events
 from tests.support.polling import WAIT_S, wait_for
 from tests.support.zmq_peers import RawPublisher, kv_payload
 
@@ -119,7 +119,7 @@ def test_readiness_then_stats_and_hit_ratio_match_what_was_published(
         half = http.get("/readyz")
         assert half.status_code == 503 and half.json()["unseen"] == [b.name]
         connect(http, a, b)
-        assert http.get("/readyz").json() == {"ready": True, "unseen": []}
+        assert http.get("/readyz").json() == {"ready": True, "unseen_count": 0, "unseen": []}
         assert stats(http)["hit_ratio"] is None  # no lookups yet
 
         a.store(1, 2, 3, 4, 5)
@@ -208,24 +208,6 @@ def test_blocks_pages_filters_detail_and_lookup(workers: list[Worker]) -> None:
         assert match == {"runs": {"CPU": 4, "GPU": 2}, "break_index": 4}
         bad = http.post("/api/v1/lookup", json={"block_hashes": ["1", "nope"]})
         assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == 1
-
-
-def sse_events(response: httpx.Response, count: int) -> Iterator[dict[str, Any]]:
-    """Parse Server-Sent Events off a streaming response until ``count`` have arrived."""
-    fields: dict[str, str] = {}
-    for line in response.iter_lines():
-        if line.startswith(":"):
-            continue
-        if line:
-            key, _, value = line.partition(": ")
-            fields[key] = value
-            continue
-        if "data" in fields:
-            yield {"id": int(fields["id"]), **json.loads(fields["data"])}
-            count -= 1
-            if count == 0:
-                return
-        fields = {}
 
 
 def test_events_json_and_stream_resume_with_last_event_id(workers: list[Worker]) -> None:
@@ -327,7 +309,8 @@ def test_a_token_guards_every_route_but_the_probes(workers: list[Worker]) -> Non
     a, _ = workers
     with serve(a, token=TOKEN) as http:
         good = {"Authorization": f"Bearer {TOKEN}"}
-        for path in ("/api/v1/stats", "/api/v1/blocks", "/api/v1/events", "/metrics", "/docs"):
+        for path in ("/api/v1/stats", "/api/v1/blocks", "/api/v1/events", "/metrics",
+                     "/openapi.json", "/", "/static/app.js"):  # fmt: skip
             missing = http.get(path)
             assert missing.status_code == 401, path
             assert missing.headers["www-authenticate"].startswith("Bearer")
@@ -336,16 +319,18 @@ def test_a_token_guards_every_route_but_the_probes(workers: list[Worker]) -> Non
             assert http.get(path, headers=good).status_code == 200, path
         assert http.post("/api/v1/lookup", json={"block_hashes": []}).status_code == 401
         assert http.get("/healthz").status_code == 200
-        assert http.get("/readyz").status_code == 503  # open, and not yet ready
-        # The page holds no data and must load before its script can send the token.
-        assert http.get("/").status_code == 200
-        assert http.get("/static/app.js").status_code == 200
+        unready = http.get("/readyz")  # open, not yet ready, and naming no address
+        assert unready.status_code == 503 and unready.json()["unseen"] is None
         # EventSource cannot send headers: the stream alone also takes ?token=.
         stream = "/api/v1/events/stream"
         assert http.get(stream, params={"token": "not-it"}).status_code == 401
         with http.stream("GET", stream, params={"token": TOKEN}) as response:
             assert response.status_code == 200
         assert http.get("/api/v1/stats", params={"token": TOKEN}).status_code == 401
+        # A browser opens /?token= once and carries the session cookie from then on.
+        login = http.get("/", params={"token": TOKEN}, follow_redirects=True)
+        assert login.status_code == 200 and login.url.query == b""
+        assert http.get("/api/v1/stats").status_code == 200
 
 
 def test_the_page_is_served_with_its_assets_and_no_outside_references(
@@ -367,7 +352,7 @@ def test_the_openapi_schema_lists_every_route(workers: list[Worker]) -> None:
     a, _ = workers
     with serve(a) as http:
         schema = http.get("/openapi.json").json()
-        assert http.get("/docs").status_code == 200
+        assert http.get("/docs").status_code == 404  # no page that loads a CDN's code
     assert {path: sorted(ops) for path, ops in schema["paths"].items()} == {
         "/api/v1/stats": ["get"],
         "/api/v1/blocks": ["get"],

@@ -57,3 +57,15 @@ def test_the_page_renders_live_numbers_that_change(tmp_path: Path) -> None:
         looked_up = shown(first, "hit-detail"), shown(second, "hit-detail")
         assert looked_up[0] != looked_up[1], f"the lookup counts stayed {looked_up[0]}"
         assert shown(second, "hit-ratio").endswith("%")
+
+
+def test_with_a_token_the_page_opened_once_with_it_runs_on_its_cookie(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVSCOPE_TOKEN", "page-token")  # the demo reads it from its environment
+    with running_demo(rate=300) as base:
+        refused = chromium(tmp_path, "--dump-dom", f"{base}/")
+        assert "missing bearer token" in refused and 'id="blocks-cpu"' not in refused
+        opened = chromium(tmp_path, "--dump-dom", f"{base}/?token=page-token")
+        assert shown(opened, "updated").startswith("updated"), "the page never read the API"
+        assert int(shown(opened, "blocks-cpu").replace(",", "")) > 0

@@ -13,9 +13,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from app.settings import IngestConfig
+from app.api import create_app
+from app.settings import IngestConfig, SidecarSettings
+from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
+from tests.support.http_app import in_process
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import (
     RawPublisher,
@@ -190,6 +194,28 @@ def test_live_frames_held_past_the_byte_bound_are_dropped_counted_and_replayed_l
             assert blocks(ingestor, raw.endpoints.endpoint) == expected
             assert state.missed == 0 and state.held_dropped > 0
             assert state.replays["complete"] == raw.replay_requests >= 2
+            served = served_counts(ingestor.state, raw.endpoints.endpoint)
+            assert served == (state.replays["complete"], state.held_dropped) * 2
     finally:
         gate.set()
         raw.close()
+
+
+def served_counts(state: SidecarState, endpoint: str) -> tuple[int, int, int, int]:
+    """Completed replays and held drops as /metrics and /api/v1/stats show them."""
+    app = create_app(SidecarSettings(connect=[endpoint]), state)
+    with in_process(app) as http:
+        metrics = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(http.get("/metrics").text)
+            for sample in family.samples
+        }
+        (publisher,) = http.get("/api/v1/stats").json()["publishers"]
+    labels = (("publisher", endpoint),)
+    complete = (("outcome", "complete"), *labels)
+    return (
+        int(metrics["kvscope_sidecar_replays_total", complete]),
+        int(metrics["kvscope_sidecar_held_dropped_frames_total", labels]),
+        publisher["replays"]["complete"],
+        publisher["held_dropped"],
+    )

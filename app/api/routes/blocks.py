@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 
-from app.api.deps import PageSize, State, require_token
+from app.api.deps import UNAUTHORIZED, PageSize, State, require_token
 from app.api.hash_text import BlockHashText
 from app.api.schemas import BlockInfo, BlockPage, LookupRequest, LookupResponse
 
-router = APIRouter(tags=["api"], dependencies=[Depends(require_token)])
+router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
 
 
 @router.get("/blocks")
@@ -38,7 +38,13 @@ def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> BlockIn
     return BlockInfo.of(entry)
 
 
-@router.post("/lookup")
+@router.post(
+    "/lookup",
+    responses={
+        400: {"description": "The body is not UTF-8 text."},
+        413: {"description": "The body is over the sidecar's limit."},
+    },
+)
 def lookup(state: State, request: LookupRequest) -> LookupResponse:
     """How much of a prompt's block chain is cached, per medium, and where it breaks."""
     with state.lock:

@@ -1,10 +1,15 @@
-"""The OpenAPI schema and its pages (Swagger UI, ReDoc), behind the token like the API."""
+"""The OpenAPI schema, behind the token like the API.
+
+No Swagger UI or ReDoc page: both load their code from a CDN (a blank page
+offline), and a browser opening them cannot send the bearer token that their
+fetch of the schema needs. The schema itself is the documentation; any
+OpenAPI viewer reads it.
+"""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import JSONResponse
 
 from app.api.deps import require_token
 
@@ -16,21 +21,3 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(require_token)
 @router.get(OPENAPI_URL)
 def openapi(request: Request) -> JSONResponse:
     return JSONResponse(request.app.openapi())
-
-
-@router.get("/docs")
-def swagger_ui(request: Request) -> HTMLResponse:
-    return get_swagger_ui_html(
-        openapi_url=_root(request) + OPENAPI_URL, title=f"{request.app.title} - Swagger UI"
-    )
-
-
-@router.get("/redoc")
-def redoc(request: Request) -> HTMLResponse:
-    return get_redoc_html(
-        openapi_url=_root(request) + OPENAPI_URL, title=f"{request.app.title} - ReDoc"
-    )
-
-
-def _root(request: Request) -> str:
-    return request.scope.get("root_path", "").rstrip("/")

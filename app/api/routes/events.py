@@ -1,57 +1,83 @@
 """The block-event feed: pages of recent events, and the same live as Server-Sent Events.
 
 The stream has a router of its own because it alone also takes ``?token=``:
-a browser's EventSource cannot send headers.
+a browser's EventSource cannot send headers. Both render events off the
+event loop and within a byte budget (app/api/event_render.py,
+app/api/event_stream.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Depends, Header, Query
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi import APIRouter, Depends, Header, Query, Response
 
-from app.api.deps import PageSize, Settings, State, require_token, require_token_or_query
-from app.api.schemas import Event, EventPage
+from app.api.deps import (
+    UNAUTHORIZED,
+    Limits,
+    PageSize,
+    State,
+    Streams,
+    require_token,
+    require_token_or_query,
+)
+from app.api.event_render import page_json, render
+from app.api.event_stream import EventStreamResponse
+from app.api.schemas import EventPage
 
-router = APIRouter(tags=["api"], dependencies=[Depends(require_token)])
-stream_router = APIRouter(tags=["api"], dependencies=[Depends(require_token_or_query)])
+router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
+stream_router = APIRouter(
+    tags=["api"], dependencies=[Depends(require_token_or_query)], responses=UNAUTHORIZED
+)
+
+MAX_EVENT_ID: Final = 2**63 - 1
+"""The largest id a request may name (ids count events from 1 in one process)."""
+
+_STREAM_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    200: {
+        "description": "Server-Sent Events: `id:` the event id, `data:` an `Event` as JSON.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    503: {"description": "As many streams are open as the sidecar serves; retry later."},
+}
 
 
-@router.get("/events")
-def events(state: State, *, since: Annotated[int, Query(ge=0)] = 0, limit: PageSize) -> EventPage:
-    """Recent block events after id ``since``, oldest first (page on with the last id)."""
-    log = state.event_log
-    found = log.since(since, limit)
-    return EventPage(
-        events=[Event.of(logged) for logged in found],
-        first_id=log.first_id(),
-        last_id=log.last_id,
-    )
-
-
-@stream_router.get("/events/stream", response_class=EventSourceResponse)
-async def event_stream(
+@router.get("/events", response_model=EventPage)
+def events(
     state: State,
-    settings: Settings,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
-) -> AsyncIterator[ServerSentEvent]:
+    limits: Limits,
+    *,
+    since: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
+    limit: PageSize,
+) -> Response:
+    """Recent block events after id ``since``, oldest first (page on with the last id).
+
+    A page stops short of ``limit`` rather than pass about a megabyte.
+    """
+    log = state.event_log
+    last_id = log.last_id
+    found = log.since(min(since, last_id), limit)
+    rendered = render(found, limits.events_response_bytes)
+    body = page_json(rendered, log.first_id(), last_id)
+    return Response(body, media_type="application/json")
+
+
+@stream_router.get(
+    "/events/stream",
+    status_code=200,
+    response_class=EventStreamResponse,
+    responses=_STREAM_RESPONSES,
+)
+async def event_stream(
+    streams: Streams,
+    last_event_id: Annotated[int | None, Header(ge=0, le=MAX_EVENT_ID)] = None,
+) -> EventStreamResponse:
     """Live block events as Server-Sent Events (`id:` is the event id).
 
     With `Last-Event-ID`, the held events after it come first. An id above
     the newest one comes from an earlier sidecar process, so everything held
-    is sent. A keep-alive comment goes out after 15 s without events.
+    is sent. A keep-alive comment goes out after 15 s without events. A
+    reader that falls a megabyte behind is dropped, and resumes with
+    `Last-Event-ID` (its EventSource does so by itself).
     """
-    log = state.event_log
-    cursor = log.last_id if last_event_id is None else last_event_id
-    if cursor > log.last_id:
-        cursor = 0
-    while True:
-        found = log.since(cursor, settings.page_limit)
-        if not found:
-            await log.wait_after(cursor)
-            continue
-        for logged in found:
-            yield ServerSentEvent(data=Event.of(logged), id=str(logged.id))
-        cursor = found[-1].id
+    return EventStreamResponse(streams, streams.join(last_event_id))

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, status
+from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.api.deps import Registry, State, require_token
+from app.api.deps import UNAUTHORIZED, Registry, Settings, State, is_authorized, require_token
 from app.api.schemas import Readiness
 
-router = APIRouter(tags=["operations"], dependencies=[Depends(require_token)])
+router = APIRouter(
+    tags=["operations"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED
+)
 probes = APIRouter(tags=["operations"])
 """Open: orchestrators call the probes without credentials."""
 
@@ -27,9 +29,13 @@ def healthz() -> dict[str, str]:
 
 
 @probes.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
-def readyz(state: State) -> JSONResponse:
-    """Readiness: 200 once every publisher has been heard from, else 503 naming the rest."""
+def readyz(request: Request, state: State, settings: Settings) -> JSONResponse:
+    """Readiness: 200 once every publisher has been heard from, else 503 counting the rest.
+
+    Their names (the publishers' addresses) only to a request with the token, when one is set.
+    """
     unseen = [name for name, publisher in state.publishers.items() if not publisher.seen]
-    body = Readiness(ready=not unseen, unseen=unseen)
+    named = is_authorized(request, settings)
+    body = Readiness(ready=not unseen, unseen_count=len(unseen), unseen=unseen if named else None)
     code = status.HTTP_503_SERVICE_UNAVAILABLE if unseen else status.HTTP_200_OK
     return JSONResponse(body.model_dump(), code)

@@ -8,12 +8,12 @@ from typing import TypeVar
 
 from fastapi import APIRouter, Depends
 
-from app.api.deps import State, require_token
+from app.api.deps import UNAUTHORIZED, State, require_token
 from app.api.schemas import ListenerInfo, PublisherInfo, StatsResponse
 
 Number = TypeVar("Number", int, float)
 
-router = APIRouter(tags=["api"], dependencies=[Depends(require_token)])
+router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
 
 
 @router.get("/stats")

@@ -1,0 +1,27 @@
+"""Pure ASGI middlewares that check or shape every request before any route sees it.
+
+Pure ASGI, not ``BaseHTTPMiddleware``: they add a few function calls per
+request and leave streamed responses (the event stream) streaming.
+``install_guards`` stacks them in the one order that works: security headers
+outermost (so they reach the refusals the inner ones send), then the Host
+check, then HEAD, then the body limit nearest the routes.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from app.api.guards.allowed_hosts import AllowedHosts
+from app.api.guards.body_limit import BodyLimit
+from app.api.guards.head import HeadAsGet
+from app.api.guards.security_headers import SecurityHeaders
+from app.api.http_counts import HttpCounts
+from app.api.limits import HttpLimits
+
+
+def install_guards(app: FastAPI, limits: HttpLimits, counts: HttpCounts) -> None:
+    """Add the guards to ``app`` (the last added runs first)."""
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, counts=counts)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(AllowedHosts, hosts=limits.allowed_hosts, counts=counts)
+    app.add_middleware(SecurityHeaders)

@@ -1,0 +1,27 @@
+"""What the HTTP side refused or dropped, counted for /metrics (``kvscope_sidecar_http_*``).
+
+Every limit in ``HttpLimits`` that turns a request away or drops a reader
+adds one here, so an operator sees a limit being hit rather than guessing
+from clients' errors. Counts change on the event loop only; /metrics reads
+them from a worker thread, and a read of an int is atomic in CPython.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Final, Literal
+
+Refusal = Literal["body_too_large", "host_not_allowed", "sse_clients_full"]
+
+REFUSALS: Final[tuple[Refusal, ...]] = ("body_too_large", "host_not_allowed", "sse_clients_full")
+
+
+class HttpCounts:
+    """Requests refused, by reason, and event-stream readers shed for reading too slowly."""
+
+    def __init__(self) -> None:
+        self.refused: Counter[Refusal] = Counter(dict.fromkeys(REFUSALS, 0))
+        self.sse_shed = 0
+
+    def refuse(self, reason: Refusal) -> None:
+        self.refused[reason] += 1

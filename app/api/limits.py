@@ -1,0 +1,67 @@
+"""The HTTP side's limits: every buffer a request or a stream can grow, bounded in bytes.
+
+One frozen object, given to ``create_app``, so a test can shrink a limit to
+reach it with little data and two apps in one process never share one. Each
+limit that refuses or drops something is counted (``HttpCounts``, exported on
+/metrics as ``kvscope_sidecar_http_*``); the README lists them with their
+defaults. ``from_settings`` reads them from ``SidecarSettings`` (``KVSCOPE_*``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from app.settings import SidecarSettings
+
+KIB: Final = 1024
+
+SSE_CHUNK_BYTES: Final = 256 * KIB
+"""Most event bytes rendered into one write to a stream (at least one event each)."""
+
+
+def _setting(name: str) -> int:
+    """A limit's default: the setting's, so the two cannot disagree."""
+    return SidecarSettings.model_fields[name].default
+
+
+LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1", "::1")
+WILDCARD_HOSTS: Final = ("", "0.0.0.0", "::", "*")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What one app bounds; the module constants are the defaults."""
+
+    max_body_bytes: int = _setting("max_body_bytes")
+    max_sse_clients: int = _setting("max_sse_clients")
+    sse_client_queue_bytes: int = _setting("sse_client_queue_bytes")
+    sse_chunk_bytes: int = SSE_CHUNK_BYTES
+    events_response_bytes: int = _setting("events_response_bytes")
+    allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
+    """Host header names served (any port); None serves every name."""
+
+    @classmethod
+    def from_settings(cls, settings: SidecarSettings) -> HttpLimits:
+        """The settings' limits, with the host check following the bound address.
+
+        Unless ``allowed_hosts`` names them, bound to one address the sidecar
+        answers the loopback names and that address: a page on another site
+        that rebinds its own name to this address (DNS rebinding) is refused,
+        token or not. Bound to every address (``0.0.0.0``, the container
+        image), its clients use names it cannot know (service names, pod
+        addresses), so every name is served unless ``allowed_hosts`` is set.
+        """
+        if settings.allowed_hosts:
+            hosts: tuple[str, ...] | None = tuple(settings.allowed_hosts)
+        elif settings.host in WILDCARD_HOSTS:
+            hosts = None
+        else:
+            hosts = tuple(dict.fromkeys((*LOOPBACK_HOSTS, settings.host)))
+        return cls(
+            max_body_bytes=settings.max_body_bytes,
+            max_sse_clients=settings.max_sse_clients,
+            sse_client_queue_bytes=settings.sse_client_queue_bytes,
+            events_response_bytes=settings.events_response_bytes,
+            allowed_hosts=hosts,
+        )

@@ -1,0 +1,56 @@
+"""422 bodies that always render, and never echo more than a little of what was sent.
+
+FastAPI's own 422 echoes each error's ``input``. A JSON body may carry
+``NaN``, ``Infinity`` or ``1e400`` (Python's json module reads them), which
+strict JSON cannot write back: the 422 became a 500 with a traceback. And an
+input may be a whole list of thousands of hashes. So an input that is not
+plain finite JSON, or whose JSON is over ``MAX_ECHO_CHARS``, is echoed as a
+short string instead.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+MAX_ECHO_CHARS: Final = 200
+
+
+def echoable(value: Any) -> Any:
+    """``value`` if it writes as strict JSON within ``MAX_ECHO_CHARS``, else a short text of it."""
+    plain = jsonable_encoder(value)
+    if isinstance(plain, str):
+        return plain if len(plain) <= MAX_ECHO_CHARS else plain[:MAX_ECHO_CHARS] + "..."
+    try:
+        text = json.dumps(plain, allow_nan=False)
+    except ValueError:  # NaN or an infinity somewhere inside
+        text = json.dumps(plain)
+    else:
+        if len(text) <= MAX_ECHO_CHARS:
+            return plain
+    return text if len(text) <= MAX_ECHO_CHARS else text[:MAX_ECHO_CHARS] + "..."
+
+
+async def validation_error(_request: Request, error: Exception) -> JSONResponse:
+    """FastAPI's 422 body (``{"detail": [...]}``), each error's ``input`` made echoable."""
+    assert isinstance(error, RequestValidationError)
+    details = []
+    for detail in error.errors():
+        shown = {key: value for key, value in detail.items() if key not in ("input", "ctx")}
+        if "input" in detail:
+            shown["input"] = echoable(detail["input"])
+        if "ctx" in detail:
+            shown["ctx"] = {key: echoable(value) for key, value in detail["ctx"].items()}
+        details.append(shown)
+    return JSONResponse(
+        {"detail": jsonable_encoder(details)}, status.HTTP_422_UNPROCESSABLE_CONTENT
+    )
+
+
+def install_validation_errors(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, validation_error)

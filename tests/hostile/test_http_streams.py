@@ -1,0 +1,280 @@
+"""Slow, vanishing and greedy clients against real uvicorn on loopback (issue 15, items 3, 5, 13).
+
+The event stream under readers that stop reading, go away or are too many;
+a resume from id 0 over events of thousands of hashes; a request body sent
+past the limit; the token in a URL, as the access log writes it. Each test
+serves ``create_app`` over a state it feeds itself (tests/support/http_app.py)
+and watches uvicorn's own logs: a limit that is hit must be counted and
+quiet, never a traceback. Waits poll with a deadline; nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.api.limits import KIB, HttpLimits
+from app.api.schemas import MAX_EVENT_HASHES
+from tests.support.http_app import TOKEN, record, serving, sidecar_app, sse_events
+from tests.support.polling import WAIT_S, wait_for, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+STREAM = "/api/v1/events/stream"
+
+
+class _Keep(logging.Filter):
+    """Keeps every record its logger emits (a filter: uvicorn's logging set-up drops handlers)."""
+
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.records = records
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return True
+
+
+@contextmanager
+def logged(name: str) -> Iterator[list[logging.LogRecord]]:
+    """The records logger ``name`` emits while the block runs (at the level uvicorn set)."""
+    records: list[logging.LogRecord] = []
+    keep = _Keep(records)
+    logger = logging.getLogger(name)
+    logger.addFilter(keep)
+    try:
+        yield records
+    finally:
+        logger.removeFilter(keep)
+
+
+def metric(http: httpx.Client, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    raise AssertionError(f"/metrics has no {name}{labels}")
+
+
+def raw_connection(url: str, request: bytes, receive_buffer: int | None = None) -> socket.socket:
+    """A socket that sent ``request`` and reads only when told (a small buffer, if given)."""
+    address = urlsplit(url)
+    sock = socket.socket()
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.connect((address.hostname, address.port))
+    sock.settimeout(WAIT_S)
+    sock.sendall(request)
+    return sock
+
+
+def stream_request(url: str, last_event_id: int | None = None) -> bytes:
+    resume = b"" if last_event_id is None else b"Last-Event-ID: %d\r\n" % last_event_id
+    host = urlsplit(url).netloc.encode()
+    return b"GET %b HTTP/1.1\r\nHost: %b\r\n%b\r\n" % (STREAM.encode(), host, resume)
+
+
+def errors_in(records: list[logging.LogRecord]) -> list[str]:
+    return [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+
+
+# --- item 3: the stream under readers that share, stall, vanish or crowd ----------------
+
+
+def test_every_reader_gets_each_event_once_in_order_backlog_then_live() -> None:
+    app, state = sidecar_app()
+    record(state, events=30)
+    with (
+        logged("uvicorn.error") as records,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+    ):
+        starts = [None, 0, 1, 15, 29, 30, 10**9]  # 10**9: an id from an earlier process
+        with_streams = [
+            http.stream("GET", STREAM, headers={} if s is None else {"Last-Event-ID": str(s)})
+            for s in starts
+        ]
+        responses = [opened.__enter__() for opened in with_streams]
+        assert all(r.status_code == 200 for r in responses)
+        wait_for(lambda: metric(http, "kvscope_sidecar_sse_clients"), lambda n: n == 7, "joined")
+        for batch in range(5):  # live, in batches the broadcaster may gather or not
+            record(state, events=4, first_hash=1000 * (batch + 1))
+        for start, response in zip(starts, responses, strict=True):
+            first = 30 if start is None else 0 if start == 10**9 else start
+            ids = [event["id"] for event in sse_events(response, 50 - first)]
+            assert ids == list(range(first + 1, 51)), start
+        for opened in with_streams:
+            opened.__exit__(None, None, None)
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "every reader gone")
+    assert errors_in(records) == []
+
+
+def test_a_reader_that_stops_reading_is_shed_counted_and_quietly_let_go() -> None:
+    limits = HttpLimits(sse_client_queue_bytes=64 * KIB, sse_chunk_bytes=16 * KIB)
+    app, state = sidecar_app(limits)
+    with (
+        logged("uvicorn.error") as records,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+    ):
+        stalled = raw_connection(url, stream_request(url), receive_buffer=4096)
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 1, "the reader joins")
+        with http.stream("GET", STREAM) as reading:  # one that keeps up, alongside
+            events = sse_events(reading, 10**9)
+
+            def flood() -> float:
+                record(state, events=20, hashes=100)
+                assert http.get("/healthz").status_code == 200
+                for _ in range(20):
+                    next(events)
+                return metric(http, "kvscope_sidecar_sse_shed_total")
+
+            wait_for(flood, lambda shed: shed == 1, "the stalled reader is shed", wait_s=60)
+        stalled.close()  # it never read: the server lets the connection go once it is gone
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "both streams end")
+        with http.stream("GET", STREAM, headers={"Last-Event-ID": "0"}) as resumed:
+            assert next(sse_events(resumed, 1))["id"] >= 1  # a shed reader resumes so
+    assert errors_in(records) == []
+
+
+def test_readers_that_vanish_mid_stream_end_their_streams_without_a_word() -> None:
+    app, state = sidecar_app()
+    record(state, events=200, hashes=50)
+    with (
+        logged("uvicorn.error") as records,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+    ):
+        for resume in (None, 0, 100):
+            sockets = [raw_connection(url, stream_request(url, resume)) for _ in range(10)]
+            for sock in sockets:
+                assert sock.recv(64).startswith(b"HTTP/1.1 200")
+            record(state, events=50, hashes=50)
+            for sock in sockets:  # a reset, as a killed client leaves it
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+                sock.close()
+            record(state, events=50, hashes=50)
+            wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "streams end")
+        assert http.get("/healthz").status_code == 200
+    assert errors_in(records) == []
+
+
+def test_streams_past_the_cap_are_refused_with_a_503_and_counted() -> None:
+    app, _ = sidecar_app(HttpLimits(max_sse_clients=2))
+    with serving(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        with http.stream("GET", STREAM) as first, http.stream("GET", STREAM) as second:
+            assert (first.status_code, second.status_code) == (200, 200)
+            third = http.get(STREAM)
+            assert third.status_code == 503 and third.headers["retry-after"] == "5"
+            assert "2 event streams" in third.json()["detail"]
+            reason = {"reason": "sse_clients_full"}
+            assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "both end")
+        with http.stream("GET", STREAM) as again:
+            assert again.status_code == 200
+
+
+def test_a_resume_from_zero_over_giant_events_is_served_a_bounded_piece_at_a_time() -> None:
+    app, state = sidecar_app(HttpLimits(events_response_bytes=64 * KIB))
+    giant = 20_000
+    for batch in range(5):
+        record(state, events=10, hashes=giant, first_hash=batch * 10 * giant)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        with http.stream("GET", STREAM, headers={"Last-Event-ID": "0"}) as stream:
+            for expected, event in enumerate(sse_events(stream, 50), start=1):
+                assert event["id"] == expected
+                assert len(event["block_hashes"]) == MAX_EVENT_HASHES
+                assert event["block_count"] == giant
+                assert http.get("/healthz").status_code == 200
+        since, pages = 0, 0
+        while since < 50:
+            page = http.get("/api/v1/events", params={"since": since, "limit": 1000})
+            assert len(page.content) <= 64 * KIB + 100, "a page passed its budget"
+            ids = [event["id"] for event in page.json()["events"]]
+            assert ids and ids[0] == since + 1
+            since, pages = ids[-1], pages + 1
+        assert pages > 1
+
+
+def test_stopping_the_server_ends_open_streams_cleanly() -> None:
+    app, state = sidecar_app()
+    record(state, events=3)
+    with logged("uvicorn.error") as records:
+        with serving(app) as url:
+            sockets = [raw_connection(url, stream_request(url, 0)) for _ in range(3)]
+            for sock in sockets:
+                assert sock.recv(64).startswith(b"HTTP/1.1 200")
+        for sock in sockets:  # the server stopped: each stream was ended, not cut
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+            assert received.endswith(b"0\r\n\r\n"), received[-200:]
+            sock.close()
+    assert errors_in(records) == []
+
+
+# --- item 5: the body limit stops the reading -----------------------------------------
+
+
+def test_a_streamed_body_past_the_limit_is_refused_without_reading_the_rest() -> None:
+    app, _ = sidecar_app()
+    with serving(app) as url, logged("uvicorn.error") as records:
+        host = urlsplit(url).netloc.encode()
+        head = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n") % host  # fmt: skip
+        sock = raw_connection(url, head)
+        chunk = b"%x\r\n%b\r\n" % (64 * KIB, b"1" * 64 * KIB)
+        sent = 0
+        try:
+            while sent < 50 * 2**20:  # 50 MB, as in the report
+                sock.sendall(chunk)
+                sent += 64 * KIB
+        except OSError:
+            pass  # the server answered and closed: the rest was never read
+        answer = b""
+        try:
+            while part := sock.recv(65536):
+                answer += part
+        except OSError:
+            pass
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert b"%d bytes" % HttpLimits().max_body_bytes in answer
+        assert sent < 50 * 2**20, "the whole body was taken in"
+        declared = raw_connection(
+            url, head.replace(b"Transfer-Encoding: chunked", b"Content-Length: 50000000")
+        )
+        assert declared.recv(65536).startswith(b"HTTP/1.1 413")  # before a byte of the body
+        declared.close()
+    assert errors_in(records) == []
+
+
+# --- item 13: the token never reaches the access log -----------------------------------
+
+
+def test_the_access_log_shows_no_token_whatever_the_url_carries() -> None:
+    app, _ = sidecar_app(token=TOKEN)
+    with (
+        serving(app, log_level="info") as url,
+        logged("uvicorn.access") as records,  # after the server's redaction, as a handler is
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+    ):
+        login = http.get("/", params={"token": TOKEN}, follow_redirects=False)
+        assert login.status_code == 303
+        http.cookies.clear()  # the session cookie would let the rest in: they are to be 401s
+        with http.stream("GET", STREAM, params={"token": TOKEN}) as stream:
+            assert stream.status_code == 200
+        assert http.get(f"/api/v1/stats?a=1&%74oken={TOKEN}").status_code == 401
+        assert http.get("/api/v1/events?x=" + "y" * 5000).status_code == 401
+        wait_until(lambda: len(records) >= 4, "four requests logged")
+    lines = [record.getMessage() for record in records]
+    assert lines and not [line for line in lines if TOKEN in line]
+    for target in ("/?token=REDACTED", f"{STREAM}?token=REDACTED", "a=1&%74oken=REDACTED"):
+        assert any(target in line for line in lines), target
+    assert max(map(len, lines)) < 500, "a long target was logged whole"
