@@ -44,8 +44,9 @@ _LISTENER_COUNTERS = (
 class SidecarCollector(Collector):
     """The sidecar's own health, read at scrape time from its state."""
 
-    def __init__(self, state: SidecarState) -> None:
+    def __init__(self, state: SidecarState, workers: SnapshotCollector) -> None:
         self._state = state
+        self._workers = workers
 
     def describe(self) -> list[Metric]:
         return []  # families appear on the first scrape; nothing to check at registration
@@ -95,6 +96,12 @@ class SidecarCollector(Collector):
             "kvscope_sidecar_refused_media_events_total",
             "Events refused for naming a medium past max_media.",
             refused_media,
+        )
+        yield GaugeMetricFamily(
+            "kvscope_sidecar_conflicting_samples",
+            "Worker samples the last scrape left out: another type or labels than the first "
+            "publisher gave their metric.",
+            self._workers.conflicting_samples,
         )
         event_log = self._state.event_log
         yield CounterMetricFamily(
@@ -154,7 +161,8 @@ def _worker_snapshots(state: SidecarState) -> Iterator[tuple[Snapshot, Mapping[s
 def metrics_registry(state: SidecarState, http: HttpCollector) -> CollectorRegistry:
     """A registry of its own, so two sidecars in one process (tests) never collide."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(lambda: _worker_snapshots(state)))
-    registry.register(SidecarCollector(state))
+    workers = SnapshotCollector(lambda: _worker_snapshots(state))
+    registry.register(workers)
+    registry.register(SidecarCollector(state, workers))
     registry.register(http)
     return registry

@@ -24,10 +24,18 @@ SnapshotSource = Callable[[], Iterable[tuple[Snapshot, Mapping[str, str]]]]
 
 
 class SnapshotCollector(Collector):
-    """Exposes every snapshot a source yields, one family per metric name."""
+    """Exposes every snapshot a source yields, one family per metric name.
+
+    Snapshots from several sources may disagree about a name (another type,
+    other labels: a newer worker's metric, or a hostile one). The first
+    source to name it shapes its family; a sample of another shape is
+    left out, because adding it would mislabel it or fail the whole scrape,
+    and ``conflicting_samples`` says how many the last scrape left out.
+    """
 
     def __init__(self, source: SnapshotSource) -> None:
         self._source = source
+        self.conflicting_samples = 0
 
     def describe(self) -> list[Metric]:
         # Describing nothing lets registration skip a first collect() and its
@@ -35,43 +43,56 @@ class SnapshotCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        families: dict[str, Metric] = {}
+        families: dict[str, _Shaped] = {}
+        conflicts = 0
         for snapshot, extra in self._source():
             for kind, samples in (("counter", snapshot.counters), ("gauge", snapshot.gauges)):
                 for sample in samples:
                     family = _family(families, sample.name, kind, sample.labels, extra)
+                    if family is None:
+                        conflicts += 1
+                        continue
                     family.add_metric(_values(sample.labels, extra), sample.value)
             for hist in snapshot.histograms:
                 family = _family(families, hist.name, "histogram", hist.labels, extra)
+                if family is None:
+                    conflicts += 1
+                    continue
                 buckets = [
                     (_bound(upper), cumulative)
                     for upper, cumulative in zip(hist.buckets, hist.counts, strict=True)
                 ]
                 family.add_metric(_values(hist.labels, extra), buckets, hist.sum)
-        yield from families.values()
+        self.conflicting_samples = conflicts
+        yield from (family for family, _ in families.values())
+
+
+_Shaped = tuple[Metric, tuple[Kind, tuple[str, ...]]]
+"""A family and the shape (type, label names) its samples must have."""
 
 
 def _family(
-    families: dict[str, Metric],
+    families: dict[str, _Shaped],
     name: str,
     kind: Kind,
     labels: Mapping[str, str],
     extra: Mapping[str, str],
-) -> Metric:
-    """The family for a name, made on first sight with sorted label names.
+) -> Metric | None:
+    """The family for a name, made on first sight with sorted label names; None for a
+    sample whose type or label names differ from that family's.
 
     A name this kvscope does not define (a newer worker's metric) is still
     exported, with a help text saying so, rather than dropped.
     """
-    family = families.get(name)
-    if family is not None:
-        return family
+    shape = (kind, (*sorted(labels), *extra))
+    known = families.get(name)
+    if known is not None:
+        family, family_shape = known
+        return family if shape == family_shape else None
     spec = SPECS.get(name)
     help_text = spec.help if spec else "kvscope metric reported by a newer worker."
-    label_names = [*sorted(labels), *extra]
-    family_type = _FAMILIES[spec.kind if spec else kind]
-    family = family_type(name, help_text, labels=label_names)
-    families[name] = family
+    family = _FAMILIES[spec.kind if spec else kind](name, help_text, labels=list(shape[1]))
+    families[name] = (family, shape)
     return family
 
 

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from app.decode import decode_stats_payload
@@ -26,6 +27,7 @@ from app.settings import IngestConfig, SidecarSettings
 from offload.base import OffloadingEvent
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import Snapshot
+from offload.wire.stats_frame import HistogramSnapshot, Sample
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import RawPublisher, ingesting, kv_payload, wait_connected
 
@@ -207,3 +209,30 @@ def test_every_frame_accepted_prints_a_valid_exposition_beside_the_sidecar(
 def test_ingest_config_defaults_match_the_settings_defaults() -> None:
     settings_config = SidecarSettings(connect=["tcp://127.0.0.1:1"]).ingest_config()
     assert settings_config == IngestConfig()
+
+
+def test_publishers_that_disagree_about_a_metric_leave_the_exposition_valid() -> None:
+    """The first publisher's type and labels shape the family; the other's samples are left out.
+
+    Built from the second publisher's histogram, the family took the first's
+    counter values as buckets and the scrape failed; with other labels, the
+    samples were silently mislabelled.
+    """
+    first = Snapshot(counters=[Sample(name="x_new_total", labels={"a": "1"}, value=3.0)])
+    as_histogram = HistogramSnapshot(
+        name="x_new_total", buckets=[1.0, math.inf], counts=[1, 2], sum=3.0, count=2
+    )
+    as_other_labels = Sample(name="x_new_total", labels={"b": "2"}, value=5.0)
+    second = Snapshot(counters=[as_other_labels], histograms=[as_histogram])
+    collector = SnapshotCollector(
+        lambda: [(first, {"publisher": "p1"}), (second, {"publisher": "p2"})]
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    (family,) = text_string_to_metric_families(text)
+    assert family.type == "counter"
+    assert [(s.labels, s.value) for s in family.samples if s.name == "x_new_total"] == [
+        ({"a": "1", "publisher": "p1"}, 3.0)
+    ]
+    assert collector.conflicting_samples == 2
