@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.add_argument(
         "--capacity", type=_capacity, default=DEFAULT_CAPACITY, help="CPU tier size in blocks"
     )
+    demo_cmd.add_argument(
+        "--gpu-capacity", type=_capacity, default=None,
+        help="simulated GPU prefix cache size in blocks (default: a quarter of --capacity)",
+    )  # fmt: skip
     demo_cmd.add_argument("--rate", type=float, default=200.0, help="requests replayed per second")
     demo_cmd.add_argument(
         "--duration", type=float, default=None, help="stop after this many seconds"
@@ -136,7 +140,12 @@ def _run_demo(args: argparse.Namespace) -> int:
     from offload.sim.demo_worker import DemoConfig, DemoWorker
 
     requests = load_trace(bundled_trace_path())
-    config = DemoConfig(policy=args.policy, capacity_blocks=args.capacity, requests_per_s=args.rate)
+    config = DemoConfig(
+        policy=args.policy,
+        capacity_blocks=args.capacity,
+        gpu_cache_blocks=args.gpu_capacity,
+        requests_per_s=args.rate,
+    )
     stop = threading.Event()
     with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
         engine = DemoWorker(requests, publisher, config)

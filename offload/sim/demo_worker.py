@@ -1,11 +1,15 @@
-"""The built-in inference-worker stand-in: a trace driven through the real tier.
+"""The built-in inference-worker stand-in: a trace driven through both tiers.
 
-``kvscope demo`` needs a worker that behaves like vLLM's offloading connector
-without a GPU or vLLM: this worker runs a trace, request by request, through
-the real manager and real CPU transfers (a store is a GPU->CPU job, a hit a
-CPU->GPU job, completed asynchronously when the job finishes), and publishes
-its events and stats frames exactly as a worker would. The "GPU" cache is a
-small CPU tensor: its content does not matter, the bytes moved do.
+``kvscope demo`` needs a worker that behaves like vLLM with kvscope's
+offloading connector, without a GPU or vLLM: this worker runs a trace,
+request by request, through a model of vLLM's GPU prefix cache
+(``GPUPrefixCache``) and, for what that misses, the real manager and real
+CPU transfers (a store is a GPU->CPU job, a hit a CPU->GPU job, completed
+asynchronously when the job finishes). It publishes both tiers' events on
+one stream (GPU ones with medium "GPU", as vLLM's publisher names them) and
+the CPU tier's stats frames, so the sidecar draws a two-tier picture. The
+"GPU" KV tensors are small CPU tensors: their content does not matter, the
+bytes moved do.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 
 from offload.base import BlockHash
 from offload.cpu.manager import CPUOffloadingManager
+from offload.sim.gpu_prefix_cache import GPUPrefixCache
 from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE
 from offload.transfer import CPUTransferBackend, Direction, KVLayout, TransferResult
 from offload.wire.publisher import Publisher
@@ -37,9 +42,20 @@ class DemoConfig:
     engine_id: str = "demo"
     num_layers: int = 2
     num_gpu_blocks: int = 1024
-    """More than the longest request in blocks, so one job never names a GPU block twice."""
+    """Rows of the stand-in KV tensors: more than the longest request in blocks, so one
+    job never names a GPU block twice. Not the prefix cache's size (``gpu_cache_blocks``)."""
+    gpu_cache_blocks: int | None = None
+    """Blocks the GPU prefix cache holds; None: a quarter of the CPU tier, as a GPU's
+    KV cache is usually a fraction of the host memory given to offloading."""
     head_dim: int = 32
     num_heads: int = 2
+
+    @property
+    def gpu_cache_capacity(self) -> int:
+        """``gpu_cache_blocks``, or its default when None (at least one block)."""
+        if self.gpu_cache_blocks is not None:
+            return self.gpu_cache_blocks
+        return max(1, self.capacity_blocks // 4)
 
 
 class DemoWorker:
@@ -58,6 +74,7 @@ class DemoWorker:
         self.manager = CPUOffloadingManager(
             config.block_size, config.capacity_blocks, config.policy, enable_events=True
         )
+        self.gpu = GPUPrefixCache(config.gpu_cache_capacity, config.block_size)
         # A token per block row keeps the "GPU" cache small: the geometry is a
         # stand-in, only the number of bytes per block matters to the figures.
         gpu = [
@@ -95,26 +112,45 @@ class DemoWorker:
         self._finish()
 
     def step(self, block_hashes: Sequence[BlockHash]) -> None:
-        """One request: load the hit prefix, store the rest, as the connector would."""
+        """One request, as vLLM with the connector runs it: GPU prefix, then the CPU tier.
+
+        The GPU-resident prefix is a hit with nothing to move; the CPU tier is
+        asked only about the rest, and its hit prefix is loaded. The blocks the
+        request computed are stored to the CPU tier (so its hit ratio measures
+        what it saves), every block of the request becomes GPU-resident, and
+        the blocks that pushes out of the GPU are offered to the CPU tier too,
+        as the connector offloads what the GPU is about to drop.
+        """
         manager = self.manager
         self._complete(self.transfers.poll())
-        hits = manager.lookup(block_hashes)
+        missed = block_hashes[self.gpu.lookup(block_hashes) :]
+        hits = manager.lookup(missed)
         if hits:
-            loaded = list(block_hashes[:hits])
+            loaded = list(missed[:hits])
             spec = manager.prepare_load(loaded)
-            manager.touch(block_hashes)
+            manager.touch(missed)
             job = self.transfers.submit(
                 Direction.CPU_TO_GPU, spec.block_ids, self._gpu_blocks(loaded)
             )
             self._loads[job] = loaded
-        out = manager.prepare_store(list(block_hashes[hits:]))
+        self._store(missed[hits:])
+        self._store(self.gpu.admit(block_hashes))
+        self._publish_events()
+
+    def _store(self, block_hashes: Sequence[BlockHash]) -> None:
+        """Offer blocks to the CPU tier; the ones it takes go out as one GPU->CPU job."""
+        out = self.manager.prepare_store(list(block_hashes))
         if out is not None and out.block_hashes_to_store:
             stored = out.block_hashes_to_store
             job = self.transfers.submit(
                 Direction.GPU_TO_CPU, self._gpu_blocks(stored), out.store_spec.block_ids
             )
             self._stores[job] = stored
-        self.telemetry.publish_events()
+
+    def _publish_events(self) -> None:
+        """Both tiers' events since the last step, as one batch on the worker's stream."""
+        events = [*self.gpu.take_events(), *self.manager.take_events()]
+        self.telemetry.publisher.publish_events(events)
 
     def _gpu_blocks(self, block_hashes: Sequence[BlockHash]) -> list[int]:
         """Stand-in GPU block ids, distinct within a job as a real block table's are."""
@@ -134,7 +170,7 @@ class DemoWorker:
         for job in [*self._stores, *self._loads]:
             self.transfers.wait(job)
         self._complete(self.transfers.poll())
-        self.telemetry.publish_events()
+        self._publish_events()
 
     def _finish(self) -> None:
         self.settle()

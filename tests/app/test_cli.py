@@ -157,3 +157,10 @@ def test_serve_names_a_listen_endpoint_it_cannot_bind() -> None:
         f"kvscope: error: --listen / KVSCOPE_LISTEN: cannot bind '{endpoint}': "
         "Address already in use"
     )
+
+
+def test_demo_refuses_a_gpu_capacity_below_one_block() -> None:
+    result = kvscope("demo", "--gpu-capacity", "0", "--duration", "1")
+    assert result.returncode == 2
+    assert "capacity must be at least 1" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -36,6 +36,11 @@ def test_the_demo_serves_moving_kvscope_metrics() -> None:
         )
         assert later["kvscope_store_admitted_blocks_total"] > 0
         assert later["kvscope_transfer_bytes_total"] > 0
-        stats = httpx.get(f"{url}/api/v1/stats", timeout=10).json()
-        assert stats["blocks_by_medium"].get("CPU", 0) > 0
+        # Both tiers, on one stream: the simulated GPU prefix cache and the CPU tier behind it.
+        wait_for(
+            lambda: httpx.get(f"{url}/api/v1/stats", timeout=10).json()["blocks_by_medium"],
+            lambda by_medium: by_medium.get("GPU", 0) > 0 and by_medium.get("CPU", 0) > 0,
+            "the sidecar holds blocks on both media",
+            WAIT_S,
+        )
         assert httpx.get(f"{url}/readyz", timeout=10).status_code == 200

@@ -1,8 +1,9 @@
-"""The demo's worker stand-in: real manager, real CPU transfers, real publisher."""
+"""The demo's worker stand-in: a GPU prefix cache, the real CPU tier, one real publisher."""
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import zmq
 
@@ -14,7 +15,9 @@ from offload.wire.stats_frame import decode_stats_frame
 
 def test_the_engine_moves_bytes_publishes_events_and_leaves_nothing_pinned() -> None:
     requests = [[1, 2, 3], [1, 2, 3, 4], [5, 6], [1, 2, 7], [5, 6, 8]]
-    config = DemoConfig(capacity_blocks=6, requests_per_s=10_000, stats_period_s=0.0)
+    config = DemoConfig(
+        capacity_blocks=6, gpu_cache_blocks=3, requests_per_s=10_000, stats_period_s=0.0
+    )
     with EventPublisher("tcp://127.0.0.1:*") as publisher:
         ctx = zmq.Context()
         sub = ctx.socket(zmq.SUB)
@@ -29,8 +32,11 @@ def test_the_engine_moves_bytes_publishes_events_and_leaves_nothing_pinned() -> 
             engine.settle()
         engine.run(threading.Event(), max_requests=20)
 
-        manager, stats = engine.manager, engine.manager.stats
+        manager, stats, gpu = engine.manager, engine.manager.stats, engine.gpu
         assert engine.requests_done == 20
+        # Both tiers serve hits: [1, 2, 3, 4] finds its prefix on the GPU, and
+        # [1, 2, 7] finds its on the CPU tier once the GPU has evicted it.
+        assert gpu.hit_blocks > 0 and gpu.evicted_blocks > 0 and len(gpu) == 3
         assert stats.lookup_hit_blocks > 0 and stats.evicted_capacity_blocks > 0
         assert stats.loads_in_flight == 0 and stats.stores_in_flight == 0
         assert manager.invariant_violations() == []
@@ -39,20 +45,25 @@ def test_the_engine_moves_bytes_publishes_events_and_leaves_nothing_pinned() -> 
         per_block = engine.telemetry.config.bytes_per_block
         assert per_block and sum(d.bytes_moved for d in moved.values()) % per_block == 0
 
-        stored_seen = stats_seen = 0
+        # One stream carries both media: every block each tier stored or dropped, in order.
+        seen: Counter[tuple[str | None, str]] = Counter()
+        stats_seen = 0
+        expected = {
+            ("CPU", "BlockStored"): stats.store_completed_blocks,
+            ("GPU", "BlockStored"): gpu.stored_blocks,
+            ("GPU", "BlockRemoved"): gpu.evicted_blocks,
+        }
         while sub.poll(2000):
             topic, _, payload = sub.recv_multipart()
             if topic == b"kvscope.stats":
                 stats_seen += 1
                 assert decode_stats_frame(payload).config.policy == "lru"
             else:
-                stored_seen += sum(
-                    len(e.block_hashes)
-                    for e in decode_batch(payload).events
-                    if type(e).__name__ == "BlockStored"
-                )
-            if stored_seen == stats.store_completed_blocks and stats_seen > 1:
+                for event in decode_batch(payload).events:
+                    seen[(event.medium, type(event).__name__)] += len(event.block_hashes)
+            if all(seen[key] == n for key, n in expected.items()) and stats_seen > 1:
                 break
-        assert stored_seen == stats.store_completed_blocks
+        assert {key: seen[key] for key in expected} == expected
+        assert seen[("CPU", "BlockRemoved")] == stats.evicted_capacity_blocks
         sub.close(linger=0)
         ctx.term()
