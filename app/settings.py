@@ -132,6 +132,19 @@ class SidecarSettings(BaseSettings):
         ge=1,
         description="Most events of one batch the event log keeps; the rest are counted as shed.",
     )
+    history_max_series: int = Field(
+        default=512,
+        ge=1,
+        le=65_536,
+        description="Most time series /api/v1/history keeps (a series: one publisher's metric, "
+        "by medium, reason or direction); each takes at most 8 bytes per point.",
+    )
+    history_retention_s: int = Field(
+        default=6 * 3600,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="How far back /api/v1/history's 10 s points go (the 1 s points: 15 min).",
+    )
     max_media: int = Field(
         default=16,
         ge=1,

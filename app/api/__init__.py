@@ -13,7 +13,7 @@ from app.api.http_counts import HttpCounts
 from app.api.limits import HttpLimits
 from app.api.metrics import HttpCollector, metrics_registry
 from app.api.page import mount_page
-from app.api.routes import blocks, docs, events, operations, stats
+from app.api.routes import blocks, docs, events, history, operations, stats
 from app.api.validation_errors import install_validation_errors
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
@@ -88,7 +88,13 @@ def create_app(
     app.state.limits = limits
     app.state.streams = streams
     app.state.metrics = metrics_registry(state, HttpCollector(counts, streams))
-    for router in (stats.router, blocks.router, events.router, events.stream_router):
+    for router in (
+        stats.router,
+        history.router,
+        blocks.router,
+        events.router,
+        events.stream_router,
+    ):
         app.include_router(router, prefix="/api/v1")
     app.include_router(operations.router)
     app.include_router(operations.probes)

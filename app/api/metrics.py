@@ -117,6 +117,20 @@ class SidecarCollector(Collector):
             "Estimated memory of the recent-events log (at most event_buffer_bytes).",
             event_log.bytes,
         )
+        history = self._state.history
+        yield GaugeMetricFamily(
+            "kvscope_sidecar_history_bytes",
+            f"Memory of /api/v1/history's points (at most {history.max_bytes} bytes).",
+            history.bytes,
+        )
+        yield GaugeMetricFamily(
+            "kvscope_sidecar_history_series", "Time series kept by the history.", history.series
+        )
+        yield CounterMetricFamily(
+            "kvscope_sidecar_history_refused_total",
+            "History readings dropped for a series past history_max_series.",
+            history.refused,
+        )
 
 
 class HttpCollector(Collector):

@@ -10,6 +10,7 @@ from app.api.hash_text import BlockHashInput, render_block_hash
 from app.decode import DEFAULT_MEDIUM
 from app.state.block_index import BlockEntry
 from app.state.event_log import LoggedEvent
+from app.state.history import Kind, SeriesKey
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherState
 
@@ -222,3 +223,44 @@ class Readiness(BaseModel):
         description="Their names; null to a request without the token, when one is set: "
         "the probes are open, the publishers' addresses are not."
     )
+
+
+class HistorySeries(BaseModel):
+    """One series' values, one per ``HistoryResponse.times`` entry (null: no sample there)."""
+
+    publisher: str | None = Field(description="Null for the sidecar as a whole.")
+    metric: str = Field(
+        description="blocks, bytes (gauges, by medium); lookup_hit_blocks, lookup_blocks, "
+        "stores_completed, loads, dropped_frames, evictions (by reason), frames, gaps, missed, "
+        "restarts, malformed, held_dropped (counters); stores_per_s, loads_per_s, "
+        "evictions_per_s, transfer_bytes_per_s (by direction) (gauges); for the sidecar: "
+        "tracked_blocks, events_per_s (gauges), overflow, events (counters)."
+    )
+    labels: dict[str, str] = Field(description="medium, reason or direction, where it has one.")
+    kind: Literal["gauge", "counter"] = Field(
+        description="gauge: a point is the mean of its interval's samples; counter: the total "
+        "at its interval's end (subtract points for increases; a drop is a restart)."
+    )
+    values: list[float | None]
+
+    @classmethod
+    def of(cls, key: SeriesKey, kind: Kind, values: list[float | None]) -> HistorySeries:
+        return cls(
+            publisher=key.publisher,
+            metric=key.metric,
+            labels=dict(key.labels),
+            kind=kind,
+            values=values,
+        )
+
+
+class HistoryResponse(BaseModel):
+    """The aggregates over time at one resolution, from ``since`` on, oldest first."""
+
+    resolution_s: int = Field(description="Seconds each point covers.")
+    resolutions_s: list[int] = Field(description="The resolutions kept, finest first.")
+    retention_s: list[int] = Field(description="How far back each resolution reaches.")
+    times: list[float] = Field(description="Each point's interval start, unix seconds.")
+    series: list[HistorySeries] = Field(description="Those with a value in the window.")
+    max_series: int
+    refused: int = Field(description="Readings dropped because max_series series were kept.")

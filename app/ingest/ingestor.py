@@ -37,6 +37,9 @@ _log = LogLimiter(logger)
 POLL_MS: Final = 100
 """How often the thread looks at its stop flag and its replays' clocks when nothing arrives."""
 
+HISTORY_EVERY_S: Final = 1.0
+"""How often the thread samples the aggregates into the history (its finest resolution)."""
+
 MAX_LISTEN_MESSAGE_BYTES: Final = IngestConfig.max_message_bytes
 """Largest frame any socket takes by default (``max_message_bytes``): a publisher's whole
 replay buffer. A peer that sends more is disconnected by ZMQ instead of having its frame
@@ -131,10 +134,16 @@ class Ingestor:
             poller.register(sock, zmq.POLLIN)
         if self._listen is not None:
             poller.register(self._listen, zmq.POLLIN)
+        next_sample = time.monotonic()
         while not self._stop.is_set():
             for sock, _ in poller.poll(POLL_MS):
                 self._on_ready(sock)
             self._expire_replays()
+            if time.monotonic() >= next_sample:
+                # here, on the one thread that writes the publishers' states: a sample
+                # sees each publisher between frames, never half updated
+                self.state.sample_history(time.time())
+                next_sample = max(next_sample + HISTORY_EVERY_S, time.monotonic())
 
     def _on_ready(self, sock: zmq.Socket) -> None:
         """Take one message from a ready socket (one per socket per turn: fair to all)."""

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from app.settings import IngestConfig, SidecarSettings
 from app.state.block_index import BlockIndex
 from app.state.event_log import EventLog
+from app.state.history import DEFAULT_TIERS, History, Kind, Reading, SeriesKey, TierSpec
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherSource, PublisherState
 from app.streams import ListenStream
@@ -30,9 +31,12 @@ class SidecarState:
         publishers: Iterable[PublisherSource],
         listener: ListenerState | None = None,
         ingest: IngestConfig | None = None,
+        history: History | None = None,
     ) -> None:
         self.index = index
         self.event_log = event_log
+        self.history = History() if history is None else history
+        """The aggregates over time, sampled by the ingest thread (``sample_history``)."""
         self.ingest = IngestConfig() if ingest is None else ingest
         """How the ingest thread reads: topics and the bounds on what peers send."""
         self.lock = threading.Lock()
@@ -59,6 +63,10 @@ class SidecarState:
             [*settings.publishers(), *settings.listen_streams()],
             listener,
             settings.ingest_config(),
+            History(
+                settings.history_max_series,
+                (DEFAULT_TIERS[0], TierSpec(10, max(1, settings.history_retention_s // 10))),
+            ),
         )
 
     def listened_publisher(self, topic: bytes, rank: int | None) -> PublisherState | None:
@@ -78,3 +86,62 @@ class SidecarState:
         self._listened[topic, rank] = state
         self.publishers = {**self.publishers, state.name: state}
         return state
+
+    def sample_history(self, now: float) -> None:
+        """Record the aggregates ``/api/v1/stats`` shows, per publisher and medium, at ``now``.
+
+        Per publisher: blocks and bytes held per medium (the index), its worker's totals
+        (counters) and rates (gauges) from its latest stats frame, and its stream's
+        health counts; for the sidecar as a whole (publisher None): blocks tracked, the
+        index's overflow, events received and events per second. The index is read
+        under ``lock``, for as long as one pass over its per-location counts.
+        """
+        readings: list[Reading] = []
+
+        def add(
+            publisher: str | None, metric: str, kind: Kind, value: float | None, **labels: str
+        ) -> None:
+            if value is not None:
+                readings.append(
+                    Reading(SeriesKey(publisher, metric, tuple(labels.items())), kind, value)
+                )
+
+        with self.lock:
+            usage = self.index.usage()
+            tracked, overflow = len(self.index), self.index.overflow
+        for row in usage:
+            add(row.publisher, "blocks", "gauge", row.blocks, medium=row.medium)
+            add(row.publisher, "bytes", "gauge", row.bytes, medium=row.medium)
+        add(None, "tracked_blocks", "gauge", tracked)
+        add(None, "overflow", "counter", overflow)
+        add(None, "events", "counter", self.event_log.last_id)
+        add(None, "events_per_s", "gauge", self.event_log.events_per_s())
+        for name, publisher in self.publishers.items():
+            for metric in _STREAM_COUNTS:
+                add(name, metric, "counter", getattr(publisher, metric))
+            worker = publisher.worker
+            if worker is None:
+                continue
+            for metric in _WORKER_COUNTS:
+                add(name, metric, "counter", getattr(worker, metric))
+            for metric in _WORKER_RATES:
+                add(name, metric, "gauge", getattr(worker, metric))
+            for reason, count in worker.evictions.items():
+                add(name, "evictions", "counter", count, reason=reason)
+            for direction, per_s in worker.transfer_bytes_per_s.items():
+                add(name, "transfer_bytes_per_s", "gauge", per_s, direction=direction)
+        self.history.add(now, readings)
+
+
+_STREAM_COUNTS = ("frames", "gaps", "missed", "restarts", "malformed", "held_dropped")
+"""``PublisherState`` counts kept as history (counters)."""
+_WORKER_COUNTS = (
+    "lookup_hit_blocks",
+    "lookup_blocks",
+    "stores_completed",
+    "loads",
+    "dropped_frames",
+)
+"""``WorkerStats`` totals kept as history (counters): the hit ratio is the first over the second."""
+_WORKER_RATES = ("stores_per_s", "loads_per_s", "evictions_per_s")
+"""``WorkerStats`` rates kept as history (gauges)."""

@@ -355,6 +355,7 @@ def test_the_openapi_schema_lists_every_route(workers: list[Worker]) -> None:
         assert http.get("/docs").status_code == 404  # no page that loads a CDN's code
     assert {path: sorted(ops) for path, ops in schema["paths"].items()} == {
         "/api/v1/stats": ["get"],
+        "/api/v1/history": ["get"],
         "/api/v1/blocks": ["get"],
         "/api/v1/blocks/{block_hash}": ["get"],
         "/api/v1/lookup": ["post"],

@@ -1,0 +1,49 @@
+"""GET /api/v1/history: the aggregates of /api/v1/stats over time, per publisher and medium."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+
+from app.api.deps import UNAUTHORIZED, State, require_token
+from app.api.schemas import HistoryResponse, HistorySeries
+from app.state.history import DEFAULT_TIERS
+
+router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
+
+
+@router.get("/history", responses={422: {"description": "A resolution no tier keeps."}})
+def history(
+    state: State,
+    since: Annotated[
+        float, Query(description="Unix seconds; points from then on (default: all kept).")
+    ] = 0.0,
+    resolution: Annotated[
+        int | None,
+        Query(
+            description="Seconds per point, one of `resolutions_s`; default: the finest "
+            "that still holds everything since `since`.",
+            json_schema_extra={"enum": [spec.resolution_s for spec in DEFAULT_TIERS]},
+        ),
+    ] = None,
+    publisher: Annotated[
+        str | None, Query(description="Only this publisher's series (default: all).")
+    ] = None,
+) -> HistoryResponse:
+    """Sampled every second by the ingest thread; a point is its interval's mean (gauges) or
+    last value (counters), so a page opened at any time draws the past at once."""
+    kept = state.history
+    try:
+        window = kept.window(since, resolution, publisher)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return HistoryResponse(
+        resolution_s=window.resolution_s,
+        resolutions_s=[t.resolution_s for t in kept.tiers],
+        retention_s=[t.retention_s for t in kept.tiers],
+        times=window.times,
+        series=[HistorySeries.of(key, kind, values) for key, kind, values in window.series],
+        max_series=kept.max_series,
+        refused=kept.refused,
+    )

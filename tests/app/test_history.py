@@ -1,0 +1,191 @@
+"""The sidecar's history: bounded memory, exact down-sampling, the route's schema, real ingest.
+
+Samples carry their own timestamps (a fake clock), so nothing here depends on
+how fast the machine is; the end-to-end test polls the ingest thread's history
+for up to 15 s and asserts only on what arrived.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from app.api import create_app
+from app.ingest import Ingestor
+from app.settings import SidecarSettings
+from app.state.history import History, Reading, SeriesKey, TierSpec
+from app.state.sidecar import SidecarState
+from offload.base import OffloadingEvent
+from offload.telemetry import metrics as m
+from offload.wire.publisher import EventPublisher
+from offload.wire.stats_frame import Sample, StatsFrame, WorkerConfig
+from tests.support.http_app import AUTH, TOKEN, in_process, sidecar_app
+from tests.support.polling import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+OCCUPANCY = SeriesKey("p", "blocks", (("medium", "CPU"),))
+LOADS = SeriesKey("p", "loads")
+
+
+def gauge(value: float, key: SeriesKey = OCCUPANCY) -> Reading:
+    return Reading(key, "gauge", value)
+
+
+def counter(value: float, key: SeriesKey = LOADS) -> Reading:
+    return Reading(key, "counter", value)
+
+
+def test_points_and_memory_stay_bounded_over_a_long_run() -> None:
+    tiers = (TierSpec(1, 60), TierSpec(10, 36))
+    history = History(max_series=50, tiers=tiers)
+    assert history.max_bytes == 8 * 51 * 96
+    tracemalloc.start()
+    try:
+        for second in range(20_000):  # far past both retentions
+            readings = [gauge(second % 7, SeriesKey("p", "g", (("i", str(i)),))) for i in range(60)]
+            history.add(float(second), readings)
+            if second == 1000:
+                settled, _ = tracemalloc.get_traced_memory()
+        grown = tracemalloc.get_traced_memory()[0] - settled
+    finally:
+        tracemalloc.stop()
+    assert history.series == 50
+    assert history.refused == 10 * 20_000
+    assert history.bytes == history.max_bytes
+    fine = history.window(0, 1)
+    coarse = history.window(0, 10)
+    assert len(fine.times) == 60 and len(coarse.times) == 36
+    assert fine.times == [float(s) for s in range(19_939, 19_999)]
+    assert coarse.times == [float(s) for s in range(19_630, 19_990, 10)]
+    assert all(len(values) == 60 for _, _, values in fine.series)
+    assert grown < 64 * 1024  # the rings were full at 1,000 s: nothing grows after
+
+
+def test_gauges_average_and_counters_keep_the_last_value() -> None:
+    history = History(tiers=(TierSpec(1, 100), TierSpec(10, 100)))
+    for second in range(25):
+        readings = [gauge(second), counter(second * second)]
+        if second >= 12:
+            readings = readings[1:]  # the gauge stops: no value, not zero
+        history.add(100.0 + second + 0.5, readings)
+    coarse = history.window(0, 10)
+    assert coarse.times == [100.0, 110.0]  # 120 is still being filled
+    by_key = {key: (kind, values) for key, kind, values in coarse.series}
+    assert by_key[OCCUPANCY] == ("gauge", [4.5, 10.5])  # mean of 0..9, of 10 and 11
+    assert by_key[LOADS] == ("counter", [81.0, 361.0])  # 9², 19²
+    fine = history.window(110.0, 1)
+    assert fine.times == [float(s) for s in range(110, 124)]
+    fine_by_key = {key: values for key, _, values in fine.series}
+    assert fine_by_key[OCCUPANCY] == [10.0, 11.0] + [None] * 12
+    assert fine_by_key[LOADS] == [float(s * s) for s in range(10, 24)]
+
+
+def test_two_samples_in_one_bucket_and_a_clock_that_goes_back() -> None:
+    history = History(tiers=(TierSpec(1, 10),))
+    history.add(5.1, [gauge(1), counter(1)])
+    history.add(5.9, [gauge(3), counter(2)])
+    history.add(4.0, [gauge(100), counter(100)])  # went back: dropped
+    history.add(6.0, [gauge(0)])
+    history.add(7.0, [])
+    window = history.window(0)
+    assert window.times == [5.0, 6.0]
+    values = {key: v for key, _, v in window.series}
+    assert values == {OCCUPANCY: [2.0, 0.0], LOADS: [2.0, None]}
+
+
+def test_the_finest_tier_that_holds_since_is_chosen() -> None:
+    history = History(tiers=(TierSpec(1, 5), TierSpec(10, 10)))
+    for second in range(30):
+        history.add(float(second), [gauge(1.0)])
+    assert history.window(26).resolution_s == 1
+    assert history.window(0).resolution_s == 10  # the 1 s ring lost second 0
+    with pytest.raises(ValueError, match="offered: 1, 10"):
+        history.window(0, 5)
+
+
+def test_the_route_serves_the_history_behind_the_token() -> None:
+    app, state = sidecar_app(token=TOKEN)
+    for second in range(3):
+        state.history.add(1000.0 + second, [gauge(2.0 * second), counter(second)])
+    with in_process(app) as http:
+        assert http.get("/api/v1/history").status_code == 401
+        body = http.get("/api/v1/history", headers=AUTH, params={"since": 1001}).json()
+        assert body == {
+            "resolution_s": 1,
+            "resolutions_s": [1, 10],
+            "retention_s": [900, 21_600],
+            "times": [1001.0],
+            "series": [
+                {
+                    "publisher": "p",
+                    "metric": "blocks",
+                    "labels": {"medium": "CPU"},
+                    "kind": "gauge",
+                    "values": [2.0],
+                },
+                {
+                    "publisher": "p",
+                    "metric": "loads",
+                    "labels": {},
+                    "kind": "counter",
+                    "values": [1.0],
+                },
+            ],
+            "max_series": 512,
+            "refused": 0,
+        }
+        other = http.get("/api/v1/history", headers=AUTH, params={"publisher": "q"}).json()
+        assert other["series"] == [] and len(other["times"]) == 2
+        bad = http.get("/api/v1/history", headers=AUTH, params={"resolution": 3})
+        assert bad.status_code == 422 and "offered: 1, 10" in bad.json()["detail"]
+        schema = http.get("/openapi.json", headers=AUTH).json()
+        ok = schema["paths"]["/api/v1/history"]["get"]["responses"]["200"]
+        assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/HistoryResponse")
+        metrics = http.get("/metrics", headers=AUTH).text
+        assert f"kvscope_sidecar_history_bytes {8.0 * 3 * 2}" in metrics  # 2 points, 1 + 2 rings
+
+
+def test_history_fills_from_a_real_ingest() -> None:
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
+        settings = SidecarSettings(connect=[publisher.endpoint], token=TOKEN)
+        state = SidecarState.from_settings(settings)
+        heard = state.publishers[publisher.endpoint]
+        ingestor = Ingestor(state)
+        ingestor.start()
+        try:
+
+            def probe() -> bool:  # ZMQ's slow joiner: frames before the subscription are lost
+                publisher.publish_stats(_frame(loads=7))
+                return heard.stats_frames > 0
+
+            wait_until(probe, "the sidecar receives the publisher")
+            publisher.publish_events([OffloadingEvent([1, 2, 3], 16, "CPU", False)])
+            wait_until(lambda: state.event_log.last_id == 1, "the stores are ingested")
+
+            def sampled() -> bool:  # a 1 s point closes once a sample falls past it
+                kept = {k.metric for k, _, _ in state.history.window(0, 1, heard.name).series}
+                return {"loads", "blocks"} <= kept
+
+            wait_until(sampled, "the ingest thread samples the history")
+        finally:
+            ingestor.close()
+    with in_process(create_app(settings, state)) as http:
+        body = http.get("/api/v1/history", headers=AUTH, params={"resolution": 1}).json()
+    series = {(s["publisher"], s["metric"], tuple(s["labels"].values())): s for s in body["series"]}
+    loads = series[heard.name, "loads", ()]
+    assert loads["kind"] == "counter" and 7.0 in loads["values"]
+    assert 3.0 in series[heard.name, "blocks", ("CPU",)]["values"]
+    assert (None, "events", ()) in series
+    assert len(body["times"]) == len(loads["values"])
+
+
+def _frame(loads: int) -> StatsFrame:
+    return StatsFrame(
+        ts=1.0,
+        engine_id="e0",
+        rank=0,
+        config=WorkerConfig(policy="lru", capacity_blocks=8, block_size=16),
+        counters=[Sample(name=m.LOAD_BLOCKS_TOTAL.name, value=loads)],
+    )
