@@ -1,11 +1,10 @@
 """The live event stream: each event rendered once, shared by every reader, bounded per reader.
 
 Rendering an event per reader (as a generator per response did) costs the
-event loop readers x events: 200 readers at 120 events/s held /healthz for
-hundreds of milliseconds. Here one broadcaster task follows the event log,
-waits a tick so that events come in batches, renders the batch once in a
-render thread (``render_frames``: at most ``sse_chunk_bytes``), and hands the
-same bytes to every reader's queue. A reader whose queue would pass
+event loop readers x events, which held up every other request. Here one
+broadcaster task follows the event log, waits a tick so that events come in
+batches, renders the batch once in a render thread (``render_frames``: at
+most ``sse_chunk_bytes``), and hands the same bytes to every reader's queue. A reader whose queue would pass
 ``sse_client_queue_bytes`` is shed: its queue is dropped, the shed counted,
 and its stream ends once what was already written drains, so that its
 EventSource reconnects with ``Last-Event-ID`` and loses nothing the log still

@@ -2,9 +2,8 @@
 
 ZMQ's high-water marks count messages, whatever their size, so they bound
 nothing in bytes: a subscriber that stopped reading let a worker's PUB queue
-grow by ~140 MB in 20 s, and every replay answer was a copy of the replay
-buffer queued for its peer (ten peers that never read: 106 MB -> 743 MB).
-The publisher therefore hands payloads to ZMQ without copying them
+grow, and every replay answer was a copy of the replay buffer queued for its
+peer. The publisher therefore hands payloads to ZMQ without copying them
 (``copy=False``), so queues share the buffer's bytes, and asks ZMQ to say
 when it is done with each (``track=True``). ``ZmqHeld`` adds those up: every
 payload counted once however many messages share it, and released once ZMQ
