@@ -3,15 +3,15 @@
 Rendering an event per reader (as a generator per response did) costs the
 event loop readers x events, which held up every other request. Here one
 broadcaster task follows the event log, waits a tick so that events come in
-batches, renders the batch once in a render thread (``render_frames``: at
-most ``sse_chunk_bytes``), and hands the same bytes to every reader's queue. A reader whose queue would pass
-``sse_client_queue_bytes`` is shed: its queue is dropped, the shed counted,
-and its stream ends once what was already written drains, so that its
-EventSource reconnects with ``Last-Event-ID`` and loses nothing the log still
-holds. A reader resuming from an older id is sent that backlog first,
-rendered by itself a chunk at a time, each chunk written before the next is
-rendered, while the broadcast queues behind it. At most ``max_sse_clients``
-streams are open; one more is a 503, counted.
+batches, renders the batch once in a render thread (``render_frames``: at most
+``sse_chunk_bytes``), and hands the same bytes to every reader's queue. A
+reader whose queue would pass ``sse_client_queue_bytes`` is shed: its queue is
+dropped, the shed counted, and its stream ends once what was already written
+drains, so that its EventSource reconnects with ``Last-Event-ID`` and loses
+nothing the log still holds. A reader resuming from an older id is sent that
+backlog first, rendered by itself a chunk at a time, each chunk written before
+the next is rendered, while the broadcast queues behind it. At most
+``max_sse_clients`` streams are open; one more is a 503, counted.
 
 A stream ends quietly whichever way it ends: its client gone (the server
 reports the disconnect; nothing is logged), shed, or the server stopping
