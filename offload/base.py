@@ -122,3 +122,18 @@ class Closeable(ABC):
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def positive_count(name: str, value: int, maximum: int | None = None) -> int:
+    """``value``, if it is an int (not a bool) of at least 1 and at most ``maximum``.
+
+    Otherwise a TypeError or ValueError naming ``name``: a float, a bool or a
+    string given as a size is a caller's mistake to report, not to round.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
+    return value

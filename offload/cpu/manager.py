@@ -12,7 +12,13 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 from operator import attrgetter
 
-from offload.base import BlockHash, OffloadingEvent, OffloadingManager, PrepareStoreOutput
+from offload.base import (
+    BlockHash,
+    OffloadingEvent,
+    OffloadingManager,
+    PrepareStoreOutput,
+    positive_count,
+)
 from offload.cpu.block_pool import Block, BlockPool
 from offload.cpu.load_store_spec import CPULoadStoreSpec
 from offload.cpu.manager_stats import ManagerStats
@@ -49,8 +55,8 @@ class CPUOffloadingManager(OffloadingManager):
         cache_policy: str = "lru",
         enable_events: bool = False,
     ) -> None:
-        _check_size("block_size", block_size, MAX_BLOCK_SIZE)
-        _check_size("num_blocks", num_blocks, MAX_NUM_BLOCKS)
+        positive_count("block_size", block_size, MAX_BLOCK_SIZE)
+        positive_count("num_blocks", num_blocks, MAX_NUM_BLOCKS)
         self.block_size = block_size
         self.medium = MEDIUM
         self.policy = make_policy(cache_policy, num_blocks)
@@ -325,14 +331,6 @@ class CPUOffloadingManager(OffloadingManager):
                 raise ValueError(f"cannot {action} block {block_hash!r}: its store is not complete")
             blocks.append(block)
         return blocks
-
-
-def _check_size(name: str, value: int, maximum: int) -> None:
-    """A size argument: an int (not a bool, float or string) in [1, maximum]."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if not 1 <= value <= maximum:
-        raise ValueError(f"{name} must be at least 1 and at most {maximum}, got {value}")
 
 
 def _refuse_one_object(block_hashes: Iterable[BlockHash]) -> None:

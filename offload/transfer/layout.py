@@ -16,6 +16,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from offload.base import positive_count
 from offload.transfer.canonical import canonical_layer_tensors
 from offload.transfer.job import Direction
 
@@ -100,7 +101,7 @@ class KVLayout:
     ) -> None:
         self.order = _member(KVOrder, order, "KV order")
         self.gpu_tensors = tuple(gpu_tensors)
-        self.block_size_factor = _positive_int("block_size_factor", block_size_factor)
+        self.block_size_factor = positive_count("block_size_factor", block_size_factor)
         _check_layers(self.gpu_tensors, self.order)
         self.rows(self.gpu_tensors)  # strides that defeat row views fail here, not mid-copy
 
@@ -168,7 +169,7 @@ class KVLayout:
         copy is a plain row gather and scatter in either direction.
         """
         shape = list(self.gpu_tensors[0].shape)
-        rows = _positive_int("num_cpu_blocks", num_cpu_blocks) * self.block_size_factor
+        rows = positive_count("num_cpu_blocks", num_cpu_blocks) * self.block_size_factor
         shape[self.order.block_dim] = rows
         return tuple(shape)
 
@@ -280,14 +281,6 @@ def _member(enum_cls: type[_E], value: _E | str, what: str) -> _E:
     except ValueError:
         known = ", ".join(repr(str(member)) for member in enum_cls)
         raise ValueError(f"unknown {what} {value!r}; expected one of {known}") from None
-
-
-def _positive_int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}")
-    return value
 
 
 def _check_layers(tensors: tuple[torch.Tensor, ...], order: KVOrder) -> None:
