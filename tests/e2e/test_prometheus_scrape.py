@@ -28,6 +28,7 @@ from tests.support.prometheus import (
     query,
     running_prometheus,
     value_of,
+    worker_exposition,
 )
 
 pytestmark = [needs_prometheus, pytest.mark.timeout(180)]
@@ -101,11 +102,7 @@ def test_prometheus_scrapes_the_sidecar_and_answers_grafanas_queries(
 
 @needs_promtool
 def test_promtool_finds_nothing_to_lint_in_the_exposition(demo: str) -> None:
-    body = wait_for(
-        lambda: httpx.get(f"{demo}/metrics", timeout=10).text,
-        lambda text: "kvscope_lookup_blocks_total{" in text,
-        "the worker's series appear", WAIT_S,
-    )  # fmt: skip
+    body = worker_exposition(demo)
     linted = promtool("check", "metrics", stdin=body)
     problems = linted.stdout + linted.stderr
     assert linted.returncode == 0 and not problems, problems

@@ -35,7 +35,13 @@ from tests.ops.artifacts import (
 from tests.ops.promql import is_vllm, metric_names, substitute
 from tests.support.demo_process import running_demo
 from tests.support.polling import wait_for
-from tests.support.prometheus import WAIT_S, needs_prometheus, query, running_prometheus
+from tests.support.prometheus import (
+    WAIT_S,
+    needs_prometheus,
+    query,
+    running_prometheus,
+    worker_exposition,
+)
 
 pytestmark = [pytest.mark.e2e, needs_prometheus, pytest.mark.timeout(180)]
 PROMETHEUS_OWN = {"up"}
@@ -113,11 +119,7 @@ def test_every_kvscope_recording_rule_records_and_every_rule_evaluates(
 
 
 def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(demo: str) -> None:
-    body = wait_for(
-        lambda: httpx.get(f"{demo}/metrics", timeout=10).text,
-        lambda text: "kvscope_lookup_blocks_total{" in text,
-        "the worker's series appear", WAIT_S,
-    )  # fmt: skip
+    body = worker_exposition(demo)
     exported = {
         sample.name for family in text_string_to_metric_families(body) for sample in family.samples
     }

@@ -30,6 +30,15 @@ needs_promtool = pytest.mark.skipif(
 WAIT_S = 60.0
 
 
+def worker_exposition(base_url: str) -> str:
+    """The sidecar's /metrics once a worker's series are in it (its first stats frame)."""
+    return wait_for(
+        lambda: httpx.get(f"{base_url}/metrics", timeout=10).text,
+        lambda text: "kvscope_lookup_blocks_total{" in text,
+        "the worker's series appear", WAIT_S,
+    )  # fmt: skip
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
