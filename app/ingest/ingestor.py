@@ -166,12 +166,11 @@ class Ingestor:
     def _on_connected(self, state: PublisherState, frames: list[bytes]) -> None:
         _heard(state)
         try:
-            message = self._parse(frames, listen=False)
-            if isinstance(message, KVFrame) and self._held(state, message):
-                return
-            self._deliver(state, self._decoded(message))
+            raw = self._parse(frames, listen=False)
         except Exception as exc:  # a publisher's bad frame must not stop the others
             _skipped(state, exc)
+            return
+        self._receive(state, raw)
 
     def _on_listened(self, listener: ListenerState, frames: list[bytes]) -> None:
         """A frame from the listen socket, to the publisher its stream names."""
@@ -191,10 +190,22 @@ class Ingestor:
             listener.refused += 1
             return
         _heard(state)
+        self._receive(state, raw, message)
+
+    def _receive(
+        self,
+        state: PublisherState,
+        raw: KVFrame | StatsFrame,
+        decoded: _Batch | StatsFrame | None = None,
+    ) -> None:
+        """Hold a KV frame while its publisher's replay runs, or apply the message.
+
+        ``decoded`` is the message when the caller has decoded it already.
+        """
         try:
             if isinstance(raw, KVFrame) and self._held(state, raw):
                 return
-            self._deliver(state, message)
+            self._deliver(state, self._decoded(raw) if decoded is None else decoded)
         except Exception as exc:  # a publisher's bad frame must not stop the others
             _skipped(state, exc)
 
