@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 from bench.tooling.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
-from bench.tooling.offline_bound import offline_hits
 from offload.cpu.policies.registry import policy_names
+from offload.sim.optimum import offline_hits
 
 PEER_POLICIES = ("lru", "arc")
 
