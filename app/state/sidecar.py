@@ -91,7 +91,8 @@ class SidecarState:
         """Record the aggregates ``/api/v1/stats`` shows, per publisher and medium, at ``now``.
 
         Per publisher: blocks and bytes held per medium (the index), its worker's totals
-        (counters) and rates (gauges) from its latest stats frame, and its stream's
+        (counters), rates and transfer-latency quantiles (gauges) from its latest stats
+        frames, and its stream's
         health counts; for the sidecar as a whole (publisher None): blocks tracked, the
         index's overflow, events received and events per second. The index is read
         under ``lock``, for as long as one pass over its per-location counts.
@@ -130,6 +131,8 @@ class SidecarState:
                 add(name, "evictions", "counter", count, reason=reason)
             for direction, per_s in worker.transfer_bytes_per_s.items():
                 add(name, "transfer_bytes_per_s", "gauge", per_s, direction=direction)
+            for (direction, q), seconds in worker.transfer_latency_s.items():
+                add(name, "transfer_latency_s", "gauge", seconds, direction=direction, quantile=q)
         self.history.add(now, readings)
 
 
@@ -141,6 +144,7 @@ _WORKER_COUNTS = (
     "stores_completed",
     "loads",
     "dropped_frames",
+    "dead_write_blocks",
 )
 """``WorkerStats`` totals kept as history (counters): the hit ratio is the first over the second."""
 _WORKER_RATES = ("stores_per_s", "loads_per_s", "evictions_per_s")

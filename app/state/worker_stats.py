@@ -9,8 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from app.state.histogram_quantile import increase, quantile
 from offload.telemetry import metrics as m
-from offload.wire.stats_frame import StatsFrame
+from offload.wire.stats_frame import HistogramSnapshot, StatsFrame
+
+LATENCY_QUANTILES: Final = ("0.5", "0.99")
+"""The transfer-latency quantiles kept per direction (as the label values history shows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +27,13 @@ class WorkerStats:
     stores_completed: int = 0
     loads: int = 0
     dropped_frames: int = 0
+    dead_write_blocks: int = 0
     stores_per_s: float | None = None
     loads_per_s: float | None = None
     evictions_per_s: float | None = None
     transfer_bytes_per_s: dict[str, float] = field(default_factory=dict)
+    transfer_latency_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(direction, quantile) -> seconds, over the jobs finished between the two frames."""
 
     @classmethod
     def between(cls, previous: StatsFrame | None, frame: StatsFrame) -> WorkerStats:
@@ -55,10 +62,12 @@ class WorkerStats:
             stores_completed=int(_total(frame, m.STORE_COMPLETED_BLOCKS_TOTAL)),
             loads=int(_total(frame, m.LOAD_BLOCKS_TOTAL)),
             dropped_frames=int(_total(frame, m.PUBLISHER_DROPPED_FRAMES_TOTAL)),
+            dead_write_blocks=int(_total(frame, m.DEAD_WRITE_BLOCKS_TOTAL)),
             stores_per_s=rate(m.STORE_COMPLETED_BLOCKS_TOTAL),
             loads_per_s=rate(m.LOAD_BLOCKS_TOTAL),
             evictions_per_s=rate(m.EVICTED_BLOCKS_TOTAL),
             transfer_bytes_per_s=transfer,
+            transfer_latency_s={} if previous is None else _latency(previous, frame),
         )
 
 
@@ -72,6 +81,27 @@ def block_bytes_by_medium(frame: StatsFrame) -> dict[str, int]:
         for sample in frame.gauges
         if sample.name == m.BLOCKS_CAPACITY.name and "medium" in sample.labels
     }
+
+
+def _latency(previous: StatsFrame, frame: StatsFrame) -> dict[tuple[str, str], float]:
+    """Transfer-time quantiles per direction of the jobs that finished between two frames."""
+    before = _durations(previous)
+    latency: dict[tuple[str, str], float] = {}
+    for direction, after in _durations(frame).items():
+        counts = increase(before.get(direction), after)
+        if counts is not None:
+            for q in LATENCY_QUANTILES:
+                latency[direction, q] = quantile(float(q), after.buckets, counts)
+    return latency
+
+
+def _durations(frame: StatsFrame) -> dict[str, HistogramSnapshot]:
+    """The frame's transfer-duration histogram per direction (the first, if one is repeated)."""
+    found: dict[str, HistogramSnapshot] = {}
+    for histogram in frame.histograms:
+        if histogram.name == m.TRANSFER_DURATION_SECONDS.name:
+            found.setdefault(histogram.labels.get("direction", ""), histogram)
+    return found
 
 
 def _total(frame: StatsFrame, spec: m.MetricSpec) -> float:

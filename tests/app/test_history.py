@@ -7,6 +7,7 @@ for up to 15 s and asserts only on what arrived.
 
 from __future__ import annotations
 
+import time
 import tracemalloc
 
 import pytest
@@ -18,8 +19,10 @@ from app.state.history import History, Reading, SeriesKey, TierSpec
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
 from offload.telemetry import metrics as m
+from offload.telemetry.histogram import Histogram
+from offload.transfer.transfer_stats import DURATION_BUCKETS_S
 from offload.wire.publisher import EventPublisher
-from offload.wire.stats_frame import Sample, StatsFrame, WorkerConfig
+from offload.wire.stats_frame import StatsFrame, WorkerConfig
 from tests.support.http_app import AUTH, TOKEN, in_process, sidecar_app
 from tests.support.polling import wait_until
 
@@ -155,10 +158,12 @@ def test_history_fills_from_a_real_ingest() -> None:
         ingestor = Ingestor(state)
         ingestor.start()
         try:
+            transfers = Histogram(DURATION_BUCKETS_S)
 
             def probe() -> bool:  # ZMQ's slow joiner: frames before the subscription are lost
-                publisher.publish_stats(_frame(loads=7))
-                return heard.stats_frames > 0
+                transfers.observe(0.002)  # a job between every two frames: a latency each time
+                publisher.publish_stats(_frame(loads=7, transfers=transfers))
+                return heard.stats_frames > 1
 
             wait_until(probe, "the sidecar receives the publisher")
             publisher.publish_events([OffloadingEvent([1, 2, 3], 16, "CPU", False)])
@@ -166,7 +171,7 @@ def test_history_fills_from_a_real_ingest() -> None:
 
             def sampled() -> bool:  # a 1 s point closes once a sample falls past it
                 kept = {k.metric for k, _, _ in state.history.window(0, 1, heard.name).series}
-                return {"loads", "blocks"} <= kept
+                return {"loads", "blocks", "dead_write_blocks", "transfer_latency_s"} <= kept
 
             wait_until(sampled, "the ingest thread samples the history")
         finally:
@@ -177,15 +182,23 @@ def test_history_fills_from_a_real_ingest() -> None:
     loads = series[heard.name, "loads", ()]
     assert loads["kind"] == "counter" and 7.0 in loads["values"]
     assert 3.0 in series[heard.name, "blocks", ("CPU",)]["values"]
+    median = series[heard.name, "transfer_latency_s", ("gpu_to_cpu", "0.5")]
+    assert median["kind"] == "gauge"
+    assert any(v is not None and 0.001 <= v <= 0.0025 for v in median["values"])
     assert (None, "events", ()) in series
     assert len(body["times"]) == len(loads["values"])
 
 
-def _frame(loads: int) -> StatsFrame:
+def _frame(loads: int, transfers: Histogram) -> StatsFrame:
+    snapshot = m.Snapshot()
+    snapshot.add(m.LOAD_BLOCKS_TOTAL, loads, medium="CPU")
+    snapshot.add(m.DEAD_WRITE_BLOCKS_TOTAL, 2, medium="CPU", policy="lru")
+    snapshot.add_histogram(m.TRANSFER_DURATION_SECONDS, transfers, direction="gpu_to_cpu")
     return StatsFrame(
-        ts=1.0,
+        ts=time.time(),
         engine_id="e0",
         rank=0,
         config=WorkerConfig(policy="lru", capacity_blocks=8, block_size=16),
-        counters=[Sample(name=m.LOAD_BLOCKS_TOTAL.name, value=loads)],
+        counters=snapshot.counters,
+        histograms=snapshot.histograms,
     )
