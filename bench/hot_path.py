@@ -1,6 +1,7 @@
 """Manager hot path: blocks per second of the canonical replay, events on.
 
-Run from the repository root: .venv/bin/python -m bench.hot_path [--repeat R] [--no-peer]
+Run from the repository root:
+    .venv/bin/python -m bench.hot_path [--repeat R] [--no-peer] [--peer-python P]
 One JSON line per (policy, capacity): kvscope's blocks/s and, in the same
 run, vLLM 0.33.0's manager's for the same policy, and their ratio (best of R
 runs each, so a noisy neighbour hurts neither side's figure).
@@ -9,19 +10,23 @@ runs each, so a noisy neighbour hurts neither side's figure).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from bench.tooling.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
 
-POLICIES = ("lru", "arc")
+POLICIES = ("lru", "arc", "gated")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per side; best is kept")
     parser.add_argument("--no-peer", action="store_true", help="skip vLLM's manager")
+    parser.add_argument(
+        "--peer-python", type=Path, help="an interpreter with vllm 0.33.0 (default: the peer venv)"
+    )
     args = parser.parse_args()
     trace_path, requests = trace()
-    python = None if args.no_peer else peer_python()
+    python = None if args.no_peer else (args.peer_python or peer_python())
     for policy in POLICIES:
         for capacity in CAPACITIES:
             ours = best_replay(requests, policy, capacity, args.repeat)

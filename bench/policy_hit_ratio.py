@@ -1,48 +1,94 @@
-"""Hit ratio of every policy on the shared trace, beside vLLM's and the offline bound.
+"""Hit ratio of every policy beside vLLM's strongest configurations and the offline bound.
 
-Run from the repository root: .venv/bin/python -m bench.policy_hit_ratio [--no-peer]
-One JSON line per (policy, capacity): our hit ratio, the peer's for the same
-policy in the same run (when its environment can be built), the difference in
-points, and our fraction of the offline bound.
+Run from the repository root:
+    .venv/bin/python -m bench.policy_hit_ratio [TRACE ...] [--halves] [--no-peer] [--peer-python P]
+
+The bundled conversation trace always runs; every Mooncake trace named on the
+command line runs too, and ``--halves`` adds each trace's first and second
+half (a policy designed on one half is checked on the other). One JSON line
+per (trace, capacity, row). Rows: the offline optimum; vLLM 0.33.0's LRU,
+its LRU with the reuse filter (store_threshold=2) and its ARC, each in the
+same run; every kvscope policy, with its ratio to the strongest peer row and
+its fraction of the optimum.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
 
 from bench.tooling.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
 from offload.cpu.policies.registry import policy_names
+from offload.sim.mooncake import load_trace
 from offload.sim.optimum import offline_hits
 
-PEER_POLICIES = ("lru", "arc")
+PEER_ROWS = (("lru", 1), ("lru", 2), ("arc", 1))
+"""vLLM's (policy, store_threshold) configurations: threshold 2 is its reuse filter."""
+
+
+def _workloads(paths: list[Path], halves: bool, scratch: Path) -> list[tuple[str, Path]]:
+    """(name, file) per trace and, with ``halves``, per half (written to ``scratch``)."""
+    named = [("bundled", trace()[0]), *((path.name, path) for path in paths)]
+    if not halves:
+        return named
+    out: list[tuple[str, Path]] = []
+    for name, path in named:
+        out.append((name, path))
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        middle = len(lines) // 2
+        for label, part in (("first-half", lines[:middle]), ("second-half", lines[middle:])):
+            half = scratch / f"{len(out)}-{label}.jsonl"
+            half.write_text("\n".join(part) + "\n", encoding="utf-8")
+            out.append((f"{name}:{label}", half))
+    return out
+
+
+def _peer_rows(python: Path | None, path: Path, capacity: int) -> dict[str, float]:
+    """The peer's hit ratio per configuration name, for those that ran."""
+    rows: dict[str, float] = {}
+    if python is None:
+        return rows
+    for policy, threshold in PEER_ROWS:
+        peer = run_peer(python, path, policy, capacity, repeat=1, store_threshold=threshold)
+        if peer is not None:
+            name = f"vllm-{policy}" + (f"-threshold{threshold}" if threshold > 1 else "")
+            rows[name] = peer["hit_ratio"]
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces", nargs="*", type=Path, help="more Mooncake JSONL traces")
+    parser.add_argument("--halves", action="store_true", help="also run each trace's halves")
     parser.add_argument("--no-peer", action="store_true", help="skip vLLM's manager")
+    parser.add_argument(
+        "--peer-python", type=Path, help="an interpreter with vllm 0.33.0 (default: the peer venv)"
+    )
     args = parser.parse_args()
-    trace_path, requests = trace()
-    block_refs = sum(len(r) for r in requests)
-    python = None if args.no_peer else peer_python()
-    for capacity in CAPACITIES:
-        bound = offline_hits(requests, capacity) / block_refs
-        for policy in policy_names():
-            ours = best_replay(requests, policy, capacity, repeat=1).hit_ratio
-            record = {
-                "bench": "policy_hit_ratio",
-                "policy": policy,
-                "capacity": capacity,
-                "hit_ratio": round(ours, 5),
-                "bound_hit_ratio": round(bound, 5),
-                "fraction_of_bound": round(ours / bound, 3),
-            }
-            if python is not None and policy in PEER_POLICIES:
-                peer = run_peer(python, trace_path, policy, capacity, repeat=1)
-                if peer is not None:
-                    record["peer"] = peer["impl"]
-                    record["peer_hit_ratio"] = round(peer["hit_ratio"], 5)
-                    record["delta_points"] = round(100 * (ours - peer["hit_ratio"]), 2)
-            emit(record)
+    python = None if args.no_peer else (args.peer_python or peer_python())
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, path in _workloads(args.traces, args.halves, Path(scratch)):
+            requests = load_trace(path)
+            block_refs = sum(len(r) for r in requests)
+            for capacity in CAPACITIES:
+                bound = offline_hits(requests, capacity) / block_refs
+                base: dict[str, Any] = {"bench": "policy_hit_ratio", "trace": name}
+                base["capacity"] = capacity
+                emit({**base, "row": "optimum", "hit_ratio": round(bound, 5)})
+                peers = _peer_rows(python, path, capacity)
+                for row, ratio in peers.items():
+                    emit({**base, "row": row, "hit_ratio": round(ratio, 5)})
+                strongest = max(peers.items(), key=lambda item: item[1], default=None)
+                for policy in policy_names():
+                    ours = best_replay(requests, policy, capacity, repeat=1).hit_ratio
+                    record = {**base, "row": f"kvscope-{policy}", "hit_ratio": round(ours, 5)}
+                    record["fraction_of_optimum"] = round(ours / bound, 3) if bound else None
+                    if strongest is not None and strongest[1] > 0:
+                        record["strongest_peer"] = strongest[0]
+                        record["ratio_to_strongest_peer"] = round(ours / strongest[1], 3)
+                    emit(record)
 
 
 if __name__ == "__main__":

@@ -48,9 +48,17 @@ def peer_python() -> Path | None:
 
 
 def run_peer(
-    python: Path, trace_path: Path, policy: str, capacity: int, repeat: int
+    python: Path,
+    trace_path: Path,
+    policy: str,
+    capacity: int,
+    repeat: int,
+    store_threshold: int = 1,
 ) -> dict[str, Any] | None:
-    """vLLM 0.33.0's manager on the same replay, or None (with the reason on stderr)."""
+    """vLLM 0.33.0's manager on the same replay, or None (with the reason on stderr).
+
+    ``store_threshold`` >= 2 runs it with its reuse filter on.
+    """
     command = [
         str(python),
         str(PEER_SCRIPT),
@@ -61,6 +69,8 @@ def run_peer(
         str(capacity),
         "--repeat",
         str(repeat),
+        "--store-threshold",
+        str(store_threshold),
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:

@@ -117,12 +117,18 @@ def replay(
 
 
 def replay_once(
-    requests: Sequence[Sequence[bytes]], policy: str, capacity: int
+    requests: Sequence[Sequence[bytes]], policy: str, capacity: int, store_threshold: int = 1
 ) -> tuple[int, int, float]:
-    """One canonical replay on a fresh vLLM manager: (hits, block_refs, seconds)."""
+    """One canonical replay on a fresh vLLM manager: (hits, block_refs, seconds).
+
+    ``store_threshold`` >= 2 turns on vLLM's reuse filter: a block is stored
+    only once it has been offered that many times.
+    """
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-    manager = CPUOffloadingManager(capacity, cache_policy=policy, enable_events=True)
+    manager = CPUOffloadingManager(
+        capacity, cache_policy=policy, enable_events=True, store_threshold=store_threshold
+    )
     return replay(manager, requests, lambda: deque(manager.take_events(), maxlen=0))
 
 
@@ -133,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", choices=("lru", "arc"), required=True)
     parser.add_argument("--capacity", type=int, required=True, help="CPU blocks (chunks)")
     parser.add_argument("--repeat", type=int, default=1, help="best-of-R timing")
+    parser.add_argument(
+        "--store-threshold", type=int, default=1, help="vLLM's reuse filter (offers before a store)"
+    )
     args = parser.parse_args(argv)
     if args.capacity < 1 or args.repeat < 1:
         parser.error("--capacity and --repeat must be positive")
@@ -143,7 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from vllm.v1.kv_offload.base import make_offload_key
 
         requests = load_keys(args.trace, make_offload_key)
-        runs = [replay_once(requests, args.policy, args.capacity) for _ in range(args.repeat)]
+        runs = [
+            replay_once(requests, args.policy, args.capacity, args.store_threshold)
+            for _ in range(args.repeat)
+        ]
     hits, block_refs, seconds = min(runs, key=lambda run: run[2])
     installed = version("vllm")
     if installed != EXPECTED_VLLM:
@@ -154,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = {
         "impl": f"vllm-{installed}",
         "policy": args.policy,
+        "store_threshold": args.store_threshold,
         "capacity": args.capacity,
         "requests": len(requests),
         "block_refs": block_refs,

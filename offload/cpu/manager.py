@@ -130,8 +130,10 @@ class CPUOffloadingManager(OffloadingManager):
     ) -> PrepareStoreOutput | None:
         """Reserve slots for the blocks not yet resident, evicting idle ones if needed.
 
-        ``request`` (optional) is the storing request, for policies that order
-        a request's blocks by their place in its prompt. ``offered`` names
+        The policy first admits the new blocks worth a slot (``CachePolicy.admit``);
+        the others are not stored and counted as not admitted. ``request``
+        (optional) is the storing request, for policies that order a request's
+        blocks by their place in its prompt. ``offered`` names
         more blocks to keep from eviction: the ones a caller filtered out of
         ``block_hashes`` (vLLM protects a whole offer).
         """
@@ -147,6 +149,13 @@ class CPUOffloadingManager(OffloadingManager):
         if not to_store:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
         pool = self.pool
+        admitted = self.policy.admit(to_store, pool.num_free)
+        if admitted is not to_store:
+            # Refused before any room is made: a block not worth a slot evicts nothing.
+            stats.store_not_admitted_blocks += len(to_store) - len(admitted)
+            to_store = admitted
+            if not to_store:
+                return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
         shortfall = len(to_store) - pool.num_free
         evicted_hashes: list[BlockHash] = []
         self._moves += 1

@@ -33,6 +33,7 @@ def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
     add(m.STORE_ADMITTED_BLOCKS_TOTAL, stats.store_admitted_blocks, medium=medium)
     add(m.STORE_SKIPPED_BLOCKS_TOTAL, stats.store_skipped_blocks, medium=medium)
     add(m.STORE_REFUSED_BLOCKS_TOTAL, stats.store_refused_blocks, medium=medium)
+    add(m.STORE_NOT_ADMITTED_BLOCKS_TOTAL, stats.store_not_admitted_blocks, medium=medium)
     add(m.STORE_REFUSALS_TOTAL, stats.store_refused_calls, medium=medium)
     add(m.STORE_COMPLETED_BLOCKS_TOTAL, store_completed, medium=medium)
     add(m.STORE_FAILED_BLOCKS_TOTAL, store_failed, medium=medium)

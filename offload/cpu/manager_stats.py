@@ -29,6 +29,7 @@ class ManagerStats:
         "store_admitted_blocks",
         "store_completed_blocks",
         "store_dropped_blocks",
+        "store_not_admitted_blocks",
         "store_refused_blocks",
         "store_refused_calls",
         "store_requested_blocks",
@@ -49,6 +50,8 @@ class ManagerStats:
         """Requested blocks stored already, or named twice in one call."""
         self.store_admitted_blocks = 0
         """Blocks given a slot (submitted stores); the rest were already stored."""
+        self.store_not_admitted_blocks = 0
+        """New blocks the policy's admission turned away: not stored, evicting nothing."""
         self.store_refused_calls = 0
         self.store_refused_blocks = 0
         self.store_completed_blocks = 0

@@ -67,6 +67,12 @@ STORE_REFUSED_BLOCKS_TOTAL = _spec(
     "Blocks refused because no room could be made.",
     "medium",
 )
+STORE_NOT_ADMITTED_BLOCKS_TOTAL = _spec(
+    "kvscope_store_not_admitted_blocks_total",
+    "counter",
+    "Blocks the cache policy judged not worth a slot; never stored, they evicted nothing.",
+    "medium",
+)
 STORE_REFUSALS_TOTAL = _spec(
     "kvscope_store_refusals_total", "counter", "prepare_store calls that returned None.", "medium"
 )
@@ -198,6 +204,7 @@ SPECS: dict[str, MetricSpec] = {
         STORE_ADMITTED_BLOCKS_TOTAL,
         STORE_SKIPPED_BLOCKS_TOTAL,
         STORE_REFUSED_BLOCKS_TOTAL,
+        STORE_NOT_ADMITTED_BLOCKS_TOTAL,
         STORE_REFUSALS_TOTAL,
         STORE_COMPLETED_BLOCKS_TOTAL,
         STORE_FAILED_BLOCKS_TOTAL,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from offload import CPUOffloadingManager, OffloadingEvent, policy_names
+from offload import CachePolicy, CPUOffloadingManager, OffloadingEvent, make_policy, policy_names
 
 POLICIES = policy_names()
+ADMIT_ALL = [name for name in POLICIES if type(make_policy(name, 1)).admit is CachePolicy.admit]
+"""Policies that store every new block offered; a gating policy's own admission
+contract is in test_admission.py, where a refusal is the expected outcome."""
 
 
 def stored(manager: CPUOffloadingManager, hashes: list) -> list:
@@ -89,6 +92,7 @@ def test_touch_keeps_a_chain_head_longer_than_its_tail() -> None:
     assert stored(manager, [8]) == [2]
 
 
+@pytest.mark.parametrize("policy", ADMIT_ALL)
 def test_blocks_being_read_are_never_evicted(policy: str) -> None:
     manager = CPUOffloadingManager(16, 2, policy)
     stored(manager, [1, 2])
@@ -110,6 +114,7 @@ def test_blocks_not_yet_ready_are_never_evicted(policy: str) -> None:
     assert out is not None and out.block_hashes_evicted == [1]
 
 
+@pytest.mark.parametrize("policy", ADMIT_ALL)
 def test_blocks_named_in_the_same_call_are_never_evicted(policy: str) -> None:
     manager = CPUOffloadingManager(16, 2, policy)
     stored(manager, [1, 2])

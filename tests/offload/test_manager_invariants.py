@@ -37,12 +37,21 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(block_hashes=hashes)
     def prepare_store(self, block_hashes: list[int]) -> None:
         assert self.manager is not None
+        stats = self.manager.stats
+        free = self.manager.pool.num_free
+        refused_before = stats.store_not_admitted_blocks
         out = self.manager.prepare_store(block_hashes)
         if out is None:
             self._check_events(stored=set(), removed=set())
             return
         named = set(block_hashes)
-        assert set(out.block_hashes_to_store) == named - self.ready - self.pending
+        new = named - self.ready - self.pending
+        # A policy may refuse new blocks (admission): they are counted, not stored,
+        # and make no room: evictions only ever serve the admitted ones.
+        assert set(out.block_hashes_to_store) <= new
+        not_admitted = stats.store_not_admitted_blocks - refused_before
+        assert not_admitted == len(new) - len(out.block_hashes_to_store)
+        assert len(out.block_hashes_evicted) <= max(0, len(out.block_hashes_to_store) - free)
         assert len(out.block_hashes_to_store) == len(set(out.block_hashes_to_store))
         for evicted in out.block_hashes_evicted:
             assert evicted in self.ready, "only ready blocks may be evicted"

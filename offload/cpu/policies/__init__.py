@@ -2,12 +2,14 @@
 
 from offload.cpu.policies.arc import ARCCachePolicy
 from offload.cpu.policies.cache_policy import CachePolicy
+from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.lru import LRUCachePolicy
 from offload.cpu.policies.registry import make_policy, policy_names, register_policy
 
 __all__ = [
     "ARCCachePolicy",
     "CachePolicy",
+    "GatedLRUCachePolicy",
     "LRUCachePolicy",
     "make_policy",
     "policy_names",

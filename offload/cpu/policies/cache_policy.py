@@ -39,6 +39,18 @@ class CachePolicy(ABC):
         policy may order the blocks by their place in its prompt.
         """
 
+    def admit(self, block_hashes: list[BlockHash], free: int) -> list[BlockHash]:
+        """Of the new blocks offered for storing, those worth a slot, in offer order.
+
+        ``block_hashes`` are not resident, deduplicated, in the order of the
+        prompt; ``free`` slots are empty now. The manager stores only what
+        this returns and counts the rest as not admitted: a refused block is
+        never stored, so it never evicts anything and no event names it. Called
+        once per store, whatever its size. The default admits every block
+        (and returns the same list, so the manager's check costs nothing).
+        """
+        return block_hashes
+
     @abstractmethod
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         """Record a use; hashes that are not resident are ignored or remembered."""

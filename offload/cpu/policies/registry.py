@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from offload.cpu.policies.arc import ARCCachePolicy
 from offload.cpu.policies.cache_policy import CachePolicy
+from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.lru import LRUCachePolicy
 
 _POLICIES: dict[str, type[CachePolicy]] = {
     LRUCachePolicy.name: LRUCachePolicy,
     ARCCachePolicy.name: ARCCachePolicy,
+    GatedLRUCachePolicy.name: GatedLRUCachePolicy,
 }
 
 

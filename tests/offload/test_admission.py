@@ -1,0 +1,121 @@
+"""The admission contract (CachePolicy.admit) and the gated policy's own rules and bounds."""
+
+from __future__ import annotations
+
+from offload import CPUOffloadingManager
+from offload.cpu.policies.gated_lru import HORIZON_RESIDENCIES, GatedLRUCachePolicy
+from offload.cpu.policies.offer_history import OFFERS_PER_SLOT, OfferHistory
+from offload.telemetry import metrics as m
+from tests.offload.test_manager_metrics import scrape
+
+
+def gated(capacity: int, events: bool = True) -> tuple[CPUOffloadingManager, GatedLRUCachePolicy]:
+    manager = CPUOffloadingManager(16, capacity, "gated", enable_events=events)
+    assert isinstance(manager.policy, GatedLRUCachePolicy)
+    return manager, manager.policy
+
+
+def store(manager: CPUOffloadingManager, hashes: list) -> list:
+    out = manager.prepare_store(hashes)
+    assert out is not None
+    manager.complete_store(out.block_hashes_to_store)
+    return out.block_hashes_to_store
+
+
+def full_with_a_residency(manager: CPUOffloadingManager, capacity: int) -> None:
+    """Fill the tier, then evict once, so the gate knows how long blocks stay."""
+    for block_hash in range(1000, 1000 + capacity + 1):
+        store(manager, [block_hash])
+    manager.take_events()
+
+
+def test_free_slots_admit_every_block() -> None:
+    manager, _ = gated(4)
+    assert store(manager, [1, 2, 3, 4]) == [1, 2, 3, 4]
+    assert manager.stats.store_not_admitted_blocks == 0
+
+
+def test_a_block_offered_once_is_refused_counted_and_silent() -> None:
+    manager, _ = gated(4)
+    full_with_a_residency(manager, 4)
+    before = {h: b.slot for h, b in manager.policy.blocks.items()}
+    out = manager.prepare_store([7, 8])
+    assert out is not None
+    assert out.block_hashes_to_store == [] and out.block_hashes_evicted == []
+    assert manager.stats.store_not_admitted_blocks == 2
+    assert manager.take_events() == []  # a refused block is never announced
+    assert {h: b.slot for h, b in manager.policy.blocks.items()} == before  # nothing evicted
+    assert scrape(manager)[(m.STORE_NOT_ADMITTED_BLOCKS_TOTAL.name,)] == 2
+
+
+def test_a_block_offered_again_within_the_horizon_is_admitted() -> None:
+    manager, policy = gated(4)
+    full_with_a_residency(manager, 4)
+    assert store(manager, [7]) == []  # first offer: refused
+    assert store(manager, [7]) == [7]  # offered again at once: well within the horizon
+    assert manager.lookup([7]) == 1
+    assert policy.residency.age is not None
+
+
+def test_an_old_second_offer_is_refused_and_a_third_is_admitted() -> None:
+    manager, policy = gated(4)
+    full_with_a_residency(manager, 4)
+    assert store(manager, [7]) == []
+    age = policy.residency.age
+    assert age is not None
+    # Touch other blocks until the first offer lies beyond the horizon.
+    resident = list(policy.blocks)
+    for _ in range(int(HORIZON_RESIDENCIES * age) + 2):
+        manager.touch(resident[:1])
+    assert store(manager, [7]) == []
+    assert store(manager, [7]) == [7]  # the third offer shows the block recurs
+
+
+def test_admission_stops_at_the_first_refusal_in_a_chain() -> None:
+    manager, _ = gated(4)
+    full_with_a_residency(manager, 4)
+    store(manager, [8])  # refused: 8 is now known, 7 and 9 are not
+    out = manager.prepare_store([7, 8, 9])
+    assert out is not None
+    # 8 would pass the gate, but behind the refused 7 no lookup could reach it.
+    assert out.block_hashes_to_store == []
+    assert manager.stats.store_not_admitted_blocks == 1 + 3
+
+
+def test_a_refused_block_never_evicts_anything() -> None:
+    manager, _ = gated(4)
+    full_with_a_residency(manager, 4)
+    store(manager, [7])
+    out = manager.prepare_store([7, 9])  # 7 is admitted, 9 is refused
+    assert out is not None
+    assert out.block_hashes_to_store == [7]
+    assert len(out.block_hashes_evicted) == 1  # room for 7 only
+
+
+def test_reset_forgets_offers_and_residency() -> None:
+    manager, policy = gated(4)
+    full_with_a_residency(manager, 4)
+    store(manager, [7])
+    manager.reset()
+    assert len(policy.offers) == 0 and policy.residency.age is None
+
+
+def test_offer_history_is_bounded_by_a_fixed_multiple_of_capacity() -> None:
+    manager, policy = gated(3)
+    assert policy.offers.limit == OFFERS_PER_SLOT * 3
+    for start in range(0, 10 * OFFERS_PER_SLOT * 3, 7):
+        manager.prepare_store(list(range(start, start + 7)))
+        manager.complete_store(list(range(start, start + 7)))
+        assert len(policy.offers) <= policy.offers.limit
+
+
+def test_offer_history_counts_offers_and_forgets_the_oldest() -> None:
+    history = OfferHistory(1)
+    assert history.offer("a", 1) is None
+    assert history.offer("a", 5) == (1, 1)
+    assert history.offer("a", 9) == (5, 2)
+    for key in range(history.limit):
+        history.offer(key, 10)
+    history.trim()
+    assert len(history) == history.limit
+    assert history.offer("a", 11) is None  # the least recently offered went first
