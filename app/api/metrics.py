@@ -85,7 +85,17 @@ class SidecarCollector(Collector):
         with self._state.lock:
             tracked, overflow = len(index), index.overflow
             refused_media = index.refused_media_events
+            usage = index.usage()
         yield GaugeMetricFamily("kvscope_sidecar_tracked_blocks", "Blocks indexed.", tracked)
+        stranded = GaugeMetricFamily(
+            "kvscope_sidecar_stranded_blocks",
+            "Blocks held that no prefix lookup reaches: a block before them in their chain "
+            "is held nowhere.",
+            labels=["publisher", "medium"],
+        )
+        for row in usage:
+            stranded.add_metric([row.publisher, row.medium], row.stranded)
+        yield stranded
         yield GaugeMetricFamily(
             "kvscope_sidecar_tracked_blocks_max", "Most blocks the index holds.", index.max_blocks
         )

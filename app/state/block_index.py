@@ -17,6 +17,7 @@ import msgspec
 
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
+from app.state.stranded import StrandedBlocks
 
 # Per block, the index keeps one tuple of atomic values (location mask,
 # sequence, first stored, last stored, hits, block size) in one dict, never a
@@ -50,12 +51,16 @@ class BlockEntry(msgspec.Struct, frozen=True):
 
 
 class Usage(msgspec.Struct, frozen=True):
-    """Blocks one publisher holds on one medium; bytes when its block size in bytes is known."""
+    """Blocks one publisher holds on one medium; bytes when its block size in bytes is known.
+
+    ``stranded`` of those blocks no prefix lookup can reach (app/state/stranded.py).
+    """
 
     publisher: str
     medium: str
     blocks: int
     bytes: int | None
+    stranded: int = 0
 
 
 class PrefixMatch(msgspec.Struct, frozen=True):
@@ -105,6 +110,8 @@ class BlockIndex:
         self._counts: list[int] = []  # bit number -> blocks held there
         self._block_bytes: dict[tuple[str, str], int] = {}
         self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
+        self.stranded = StrandedBlocks(self._blocks)
+        """Held blocks no prefix lookup reaches: an ancestor named by the events is held nowhere."""
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -132,6 +139,9 @@ class BlockIndex:
         list_seq, list_hash = self._listing_seqs.append, self._listing_hashes.append
         room = self.max_blocks - len(blocks)
         block_size = event.block_size
+        stranded = self.stranded
+        # The event's blocks continue one chain: each hangs under the one before it.
+        parent = event.parent_block_hash
         seq = self._next_seq
         added = refused = 0
         for block_hash in event.block_hashes:
@@ -139,6 +149,7 @@ class BlockIndex:
             if entry is None:
                 if room <= 0:
                     refused += 1
+                    parent = block_hash
                     continue
                 room -= 1
                 added += 1
@@ -146,13 +157,17 @@ class BlockIndex:
                 list_seq(seq)
                 list_hash(block_hash)
                 seq += 1
+                stranded.stored(block_hash, parent)
+                parent = block_hash
                 continue
+            parent = block_hash
             mask, created, first, _last, hits, size = entry
             if mask & reload_bits:
                 hits += 1
             if not mask & bit:
                 mask |= bit
                 added += 1
+                stranded.moved(block_hash, bit, 1)
             blocks[block_hash] = (mask, created, first, now, hits, size)
         self._next_seq = seq
         self._counts[number] += added
@@ -165,7 +180,9 @@ class BlockIndex:
         bit = 1 << number
         blocks = self._blocks
         removed = 0
-        for block_hash in event.block_hashes:
+        # Tail first: a chain listed head first then leaves without stranding,
+        # one after another, every block below the head (the result is the same).
+        for block_hash in reversed(event.block_hashes):
             entry = blocks.get(block_hash)
             if entry is None or not entry[_MASK] & bit:
                 continue
@@ -173,8 +190,10 @@ class BlockIndex:
             mask = entry[_MASK] ^ bit
             if mask:
                 blocks[block_hash] = (mask, *entry[1:])
+                self.stranded.moved(block_hash, bit, -1)
             else:
                 del blocks[block_hash]
+                self.stranded.gone(block_hash, bit)
         self._counts[number] -= removed
         self.untracked_removals += len(event.block_hashes) - removed
 
@@ -205,11 +224,17 @@ class BlockIndex:
             return
         keep = ~bits
         blocks = self._blocks
+        stranded = self.stranded
         for block_hash, entry in list(blocks.items()):
+            dropped = entry[_MASK] & bits
+            if not dropped:
+                continue
             if mask := entry[_MASK] & keep:
                 blocks[block_hash] = (mask, *entry[1:])
+                stranded.moved(block_hash, dropped, -1)
             else:
                 del blocks[block_hash]
+                stranded.gone(block_hash, dropped)
         for number, (owner, _medium) in enumerate(self._location_names):
             if owner == publisher:
                 self._counts[number] = 0
@@ -248,11 +273,12 @@ class BlockIndex:
     def usage(self) -> list[Usage]:
         """Blocks (and bytes where known) per publisher and medium, in order of first sight."""
         rows = []
+        stranded = self.stranded.counts
         for number, key in enumerate(self._location_names):
             blocks = self._counts[number]
             block_bytes = self._block_bytes.get(key)
             size = None if block_bytes is None else blocks * block_bytes
-            rows.append(Usage(key[0], key[1], blocks, size))
+            rows.append(Usage(key[0], key[1], blocks, size, stranded.get(number, 0)))
         return rows
 
     def blocks_by_medium(self) -> dict[str, int]:
@@ -268,6 +294,13 @@ class BlockIndex:
         for row in self.usage():
             if row.bytes is not None:
                 totals[row.medium] = totals.get(row.medium, 0) + row.bytes
+        return totals
+
+    def stranded_by_medium(self) -> dict[str, int]:
+        """Stranded blocks held per medium, over all publishers (a block on two counts twice)."""
+        totals: dict[str, int] = {}
+        for row in self.usage():
+            totals[row.medium] = totals.get(row.medium, 0) + row.stranded
         return totals
 
     def get(self, block_hash: Hashable) -> BlockEntry | None:

@@ -113,6 +113,7 @@ class SidecarState:
         for row in usage:
             add(row.publisher, "blocks", "gauge", row.blocks, medium=row.medium)
             add(row.publisher, "bytes", "gauge", row.bytes, medium=row.medium)
+            add(row.publisher, "stranded_blocks", "gauge", row.stranded, medium=row.medium)
         add(None, "tracked_blocks", "gauge", tracked)
         add(None, "overflow", "counter", overflow)
         add(None, "events", "counter", self.event_log.last_id)

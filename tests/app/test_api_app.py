@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
+from app.decode import DecodedBatch, DecodedEvent
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
@@ -259,3 +260,14 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
     finally:
         ingestor.close()
         raw.close()
+
+
+def test_metrics_count_stranded_blocks_per_publisher_and_medium() -> None:
+    settings = SidecarSettings(connect=[ENDPOINT])
+    state = SidecarState.from_settings(settings)
+    chain = DecodedEvent("stored", [1, 2, 3], "CPU", 16)
+    state.index.apply("w", DecodedBatch(1.0, 0, [chain, DecodedEvent("removed", [1], "CPU")]), 1.0)
+    with served(settings, state) as http:
+        families = {f.name: f for f in text_string_to_metric_families(http.get("/metrics").text)}
+    (sample,) = families["kvscope_sidecar_stranded_blocks"].samples
+    assert sample.labels == {"publisher": "w", "medium": "CPU"} and sample.value == 2

@@ -18,8 +18,10 @@ from app.settings import MAX_PAGE_LIMIT
 from app.state.block_index import BlockIndex, PrefixMatch, Usage
 
 
-def stored(hashes: list, medium: str | None = "CPU", block_size: int = 16) -> DecodedEvent:
-    return DecodedEvent("stored", hashes, medium, block_size)
+def stored(
+    hashes: list, medium: str | None = "CPU", block_size: int = 16, parent: int | None = None
+) -> DecodedEvent:
+    return DecodedEvent("stored", hashes, medium, block_size, parent)
 
 
 def removed(hashes: list, medium: str | None = "CPU") -> DecodedEvent:
@@ -247,6 +249,18 @@ def test_a_full_index_refuses_new_blocks_and_counts_them() -> None:
     assert (sorted(walk(index, limit=5)), index.overflow) == ([1, 3, 6], 3)
 
 
+def test_blocks_behind_an_evicted_parent_are_stranded_until_it_returns() -> None:
+    index = BlockIndex(100)
+    index.apply("w", batch(stored([1, 2, 3]), stored([4], parent=3)), now=0.0)
+    assert index.stranded_by_medium() == {"CPU": 0}
+    index.apply("w", batch(removed([2])), now=0.0)  # the chain breaks under 1
+    assert index.stranded_by_medium() == {"CPU": 2}  # 3 and 4: held, unreachable
+    index.apply("w", batch(stored([2], medium="GPU", parent=1)), now=0.0)
+    assert index.stranded_by_medium() == {"CPU": 0, "GPU": 0}  # reached through the GPU's copy
+    index.apply("w", batch(removed([1]), stored([9], parent=1)), now=0.0)
+    assert index.stranded_by_medium() == {"CPU": 3, "GPU": 1}  # 3, 4, 9 and the GPU's 2
+
+
 def test_max_blocks_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_blocks"):
         BlockIndex(max_blocks=0)
@@ -257,7 +271,12 @@ def test_max_blocks_must_be_positive() -> None:
 PUBLISHERS = ("a", "b")
 MEDIA = (None, "CPU", "GPU")
 event = st.one_of(
-    st.builds(stored, st.lists(st.integers(0, 9), max_size=5), st.sampled_from(MEDIA)),
+    st.builds(
+        stored,
+        st.lists(st.integers(0, 9), max_size=5),
+        st.sampled_from(MEDIA),
+        parent=st.one_of(st.none(), st.integers(0, 9)),
+    ),
     st.builds(removed, st.lists(st.integers(0, 9), max_size=5), st.sampled_from(MEDIA)),
     st.just(CLEARED),
 )
@@ -271,6 +290,7 @@ class Model:
         self.max_blocks = max_blocks
         self.blocks: dict[Hashable, set[tuple[str, str]]] = {}  # insertion order = listing
         self.hits: dict[Hashable, int] = {}
+        self.parents: dict[Hashable, Hashable | None] = {}  # of held blocks, from their store
         self.overflow = self.untracked = 0
 
     def apply(self, publisher: str, event: DecodedEvent) -> None:
@@ -280,8 +300,10 @@ class Model:
                 self._discard(
                     block_hash, {loc for loc in self.blocks[block_hash] if loc[0] == publisher}
                 )
+        parent = event.parent_block_hash
         for block_hash in event.block_hashes:
             held = self.blocks.get(block_hash)
+            above, parent = parent, block_hash
             if event.kind == "removed":
                 if held is None or where not in held:
                     self.untracked += 1
@@ -295,11 +317,25 @@ class Model:
                 self.overflow += 1
             else:
                 self.blocks[block_hash], self.hits[block_hash] = {where}, 0
+                self.parents[block_hash] = None if above == block_hash else above
+
+    def stranded_by_medium(self) -> dict[str, int]:
+        """Held blocks with an ancestor held nowhere (or in a cycle), per medium held on."""
+        counts: dict[str, int] = {}
+        for block_hash, held in self.blocks.items():
+            seen, above = {block_hash}, self.parents[block_hash]
+            while above is not None and above in self.blocks and above not in seen:
+                seen.add(above)
+                above = self.parents[above]
+            if above is not None:
+                for _publisher, medium in held:
+                    counts[medium] = counts.get(medium, 0) + 1
+        return counts
 
     def _discard(self, block_hash: Hashable, locations: set[tuple[str, str]]) -> None:
         self.blocks[block_hash] -= locations
         if not self.blocks[block_hash]:
-            del self.blocks[block_hash], self.hits[block_hash]
+            del self.blocks[block_hash], self.hits[block_hash], self.parents[block_hash]
 
 
 @settings(max_examples=150, deadline=None)
@@ -323,3 +359,5 @@ def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int) -> None:
         expected = sum((row.publisher, row.medium) in held for held in model.blocks.values())
         assert row.blocks == expected
     assert (index.overflow, index.untracked_removals) == (model.overflow, model.untracked)
+    stranded = {medium: n for medium, n in index.stranded_by_medium().items() if n}
+    assert stranded == model.stranded_by_medium()
