@@ -5,7 +5,27 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 VLLM_STAMP := $(VENV)/.vllm-installed
 
-.PHONY: demo test lint bench clean debs
+.PHONY: demo test lint bench clean debs vendor
+
+# The web page's one third-party library, uPlot (package.json pins it, package-lock.json
+# its checksum): installed by npm without running any package script, and its browser
+# build, stylesheet and licence copied into the package (app/static/vendor/, gitignored,
+# shipped by pyproject.toml's package-data and copied into the image from the build
+# context). The page serves them itself: no CDN at run time, no build tool to run.
+VENDOR := app/static/vendor
+VENDOR_STAMP := $(VENDOR)/.vendored
+VENDORED := node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css \
+	node_modules/uplot/LICENSE
+$(VENDOR_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null) || \
+		{ echo "make: npm is needed to vendor the web page's uPlot (apt-get install npm)"; exit 1; }
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	rm -rf $(VENDOR) && mkdir -p $(VENDOR)
+	cp $(VENDORED) $(VENDOR)/
+	touch $@
+
+vendor: $(VENDOR_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,10 +53,10 @@ debs:
 		command -v $$command >/dev/null || exit 1; done) || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS) >/dev/null)
 
-demo: $(STAMP)
+demo: $(STAMP) $(VENDOR_STAMP)
 	$(BIN)/kvscope demo
 
-test: $(VLLM_STAMP) debs
+test: $(VLLM_STAMP) debs $(VENDOR_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -55,4 +75,4 @@ bench: $(VLLM_STAMP)
 	$(BIN)/python -m bench.sidecar_sse_load
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis node_modules $(VENDOR)

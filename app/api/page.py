@@ -1,46 +1,106 @@
 """The web page at "/": static files served by the sidecar itself, behind the token like the API.
 
-No build step and no network fetches: the page is plain HTML, CSS and
-JavaScript shipped inside the package, and reads the sidecar's own API. With
-a token, a browser opens ``/?token=TOKEN`` once: the answer sets the session
-cookie (app/api/session.py) and redirects to ``/``, and the page, its assets,
-its API calls and its event stream then carry the cookie, so the token is in
-no later URL (nor in the access log, nor in the browser's history).
+No build step and no network fetches: the page is plain HTML, CSS and native
+ES modules shipped inside the package, plus uPlot (its charts), which
+``make vendor`` copies from npm into ``static/vendor/`` with its licence; the
+page reads the sidecar's own API. With a token, a browser opens
+``/?token=TOKEN`` once: the answer sets the session cookie
+(app/api/session.py) and redirects to ``/``, and the page, its assets, its
+API calls and its event stream then carry the cookie, so the token is in no
+later URL (nor in the access log, nor in the browser's history).
+
+The files served are a list fixed when the app is built (the page's own files
+found in the package, and the vendored ones by name): a request names one of
+them or gets a 404, so no request reaches another file.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Final
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
-from fastapi.responses import FileResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
 
 from app.api.deps import login_token, require_token
 from app.api.session import set_session
 
+log = logging.getLogger(__name__)
+
 STATIC_DIR: Final = Path(__file__).resolve().parent.parent / "static"
-ASSETS: Final = frozenset({"app.js", "style.css"})
-"""Everything under /static: a fixed list, so no request names another file."""
+VENDORED: Final = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css", "vendor/LICENSE")
+"""What ``make vendor`` copies from npm's uPlot package: the page cannot draw without them."""
+VENDOR_COMMAND: Final = "make vendor (npm ci --ignore-scripts, then a copy into app/static/vendor/)"
+OWN_SUFFIXES: Final = frozenset({".js", ".css", ".svg"})
+MEDIA_TYPES: Final = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    "": "text/plain; charset=utf-8",  # the vendored LICENSE
+}
+"""Stated, not guessed from the host's MIME table: module scripts need a JavaScript type."""
+REVALIDATE: Final = {"Cache-Control": "no-cache"}
+"""Cached but checked (ETag) on every load, so an upgraded sidecar never mixes old modules in."""
+FAVICON: Final = "favicon.svg"
 
 
-def mount_page(app: FastAPI) -> None:
-    """Serve index.html at "/" and the page's assets under "/static"."""
+def page_assets(static_dir: Path) -> frozenset[str]:
+    """The names served under /static: the page's own files and the vendored ones."""
+    own = (
+        path.relative_to(static_dir).as_posix()
+        for path in static_dir.rglob("*")
+        if path.suffix in OWN_SUFFIXES and "vendor" not in path.relative_to(static_dir).parts
+    )
+    return frozenset({*own, *VENDORED})
+
+
+def missing_vendored(static_dir: Path = STATIC_DIR) -> list[str]:
+    """The vendored files absent from ``static_dir`` (none once ``make vendor`` ran)."""
+    return [name for name in VENDORED if not (static_dir / name).is_file()]
+
+
+def mount_page(app: FastAPI, static_dir: Path = STATIC_DIR) -> None:
+    """Serve index.html at "/", the page's assets under "/static", and the favicon.
+
+    Without the vendored files the page cannot draw: start-up logs an error
+    naming them and the command that makes them, and "/" answers a 500 that
+    says the same, rather than a page that fails in the browser.
+    """
     router = APIRouter(include_in_schema=False)
+    assets = page_assets(static_dir)
+    missing = missing_vendored(static_dir)
+    if missing:
+        log.error("%s", _missing_text(static_dir, missing))
 
     @router.get("/")
     def page(request: Request, login: Annotated[str | None, Depends(login_token)]) -> Response:
         if login is None:
-            return FileResponse(STATIC_DIR / "index.html")
+            absent = missing_vendored(static_dir)
+            if absent:
+                return PlainTextResponse(_missing_text(static_dir, absent), 500)
+            return FileResponse(static_dir / "index.html", headers=REVALIDATE)
         root = request.scope.get("root_path", "").rstrip("/")
         redirect = RedirectResponse(root + "/", status.HTTP_303_SEE_OTHER)
         set_session(redirect, login, root + "/")
         return redirect
 
-    @router.get("/static/{name}", dependencies=[Depends(require_token)])
+    @router.get("/static/{name:path}", dependencies=[Depends(require_token)])
     def asset(name: str) -> FileResponse:
-        if name not in ASSETS:
+        path = static_dir / name
+        if name not in assets or not path.is_file():
             raise HTTPException(status.HTTP_404_NOT_FOUND, "no such asset")
-        return FileResponse(STATIC_DIR / name)
+        return FileResponse(path, media_type=MEDIA_TYPES[path.suffix], headers=REVALIDATE)
+
+    @router.get("/favicon.ico")
+    def favicon() -> FileResponse:
+        """Open, unlike the page: browsers ask for it without the cookie (on a 401 page too),
+        and a picture of a magnifier tells no one anything."""
+        return FileResponse(static_dir / FAVICON, media_type=MEDIA_TYPES[".svg"])
 
     app.include_router(router)
+
+
+def _missing_text(static_dir: Path, missing: list[str]) -> str:
+    names = ", ".join(str(static_dir / name) for name in missing)
+    return f"kvscope's web page is missing its vendored files: {names}; run {VENDOR_COMMAND}"

@@ -55,6 +55,10 @@ class PublisherInfo(BaseModel):
         description="Live frames dropped while a replay held them past replay_hold_bytes."
     )
     dropped: int | None = Field(description="Frames the publisher itself dropped.")
+    stats_ts: float | None = Field(
+        description="When its latest stats frame was taken, by the publisher's clock: "
+        "`ts` minus it is how far behind its worker's numbers are (clock skew included)."
+    )
     engine_id: str | None
     rank: int | None
     policy: str | None
@@ -81,6 +85,7 @@ class PublisherInfo(BaseModel):
             replays={str(outcome): count for outcome, count in state.replays.items()},
             held_dropped=state.held_dropped,
             dropped=None if worker is None else worker.dropped_frames,
+            stats_ts=None if frame is None else frame.ts,
             engine_id=None if frame is None else frame.engine_id,
             rank=None if frame is None else frame.rank,
             policy=None if frame is None else frame.config.policy,

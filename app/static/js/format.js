@@ -1,0 +1,91 @@
+// One rule for every number the page shows, so that "183" never sits next to "6,591.9":
+// integers (counts) are grouped and have no decimals; any other value keeps three
+// significant figures, never more decimals than that needs (5,608 / 29.9 / 4.75 / 0.0532);
+// bytes scale by 1000 (kB, MB, GB), seconds by 1000 (µs, ms, s), ratios show as percent.
+// Every value goes out with its unit.
+
+const grouped = new Map();
+
+function numberFormat(options) {
+  const key = JSON.stringify(options);
+  if (!grouped.has(key)) grouped.set(key, new Intl.NumberFormat(undefined, options));
+  return grouped.get(key);
+}
+
+/** A number by the page's rule: three significant figures, grouped, no trailing noise. */
+export function decimal(value) {
+  const size = Math.abs(value);
+  if (size >= 100 || size === 0) return numberFormat({ maximumFractionDigits: 0 }).format(value);
+  if (size >= 10) return numberFormat({ maximumFractionDigits: 1 }).format(value);
+  if (size >= 1) return numberFormat({ maximumFractionDigits: 2 }).format(value);
+  return numberFormat({ maximumSignificantDigits: 3 }).format(value);
+}
+
+/** A count: grouped digits, no decimals ("27,447"). */
+export function count(value) {
+  return numberFormat({ maximumFractionDigits: 0 }).format(value);
+}
+
+const SI = ["", "k", "M", "G", "T", "P"];
+
+function scaled(value, base, steps, unit) {
+  let step = 0;
+  let size = value;
+  while (Math.abs(size) >= base && step < steps.length - 1) {
+    size /= base;
+    step += 1;
+  }
+  return [decimal(size), `${steps[step]}${unit}`];
+}
+
+function seconds(value) {
+  const size = Math.abs(value);
+  if (size === 0 || size >= 1) return [decimal(value), "s"];
+  if (size >= 1e-3) return [decimal(value * 1e3), "ms"];
+  return [decimal(value * 1e6), "µs"];
+}
+
+const UNITS = {
+  blocks: (v) => [count(v), "blocks"],
+  events: (v) => [count(v), "events"],
+  "blocks/s": (v) => [decimal(v), "blocks/s"],
+  "events/s": (v) => [decimal(v), "events/s"],
+  bytes: (v) => scaled(v, 1000, SI, "B"),
+  "bytes/s": (v) => scaled(v, 1000, SI, "B/s"),
+  seconds,
+  ratio: (v) => [decimal(100 * v), "%"],
+  tokens: (v) => [count(v), "tokens"],
+};
+
+/** [number, unit] for a value of one of the page's units ("–" and the unit when unknown). */
+export function parts(value, unit) {
+  const format = UNITS[unit];
+  if (!format) throw new Error(`no unit ${unit}`);
+  if (value === null || value === undefined || Number.isNaN(value)) return ["–", format(0)[1]];
+  return format(value);
+}
+
+/** "5,608 blocks/s", "2.87 MB/s", "0.424 ms", "0.532 %". */
+export function withUnit(value, unit) {
+  const [number, name] = parts(value, unit);
+  return `${number} ${name}`;
+}
+
+/** A wall-clock time (unix seconds) in the reader's locale. */
+export function clock(ts) {
+  return ts === null || ts === undefined ? "–" : new Date(ts * 1000).toLocaleTimeString();
+}
+
+/** A date and time (unix seconds), for block timestamps. */
+export function dateTime(ts) {
+  return ts === null || ts === undefined ? "–" : new Date(ts * 1000).toLocaleString();
+}
+
+/** How long ago, from a number of seconds: "0.42 s", "12.3 s", "4 min 10 s". */
+export function age(secondsAgo) {
+  if (secondsAgo === null || secondsAgo === undefined) return "–";
+  if (secondsAgo < 60) return `${decimal(Math.max(0, secondsAgo))} s`;
+  const minutes = Math.floor(secondsAgo / 60);
+  if (minutes < 60) return `${minutes} min ${Math.floor(secondsAgo % 60)} s`;
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}

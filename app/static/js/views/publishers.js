@@ -1,0 +1,70 @@
+// Publishers: every stream's health at a glance (connected, how old its last frame is,
+// how far behind its worker's stats are, gaps, missed batches, replays, malformed
+// frames, drops) and its configuration, from /api/v1/stats each second. A count that
+// says something went wrong is marked, in words as well as colour.
+import { h, table } from "../dom.js";
+import { age, count } from "../format.js";
+
+const HEALTH = ["gaps", "missed", "malformed", "held_dropped", "dropped"];
+const HEALTH_COLUMNS = ["status", "publisher", "last frame", "stats lag", "frames", "gaps", "missed",
+  "replayed", "replays (complete / failed)", "malformed", "held dropped", "dropped"];
+const CONFIG_COLUMNS = ["publisher", "mode", "engine", "rank", "policy", "capacity", "block size"];
+
+function cell(text, problem = false) {
+  return h("td", { text: text ?? "–", class: problem ? "problem" : null, title: problem ? "not zero" : null });
+}
+
+function healthRow(p, now) {
+  const failed = Object.entries(p.replays).filter(([k]) => k !== "complete").reduce((a, [, v]) => a + v, 0);
+  const lag = p.stats_ts === null || p.stats_ts === undefined ? null : now - p.stats_ts;
+  const status = h("td", {}, h("span", { class: `dot ${p.connected ? "on" : ""}`, "aria-hidden": "true" }),
+    p.connected ? " connected" : " disconnected");
+  const counted = (name) => cell(p[name] === null ? "–" : count(p[name]), p[name] > 0);
+  return h("tr", { "data-publisher": p.name, "data-connected": String(p.connected) },
+    status, cell(p.name), cell(p.last_frame_at === null ? "never" : `${age(now - p.last_frame_at)} ago`),
+    cell(lag === null ? "–" : age(lag)), cell(count(p.frames)),
+    counted("gaps"), counted("missed"), cell(count(p.replayed)),
+    cell(`${count(p.replays.complete)} / ${count(failed)}`, failed > 0),
+    counted("malformed"), counted("held_dropped"), counted("dropped"));
+}
+
+function configRow(p) {
+  return h("tr", { "data-publisher": p.name }, cell(p.name), cell(p.mode), cell(p.engine_id),
+    cell(p.rank === null ? null : String(p.rank)), cell(p.policy),
+    cell(p.capacity_blocks === null ? null : `${count(p.capacity_blocks)} blocks`),
+    cell(p.block_size === null ? null : `${count(p.block_size)} tokens`));
+}
+
+function mount(panel, { stats }) {
+  const [publishers, body] = table(HEALTH_COLUMNS, { id: "publishers" });
+  const [configs, configBody] = table(CONFIG_COLUMNS, { id: "publisher-config" });
+  const summary = h("p", { class: "summary", role: "status" });
+  const listener = h("p", { class: "detail" });
+  panel.append(
+    h("section", { class: "card" }, h("h2", { text: "Publishers: health" }), summary,
+      h("div", { class: "scroll" }, publishers), listener),
+    h("section", { class: "card" }, h("h2", { text: "Publishers: configuration" }),
+      h("div", { class: "scroll" }, configs)));
+
+  function show(s) {
+    const now = s.ts;
+    body.replaceChildren(...s.publishers.map((p) => healthRow(p, now)));
+    configBody.replaceChildren(...s.publishers.map(configRow));
+    const up = s.publishers.filter((p) => p.connected).length;
+    const troubled = s.publishers.filter((p) => HEALTH.some((k) => p[k] > 0)).length;
+    summary.textContent = `${up} of ${s.publishers.length} connected; ${troubled} with gaps, `
+      + "missed batches, malformed frames or drops.";
+    const l = s.listener;
+    listener.textContent = l ? `Listening on ${l.endpoints.join(", ")}: ${count(l.frames)} frames, `
+      + `${count(l.malformed)} malformed, ${count(l.refused)} refused; ${l.publishers} of at most `
+      + `${l.max_publishers} listen-mode publishers.` : "";
+  }
+
+  let unsubscribe = null;
+  return {
+    show() { unsubscribe ??= stats.subscribe(show); },
+    hide() { unsubscribe?.(); unsubscribe = null; },
+  };
+}
+
+export default { id: "publishers", title: "Publishers", mount };
