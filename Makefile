@@ -64,7 +64,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(VLLM_STAMP)
+bench: $(VLLM_STAMP) $(VENDOR_STAMP)
 	$(BIN)/python -m bench.policy_hit_ratio
 	$(BIN)/python -m bench.hot_path
 	$(BIN)/python -m bench.vllm_race
@@ -73,6 +73,7 @@ bench: $(VLLM_STAMP)
 	$(BIN)/python -m bench.sidecar_ingest
 	$(BIN)/python -m bench.sidecar_latency
 	$(BIN)/python -m bench.sidecar_sse_load
+	$(BIN)/python -m bench.page_first_render
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis node_modules $(VENDOR)

@@ -134,6 +134,19 @@ def test_the_favicon_is_open_while_the_page_needs_the_token() -> None:
         assert http.get("/", headers=AUTH).status_code == 200
 
 
+def test_a_reload_revalidates_each_file_and_gets_it_only_when_it_changed() -> None:
+    app, _ = sidecar_app(token=TOKEN)
+    with in_process(app) as http:
+        for path in ("/", "/static/app.js", "/static/vendor/uPlot.iife.min.js"):
+            first = http.get(path, headers=AUTH)
+            assert first.status_code == 200 and first.headers["cache-control"] == "no-cache"
+            tag = first.headers["etag"]
+            again = http.get(path, headers={**AUTH, "If-None-Match": tag})
+            assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", tag)
+            stale = http.get(path, headers={**AUTH, "If-None-Match": '"an-older-one"'})
+            assert stale.status_code == 200 and stale.content == first.content
+
+
 def test_the_page_loads_nothing_from_elsewhere_and_needs_no_eval() -> None:
     """Everything is 'self': no CDN in the policy or in the page's own files."""
     directives = dict(part.strip().split(" ", 1) for part in CONTENT_SECURITY_POLICY.split(";"))

@@ -2,6 +2,7 @@
 // (so a page opened late draws the past at once), then extended with the points that
 // follow (`since` the newest one held), and trimmed to what the sidecar itself keeps.
 import { get } from "./api.js";
+import { HISTORY_PHASE_MS, untilPhase } from "./schedule.js";
 
 /** How far back each choice of range reaches, and at which of the sidecar's resolutions. */
 export const RANGES = {
@@ -57,7 +58,7 @@ export class HistoryStore {
         this.error = error;
       }
       if (generation === this.generation) {
-        this.timer = setTimeout(tick, 1000 * this.resolution);
+        this.timer = setTimeout(tick, untilPhase(1000 * this.resolution, HISTORY_PHASE_MS));
       }
     };
     tick();

@@ -1,6 +1,7 @@
 // /api/v1/stats, read every second (one request at a time) and handed to every view
 // that listens; the header says when the page last heard from the sidecar.
 import { get } from "./api.js";
+import { STATS_PHASE_MS, untilPhase } from "./schedule.js";
 
 const PERIOD_MS = 1000;
 
@@ -29,7 +30,7 @@ export class StatsPoller {
         this.status.textContent = `stats unavailable: ${error.message}`;
         this.status.dataset.state = "error";
       }
-      setTimeout(tick, PERIOD_MS);
+      setTimeout(tick, untilPhase(PERIOD_MS, STATS_PHASE_MS));
     };
     tick();
   }
