@@ -10,7 +10,10 @@ import argparse
 import json
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
 
 from pydantic import ValidationError
 
@@ -18,18 +21,21 @@ from app.ingest import ListenError
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SidecarSettings
-from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.policies.registry import policy_names
+from offload.insight.plot import PlotError, check_plot_path, write_plot
+from offload.insight.sweep import OPT, SweepPoint, replay_point, sweep_curve, sweep_policies
 from offload.sim.mooncake import (
     BUNDLED_TRACE_BLOCK_SIZE,
     TraceError,
     bundled_trace_path,
     load_trace,
 )
-from offload.sim.workload import run_workload
+from offload.sim.optimum import prefix_conflict
 from offload.wire.publisher import EventPublisher
 
 DEFAULT_CAPACITY = 2000
+PROGRESS_MIN_REQUESTS = 20_000
+"""Replays shorter than this (requests, summed over every point) draw no progress bar."""
 
 
 def _capacity(text: str) -> int:
@@ -42,6 +48,29 @@ def _capacity(text: str) -> int:
     return value
 
 
+def _capacities(text: str) -> list[int]:
+    """A comma-separated list of capacities, each checked, in the order given, no repeats."""
+    return list(dict.fromkeys(_capacity(part.strip()) for part in text.split(",")))
+
+
+def _policies(text: str) -> list[str]:
+    known = sweep_policies()
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if name not in known:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {name!r} (choose from {', '.join(known)})"
+            )
+    return list(dict.fromkeys(names))
+
+
+def _plot_path(text: str) -> Path:
+    try:
+        return check_plot_path(text)
+    except PlotError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvscope", description="Observability-first KV-cache offloading."
@@ -50,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cmd = commands.add_parser(
         "replay",
         help="replay a Mooncake-format trace through the CPU offloading manager",
-        description="Run the canonical replay and print one JSON line of totals.",
+        description="Run the canonical replay for each policy and capacity: a table on a "
+        "terminal, one JSON line of totals per (policy, capacity) when piped or with --json.",
     )
     replay_cmd.add_argument(
         "trace",
@@ -59,11 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="Mooncake JSONL trace (default: the bundled conversation trace)",
     )
     replay_cmd.add_argument(
-        "--capacity", type=_capacity, default=DEFAULT_CAPACITY, help="CPU tier size in blocks"
+        "--capacity", type=_capacities, default=[DEFAULT_CAPACITY], metavar="BLOCKS[,BLOCKS...]",
+        help=f"CPU tier sizes in blocks, comma-separated (default {DEFAULT_CAPACITY})",
+    )  # fmt: skip
+    replay_cmd.add_argument(
+        "--policy", type=_policies, default=["lru"], metavar="POLICY[,POLICY...]",
+        help=f"eviction policies, comma-separated: {', '.join(sweep_policies())} "
+        f"({OPT}: the offline optimum; default lru)",
+    )  # fmt: skip
+    replay_cmd.add_argument(
+        "--json", action="store_true", help="JSON lines even on a terminal (the default when piped)"
     )
     replay_cmd.add_argument(
-        "--policy", choices=policy_names(), default="lru", help="eviction policy"
-    )
+        "--plot", type=_plot_path, metavar="FILE.png|FILE.html",
+        help="draw hit ratio against capacity per policy (.html needs nothing; "
+        ".png needs the plot extra: pip install 'kvscope[plot]')",
+    )  # fmt: skip
     replay_cmd.set_defaults(run=_run_replay)
 
     serve_cmd = commands.add_parser(
@@ -168,13 +209,91 @@ def _run_demo(args: argparse.Namespace) -> int:
 def _run_replay(args: argparse.Namespace) -> int:
     trace = args.trace if args.trace is not None else bundled_trace_path()
     requests = load_trace(trace)
-    manager = CPUOffloadingManager(
-        BUNDLED_TRACE_BLOCK_SIZE, args.capacity, args.policy, enable_events=True
+    if OPT in args.policy and (conflict := prefix_conflict(requests)) is not None:
+        print(f"kvscope: note: {trace} is not prefix-closed (request {conflict[0] + 1}: block "
+              f"{conflict[1]!r} follows another block than before), so {OPT} is a feasible "
+              "schedule there, not the optimum", file=sys.stderr)  # fmt: skip
+    capacities = sorted(args.capacity)
+    total = len(requests) * len(capacities) * len(args.policy)
+    bar = (
+        _ProgressBar(total, sys.stderr)
+        if sys.stderr.isatty() and total >= PROGRESS_MIN_REQUESTS
+        else None
     )
-    result = run_workload(manager, requests)
-    line = {"trace": str(trace), "policy": args.policy, "capacity": args.capacity}
-    print(json.dumps({**line, **result.as_dict()}))
+    table = sys.stdout.isatty() and not args.json
+    points: list[SweepPoint] = []
+    try:
+        for policy in args.policy:
+            for capacity in capacities:
+                if bar is not None:
+                    bar.label = f"{policy} @ {capacity}"
+                result = replay_point(
+                    requests, policy, capacity, BUNDLED_TRACE_BLOCK_SIZE,
+                    bar.advance if bar is not None else None,
+                )  # fmt: skip
+                points.append(SweepPoint(policy, capacity, result))
+                if not table:
+                    line = {"trace": str(trace), "policy": policy, "capacity": capacity}
+                    print(json.dumps({**line, **result.as_dict()}), flush=True)
+    finally:
+        if bar is not None:
+            bar.close()
+    if table:
+        print(_table(points))
+    if args.plot is not None:
+        write_plot(sweep_curve(points), args.plot, f"kvscope replay: {Path(trace).name}")
+        print(f"kvscope: plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def _table(points: Sequence[SweepPoint]) -> str:
+    """One row per (policy, capacity); beside ``opt``, each row's share of the optimum."""
+    optimum = {p.capacity: p.result.hits for p in points if p.policy == OPT}
+    header = ["policy", "capacity", "hit ratio", "hits", "block refs", "blocks/s"]
+    if optimum:
+        header.append("of opt")
+    rows = [header]
+    for point in points:
+        result = point.result
+        row = [
+            point.policy, f"{point.capacity:,}", f"{100 * result.hit_ratio:.2f}%",
+            f"{result.hits:,}", f"{result.block_refs:,}", f"{result.blocks_per_s:,.0f}",
+        ]  # fmt: skip
+        if optimum:
+            best = optimum.get(point.capacity)
+            row.append(f"{100 * result.hits / best:.1f}%" if best else "-")
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                  enumerate(zip(row, widths, strict=True)))
+        for row in rows
+    )  # fmt: skip
+
+
+class _ProgressBar:
+    """A one-line bar on a terminal, redrawn at most ten times a second, erased at the end."""
+
+    WIDTH = 30
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.done, self.stream, self.label = max(1, total), 0, stream, ""
+        self._drawn = 0.0
+
+    def advance(self, requests: int) -> None:
+        self.done += requests
+        now = time.monotonic()
+        if now - self._drawn >= 0.1:
+            self._drawn = now
+            filled = self.WIDTH * min(self.done, self.total) // self.total
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            share = 100 * self.done / self.total
+            self.stream.write(f"\r[{bar}] {share:5.1f}% {self.label}\x1b[K")
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -184,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         provider = configure_otel()
         return args.run(args)
-    except (TraceError, OtelConfigError) as exc:
+    except (TraceError, OtelConfigError, PlotError) as exc:
         print(f"kvscope: error: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:

@@ -54,6 +54,7 @@ LAYERS = {
         "transfer": 3,
         "worker_telemetry": 4,
         "sim": 5,
+        "insight": 5,
         "vllm": 6,
     },
     "app": {

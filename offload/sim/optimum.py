@@ -1,22 +1,40 @@
-"""The offline bound on hit ratio: farthest-next-use eviction with bypass.
+"""The offline optimum of prefix hits: farthest-next-use eviction with bypass.
 
 No online policy can know the future, so this is the ceiling the policies are
-measured against (README, Benchmarks): on a miss, a block that is never used again
-is not stored at all, and otherwise it replaces the resident block whose next
-use is farthest away, when that is later than its own.
+measured against (README, Benchmarks; ``kvscope replay --policy opt``): on a
+miss, a block that is never used again is not stored at all, and otherwise it
+replaces the resident block whose next use is farthest away, when that is
+later than its own. Among blocks next used by the same request, the deepest
+in its prompt leaves first.
+
+Why that is the optimum of *prefix* hits, not only of block hits: in a
+prefix-closed trace (each block always follows the same block, as vLLM's
+hash chains guarantee, since a block's hash covers its whole prefix) every
+request using a block also uses its parent, so a parent's next use is never
+later than its child's. Evicting the farthest, deepest first, therefore never
+keeps a block without its parent: every resident block's chain is resident,
+and the prefix hits equal the block hits. Farthest-next-use with bypass
+maximises block hits (Belady), and no schedule has more prefix hits than
+block hits, so none beats it. On a trace that is not prefix-closed this is a
+feasible schedule, not necessarily the best (``prefix_conflict`` finds out).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 NEVER = float("inf")
+PROGRESS_EVERY = 1024
+"""Requests between two progress calls."""
+
+Progress = Callable[[int], None]
+"""Called with the requests done since the last call."""
 
 
-def next_uses(requests: Sequence[Sequence[int]]) -> list[list[float]]:
+def next_uses(requests: Sequence[Sequence[Hashable]]) -> list[list[float]]:
     """For each request and position, the index of the next request using that block."""
-    upcoming: dict[int, float] = {}
+    upcoming: dict[Hashable, float] = {}
     result: list[list[float]] = [[] for _ in requests]
     for index in range(len(requests) - 1, -1, -1):
         hashes = requests[index]
@@ -26,34 +44,60 @@ def next_uses(requests: Sequence[Sequence[int]]) -> list[list[float]]:
     return result
 
 
-def offline_hits(requests: Sequence[Sequence[int]], capacity: int) -> int:
+def offline_hits(
+    requests: Sequence[Sequence[Hashable]], capacity: int, progress: Progress | None = None
+) -> int:
     """Prefix hits of the canonical replay under farthest-next-use with bypass."""
     nexts = next_uses(requests)
-    resident: dict[int, float] = {}  # block -> its next use
-    farthest: list[tuple[float, int]] = []  # max-heap by next use, lazily invalidated
+    resident: dict[Hashable, tuple[float, int]] = {}  # block -> (next use, depth)
+    # Max-heap by (next use, depth), lazily invalidated: an entry is current while
+    # it equals the block's resident key.
+    farthest: list[tuple[float, int, int, Hashable]] = []
     hits = 0
-    for hashes, uses in zip(requests, nexts, strict=True):
+    order = 0  # a unique tie-break, so the hashes themselves are never compared
+    for done, (hashes, uses) in enumerate(zip(requests, nexts, strict=True), start=1):
         run = 0
         for h in hashes:
             if h not in resident:
                 break
             run += 1
         hits += run
-        for h, use in zip(hashes, uses, strict=True):
+        for depth, (h, use) in enumerate(zip(hashes, uses, strict=True)):
+            order += 1
             if h in resident:
-                resident[h] = use
-                heapq.heappush(farthest, (-use, h))
+                resident[h] = (use, depth)
+                heapq.heappush(farthest, (-use, -depth, order, h))
                 continue
             if use == NEVER:
                 continue
             if len(resident) >= capacity:
-                while -farthest[0][0] != resident.get(farthest[0][1]):
+                while (-farthest[0][0], -farthest[0][1]) != resident.get(farthest[0][3]):
                     heapq.heappop(farthest)
-                victim_use, victim = farthest[0]
+                victim_use, _, _, victim = farthest[0]
                 if -victim_use <= use:
                     continue
                 heapq.heappop(farthest)
                 del resident[victim]
-            resident[h] = use
-            heapq.heappush(farthest, (-use, h))
+            resident[h] = (use, depth)
+            heapq.heappush(farthest, (-use, -depth, order, h))
+        if progress is not None and done % PROGRESS_EVERY == 0:
+            progress(PROGRESS_EVERY)
+    if progress is not None and len(requests) % PROGRESS_EVERY:
+        progress(len(requests) % PROGRESS_EVERY)
     return hits
+
+
+def prefix_conflict(requests: Sequence[Sequence[Hashable]]) -> tuple[int, Hashable] | None:
+    """The first (request index, block) that follows a different block than before, or None.
+
+    None means the trace is prefix-closed, and ``offline_hits`` is the optimum.
+    """
+    parent: dict[Hashable, object] = {}
+    start = object()
+    for index, hashes in enumerate(requests):
+        previous: object = start
+        for h in hashes:
+            if parent.setdefault(h, previous) != previous:
+                return index, h
+            previous = h
+    return None

@@ -1,0 +1,115 @@
+"""A sampled access stream -> the hit-ratio curve of the full one.
+
+The worker keeps a spatial sample of its block references (sampling.py) and
+counts every reference; this side replays the sample on tiers ``rate``
+times the size: LRU on one stack (stack_distance.py), every other policy on
+shadow tiers (shadow.py). A capacity c becomes ``rate * c`` blocks of
+sample: the stack compares distances with it exactly (a distance d fits
+when d <= rate * c), a shadow takes it rounded (at least one block).
+
+A shadow at ``rate * c`` stands for the policy at ``c`` only when the
+policy's decisions scale with its capacity (LRU, ARC: every size they keep
+is proportional to it). A policy with sizes of its own that do not scale
+(a fixed-size model, a fixed window) behaves differently on a smaller tier,
+and its sampled curve must be checked against a sweep before it is trusted.
+
+Prefix hits survive the sampling because a tier keeps a chain's head at
+least as long as its tail (an LRU touch, vLLM's hash chains): a sampled
+block's leading run on the sample stands for the chain's.
+
+The sample's size is itself random: one hot block (every conversation's
+first block) in or out of it moves the sampled references far from
+``rate`` times all of them. SHARDS-adj (Waldspurger et al., FAST'15) puts
+the difference in the smallest distance, as hits at every capacity, which
+is where a block that hot sits; the worker's count of all references makes
+that possible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from offload.base import BlockHash
+from offload.cpu.policies.registry import policy_names
+from offload.insight.curve import DEFAULT_MULTIPLES, HitRatioCurve, scaled_capacities
+from offload.insight.sampling import DEFAULT_RATE, check_rate
+from offload.insight.shadow import ShadowTiers
+from offload.insight.stack_distance import LRUStackCurve
+
+STACK_POLICY = "lru"
+"""The policy the stack answers; every other one gets shadow tiers."""
+
+
+class CurveEstimator:
+    """The curve around ``current`` (blocks) from a stream sampled at ``rate``.
+
+    Memory: the stack holds at most ``rate`` x the largest capacity hashes,
+    and each shadow at most its scaled capacity (plus what its policy keeps
+    of history, bounded by the policy at that capacity: ARC's ghost lists);
+    ``held_blocks`` reads it, ``max_held_blocks`` is the bound.
+    """
+
+    def __init__(
+        self,
+        current: int,
+        rate: float = DEFAULT_RATE,
+        policies: Sequence[str] | None = None,
+        multiples: Sequence[float] = DEFAULT_MULTIPLES,
+    ) -> None:
+        self.rate = check_rate(rate)
+        self.capacities = scaled_capacities(current, multiples)
+        self.current = current
+        self.policies = list(dict.fromkeys(policy_names() if policies is None else policies))
+        known = policy_names()
+        unknown = [p for p in self.policies if p not in known]
+        if unknown:
+            raise ValueError(f"unknown cache policy {unknown[0]!r}; known: {', '.join(known)}")
+        self._stack = (
+            LRUStackCurve([math.floor(self.rate * c) for c in self.capacities])
+            if STACK_POLICY in self.policies
+            else None
+        )
+        self._shadows = ShadowTiers(
+            [p for p in self.policies if p != STACK_POLICY],
+            [max(1, round(self.rate * c)) for c in self.capacities],
+        )
+        self.block_refs = 0
+        self.sampled_refs = 0
+
+    @property
+    def held_blocks(self) -> int:
+        stack = self._stack.held_blocks if self._stack else 0
+        return stack + self._shadows.held_blocks
+
+    @property
+    def max_held_blocks(self) -> int:
+        stack = self._stack.capacities[-1] if self._stack else 0
+        return stack + len(self._shadows.policies) * sum(self._shadows.capacities)
+
+    def record(self, sampled: Sequence[BlockHash], block_refs: int) -> None:
+        """One request: its sampled blocks in prompt order, and how many blocks it had in all."""
+        if block_refs < len(sampled):
+            raise ValueError(f"a request of {block_refs} blocks cannot have {len(sampled)} sampled")
+        self.block_refs += block_refs
+        if not sampled:
+            return
+        self.sampled_refs += len(sampled)
+        if self._stack is not None:
+            self._stack.add(sampled)
+        self._shadows.add(sampled)
+
+    def curve(self) -> HitRatioCurve:
+        """Hit ratio per policy at each capacity, corrected for the sample's size."""
+        expected = self.rate * self.block_refs
+        surplus = expected - self.sampled_refs
+        ratios: dict[str, tuple[float, ...]] = {}
+        for policy in self.policies:
+            if policy == STACK_POLICY and self._stack is not None:
+                hits = self._stack.hits
+            else:
+                hits = self._shadows.hits(policy)
+            ratios[policy] = tuple(
+                min(1.0, max(0.0, (h + surplus) / expected)) if expected > 0 else 0.0 for h in hits
+            )
+        return HitRatioCurve(self.capacities, ratios, self.current, exact=self.rate == 1.0)

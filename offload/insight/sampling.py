@@ -1,0 +1,107 @@
+"""The spatial sample of block references: a block is in it or out for good.
+
+SHARDS (Waldspurger et al., FAST'15) samples by the key, not by the
+reference: a block whose hash passes the test is followed at every one of
+its uses, so the sample is a smaller cache's whole workload, and a tier
+``rate`` times the size sees, on it, what the real tier sees on the full
+stream. A per-reference coin flip would break every reuse it lands on.
+
+The test is one multiply and one remainder by a prime below 2**30
+(multiplicative hashing): trace ids are small sequential ints, and the
+multiply spreads them over the residues; the remainder by a one-digit
+CPython int is its fast path. It runs inside one list comprehension per
+request, because the worker pays it on every block reference of the hot
+path; C-level ``map`` chains over method wrappers measured slower. Hash 0 is
+a fixed point of the multiply, so it is kept at every seed; the estimator's
+correction (estimator.py) makes one block in or out of the sample harmless.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from offload.base import BlockHash
+
+PRIME = 1_073_741_789
+"""The largest prime below 2**30: residues 0..PRIME-1; ``threshold / PRIME`` is the rate."""
+DEFAULT_RATE = 0.05
+"""One block in twenty: the lowest rate measured to keep the curve within 2 points of
+the exact sweep at every capacity and seed (bench/insight_accuracy.py)."""
+
+
+def _multiplier(seed: int) -> int:
+    """PRIME times a noble number picked by the seed.
+
+    Consecutive ids land ``multiplier / PRIME`` apart modulo 1, so a ratio
+    near a simple fraction keeps or drops runs of neighbouring ids (one
+    chain's blocks, in a trace). The continued fraction [0; d1, d2, ..., 1,
+    1, 1, ...] with the seed's base-4 digits (plus two) in front of the
+    golden ratio's keeps every partial quotient at most 5, so no seed falls
+    near a simple fraction, and distinct seeds give distinct ratios. Seed 0
+    is the golden ratio itself.
+    """
+    if seed < 0:
+        raise ValueError(f"sampling seed must be >= 0, got {seed}")
+    ratio = (math.sqrt(5) - 1) / 2  # [0; 1, 1, 1, ...]
+    while seed:
+        seed, digit = divmod(seed, 4)
+        ratio = 1 / (digit + 2 + ratio)
+    return min(PRIME - 1, max(1, round(ratio * PRIME)))
+
+
+def check_rate(rate: float) -> float:
+    """The rate as a float in (0, 1], or a ValueError naming it."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate):
+        raise ValueError(f"sampling rate must be a number in (0, 1], got {rate!r}")
+    if not 0 < rate <= 1:
+        raise ValueError(f"sampling rate must be in (0, 1], got {rate}")
+    return float(rate)
+
+
+def _int_key(block_hash: BlockHash) -> int:
+    """An int standing for the hash: ints as they are, bytes by their first 8 bytes.
+
+    vLLM's hashes are digests, already uniform; their first bytes are as good
+    as all of them and cost one small int.
+    """
+    if type(block_hash) is int:
+        return block_hash
+    if isinstance(block_hash, bytes | bytearray):
+        return int.from_bytes(block_hash[:8], "little")
+    raise TypeError(f"cannot sample a block hash of type {type(block_hash).__name__}")
+
+
+class SpatialSampler:
+    """Keeps the blocks whose hash times a multiplier, modulo a prime, falls below a threshold.
+
+    The same (rate, seed) keeps the same blocks in every process. A lower
+    rate with the same seed keeps a subset of a higher one's blocks, so a
+    reader can sample an already sampled stream further (``narrowed``).
+    """
+
+    __slots__ = ("multiplier", "rate", "seed", "threshold")
+
+    def __init__(self, rate: float = DEFAULT_RATE, seed: int = 0) -> None:
+        self.rate = check_rate(rate)
+        self.seed = seed
+        self.threshold = min(PRIME, round(self.rate * PRIME))
+        self.multiplier = _multiplier(seed)
+
+    def sample(self, block_hashes: Sequence[BlockHash]) -> list[BlockHash]:
+        """The sampled blocks of one request, in prompt order (its hashes share one type)."""
+        k, threshold = self.multiplier, self.threshold
+        if threshold == PRIME:
+            return list(block_hashes)
+        if block_hashes and type(block_hashes[0]) is not int:
+            return [h for h in block_hashes if _int_key(h) * k % PRIME < threshold]
+        return [h for h in block_hashes if h * k % PRIME < threshold]
+
+    def is_sampled(self, block_hash: BlockHash) -> bool:
+        return _int_key(block_hash) * self.multiplier % PRIME < self.threshold
+
+    def narrowed(self, rate: float) -> SpatialSampler:
+        """The same test at a rate no higher: it keeps a subset of this sampler's blocks."""
+        if check_rate(rate) > self.rate:
+            raise ValueError(f"cannot narrow a sample at rate {self.rate} to a higher rate {rate}")
+        return SpatialSampler(rate, self.seed)

@@ -1,0 +1,58 @@
+"""Shadow tiers: the registered policies themselves, at the capacities a curve asks about.
+
+A policy other than LRU has no stack property (ARC at c does not hold a
+subset of ARC at c + 1), so its curve needs one tier per capacity. Each
+shadow is a real ``CPUOffloadingManager`` driven by the canonical workload's
+``run_request``, so a shadow hits exactly what a replay of the same requests
+would; on a sample, the capacities are scaled by the rate (see estimator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from offload.base import BlockHash
+from offload.cpu.manager import CPUOffloadingManager
+from offload.sim.workload import run_request
+
+_BLOCK_SIZE = 1
+"""Tokens per block do not change what a tier hits; events stay off."""
+
+
+class ShadowTiers:
+    """One manager per (policy, capacity); a capacity of 0 hits nothing and holds nothing."""
+
+    def __init__(self, policies: Iterable[str], capacities: Sequence[int]) -> None:
+        self.capacities = tuple(capacities)
+        if any(type(c) is not int or c < 0 for c in self.capacities):
+            raise ValueError(f"shadow capacities must be whole numbers >= 0, got {capacities}")
+        # make_policy refuses an unknown name, naming the known ones.
+        self._tiers = {
+            policy: [
+                CPUOffloadingManager(_BLOCK_SIZE, c, policy) if c else None for c in self.capacities
+            ]
+            for policy in policies
+        }
+        self._hits = {policy: [0] * len(self.capacities) for policy in self._tiers}
+
+    @property
+    def policies(self) -> list[str]:
+        return list(self._tiers)
+
+    @property
+    def held_blocks(self) -> int:
+        """Blocks resident across every shadow: at most the sum of their capacities."""
+        return sum(
+            len(tier.policy.blocks) for tiers in self._tiers.values() for tier in tiers if tier
+        )
+
+    def hits(self, policy: str) -> tuple[int, ...]:
+        return tuple(self._hits[policy])
+
+    def add(self, block_hashes: Sequence[BlockHash]) -> None:
+        """One request through every shadow."""
+        for policy, tiers in self._tiers.items():
+            hits = self._hits[policy]
+            for index, tier in enumerate(tiers):
+                if tier is not None:
+                    hits[index] += run_request(tier, block_hashes)

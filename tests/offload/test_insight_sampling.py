@@ -1,0 +1,60 @@
+"""The spatial sample: a block is in or out for good, at the rate asked."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from offload.insight.sampling import SpatialSampler
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.1, 0.5])
+def test_sequential_ids_are_kept_at_the_rate(rate: float) -> None:
+    kept = len(SpatialSampler(rate).sample(list(range(200_000))))
+    assert kept / 200_000 == pytest.approx(rate, rel=0.05)
+
+
+def test_digests_are_kept_at_the_rate() -> None:
+    digests = [hashlib.sha256(str(i).encode()).digest() for i in range(50_000)]
+    assert len(SpatialSampler(0.1).sample(digests)) / 50_000 == pytest.approx(0.1, rel=0.05)
+
+
+@given(st.lists(st.integers(0, 2**62), max_size=50), st.integers(0, 9))
+def test_a_block_is_kept_wherever_it_appears_and_order_is_kept(
+    request: list[int], seed: int
+) -> None:
+    sampler = SpatialSampler(0.3, seed)
+    kept = sampler.sample(request)
+    assert kept == [h for h in request if sampler.is_sampled(h)]
+    assert SpatialSampler(0.3, seed).sample(list(reversed(request))) == kept[::-1]
+
+
+def test_a_lower_rate_keeps_a_subset_and_seeds_draw_other_samples() -> None:
+    blocks = list(range(20_000))
+    wide = set(SpatialSampler(0.2, seed=3).sample(blocks))
+    narrow = set(SpatialSampler(0.2, seed=3).narrowed(0.05).sample(blocks))
+    assert narrow < wide
+    assert set(SpatialSampler(0.2, seed=4).sample(blocks)) != wide
+
+
+def test_rate_one_keeps_everything() -> None:
+    assert SpatialSampler(1.0).sample([5, b"x", 7]) == [5, b"x", 7]
+
+
+@pytest.mark.parametrize("rate", [0, -0.1, 1.5, float("nan"), "0.1", True])
+def test_a_bad_rate_is_refused_by_name(rate: object) -> None:
+    with pytest.raises(ValueError, match="sampling rate must be"):
+        SpatialSampler(rate)  # type: ignore[arg-type]
+
+
+def test_narrowing_to_a_higher_rate_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"cannot narrow a sample at rate 0\.1 to a higher"):
+        SpatialSampler(0.1).narrowed(0.2)
+
+
+def test_an_unsupported_hash_type_is_named() -> None:
+    with pytest.raises(TypeError, match="cannot sample a block hash of type str"):
+        SpatialSampler(0.5).sample(["abc"])
