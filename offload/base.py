@@ -35,6 +35,10 @@ class OffloadingEvent(msgspec.Struct, frozen=True, gc=False):
     block_size: int
     medium: str
     removed: bool
+    parent_block_hash: BlockHash | None = None
+    """For a store whose blocks continue one prompt's chain, the block before the first
+    (vLLM's ``BlockStored`` meaning): a consumer can tell which held blocks a prefix lookup
+    still reaches. None: the chain's first block, or a store that names no chain."""
 
 
 class LoadStoreSpec(ABC):

@@ -72,19 +72,26 @@ class GPUPrefixCache:
         leaves in one call ends absent in any mirror replaying them.
         """
         blocks = self._blocks
-        stored: list[BlockHash] = []
+        # Stored blocks go out as vLLM sends them: one event per run of the chain
+        # they continue, naming the block before the run as its parent.
+        runs: list[tuple[BlockHash | None, list[BlockHash]]] = []
+        previous: BlockHash | None = None
         for block_hash in block_hashes:
             if block_hash in blocks:
                 blocks.move_to_end(block_hash)
             else:
                 blocks[block_hash] = None
-                stored.append(block_hash)
+                if runs and runs[-1][1][-1] == previous:
+                    runs[-1][1].append(block_hash)
+                else:
+                    runs.append((previous, [block_hash]))
+            previous = block_hash
         evicted = [blocks.popitem(last=False)[0] for _ in range(len(blocks) - self.capacity_blocks)]
-        if stored:
-            self._events.append(OffloadingEvent(stored, self.block_size, GPU_MEDIUM, False))
+        for parent, run in runs:
+            self._events.append(OffloadingEvent(run, self.block_size, GPU_MEDIUM, False, parent))
+            self.stored_blocks += len(run)
         if evicted:
             self._events.append(OffloadingEvent(evicted, self.block_size, GPU_MEDIUM, True))
-        self.stored_blocks += len(stored)
         self.evicted_blocks += len(evicted)
         return evicted
 

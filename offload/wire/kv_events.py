@@ -84,9 +84,9 @@ _DECODER = msgspec.msgpack.Decoder(KVEventBatch)
 def to_kv_events(events: list[OffloadingEvent]) -> list[BlockStored | BlockRemoved]:
     """Translate the manager's events into vLLM's, one for one and in order.
 
-    The offloading manager knows neither the tokens nor the parent block of
-    what it stores (it sees hashes only), so those fields carry vLLM's "not
-    known" values: no token ids and no parent. This runs for every event
+    The offloading manager never sees tokens, so that field carries vLLM's
+    "not known" value (no token ids); the parent is the event's own, set
+    where the blocks continue one chain. This runs for every event
     published, so it is one comprehension with positional arguments (cheaper
     than a call per event, or keywords): BlockStored's are
     (block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
@@ -95,7 +95,9 @@ def to_kv_events(events: list[OffloadingEvent]) -> list[BlockStored | BlockRemov
     return [
         BlockRemoved(e.block_hashes, e.medium)
         if e.removed
-        else BlockStored(e.block_hashes, None, [], e.block_size, None, e.medium, None)
+        else BlockStored(
+            e.block_hashes, e.parent_block_hash, [], e.block_size, None, e.medium, None
+        )
         for e in events
     ]
 

@@ -104,11 +104,13 @@ def test_kvscope_publisher_events_round_trip() -> None:
     offloading = [
         OffloadingEvent([1, 2, 3], 64, "CPU", False),
         OffloadingEvent([2], 64, "CPU", True),
+        OffloadingEvent([7, 8], 64, "CPU", False, parent_block_hash=3),
     ]
     payload = encode_batch(KVEventBatch(ts=0.0, events=to_kv_events(offloading)))
     assert decode_kv_payload(payload).events == [
         DecodedEvent("stored", [1, 2, 3], "CPU", 64),
         DecodedEvent("removed", [2], "CPU"),
+        DecodedEvent("stored", [7, 8], "CPU", 64, parent_block_hash=3),
     ]
 
 

@@ -8,8 +8,8 @@ from offload.base import OffloadingEvent
 from offload.sim.gpu_prefix_cache import GPU_MEDIUM, GPUPrefixCache
 
 
-def stored(*hashes: int) -> OffloadingEvent:
-    return OffloadingEvent(list(hashes), 16, GPU_MEDIUM, False)
+def stored(*hashes: int, parent: int | None = None) -> OffloadingEvent:
+    return OffloadingEvent(list(hashes), 16, GPU_MEDIUM, False, parent)
 
 
 def removed(*hashes: int) -> OffloadingEvent:
@@ -26,12 +26,20 @@ def test_a_hit_is_the_leading_run_of_resident_blocks() -> None:
     assert (cache.lookup_blocks, cache.hit_blocks) == (13, 4)
 
 
+def test_stores_name_the_block_before_each_run_of_new_blocks_as_its_parent() -> None:
+    cache = GPUPrefixCache(capacity_blocks=16, block_size=16)
+    cache.admit([1, 3])
+    cache.take_events()
+    cache.admit([1, 2, 3, 4, 5])  # 1 and 3 held: two runs, [2] under 1 and [4, 5] under 3
+    assert cache.take_events() == [stored(2, parent=1), stored(4, 5, parent=3)]
+
+
 def test_admit_stores_the_new_blocks_and_touches_the_resident_ones() -> None:
     cache = GPUPrefixCache(capacity_blocks=4, block_size=16)
     assert cache.admit([1, 2, 3]) == []
     assert cache.take_events() == [stored(1, 2, 3)]
     assert cache.admit([1, 4]) == []  # 1 touched: now 2 is the least recent
-    assert cache.take_events() == [stored(4)]
+    assert cache.take_events() == [stored(4, parent=1)]
     assert cache.admit([5, 6]) == [2, 3]
     assert cache.take_events() == [stored(5, 6), removed(2, 3)]
     assert [h in cache for h in (1, 2, 3, 4, 5, 6)] == [True, False, False, True, True, True]
