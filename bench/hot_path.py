@@ -15,6 +15,8 @@ from pathlib import Path
 from bench.tooling.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
 
 POLICIES = ("lru", "arc", "gated")
+PEER_POLICY = {"lru": "lru", "arc": "arc", "gated": "lru"}
+"""vLLM's policy each row is timed against: its LRU where it has no equivalent."""
 
 
 def main() -> None:
@@ -38,9 +40,9 @@ def main() -> None:
                 "blocks_per_s": round(ours.blocks_per_s),
             }
             if python is not None:
-                peer = run_peer(python, trace_path, policy, capacity, args.repeat)
+                peer = run_peer(python, trace_path, PEER_POLICY[policy], capacity, args.repeat)
                 if peer is not None:
-                    record["peer"] = peer["impl"]
+                    record["peer"] = f"{peer['impl']} {PEER_POLICY[policy]}"
                     record["peer_blocks_per_s"] = round(peer["blocks_per_s"])
                     record["ratio"] = round(ours.blocks_per_s / peer["blocks_per_s"], 2)
             emit(record)

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from offload import CPUOffloadingManager
-from offload.cpu.policies.gated_lru import HORIZON_RESIDENCIES, GatedLRUCachePolicy
-from offload.cpu.policies.offer_history import OFFERS_PER_SLOT, OfferHistory
+from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
+from offload.cpu.policies.miniature import HORIZONS, Miniature
+from offload.cpu.policies.offer_history import (
+    OFFERS_PER_SLOT,
+    PROVEN_OFFERS,
+    OfferHistory,
+    earns_a_slot,
+)
 from offload.telemetry import metrics as m
 from tests.offload.test_manager_metrics import scrape
 
@@ -20,6 +26,11 @@ def store(manager: CPUOffloadingManager, hashes: list) -> list:
     assert out is not None
     manager.complete_store(out.block_hashes_to_store)
     return out.block_hashes_to_store
+
+
+def gate_only(policy: GatedLRUCachePolicy) -> None:
+    """Leave the gate at its default horizon only: no model can lead it elsewhere."""
+    policy.duel.models = [Miniature(policy.capacity, HORIZONS[0])]
 
 
 def full_with_a_residency(manager: CPUOffloadingManager, capacity: int) -> None:
@@ -57,18 +68,11 @@ def test_a_block_offered_again_within_the_horizon_is_admitted() -> None:
     assert policy.residency.age is not None
 
 
-def test_an_old_second_offer_is_refused_and_a_third_is_admitted() -> None:
-    manager, policy = gated(4)
-    full_with_a_residency(manager, 4)
-    assert store(manager, [7]) == []
-    age = policy.residency.age
-    assert age is not None
-    # Touch other blocks until the first offer lies beyond the horizon.
-    resident = list(policy.blocks)
-    for _ in range(int(HORIZON_RESIDENCIES * age) + 2):
-        manager.touch(resident[:1])
-    assert store(manager, [7]) == []
-    assert store(manager, [7]) == [7]  # the third offer shows the block recurs
+def test_the_reuse_horizon_rule() -> None:
+    assert not earns_a_slot(None, 10)  # never offered: no evidence it recurs
+    assert earns_a_slot((10, 1), 10)  # offered within the horizon
+    assert not earns_a_slot((9, 1), 10)  # offered before the horizon, once
+    assert earns_a_slot((0, PROVEN_OFFERS - 1), 10)  # offered often enough, whenever
 
 
 def test_admission_stops_at_the_first_refusal_in_a_chain() -> None:
@@ -83,7 +87,8 @@ def test_admission_stops_at_the_first_refusal_in_a_chain() -> None:
 
 
 def test_a_refused_block_never_evicts_anything() -> None:
-    manager, _ = gated(4)
+    manager, policy = gated(4)
+    gate_only(policy)
     full_with_a_residency(manager, 4)
     store(manager, [7])
     out = manager.prepare_store([7, 9])  # 7 is admitted, 9 is refused
@@ -98,6 +103,8 @@ def test_reset_forgets_offers_and_residency() -> None:
     store(manager, [7])
     manager.reset()
     assert len(policy.offers) == 0 and policy.residency.age is None
+    assert all(not model.resident and model.hits == 0 for model in policy.duel.models)
+    assert policy.duel.horizon == HORIZONS[0]
 
 
 def test_offer_history_is_bounded_by_a_fixed_multiple_of_capacity() -> None:

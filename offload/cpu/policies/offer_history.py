@@ -15,6 +15,8 @@ from offload.base import BlockHash
 
 OFFERS_PER_SLOT = 64
 """Blocks remembered per slot of the tier: the bound on the history's length."""
+PROVEN_OFFERS = 3
+"""Offers (this one included) after which a block is admitted whatever its reuse gap."""
 
 
 Offer = tuple[int, int]
@@ -51,3 +53,13 @@ class OfferHistory:
 
     def clear(self) -> None:
         self._last.clear()
+
+
+def earns_a_slot(previous: Offer | None, oldest: float) -> bool:
+    """The reuse-horizon rule: offered before at or after ``oldest``, or often enough.
+
+    A block whose previous offer lies within the horizon comes back before
+    the tier would evict it; one offered ``PROVEN_OFFERS`` times recurs,
+    whatever its gap.
+    """
+    return previous is not None and (previous[0] >= oldest or previous[1] >= PROVEN_OFFERS - 1)
