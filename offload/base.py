@@ -88,8 +88,14 @@ class OffloadingManager(ABC):
         """Unpin blocks pinned by prepare_load."""
 
     @abstractmethod
-    def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreOutput | None:
-        """Reserve slots for blocks not yet stored, evicting if needed; None if impossible."""
+    def prepare_store(
+        self, block_hashes: Iterable[BlockHash], *, parent: BlockHash | None = None
+    ) -> PrepareStoreOutput | None:
+        """Reserve slots for blocks not yet stored, evicting if needed; None if impossible.
+
+        ``block_hashes`` continue one prompt's chain from ``parent`` (None: its
+        first block, or not known).
+        """
 
     @abstractmethod
     def complete_store(

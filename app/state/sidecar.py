@@ -130,6 +130,8 @@ class SidecarState:
                 add(name, metric, "gauge", getattr(worker, metric))
             for reason, count in worker.evictions.items():
                 add(name, "evictions", "counter", count, reason=reason)
+            for reason, count in worker.miss_blocks.items():
+                add(name, "miss_blocks", "counter", count, reason=reason)
             for direction, per_s in worker.transfer_bytes_per_s.items():
                 add(name, "transfer_bytes_per_s", "gauge", per_s, direction=direction)
             for (direction, q), seconds in worker.transfer_latency_s.items():

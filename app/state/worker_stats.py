@@ -24,6 +24,8 @@ class WorkerStats:
     lookup_hit_blocks: int = 0
     lookup_blocks: int = 0
     evictions: dict[str, int] = field(default_factory=dict)
+    miss_blocks: dict[str, int] = field(default_factory=dict)
+    """Blocks lookups lost, by reason (cold, evicted, not_admitted, in_flight, prefix_lost)."""
     stores_completed: int = 0
     loads: int = 0
     dropped_frames: int = 0
@@ -58,6 +60,10 @@ class WorkerStats:
             evictions={
                 reason: int(value)
                 for reason, value in _by_label(frame, m.EVICTED_BLOCKS_TOTAL, "reason").items()
+            },
+            miss_blocks={
+                reason: int(value)
+                for reason, value in _by_label(frame, m.LOOKUP_MISS_BLOCKS_TOTAL, "reason").items()
             },
             stores_completed=int(_total(frame, m.STORE_COMPLETED_BLOCKS_TOTAL)),
             loads=int(_total(frame, m.LOAD_BLOCKS_TOTAL)),

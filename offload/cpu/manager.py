@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Sequence
+from itertools import compress, count
 from operator import attrgetter
 
 from offload.base import (
@@ -22,6 +23,7 @@ from offload.base import (
 from offload.cpu.block_pool import Block, BlockPool
 from offload.cpu.load_store_spec import CPULoadStoreSpec
 from offload.cpu.manager_stats import ManagerStats
+from offload.cpu.miss_attribution import MissAttribution
 from offload.cpu.policies.registry import make_policy
 from offload.cpu.request_recency import RequestRecency
 from offload.telemetry.spans import SpanGate, record_span
@@ -62,8 +64,13 @@ class CPUOffloadingManager(OffloadingManager):
         self.policy = make_policy(cache_policy, num_blocks)
         self.pool = BlockPool(num_blocks)
         self.stats = ManagerStats()
+        self.misses = MissAttribution(num_blocks)
+        """Why lookups missed: the reason of each lookup's first missing block."""
         self._blocks = self.policy.blocks
         self._events: list[OffloadingEvent] | None = [] if enable_events else None
+        self._run_heads: dict[BlockHash, BlockHash | None] = {}
+        """Blocks being written that start a run of their prompt's chain -> the block before
+        it, so the stored event names its parent; kept only with events on."""
         # Odd while a call moves blocks between the policy and the pool, when the
         # counts are short for a moment: a check on another thread (a scrape)
         # reads them only between such moves (a sequence lock, see _count_violations).
@@ -81,6 +88,7 @@ class CPUOffloadingManager(OffloadingManager):
         for block_hash in block_hashes:
             block = get(block_hash)
             if block is None or block.ref < 0:
+                self.misses.miss(block_hash, len(block_hashes) - hits, self._blocks)
                 break
             hits += 1
         stats = self.stats
@@ -127,6 +135,8 @@ class CPUOffloadingManager(OffloadingManager):
         block_hashes: Iterable[BlockHash],
         request: RequestRecency | None = None,
         offered: Collection[BlockHash] = (),
+        *,
+        parent: BlockHash | None = None,
     ) -> PrepareStoreOutput | None:
         """Reserve slots for the blocks not yet resident, evicting idle ones if needed.
 
@@ -135,7 +145,9 @@ class CPUOffloadingManager(OffloadingManager):
         (optional) is the storing request, for policies that order a request's
         blocks by their place in its prompt. ``offered`` names
         more blocks to keep from eviction: the ones a caller filtered out of
-        ``block_hashes`` (vLLM protects a whole offer).
+        ``block_hashes`` (vLLM protects a whole offer). ``block_hashes`` continue
+        one prompt's chain from ``parent`` (None: its start, or not known), so
+        the stored events can name each run's parent.
         """
         start = time.perf_counter()
         requested = _hash_list(block_hashes)
@@ -146,6 +158,8 @@ class CPUOffloadingManager(OffloadingManager):
         stats = self.stats
         stats.store_requested_blocks += len(requested)
         stats.store_skipped_blocks += len(requested) - len(to_store)
+        if requested:
+            self.misses.store_from(requested[0], len(requested) - len(to_store))
         if not to_store:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
         pool = self.pool
@@ -153,6 +167,8 @@ class CPUOffloadingManager(OffloadingManager):
         if admitted is not to_store:
             # Refused before any room is made: a block not worth a slot evicts nothing.
             stats.store_not_admitted_blocks += len(to_store) - len(admitted)
+            kept = set(admitted)
+            self.misses.refused.add([h for h in to_store if h not in kept])
             to_store = admitted
             if not to_store:
                 return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
@@ -168,6 +184,7 @@ class CPUOffloadingManager(OffloadingManager):
                     return None
                 hashes, freed = zip(*evicted, strict=True)
                 evicted_hashes = list(hashes)
+                self.misses.evicted.add(evicted_hashes)
                 stats.evicted_capacity_blocks += shortfall
                 stats.dead_write_blocks += shortfall - sum(map(_loaded, freed))
                 pool.free(freed)
@@ -179,6 +196,13 @@ class CPUOffloadingManager(OffloadingManager):
         finally:
             self._moves += 1
         stats.store_admitted_blocks += len(to_store)
+        if self._events is not None:
+            if to_store[-1] == requested[len(to_store) - 1]:
+                # One run from the chain's start, the common case: to_store is a
+                # subsequence of requested ending where a prefix of it would.
+                self._run_heads[to_store[0]] = parent
+            else:
+                self._mark_run_heads(requested, to_store, parent)
         seconds = time.perf_counter() - start
         stats.prepare_store_seconds.observe(seconds)
         if evicted_hashes and self._spans.active():
@@ -220,7 +244,14 @@ class CPUOffloadingManager(OffloadingManager):
                 raise
             self.stats.store_completed_blocks += len(stored)
             if stored and self._events is not None:
-                self._events.append(OffloadingEvent(stored, self.block_size, MEDIUM, False))
+                heads = self._run_heads
+                parent = heads.pop(stored[0], None)
+                if heads:
+                    self._events += self._stored_events(stored, parent)
+                else:  # no other run in flight: one event, the common case
+                    self._events.append(
+                        OffloadingEvent(stored, self.block_size, MEDIUM, False, parent)
+                    )
             return stored
         # A failed copy leaves garbage in the slots: forget the blocks that were
         # being written. Their stored event was never sent, so nothing is removed
@@ -229,6 +260,8 @@ class CPUOffloadingManager(OffloadingManager):
         hashes = _hash_list(block_hashes)
         blocks = dict(zip(hashes, map(get, hashes), strict=True))
         forgotten = [h for h, block in blocks.items() if block is not None and block.ref < 0]
+        for block_hash in forgotten:
+            self._run_heads.pop(block_hash, None)
         self._moves += 1
         try:
             self.pool.free([self.policy.remove(block_hash) for block_hash in forgotten])
@@ -268,6 +301,8 @@ class CPUOffloadingManager(OffloadingManager):
         stats = self.stats
         stats.load_dropped_blocks += stats.loads_in_flight
         stats.store_dropped_blocks += stats.stores_in_flight
+        self._run_heads.clear()
+        self.misses.reset()
         self._moves += 1
         try:
             self.policy.reset()
@@ -278,6 +313,35 @@ class CPUOffloadingManager(OffloadingManager):
         self.stats.dead_write_blocks += len(ready) - loaded
         if ready and self._events is not None:
             self._events.append(OffloadingEvent(ready, self.block_size, MEDIUM, removed=True))
+
+    def _mark_run_heads(
+        self, requested: list[BlockHash], to_store: list[BlockHash], parent: BlockHash | None
+    ) -> None:
+        """Remember, for each run of ``to_store`` along the chain ``requested``, its parent."""
+        heads = self._run_heads
+        new = set(to_store)
+        previous, previous_new = parent, False
+        for block_hash in requested:
+            is_new = block_hash in new
+            if is_new:
+                new.discard(block_hash)  # a hash named twice is stored once
+                if not previous_new:
+                    heads[block_hash] = previous
+            previous, previous_new = block_hash, is_new
+
+    def _stored_events(
+        self, stored: list[BlockHash], first_parent: BlockHash | None
+    ) -> list[OffloadingEvent]:
+        """One stored event per run of a chain, each naming the block before it (the first
+        run's parent already taken from the heads)."""
+        heads = self._run_heads
+        starts = [0, *compress(count(1), map(heads.__contains__, stored[1:]))]
+        ends = [*starts[1:], len(stored)]
+        parents = [first_parent, *map(heads.pop, (stored[a] for a in starts[1:]))]
+        return [
+            OffloadingEvent(stored[a:b], self.block_size, MEDIUM, False, parent)
+            for a, b, parent in zip(starts, ends, parents, strict=True)
+        ]
 
     def take_events(self) -> list[OffloadingEvent]:
         if self._events is None:

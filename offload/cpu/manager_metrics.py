@@ -29,6 +29,14 @@ def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
     add(m.LOOKUP_HIT_BLOCKS_TOTAL, stats.lookup_hit_blocks, medium=medium)
     add(m.LOOKUP_TOKENS_TOTAL, stats.lookup_blocks * tokens, medium=medium)
     add(m.LOOKUP_HIT_TOKENS_TOTAL, stats.lookup_hit_blocks * tokens, medium=medium)
+    misses = manager.misses
+    for reason, lookups in list(misses.lookups.items()):
+        if reason != "prefix_lost":  # it never decides a lookup
+            add(m.LOOKUP_MISSES_TOTAL, lookups, medium=medium, reason=reason)
+    for reason, blocks in list(misses.blocks.items()):
+        add(m.LOOKUP_MISS_BLOCKS_TOTAL, blocks, medium=medium, reason=reason)
+        add(m.LOOKUP_MISS_TOKENS_TOTAL, blocks * tokens, medium=medium, reason=reason)
+    add(m.MISS_MEMORY_BLOCKS, misses.remembered, medium=medium)
     add(m.STORE_REQUESTED_BLOCKS_TOTAL, stats.store_requested_blocks, medium=medium)
     add(m.STORE_ADMITTED_BLOCKS_TOTAL, stats.store_admitted_blocks, medium=medium)
     add(m.STORE_SKIPPED_BLOCKS_TOTAL, stats.store_skipped_blocks, medium=medium)

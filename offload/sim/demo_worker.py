@@ -133,13 +133,16 @@ class DemoWorker:
                 Direction.CPU_TO_GPU, spec.block_ids, self._gpu_blocks(loaded)
             )
             self._loads[job] = loaded
-        self._store(missed[hits:])
-        self._store(self.gpu.admit(block_hashes))
+        computed = len(block_hashes) - len(missed) + hits  # where the tier's misses start
+        self._store(block_hashes[computed:], block_hashes[computed - 1] if computed else None)
+        for parent, run in self.gpu.admit(block_hashes):
+            self._store(run, parent)
         self._publish_events()
 
-    def _store(self, block_hashes: Sequence[BlockHash]) -> None:
-        """Offer blocks to the CPU tier; the ones it takes go out as one GPU->CPU job."""
-        out = self.manager.prepare_store(list(block_hashes))
+    def _store(self, block_hashes: Sequence[BlockHash], parent: BlockHash | None) -> None:
+        """Offer blocks (one run of a chain, under ``parent``) to the CPU tier; the ones it
+        takes go out as one GPU->CPU job."""
+        out = self.manager.prepare_store(list(block_hashes), parent=parent)
         if out is not None and out.block_hashes_to_store:
             stored = out.block_hashes_to_store
             job = self.transfers.submit(

@@ -31,8 +31,9 @@ class GPUPrefixCache:
             raise ValueError(f"the GPU cache needs at least 1 block, got {capacity_blocks}")
         self.capacity_blocks = capacity_blocks
         self.block_size = block_size
-        # Oldest first: eviction pops from the front, a touch moves to the back.
-        self._blocks: OrderedDict[BlockHash, None] = OrderedDict()
+        # Block -> its parent in the chain it was stored with. Oldest first:
+        # eviction pops from the front, a touch moves to the back.
+        self._blocks: OrderedDict[BlockHash, BlockHash | None] = OrderedDict()
         self._events: list[OffloadingEvent] = []
         self.lookup_blocks = 0
         self.hit_blocks = 0
@@ -61,12 +62,15 @@ class GPUPrefixCache:
         self.hit_blocks += hits
         return hits
 
-    def admit(self, block_hashes: Sequence[BlockHash]) -> list[BlockHash]:
+    def admit(
+        self, block_hashes: Sequence[BlockHash]
+    ) -> list[tuple[BlockHash | None, list[BlockHash]]]:
         """Make a request's blocks the most recent, evicting the least recent past capacity.
 
         Resident blocks are touched; the others (computed or loaded by the
         request) are stored. Returns the evicted hashes, oldest first, for the
-        caller to offer to the tier below. A request longer than the cache
+        caller to offer to the tier below, in runs that continue one chain,
+        each with the block before it. A request longer than the cache
         evicts its own first blocks, as a GPU too small for it would.
         Events are recorded stored-then-removed, so a block that enters and
         leaves in one call ends absent in any mirror replaying them.
@@ -80,20 +84,27 @@ class GPUPrefixCache:
             if block_hash in blocks:
                 blocks.move_to_end(block_hash)
             else:
-                blocks[block_hash] = None
+                blocks[block_hash] = previous
                 if runs and runs[-1][1][-1] == previous:
                     runs[-1][1].append(block_hash)
                 else:
                     runs.append((previous, [block_hash]))
             previous = block_hash
-        evicted = [blocks.popitem(last=False)[0] for _ in range(len(blocks) - self.capacity_blocks)]
+        evicted = [blocks.popitem(last=False) for _ in range(len(blocks) - self.capacity_blocks)]
         for parent, run in runs:
             self._events.append(OffloadingEvent(run, self.block_size, GPU_MEDIUM, False, parent))
             self.stored_blocks += len(run)
         if evicted:
-            self._events.append(OffloadingEvent(evicted, self.block_size, GPU_MEDIUM, True))
+            hashes = [block_hash for block_hash, _parent in evicted]
+            self._events.append(OffloadingEvent(hashes, self.block_size, GPU_MEDIUM, True))
         self.evicted_blocks += len(evicted)
-        return evicted
+        evicted_runs: list[tuple[BlockHash | None, list[BlockHash]]] = []
+        for block_hash, parent in evicted:
+            if evicted_runs and evicted_runs[-1][1][-1] == parent:
+                evicted_runs[-1][1].append(block_hash)
+            else:
+                evicted_runs.append((parent, [block_hash]))
+        return evicted_runs
 
     def take_events(self) -> list[OffloadingEvent]:
         """The events since the last call, in order (the CPU manager's contract)."""

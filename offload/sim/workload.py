@@ -50,7 +50,9 @@ def run_request(
         manager.prepare_load(hit_hashes)
         manager.touch(block_hashes)
         manager.complete_load(hit_hashes)
-    out = manager.prepare_store(block_hashes[hits:])
+    out = manager.prepare_store(
+        block_hashes[hits:], parent=block_hashes[hits - 1] if hits else None
+    )
     if out is not None and out.block_hashes_to_store:
         manager.complete_store(out.block_hashes_to_store)
     # Drain every step, as the connector does, so events never pile up.

@@ -46,6 +46,35 @@ LOOKUP_TOKENS_TOTAL = _spec(
 LOOKUP_HIT_TOKENS_TOTAL = _spec(
     "kvscope_lookup_hit_tokens_total", "counter", "Tokens found by lookups.", "medium"
 )
+LOOKUP_MISSES_TOTAL = _spec(
+    "kvscope_lookup_misses_total",
+    "counter",
+    "Lookups that stopped short, by the reason of their first missing block "
+    "(cold, evicted, not_admitted, in_flight).",
+    "medium",
+    "reason",
+)
+LOOKUP_MISS_BLOCKS_TOTAL = _spec(
+    "kvscope_lookup_miss_blocks_total",
+    "counter",
+    "Blocks lookups lost, by reason: prefix_lost for blocks held behind the break, the first "
+    "missing block's reason for the others.",
+    "medium",
+    "reason",
+)
+LOOKUP_MISS_TOKENS_TOTAL = _spec(
+    "kvscope_lookup_miss_tokens_total",
+    "counter",
+    "Tokens lookups lost, by reason (blocks times the block size).",
+    "medium",
+    "reason",
+)
+MISS_MEMORY_BLOCKS = _spec(
+    "kvscope_miss_memory_blocks",
+    "gauge",
+    "Hashes of recently evicted and refused blocks kept to tell them from cold misses.",
+    "medium",
+)
 STORE_REQUESTED_BLOCKS_TOTAL = _spec(
     "kvscope_store_requested_blocks_total", "counter", "Blocks offered to prepare_store.", "medium"
 )
@@ -200,6 +229,10 @@ SPECS: dict[str, MetricSpec] = {
         LOOKUP_HIT_BLOCKS_TOTAL,
         LOOKUP_TOKENS_TOTAL,
         LOOKUP_HIT_TOKENS_TOTAL,
+        LOOKUP_MISSES_TOTAL,
+        LOOKUP_MISS_BLOCKS_TOTAL,
+        LOOKUP_MISS_TOKENS_TOTAL,
+        MISS_MEMORY_BLOCKS,
         STORE_REQUESTED_BLOCKS_TOTAL,
         STORE_ADMITTED_BLOCKS_TOTAL,
         STORE_SKIPPED_BLOCKS_TOTAL,

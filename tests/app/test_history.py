@@ -171,7 +171,9 @@ def test_history_fills_from_a_real_ingest() -> None:
 
             def sampled() -> bool:  # a 1 s point closes once a sample falls past it
                 kept = {k.metric for k, _, _ in state.history.window(0, 1, heard.name).series}
-                return {"loads", "blocks", "dead_write_blocks", "transfer_latency_s"} <= kept
+                wanted = {"loads", "blocks", "dead_write_blocks", "miss_blocks"}
+                wanted.add("transfer_latency_s")
+                return wanted <= kept
 
             wait_until(sampled, "the ingest thread samples the history")
         finally:
@@ -182,6 +184,7 @@ def test_history_fills_from_a_real_ingest() -> None:
     loads = series[heard.name, "loads", ()]
     assert loads["kind"] == "counter" and 7.0 in loads["values"]
     assert 3.0 in series[heard.name, "blocks", ("CPU",)]["values"]
+    assert 5.0 in series[heard.name, "miss_blocks", ("evicted",)]["values"]
     median = series[heard.name, "transfer_latency_s", ("gpu_to_cpu", "0.5")]
     assert median["kind"] == "gauge"
     assert any(v is not None and 0.001 <= v <= 0.0025 for v in median["values"])
@@ -193,6 +196,7 @@ def _frame(loads: int, transfers: Histogram) -> StatsFrame:
     snapshot = m.Snapshot()
     snapshot.add(m.LOAD_BLOCKS_TOTAL, loads, medium="CPU")
     snapshot.add(m.DEAD_WRITE_BLOCKS_TOTAL, 2, medium="CPU", policy="lru")
+    snapshot.add(m.LOOKUP_MISS_BLOCKS_TOTAL, 5, medium="CPU", reason="evicted")
     snapshot.add_histogram(m.TRANSFER_DURATION_SECONDS, transfers, direction="gpu_to_cpu")
     return StatsFrame(
         ts=time.time(),

@@ -40,7 +40,7 @@ def test_admit_stores_the_new_blocks_and_touches_the_resident_ones() -> None:
     assert cache.take_events() == [stored(1, 2, 3)]
     assert cache.admit([1, 4]) == []  # 1 touched: now 2 is the least recent
     assert cache.take_events() == [stored(4, parent=1)]
-    assert cache.admit([5, 6]) == [2, 3]
+    assert cache.admit([5, 6]) == [(1, [2, 3])]  # one run of 1's chain
     assert cache.take_events() == [stored(5, 6), removed(2, 3)]
     assert [h in cache for h in (1, 2, 3, 4, 5, 6)] == [True, False, False, True, True, True]
     assert cache.take_events() == []

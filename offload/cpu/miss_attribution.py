@@ -1,0 +1,135 @@
+"""Why a lookup missed: the first missing block of a prompt's chain decides the request's loss.
+
+Every lookup that stops short of its chain's end is charged once, to the
+reason of the block it stopped at:
+
+- ``in_flight``: the block is being written (stored, not yet readable);
+- ``evicted``: it was stored before and left for room;
+- ``not_admitted``: it was offered, and the policy's admission refused it;
+- ``cold``: none of those is remembered: never stored (or stored so long
+  ago that the memory below has forgotten it).
+
+The blocks it lost are split in two: those after the break that the tier
+still holds are ``prefix_lost`` (stored, but unreachable behind the break),
+the others go to the first miss's reason. Blocks times the block size are the
+tokens lost. Finding the held ones would cost a dictionary probe per lost
+block on every lookup; the store that follows a miss (vLLM's and the
+canonical replay's order: look up, then store what was missed) probes those
+very blocks anyway, so the split is taken from it: a miss's blocks are
+charged when the next store starts at the break (split by what that store
+found held), or at the next miss (all to the reason). Counters therefore
+only ever grow, and lag by at most one lookup.
+
+Remembering evictions and refusals costs memory, so each is kept in two
+generations of hash sets: a generation holds up to ``horizon`` hashes, then
+becomes the old one and the one before it is dropped. A reason is therefore
+remembered for at least ``horizon`` and at most ``2 * horizon`` such events:
+with the default horizon of ``HORIZON_CAPACITIES`` tiers, a block evicted
+and asked for again within several tiers' worth of evictions is charged to
+eviction. Adding a batch is one C-level ``set.update``, never a Python loop
+per block: the scheduler pays for this on every store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final, Literal
+
+from offload.base import BlockHash
+from offload.cpu.block_pool import Block
+
+Reason = Literal["cold", "evicted", "not_admitted", "in_flight", "prefix_lost"]
+REASONS: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted", "in_flight", "prefix_lost")
+HORIZON_CAPACITIES: Final = 4
+"""Generations hold this many tiers' worth of hashes: the hit-ratio curve asks what a tier
+up to 8x larger would hit, and two generations of 4x cover that reuse distance."""
+
+
+class Generations:
+    """A set of recent hashes in two generations of at most ``horizon`` each."""
+
+    __slots__ = ("horizon", "new", "old")
+
+    def __init__(self, horizon: int) -> None:
+        self.horizon = horizon
+        self.new: set[BlockHash] = set()
+        self.old: set[BlockHash] = set()
+
+    def add(self, block_hashes: Iterable[BlockHash]) -> None:
+        self.new.update(block_hashes)
+        if len(self.new) >= self.horizon:
+            self.old, self.new = self.new, set()
+
+    def __contains__(self, block_hash: object) -> bool:
+        return block_hash in self.new or block_hash in self.old
+
+    def __len__(self) -> int:
+        return len(self.new) + len(self.old)
+
+    def clear(self) -> None:
+        self.new.clear()
+        self.old.clear()
+
+
+class MissAttribution:
+    """Per-reason counts of missed lookups, blocks and the memory they need."""
+
+    __slots__ = ("_pending", "blocks", "evicted", "lookups", "refused")
+
+    def __init__(self, capacity: int, horizon_capacities: int = HORIZON_CAPACITIES) -> None:
+        horizon = max(1, capacity * horizon_capacities)
+        self.evicted = Generations(horizon)
+        self.refused = Generations(horizon)
+        self.lookups = dict.fromkeys(REASONS, 0)
+        """Lookups charged to each reason (``prefix_lost`` never decides a lookup)."""
+        self.blocks = dict.fromkeys(REASONS, 0)
+        """Blocks lost to each reason."""
+        self._pending: tuple[Reason, BlockHash, int] | None = None
+        """The last miss's reason, break block and lost blocks, until a store splits them."""
+
+    @property
+    def remembered(self) -> int:
+        """Hashes held to tell evicted and refused blocks from cold ones (the memory cost)."""
+        return len(self.evicted) + len(self.refused)
+
+    def miss(self, block_hash: BlockHash, lost: int, resident: Mapping[BlockHash, Block]) -> None:
+        """Charge a lookup that stopped at ``block_hash``, losing ``lost`` blocks from it on."""
+        reason: Reason
+        if block_hash in resident:
+            reason = "in_flight"
+        elif block_hash in self.evicted:
+            reason = "evicted"
+        elif block_hash in self.refused:
+            reason = "not_admitted"
+        else:
+            reason = "cold"
+        self.lookups[reason] += 1
+        self.flush()
+        self._pending = (reason, block_hash, lost)
+
+    def store_from(self, first: BlockHash, held: int) -> None:
+        """A store starts at ``first`` and found ``held`` of its blocks already held.
+
+        When it starts at the last miss's break, those held blocks are the ones
+        that miss lost behind it: ``prefix_lost``; the rest go to its reason.
+        """
+        pending = self._pending
+        if pending is None or pending[1] != first:
+            return
+        reason, _block_hash, lost = pending
+        behind = min(held, lost - 1)
+        self._pending = None
+        self.blocks[reason] += lost - behind
+        self.blocks["prefix_lost"] += behind
+
+    def flush(self) -> None:
+        """Charge the pending miss's blocks, all to its reason (no store split them)."""
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self.blocks[pending[0]] += pending[2]
+
+    def reset(self) -> None:
+        self.flush()
+        self.evicted.clear()
+        self.refused.clear()
