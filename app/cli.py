@@ -23,6 +23,7 @@ from app.server import Sidecar, run_server
 from app.settings import SidecarSettings
 from offload.cpu.policies.registry import policy_names
 from offload.insight.plot import PlotError, check_plot_path, write_plot
+from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
 from offload.insight.sweep import OPT, SweepPoint, replay_point, sweep_curve, sweep_policies
 from offload.sim.mooncake import (
     BUNDLED_TRACE_BLOCK_SIZE,
@@ -62,6 +63,17 @@ def _policies(text: str) -> list[str]:
                 f"invalid choice: {name!r} (choose from {', '.join(known)})"
             )
     return list(dict.fromkeys(names))
+
+
+def _sample_rate(text: str) -> float:
+    """A rate in [0, 1]; 0 turns the sampled stream (and the live curve) off."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sample rate must be a number, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"sample rate must be in [0, 1], got {value}")
+    return value
 
 
 def _plot_path(text: str) -> Path:
@@ -151,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     demo_cmd.add_argument("--rate", type=float, default=200.0, help="requests replayed per second")
     demo_cmd.add_argument(
+        "--sample-rate", type=_sample_rate, default=DEFAULT_RATE, metavar="RATE",
+        help=f"share of blocks (by hash) whose references feed the live hit-ratio curve "
+        f"(default {DEFAULT_RATE}; 0 turns it off)",
+    )  # fmt: skip
+    demo_cmd.add_argument(
         "--duration", type=float, default=None, help="stop after this many seconds"
     )
     demo_cmd.set_defaults(run=_run_demo)
@@ -189,7 +206,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     )
     stop = threading.Event()
     with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
-        engine = DemoWorker(requests, publisher, config)
+        sampler = SpatialSampler(args.sample_rate) if args.sample_rate > 0 else None
+        engine = DemoWorker(requests, publisher, config, sampler)
         worker = threading.Thread(target=engine.run, args=(stop,), name="kvscope-demo-worker")
         settings = _settings(args, connect=[publisher.endpoint], replay=[publisher.replay_endpoint])
         with Sidecar(settings) as sidecar:

@@ -25,7 +25,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
-from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
+from offload.cpu.policies.registry import policy_names
+from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
 MAX_PAGE_LIMIT: Final = 1000
 """The most entries (blocks or events) one page holds, whatever limit is asked."""
@@ -47,11 +48,37 @@ class IngestConfig:
 
     kv_topic: bytes = DEFAULT_KV_TOPIC
     stats_topic: bytes = DEFAULT_STATS_TOPIC
+    sample_topic: bytes = DEFAULT_SAMPLE_TOPIC
     max_message_bytes: int = 64 * MiB
     replay_timeout_s: float = 2.0
     replay_deadline_s: float = 30.0
     replay_max_bytes: int = 256 * MiB
     replay_hold_bytes: int = 64 * MiB
+
+
+INSIGHT_POLICIES: Final = ("lru", "arc")
+"""The policies a live curve simulates unless told otherwise: those whose sampled curve
+was checked against the exact sweep (README, "The hit-ratio curve")."""
+
+
+@dataclass(frozen=True, slots=True)
+class InsightConfig:
+    """The bounds of the live hit-ratio curves (app/state/insight.py), from the settings.
+
+    ``max_bytes``: the estimated memory one publisher's curve simulations may
+    hold (a tier that would need more is sampled further, at a lower rate, to
+    fit); ``policies``: the policies simulated (each policy's sampled curve
+    must have been checked against a sweep: bench/insight_accuracy.py);
+    ``queue_bytes``: sampled requests waiting for the shadow thread, all
+    publishers together (past it they are shed, counted); ``cpu_share``: the
+    share of one core the shadow thread may take from the ingest thread (the
+    interpreter runs one thread at a time).
+    """
+
+    max_bytes: int = 64 * MiB
+    policies: tuple[str, ...] = INSIGHT_POLICIES
+    queue_bytes: int = 16 * MiB
+    cpu_share: float = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +191,40 @@ class SidecarSettings(BaseSettings):
         max_length=MAX_TOPIC_BYTES,
         description="The topic stats frames travel on (EventPublisher's `stats_topic`).",
     )
+    sample_topic: str = Field(
+        default=DEFAULT_SAMPLE_TOPIC.decode(),
+        min_length=1,
+        max_length=MAX_TOPIC_BYTES,
+        description="The topic sampled access streams travel on (EventPublisher's "
+        "`sample_topic`); they feed /api/v1/insight's hit-ratio curves.",
+    )
+    insight_max_bytes: int = Field(
+        default=64 * MiB,
+        ge=MiB,
+        le=64 * 1024 * MiB,
+        description="Estimated memory one publisher's hit-ratio curve simulations may hold; a "
+        "tier that needs more is sampled further (a lower rate) to fit.",
+    )
+    insight_policies: EndpointList = Field(
+        default_factory=lambda: list(INSIGHT_POLICIES),
+        min_length=1,
+        description="Policies the hit-ratio curves simulate (comma-separated); a policy whose "
+        "sizes do not scale with its capacity has no trustworthy sampled curve.",
+    )
+    insight_queue_bytes: int = Field(
+        default=16 * MiB,
+        ge=64 * KiB,
+        le=1024 * MiB,
+        description="Sampled requests waiting for the curve's shadow tiers (all publishers); "
+        "past it they are shed, counted.",
+    )
+    insight_cpu_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Share of one core the shadow tiers' thread may take; past it its queue "
+        "fills and sheds rather than slowing ingest.",
+    )
     max_message_bytes: int = Field(
         default=64 * MiB,
         ge=MiB,
@@ -222,7 +283,15 @@ class SidecarSettings(BaseSettings):
         "loopback names and the bound address, or every name when bound to all addresses.",
     )
 
-    @field_validator("connect", "replay", "listen", "listen_replay", "allowed_hosts", mode="before")
+    @field_validator(
+        "connect",
+        "replay",
+        "listen",
+        "listen_replay",
+        "allowed_hosts",
+        "insight_policies",
+        mode="before",
+    )
     @classmethod
     def _split_endpoints(cls, value: Any) -> Any:
         """A JSON list or a comma-separated string, as environment variables carry lists."""
@@ -261,6 +330,15 @@ class SidecarSettings(BaseSettings):
         _no_repeats(names, "is given more than one replay endpoint")
         return pairs
 
+    @field_validator("insight_policies")
+    @classmethod
+    def _policies_are_registered(cls, names: list[str]) -> list[str]:
+        known = policy_names()
+        for name in names:
+            if name not in known:
+                raise ValueError(f"{name[:80]!r} is not a cache policy (known: {', '.join(known)})")
+        return list(dict.fromkeys(names))
+
     @field_validator("allowed_hosts")
     @classmethod
     def _hosts_are_names(cls, hosts: list[str]) -> list[str]:
@@ -269,7 +347,7 @@ class SidecarSettings(BaseSettings):
                 raise ValueError(f"{host[:80]!r} is not a host name or address")
         return hosts
 
-    @field_validator("kv_topic", "stats_topic")
+    @field_validator("kv_topic", "stats_topic", "sample_topic")
     @classmethod
     def _topic_is_plain(cls, topic: str) -> str:
         if not _TOPIC.fullmatch(topic):
@@ -296,6 +374,10 @@ class SidecarSettings(BaseSettings):
     def _topics_differ(self) -> SidecarSettings:
         if self.kv_topic == self.stats_topic:
             raise ValueError(f"kv_topic and stats_topic must differ, both are {self.kv_topic!r}")
+        if self.sample_topic in (self.kv_topic, self.stats_topic):
+            raise ValueError(
+                f"sample_topic must differ from kv_topic and stats_topic, got {self.sample_topic!r}"
+            )
         return self
 
     @model_validator(mode="after")
@@ -328,11 +410,21 @@ class SidecarSettings(BaseSettings):
         return IngestConfig(
             kv_topic=self.kv_topic.encode(),
             stats_topic=self.stats_topic.encode(),
+            sample_topic=self.sample_topic.encode(),
             max_message_bytes=self.max_message_bytes,
             replay_timeout_s=self.replay_timeout_s,
             replay_deadline_s=self.replay_deadline_s,
             replay_max_bytes=self.replay_max_bytes,
             replay_hold_bytes=self.replay_hold_bytes,
+        )
+
+    def insight_config(self) -> InsightConfig:
+        """The bounds of the live hit-ratio curves."""
+        return InsightConfig(
+            self.insight_max_bytes,
+            tuple(self.insight_policies),
+            self.insight_queue_bytes,
+            self.insight_cpu_share,
         )
 
     def listen_streams(self) -> list[ListenStream]:

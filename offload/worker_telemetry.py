@@ -3,16 +3,19 @@
 This is what the inference worker (or the demo worker) holds: it turns the
 core's plain counters into a snapshot for a Prometheus scrape or a stats
 frame for the sidecar, and ships the manager's events. Nothing here runs per
-block; ``publish_events`` runs once per scheduler step.
+block; ``publish_events`` runs once per scheduler step, ``record_request``
+once per request (and only with a sampler: the sampled access stream behind
+the sidecar's hit-ratio curve).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
+from offload.base import BlockHash
 from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.manager_metrics import manager_snapshot
 from offload.telemetry import metrics as m
@@ -20,6 +23,7 @@ from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import Snapshot
 from offload.transfer.transfer_stats import TransferStats
 from offload.wire.publisher import NullPublisher, Publisher
+from offload.wire.sample_buffer import DEFAULT_MAX_BYTES, SampleBuffer, Sampler
 from offload.wire.stats_frame import StatsFrame, WorkerConfig
 
 
@@ -35,6 +39,8 @@ class WorkerTelemetry:
         transfers: TransferStats | None = None,
         publisher: Publisher | None = None,
         bytes_per_block: int | None = None,
+        sampler: Sampler | None = None,
+        sample_buffer_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.manager = manager
         self.transfers = transfers
@@ -47,6 +53,8 @@ class WorkerTelemetry:
             block_size=manager.block_size,
             bytes_per_block=bytes_per_block,
         )
+        self.samples = None if sampler is None else SampleBuffer(sampler, sample_buffer_bytes)
+        """The sampled access stream since the last sample frame; None: not sampling."""
 
     def snapshot(self) -> Snapshot:
         snap = manager_snapshot(self.manager)
@@ -70,6 +78,19 @@ class WorkerTelemetry:
     def publish_events(self) -> None:
         """Ship the manager's events since the last call (once per scheduler step)."""
         self.publisher.publish_events(self.manager.take_events())
+
+    def record_request(self, block_hashes: Sequence[BlockHash]) -> None:
+        """One request's references to the tier, into the sample (nothing without a sampler)."""
+        if self.samples is not None:
+            self.samples.add(block_hashes)
+
+    def publish_sample(self, *, force: bool = False) -> None:
+        """Ship the sample as a frame when one is due (or ``force``); call once per step."""
+        samples = self.samples
+        if samples is not None and (force or samples.due()):
+            frame = samples.take(self.engine_id, self.rank, self.config)
+            if frame is not None:
+                self.publisher.publish_sample(frame)
 
     def publish_stats(self) -> None:
         """Ship a stats frame (every second or so)."""

@@ -13,7 +13,7 @@ from app.api.http_counts import HttpCounts
 from app.api.limits import HttpLimits
 from app.api.metrics import HttpCollector, metrics_registry
 from app.api.page import mount_page
-from app.api.routes import blocks, docs, events, history, operations, stats
+from app.api.routes import blocks, docs, events, history, insight, operations, stats
 from app.api.validation_errors import install_validation_errors
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
@@ -91,6 +91,7 @@ def create_app(
     for router in (
         stats.router,
         history.router,
+        insight.router,
         blocks.router,
         events.router,
         events.stream_router,

@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from app.api.event_stream import EventStreams
 from app.api.http_counts import HttpCounts
+from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import Snapshot
@@ -127,6 +128,7 @@ class SidecarCollector(Collector):
             "Estimated memory of the recent-events log (at most event_buffer_bytes).",
             event_log.bytes,
         )
+        yield from _insight_families(publishers, self._state)
         history = self._state.history
         yield GaugeMetricFamily(
             "kvscope_sidecar_history_bytes",
@@ -141,6 +143,67 @@ class SidecarCollector(Collector):
             "History readings dropped for a series past history_max_series.",
             history.refused,
         )
+
+
+_SAMPLE_COUNTERS = (
+    ("kvscope_sidecar_sample_frames_total", "Sample frames applied to the hit-ratio curve.",
+     "frames"),
+    ("kvscope_sidecar_sample_missed_frames_total", "Sample frames lost in sequence gaps.",
+     "missed_frames"),
+    ("kvscope_sidecar_sample_block_refs_total",
+     "Block references the sample frames stand for (sampled or not).", "block_refs"),
+    ("kvscope_sidecar_sampled_refs_total", "Sampled block references received.", "sampled_refs"),
+    ("kvscope_sidecar_insight_resets_total",
+     "Times a publisher's hit-ratio curve started over (new stream or restart).", "resets"),
+)  # fmt: skip
+"""A publisher's sampled-stream counts (app/state/insight.py), by attribute."""
+
+
+def _insight_families(publishers: list[PublisherState], state: SidecarState) -> Iterator[Metric]:
+    """The hit-ratio curves as gauges, the sampled streams' counts, the curves' memory."""
+    sampling = [(p.name, p.insight) for p in publishers if p.insight is not None]
+    curve = GaugeMetricFamily(
+        "kvscope_sidecar_hit_ratio_curve",
+        "Estimated hit ratio of a publisher's tier at a multiple of its capacity, per policy.",
+        labels=["publisher", "policy", "multiple"],
+    )
+    memory = 0
+    for name, insight in sampling:
+        found = insight.curve()
+        memory += insight.memory()[1]
+        if found is None:
+            continue
+        for policy, ratios in found.hit_ratios.items():
+            for multiple, ratio in zip(found.multiples() or (), ratios, strict=True):
+                curve.add_metric([name, policy, f"{multiple:g}"], ratio)
+    yield curve
+    for metric, help_text, attribute in _SAMPLE_COUNTERS:
+        family = CounterMetricFamily(metric, help_text, labels=["publisher"])
+        for name, insight in sampling:
+            family.add_metric([name], getattr(insight, attribute))
+        yield family
+    shed = CounterMetricFamily(
+        "kvscope_sidecar_sample_shed_block_refs_total",
+        "Block references left out of a curve: by the worker's full buffer (where=worker), "
+        "or by the shadow tiers' full queue (where=shadows: out of every policy but lru).",
+        labels=["publisher", "where"],
+    )
+    for name, insight in sampling:
+        shed.add_metric([name, "worker"], insight.worker_shed_block_refs)
+        shed.add_metric([name, "shadows"], insight.shadow_shed_block_refs)
+    yield shed
+    yield GaugeMetricFamily(
+        "kvscope_sidecar_insight_bytes",
+        "Estimated memory of the hit-ratio curves' simulations, every publisher "
+        "(at most insight_max_bytes each).",
+        memory,
+    )
+    queue = state.insight.queue
+    yield GaugeMetricFamily(
+        "kvscope_sidecar_insight_queue_bytes",
+        f"Estimated bytes waiting for the shadow tiers (at most {queue.max_bytes}).",
+        queue.bytes,
+    )
 
 
 class HttpCollector(Collector):

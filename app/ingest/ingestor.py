@@ -8,7 +8,9 @@ Frames are applied publisher by publisher, in sequence order: a gap is filled
 from the publisher's replay socket while its later frames wait, a sequence
 that goes back resets that publisher's view, malformed frames are counted and
 skipped. A stats frame updates the publisher's totals and rates right when it
-arrives.
+arrives; a sample frame feeds the publisher's hit-ratio curve (app/state/insight.py),
+whose shadow tiers run on the shadow thread (app/ingest/shadow_thread.py), which this
+thread starts and stops.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import zmq
 
 from app.decode import DecodedBatch, decode_kv_payload, decode_stats_payload
 from app.ingest.replay import Answer, KVFrame, Replay
+from app.ingest.shadow_thread import ShadowThread
 from app.settings import IngestConfig, PublisherEndpoints
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherState, ReplayOutcome
@@ -29,6 +32,7 @@ from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats, block_bytes_by_medium
 from offload.wire.framing import MalformedFrame, decode_seq
 from offload.wire.log_limit import LogLimiter
+from offload.wire.sample_frame import SampleFrame, decode_sample_frame
 from offload.wire.stats_frame import StatsFrame
 
 logger = logging.getLogger("app.ingest")
@@ -56,6 +60,13 @@ billions of batches missed."""
 
 class ListenError(Exception):
     """A ``listen`` endpoint could not be bound (taken, or no such address here)."""
+
+
+class _Sample(NamedTuple):
+    """A sample message, decoded: its sequence number (its own counter) and frame."""
+
+    seq: int
+    frame: SampleFrame
 
 
 class _Batch(NamedTuple):
@@ -92,12 +103,14 @@ class Ingestor:
             if isinstance(publisher.source, PublisherEndpoints):
                 sock = self._ctx.socket(zmq.SUB)
                 sock.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes)
-                for topic in {config.kv_topic, config.stats_topic}:
+                for topic in {config.kv_topic, config.stats_topic, config.sample_topic}:
                     sock.setsockopt(zmq.SUBSCRIBE, topic)
                 sock.connect(publisher.source.endpoint)
                 self._sockets[sock] = publisher
         self._listen = None if state.listener is None else self._bind(state.listener)
         self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
+        insight = state.insight
+        self._shadows = ShadowThread(insight.queue, insight.config.cpu_share)
 
     def _bind(self, listener: ListenerState) -> zmq.Socket:
         """The listen socket, bound to every endpoint; ``ListenError`` naming the one that fails."""
@@ -117,13 +130,15 @@ class Ingestor:
         return sock
 
     def start(self) -> None:
+        self._shadows.start()
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the thread and close the sockets; idempotent."""
+        """Stop the threads and close the sockets; idempotent."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        self._shadows.close()
         self._ctx.destroy(linger=0)
 
     # --- the loop -------------------------------------------------------------------
@@ -178,9 +193,9 @@ class Ingestor:
         try:
             raw = self._parse(frames, listen=True)
             message = (  # a payload that is no batch names no stream: the listener's to count
-                raw
-                if isinstance(raw, StatsFrame)
-                else _Batch(raw.topic, raw.seq, decode_kv_payload(raw.payload))
+                _Batch(raw.topic, raw.seq, decode_kv_payload(raw.payload))
+                if isinstance(raw, KVFrame)
+                else raw
             )
             state = self.state.listened_publisher(*_stream(message))
         except Exception as exc:  # malformed before it named a stream: the listener's count
@@ -195,8 +210,8 @@ class Ingestor:
     def _receive(
         self,
         state: PublisherState,
-        raw: KVFrame | StatsFrame,
-        decoded: _Batch | StatsFrame | None = None,
+        raw: KVFrame | StatsFrame | _Sample,
+        decoded: _Batch | StatsFrame | _Sample | None = None,
     ) -> None:
         """Hold a KV frame while its publisher's replay runs, or apply the message.
 
@@ -211,7 +226,7 @@ class Ingestor:
 
     # --- reading a message ----------------------------------------------------------
 
-    def _parse(self, frames: list[bytes], *, listen: bool) -> KVFrame | StatsFrame:
+    def _parse(self, frames: list[bytes], *, listen: bool) -> KVFrame | StatsFrame | _Sample:
         """The message's kind and sequence number; a stats frame decoded and checked.
 
         In connect mode a KV message must carry the KV topic exactly: ZMQ
@@ -225,18 +240,20 @@ class Ingestor:
         config = self.config
         if topic == config.stats_topic and topic != config.kv_topic:
             return decode_stats_payload(payload)
+        if topic == config.sample_topic and topic != config.kv_topic:
+            return _Sample(decode_seq(seq_frame), decode_sample_frame(payload))
         if not listen and topic != config.kv_topic:
             raise MalformedFrame("a topic that is neither the KV nor the stats topic")
         return KVFrame(topic, decode_seq(seq_frame), payload)
 
     @staticmethod
-    def _decoded(message: KVFrame | StatsFrame) -> _Batch | StatsFrame:
+    def _decoded(message: KVFrame | StatsFrame | _Sample) -> _Batch | StatsFrame | _Sample:
         """A KV message with its batch decoded; a payload that is no batch uses its number up.
 
         (In listen mode such a payload names no stream and is the listener's to
         count; ``_on_listened`` decodes strictly.)
         """
-        if isinstance(message, StatsFrame):
+        if not isinstance(message, KVFrame):
             return message
         try:
             batch = decode_kv_payload(message.payload)
@@ -255,9 +272,12 @@ class Ingestor:
 
     # --- applying -------------------------------------------------------------------
 
-    def _deliver(self, state: PublisherState, message: _Batch | StatsFrame) -> None:
+    def _deliver(self, state: PublisherState, message: _Batch | StatsFrame | _Sample) -> None:
         if isinstance(message, StatsFrame):
             self._on_stats(state, message)
+            return
+        if isinstance(message, _Sample):
+            self._on_sample(state, message)
             return
         _, seq, batch = message
         last = state.last_seq
@@ -278,6 +298,12 @@ class Ingestor:
                 for medium, size in block_bytes.items():
                     self.state.index.set_block_bytes(state.name, medium, size)
         state.stats_frames += 1
+
+    def _on_sample(self, state: PublisherState, message: _Sample) -> None:
+        """A sample frame into the publisher's curve (made on its first one)."""
+        if state.insight is None:
+            state.insight = self.state.insight.new_publisher()
+        state.insight.receive(message.seq, message.frame)
 
     def _restart(self, state: PublisherState) -> None:
         """The publisher's sequence went back: forget what it told us before."""
@@ -395,14 +421,16 @@ class Ingestor:
         self.state.event_log.record(state.name, seq, batch)
 
 
-def _stream(message: _Batch | StatsFrame) -> tuple[bytes, int | None]:
+def _stream(message: _Batch | StatsFrame | _Sample) -> tuple[bytes, int | None]:
     """The listen-mode stream a message belongs to (app/streams.py).
 
-    A KV batch: its topic and the rank it carries. A stats frame, whose topic is
-    the same for every publisher: its engine id and rank.
+    A KV batch: its topic and the rank it carries. A stats or sample frame, whose
+    topic is the same for every publisher: its engine id and rank.
     """
     if isinstance(message, StatsFrame):
         return message.engine_id.encode(), message.rank
+    if isinstance(message, _Sample):
+        return message.frame.engine_id.encode(), message.frame.rank
     return message.topic, message.batch.rank
 
 

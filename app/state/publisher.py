@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from app.settings import PublisherEndpoints
+from app.state.insight import PublisherInsight
 from app.state.worker_stats import WorkerStats
 from app.streams import ListenStream
 from offload.wire.stats_frame import StatsFrame
@@ -54,6 +55,8 @@ class PublisherState:
     stats: StatsFrame | None = field(default=None, repr=False)
     worker: WorkerStats | None = field(default=None, repr=False)
     """Totals and rates, replaced (never mutated) with each stats frame."""
+    insight: PublisherInsight | None = field(default=None, repr=False)
+    """Its sampled access stream and hit-ratio curve, from its first sample frame."""
 
     @property
     def name(self) -> str:

@@ -9,6 +9,7 @@ from app.settings import IngestConfig, SidecarSettings
 from app.state.block_index import BlockIndex
 from app.state.event_log import EventLog
 from app.state.history import DEFAULT_TIERS, History, Kind, Reading, SeriesKey, TierSpec
+from app.state.insight import InsightState
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherSource, PublisherState
 from app.streams import ListenStream
@@ -32,11 +33,14 @@ class SidecarState:
         listener: ListenerState | None = None,
         ingest: IngestConfig | None = None,
         history: History | None = None,
+        insight: InsightState | None = None,
     ) -> None:
         self.index = index
         self.event_log = event_log
         self.history = History() if history is None else history
         """The aggregates over time, sampled by the ingest thread (``sample_history``)."""
+        self.insight = InsightState() if insight is None else insight
+        """The hit-ratio curves' bounds and their shadow thread's queue."""
         self.ingest = IngestConfig() if ingest is None else ingest
         """How the ingest thread reads: topics and the bounds on what peers send."""
         self.lock = threading.Lock()
@@ -67,6 +71,7 @@ class SidecarState:
                 settings.history_max_series,
                 (DEFAULT_TIERS[0], TierSpec(10, max(1, settings.history_retention_s // 10))),
             ),
+            InsightState(settings.insight_config()),
         )
 
     def listened_publisher(self, topic: bytes, rank: int | None) -> PublisherState | None:

@@ -27,6 +27,7 @@ from offload.sim.gpu_prefix_cache import GPUPrefixCache
 from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE
 from offload.transfer import CPUTransferBackend, Direction, KVLayout, TransferResult
 from offload.wire.publisher import Publisher
+from offload.wire.sample_buffer import Sampler
 from offload.worker_telemetry import WorkerTelemetry
 
 
@@ -66,7 +67,10 @@ class DemoWorker:
         requests: Sequence[Sequence[BlockHash]],
         publisher: Publisher,
         config: DemoConfig = DemoConfig(),
+        sampler: Sampler | None = None,
     ) -> None:
+        """``sampler`` (offload.insight.sampling.SpatialSampler) turns on the sampled access
+        stream: the references each request makes to the CPU tier, on the sample topic."""
         if not requests:
             raise ValueError("the demo worker needs at least one request")
         self.config = config
@@ -90,6 +94,7 @@ class DemoWorker:
             transfers=self.transfers.stats,
             publisher=publisher,
             bytes_per_block=layout.bytes_per_cpu_block,
+            sampler=sampler,
         )
         self.requests_done = 0
         self._stores: dict[int, list[BlockHash]] = {}
@@ -124,6 +129,8 @@ class DemoWorker:
         manager = self.manager
         self._complete(self.transfers.poll())
         missed = block_hashes[self.gpu.lookup(block_hashes) :]
+        # What the CPU tier is asked is its access stream: the curve is that tier's.
+        self.telemetry.record_request(missed)
         hits = manager.lookup(missed)
         if hits:
             loaded = list(missed[:hits])
@@ -154,6 +161,7 @@ class DemoWorker:
         """Both tiers' events since the last step, as one batch on the worker's stream."""
         events = [*self.gpu.take_events(), *self.manager.take_events()]
         self.telemetry.publisher.publish_events(events)
+        self.telemetry.publish_sample()
 
     def _gpu_blocks(self, block_hashes: Sequence[BlockHash]) -> list[int]:
         """Stand-in GPU block ids, distinct within a job as a real block table's are."""
@@ -178,4 +186,5 @@ class DemoWorker:
     def _finish(self) -> None:
         self.settle()
         self.transfers.close()
+        self.telemetry.publish_sample(force=True)
         self.telemetry.publish_stats()

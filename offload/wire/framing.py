@@ -15,6 +15,11 @@ DEFAULT_KV_TOPIC: Final = b""
 DEFAULT_STATS_TOPIC: Final = b"kvscope.stats"
 """The ZMQ topic stats frames travel on unless configured otherwise."""
 
+DEFAULT_SAMPLE_TOPIC: Final = b"kvscope.sample"
+"""The ZMQ topic sampled access streams (offload/wire/sample_frame.py) travel on.
+Neither it nor the stats topic is a prefix of the other, so a subscriber of one
+never receives the other."""
+
 SEQ_BYTES: Final = 8
 """A sequence number frame: 8 bytes, big-endian."""
 

@@ -33,6 +33,7 @@ import zmq
 from offload.base import Closeable, OffloadingEvent
 from offload.wire.framing import (
     DEFAULT_KV_TOPIC,
+    DEFAULT_SAMPLE_TOPIC,
     DEFAULT_STATS_TOPIC,
     END_OF_REPLAY_SEQ,
     encode_seq,
@@ -40,6 +41,7 @@ from offload.wire.framing import (
 )
 from offload.wire.kv_events import KVEventBatch, encode_batch, to_kv_events
 from offload.wire.log_limit import LogLimiter
+from offload.wire.sample_frame import SampleFrame, encode_sample_frame
 from offload.wire.stats_frame import StatsFrame, encode_stats_frame
 from offload.wire.zmq_held import PayloadKey, ZmqHeld
 
@@ -81,6 +83,10 @@ class Publisher(Closeable):
     def publish_stats(self, frame: StatsFrame) -> None:
         """Queue a stats frame; never waits."""
 
+    @abstractmethod
+    def publish_sample(self, frame: SampleFrame) -> None:
+        """Queue a sample frame (offload/wire/sample_frame.py); never waits."""
+
 
 class NullPublisher(Publisher):
     """No endpoint configured: events and frames are dropped unread, at no cost.
@@ -100,6 +106,9 @@ class NullPublisher(Publisher):
         pass
 
     def publish_stats(self, frame: StatsFrame) -> None:
+        pass
+
+    def publish_sample(self, frame: SampleFrame) -> None:
         pass
 
     def close(self) -> None:
@@ -128,6 +137,12 @@ class EventPublisher(Publisher):
     follows) before ``replay_max_bytes`` of payload or the budget, counted in
     ``truncated_replays``, and the asker counts the rest as missed.
 
+    Sample frames (the sampled access stream) go on ``sample_topic``, numbered
+    by a counter of their own and never buffered for replay: a lost one is a
+    gap its reader counts. They are encoded when queued, so their queue is
+    bounded in bytes (``sample_queue_bytes``; past it the oldest is dropped,
+    counted in ``samples_dropped`` and ``dropped``).
+
     Counters (plain ints, read from any thread): ``batches_published`` and
     ``stats_published`` (frames handed to the PUB socket), ``dropped`` (frames
     that never reached it), ``replays_served`` (replay requests answered with
@@ -145,6 +160,7 @@ class EventPublisher(Publisher):
         *,
         kv_topic: bytes = DEFAULT_KV_TOPIC,
         stats_topic: bytes = DEFAULT_STATS_TOPIC,
+        sample_topic: bytes = DEFAULT_SAMPLE_TOPIC,
         buffer_steps: int = 10_000,
         buffer_bytes: int = 64 * 2**20,
         max_queue_size: int = 10_000,
@@ -154,9 +170,12 @@ class EventPublisher(Publisher):
         queue_bytes: int = 64 * 2**20,
         replay_max_bytes: int | None = None,
         replay_budget_bytes: int | None = None,
+        sample_queue_bytes: int = 16 * 2**20,
     ) -> None:
         if kv_topic == stats_topic:
             raise ValueError(f"kv_topic and stats_topic must differ, both are {kv_topic!r}")
+        if sample_topic in (kv_topic, stats_topic):
+            raise ValueError(f"sample_topic must differ from the other topics: {sample_topic!r}")
         replay_max_bytes = buffer_bytes if replay_max_bytes is None else replay_max_bytes
         if replay_budget_bytes is None:
             replay_budget_bytes = 2 * buffer_bytes
@@ -167,6 +186,7 @@ class EventPublisher(Publisher):
             ("queue_bytes", queue_bytes),
             ("replay_max_bytes", replay_max_bytes),
             ("replay_budget_bytes", replay_budget_bytes),
+            ("sample_queue_bytes", sample_queue_bytes),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -175,6 +195,8 @@ class EventPublisher(Publisher):
         self.batches_published = 0
         self.events_published = 0
         self.stats_published = 0
+        self.samples_published = 0
+        self.samples_dropped = 0
         self.replays_served = 0
         self.malformed_replay_requests = 0
         self.refused_replay_requests = 0
@@ -187,15 +209,23 @@ class EventPublisher(Publisher):
 
         self._kv_topic = kv_topic
         self._stats_topic = stats_topic
+        self._sample_topic = sample_topic
         self._rank = data_parallel_rank
         self._kv_seq = 0
         self._stats_seq = 0
+        self._sample_seq = 0
         self._history: deque[tuple[int, bytes]] = deque()
         self._history_bytes = 0
         self._max_history = buffer_steps
         self._max_history_bytes = buffer_bytes
         self._pending_kv: deque[list[OffloadingEvent]] = deque()
         self._pending_stats: deque[StatsFrame] = deque()
+        # Encoded payloads, so the queue is bounded in bytes; a lock of its own, taken
+        # once per sample frame (a few per second), keeps the byte count exact.
+        self._pending_samples: deque[bytes] = deque()
+        self._pending_sample_bytes = 0
+        self._sample_queue_bytes = sample_queue_bytes
+        self._samples_lock = threading.Lock()
         self._max_pending = max_queue_size
         self._flush_at = max(1, max_queue_size // 2)
         self._interval = flush_interval
@@ -266,8 +296,8 @@ class EventPublisher(Publisher):
 
     @property
     def dropped(self) -> int:
-        """Publishes dropped from the full queue, plus frames the PUB socket refused."""
-        return self._dropped_kv + self._dropped_stats + self._refused
+        """Publishes dropped from the full queues, plus frames the PUB socket refused."""
+        return self._dropped_kv + self._dropped_stats + self.samples_dropped + self._refused
 
     # --- caller side: never waits ------------------------------------------------
 
@@ -282,6 +312,28 @@ class EventPublisher(Publisher):
     def publish_stats(self, frame: StatsFrame) -> None:
         """Queue a stats frame for its own topic."""
         self._dropped_stats += self._enqueue(self._pending_stats, frame)
+
+    def publish_sample(self, frame: SampleFrame) -> None:
+        """Encode and queue a sample frame for its own topic, the oldest dropped past the bound."""
+        if self._closed:
+            raise RuntimeError("publisher is closed")
+        payload = encode_sample_frame(frame)
+        with self._samples_lock:
+            pending = self._pending_samples
+            pending.append(payload)
+            self._pending_sample_bytes += len(payload)
+            while len(pending) > 1 and self._pending_sample_bytes > self._sample_queue_bytes:
+                self._pending_sample_bytes -= len(pending.popleft())
+                self.samples_dropped += 1
+        if _now() >= self._next_flush:
+            self._flush_unless_busy()
+
+    def _take_samples(self) -> list[bytes]:
+        with self._samples_lock:
+            payloads = list(self._pending_samples)
+            self._pending_samples.clear()
+            self._pending_sample_bytes = 0
+        return payloads
 
     def _enqueue(self, pending: deque, item: object) -> int:
         """Append (first dropping the oldest when full), flush when due; returns drops.
@@ -373,6 +425,8 @@ class EventPublisher(Publisher):
             self._guarded(self._send_batch, time.time(), events)
         while pending_stats:
             self._guarded(self._send_stats, pending_stats.popleft())
+        for payload in self._take_samples():
+            self._guarded(self._send_sample, payload)
 
     def _guarded(self, send: Callable[..., None], *args: object) -> None:
         """Send, and never let a failure reach the caller (a scheduler step)."""
@@ -390,6 +444,11 @@ class EventPublisher(Publisher):
         seq, self._stats_seq = self._stats_seq, self._stats_seq + 1
         if self._publish(self._stats_topic, seq, payload):
             self.stats_published += 1
+
+    def _send_sample(self, payload: bytes) -> None:
+        seq, self._sample_seq = self._sample_seq, self._sample_seq + 1
+        if self._publish(self._sample_topic, seq, payload):
+            self.samples_published += 1
 
     def _send_batch(self, ts: float, events: list[OffloadingEvent]) -> None:
         """Number, buffer for replay, then send: a refused send stays replayable."""

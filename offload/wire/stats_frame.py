@@ -26,6 +26,7 @@ from typing import Annotated, Final
 import msgspec
 
 from offload.wire.labels import Finite, Ident, LabelName, LabelValue, MetricName, Rank
+from offload.wire.schema_version import check_version
 
 STATS_SCHEMA_VERSION = 1
 """The major schema version this module writes and reads."""
@@ -139,15 +140,7 @@ class StatsFrame(msgspec.Struct, kw_only=True, frozen=True):
     )
 
 
-class _VersionOnly(msgspec.Struct):
-    """Reads just the version, so a frame of another major version is refused
-    with a clear error before its fields are checked against this schema."""
-
-    version: int
-
-
 _ENCODER = msgspec.msgpack.Encoder()
-_VERSION_DECODER = msgspec.msgpack.Decoder(_VersionOnly)
 _FRAME_DECODER = msgspec.msgpack.Decoder(StatsFrame)
 
 
@@ -164,12 +157,7 @@ def decode_stats_frame(payload: bytes) -> StatsFrame:
     ``InvalidStatsFrame`` for one that breaks the rules in the module doc
     (all three are ``ValueError``).
     """
-    version = _VERSION_DECODER.decode(payload).version
-    if version != STATS_SCHEMA_VERSION:
-        raise UnsupportedStatsVersion(
-            f"stats frame has schema version {version}; this kvscope reads version "
-            f"{STATS_SCHEMA_VERSION} only (upgrade the reader to read newer frames)"
-        )
+    check_version(payload, "stats", STATS_SCHEMA_VERSION, UnsupportedStatsVersion)
     frame = _FRAME_DECODER.decode(payload)
     problem = _frame_problem(frame)
     if problem:

@@ -13,6 +13,7 @@ page's reading between two API readings.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.skipif(
 TOKEN = "page-token"
 WAIT_MS = 30_000  # a generous deadline for a state to be reached, not a speed asserted
 WAIT_S = WAIT_MS / 1000
-VIEWS = ("overview", "blocks", "publishers", "events")
+VIEWS = ("overview", "blocks", "publishers", "events", "insight")
 CHARTS = ("hit-ratio", "occupancy", "throughput", "dead-writes", "bandwidth", "latency")
 DIRECTIONS = {"gpu_to_cpu": "GPU→CPU", "cpu_to_gpu": "CPU→GPU"}
 RENDERED = "() => document.getElementById('view-overview').dataset.rendered === 'true'"
@@ -45,6 +46,19 @@ page's Content-Security-Policy has no 'unsafe-eval', so a bare expression would 
 UPDATED = "() => document.getElementById('updated').textContent.startsWith('updated')"
 FEED_IDS = "() => [...document.querySelectorAll('#event-feed li')].map(li => Number(li.dataset.id))"
 ROWS = "#blocks-table tbody tr[data-hash]"
+INSIGHT_DRAWN = (
+    "() => document.getElementById('view-insight').dataset.rendered === 'true'"
+    " && document.querySelector(\"[data-chart='hit-ratio-curve']\").dataset.empty === 'false'"
+)
+INSIGHT_SHOWN = """() => ({
+  curve: JSON.parse(document.querySelector("[data-chart='hit-ratio-curve']").dataset.curve),
+  current: Number(document.querySelector("[data-chart='hit-ratio-curve']").dataset.current),
+  series: document.querySelector("[data-chart='hit-ratio-curve']").dataset.series,
+  verdicts: [...document.querySelectorAll('#insight-verdicts li')].map(li => li.textContent),
+  deadWrites: document.getElementById('insight-dead-writes').dataset.ratio,
+})"""
+"""What the insight view shows, read in one turn of the page's loop (it renders each answer
+in one turn, so every part comes from the same answer)."""
 
 
 @pytest.fixture(scope="module")
@@ -443,6 +457,7 @@ def test_the_feed_resumes_after_a_broken_connection_without_duplicates(
         ("blocks?medium=GPU", "#filter-medium", "GPU"),
         ("publishers", None, None),
         ("events?kind=removed", "#filter-kind", "removed"),
+        ("insight", None, None),
     ],
 )
 def test_a_deep_link_restores_its_view_and_state(
@@ -469,8 +484,8 @@ def test_the_tabs_follow_the_aria_pattern_with_arrow_keys_and_visible_focus(
     page.wait_for_function(UPDATED)
     assert page.get_attribute("#tabs", "role") == "tablist"
     page.focus("#tab-overview")
-    steps = [("ArrowRight", "blocks"), ("ArrowRight", "publishers"), ("End", "events")]
-    steps += [("ArrowRight", "overview"), ("ArrowLeft", "events"), ("Home", "overview")]
+    steps = [("ArrowRight", "blocks"), ("ArrowRight", "publishers"), ("End", "insight")]
+    steps += [("ArrowRight", "overview"), ("ArrowLeft", "insight"), ("Home", "overview")]
     for key, expected in steps:
         page.keyboard.press(key)
         page.wait_for_function("view => location.hash === `#/${view}`", arg=expected)
@@ -527,6 +542,7 @@ def test_a_screenshot_of_each_view_is_saved(
         "blocks": f"() => document.querySelectorAll('{ROWS}').length > 0",
         "publishers": "() => document.querySelectorAll('#publishers tbody tr').length > 0",
         "events": f"() => ({FEED_IDS})().length > 20",
+        "insight": INSIGHT_DRAWN,
     }
     shots = [(view, "light") for view in VIEWS] + [("overview", "dark")]
     for view, scheme in shots:
@@ -571,3 +587,46 @@ def test_with_a_token_the_page_opened_once_with_it_runs_on_its_cookie(
     assert not leaked, f"the token in a URL after the redirect: {leaked}"
     (cookie,) = page.context.cookies()
     assert cookie["httpOnly"] and TOKEN not in cookie["value"]
+
+
+def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
+    page: sync_api.Page, demo: str, artefacts: Path
+) -> None:
+    def ready(body: dict[str, Any]) -> bool:
+        (publisher,) = body["publishers"]
+        return publisher["curve"] is not None and any(
+            v["kind"] == "capacity" for v in publisher["verdicts"]
+        )
+
+    wait_for(lambda: api(page, demo, "insight"), ready, "a curve with verdicts", WAIT_S)
+    answers: list[sync_api.Response] = []
+    page.on("response", lambda r: r.url.endswith("/api/v1/insight") and answers.append(r))
+    open_view(page, demo, "insight")
+    page.wait_for_function(INSIGHT_DRAWN)
+
+    def drew_an_answer() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """What the page shows, and the answer (of those it received) it shows, if any."""
+        shown = page.evaluate(INSIGHT_SHOWN)
+        for answer in list(answers):
+            (publisher,) = answer.json()["publishers"]
+            curve = publisher["curve"]
+            if curve and shown["curve"] == {k: curve[k] for k in ("capacities", "hit_ratios")}:
+                return shown, publisher
+        return None
+
+    shown, publisher = wait_for(drew_an_answer, bool, "the page draws an answer it got", WAIT_S)
+    curve = publisher["curve"]
+    assert shown["current"] == curve["current_blocks"] == publisher["capacity_blocks"]
+    assert shown["series"] == "|".join(curve["hit_ratios"]) == "lru|arc"
+    assert shown["verdicts"] == [v["text"] for v in publisher["verdicts"]]
+    assert any(text.startswith("doubling the tier") for text in shown["verdicts"])
+    expected_dead = publisher["dead_write_ratio"]
+    assert shown["deadWrites"] == ("" if expected_dead is None else json.dumps(expected_dead))
+    # A later answer has the same shape: capacities, the current one, the policies.
+    (later,) = api(page, demo, "insight")["publishers"]
+    assert later["curve"]["capacities"] == curve["capacities"]
+    assert later["curve"]["current_index"] == curve["current_index"]
+    assert list(later["curve"]["hit_ratios"]) == list(curve["hit_ratios"])
+    screenshot = artefacts / "web-page-insight.png"
+    page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 10_000, f"an empty-looking page at {screenshot}"

@@ -8,5 +8,6 @@ import overview from "./overview.js";
 import blocks from "./blocks.js";
 import publishers from "./publishers.js";
 import events from "./events.js";
+import insight from "./insight.js";
 
-export const VIEWS = [overview, blocks, publishers, events];
+export const VIEWS = [overview, blocks, publishers, events, insight];

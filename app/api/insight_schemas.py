@@ -1,0 +1,226 @@
+"""GET /api/v1/insight's body: per publisher, why its tier hits what it hits.
+
+Built from the publisher's sampled stream (app/state/insight.py), its block
+index rows (stranded blocks) and its worker's totals (dead writes).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from app.state.insight import PublisherInsight
+from app.state.insight_queue import ShadowQueue
+from app.state.insight_verdicts import (
+    Verdict,
+    admission_verdict,
+    curve_verdicts,
+    stranded_verdicts,
+)
+from app.state.publisher import PublisherState
+from offload.insight.curve import HitRatioCurve
+
+
+class InsightCurve(BaseModel):
+    """Hit ratio per policy at capacities around the tier's, estimated from the sample."""
+
+    capacities: list[int] = Field(description="Capacities in blocks, ascending.")
+    multiples: list[float] = Field(description="Each capacity over the tier's (1/8x to 8x).")
+    current_blocks: int = Field(description="The tier's capacity: one of `capacities`.")
+    current_index: int = Field(description="Where the tier's capacity is in `capacities`.")
+    hit_ratios: dict[str, list[float]] = Field(
+        description="Per simulated policy, the hit ratio (0..1) at each capacity."
+    )
+    exact: bool = Field(description="False: estimated from a sample (SHARDS), not replayed.")
+
+    @classmethod
+    def of(cls, curve: HitRatioCurve) -> InsightCurve:
+        assert curve.current is not None
+        return cls(
+            capacities=list(curve.capacities),
+            multiples=list(curve.multiples() or ()),
+            current_blocks=curve.current,
+            current_index=curve.capacities.index(curve.current),
+            hit_ratios={policy: list(ratios) for policy, ratios in curve.hit_ratios.items()},
+            exact=curve.exact,
+        )
+
+
+class SampleStreamInfo(BaseModel):
+    """The sampled access stream's health: what it samples, what arrived, what was shed."""
+
+    rate: float | None = Field(description="The worker's sampling rate (share of blocks).")
+    seed: int | None
+    stack_rate: float | None = Field(
+        description="The rate the LRU stack runs at: the worker's, or lower to fit the memory "
+        "bound (null: LRU not simulated)."
+    )
+    shadow_rate: float | None = Field(
+        description="The rate the other policies' shadow tiers run at (null: none simulated)."
+    )
+    frames: int
+    missed_frames: int = Field(description="Sample frames lost in sequence gaps.")
+    resets: int = Field(
+        description="Times the curve started over: the stream's rate, seed, policy or "
+        "capacity changed, or the publisher restarted."
+    )
+    requests: int
+    block_refs: int = Field(description="Block references the frames stand for.")
+    sampled_refs: int = Field(description="Sampled block references received.")
+    simulated_refs: dict[str, int] = Field(
+        description="Per policy, the sampled references its simulation replayed since the "
+        "last reset (after any narrowing of the rate)."
+    )
+    worker_shed_requests: int = Field(description="Requests the worker's full buffer left out.")
+    worker_shed_block_refs: int
+    shadow_shed_frames: int = Field(
+        description="Frames the shadow tiers' queue had no room for (their requests are in "
+        "the LRU curve, not in the other policies')."
+    )
+    shadow_shed_block_refs: int
+    last_ts: float | None = Field(description="When the latest sample frame was taken.")
+
+    @classmethod
+    def of(cls, insight: PublisherInsight) -> SampleStreamInfo:
+        stream, rates = insight.stream, insight.rates
+        return cls(
+            rate=None if stream is None else stream.rate,
+            seed=None if stream is None else stream.seed,
+            stack_rate=rates.stack,
+            shadow_rate=rates.shadows,
+            frames=insight.frames,
+            missed_frames=insight.missed_frames,
+            resets=insight.resets,
+            requests=insight.requests,
+            block_refs=insight.block_refs,
+            sampled_refs=insight.sampled_refs,
+            simulated_refs=insight.simulated_refs(),
+            worker_shed_requests=insight.worker_shed_requests,
+            worker_shed_block_refs=insight.worker_shed_block_refs,
+            shadow_shed_frames=insight.shadow_shed_frames,
+            shadow_shed_block_refs=insight.shadow_shed_block_refs,
+            last_ts=insight.ts,
+        )
+
+
+class InsightMemory(BaseModel):
+    """The curve simulations' memory, estimated per block held."""
+
+    held_blocks: int
+    bytes: int = Field(description="Estimated bytes the simulations hold now.")
+    max_bytes: int = Field(description="The bound (KVSCOPE_INSIGHT_MAX_BYTES, per publisher).")
+
+
+class VerdictInfo(BaseModel):
+    """One finding, as a sentence and as the figures it states."""
+
+    kind: Literal["warming_up", "capacity", "policy", "admission", "stranded"]
+    text: str
+    policy: str | None = None
+    multiple: float | None = None
+    points: float | None = Field(
+        default=None, description="Points of hit ratio gained (negative: lost)."
+    )
+    share: float | None = Field(default=None, description="A share in 0..1 (dead writes).")
+    blocks: int | None = None
+    medium: str | None = None
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> VerdictInfo:
+        return cls.model_validate(verdict, from_attributes=True)
+
+
+class PublisherInsightInfo(BaseModel):
+    """One publisher: its curve, its stream's health, stranded blocks, dead writes, verdicts."""
+
+    publisher: str
+    engine_id: str | None
+    rank: int | None
+    policy: str | None = Field(description="The tier's policy, as the worker reports it.")
+    capacity_blocks: int | None
+    measured_hit_ratio: float | None = Field(
+        description="The tier's own hit ratio (lookups), to set beside the curve's at 1x."
+    )
+    curve: InsightCurve | None = Field(description="Null until sample frames arrive.")
+    stream: SampleStreamInfo | None = Field(description="Null: the publisher sends no sample.")
+    memory: InsightMemory | None
+    stranded: dict[str, int] = Field(
+        description="Per medium, blocks held that no prefix lookup reaches."
+    )
+    dead_write_blocks: int | None
+    stores_completed: int | None
+    dead_write_ratio: float | None = Field(
+        description="Dead writes (stored, evicted unread) over stores completed."
+    )
+    miss_reasons: dict[str, int] | None = Field(
+        default=None,
+        description="Reserved: lookup misses by reason, once workers report them in their "
+        "stats frames. Null until then.",
+    )
+    verdicts: list[VerdictInfo]
+
+    @classmethod
+    def of(
+        cls, state: PublisherState, stranded: dict[str, int], max_bytes: int
+    ) -> PublisherInsightInfo:
+        frame, worker, insight = state.stats, state.worker, state.insight
+        stream = None if insight is None else insight.stream
+        policy = stream.policy if stream else (frame.config.policy if frame else None)
+        capacity = stream.capacity if stream else (frame.config.capacity_blocks if frame else None)
+        curve = None if insight is None else insight.curve()
+        dead_ratio = None
+        if worker is not None and worker.stores_completed:
+            dead_ratio = worker.dead_write_blocks / worker.stores_completed
+        memory = None
+        if insight is not None:
+            held, size = insight.memory()
+            memory = InsightMemory(held_blocks=held, bytes=size, max_bytes=max_bytes)
+        simulated = {} if insight is None else insight.simulated_refs()
+        verdicts = [
+            *curve_verdicts(curve, policy, simulated),
+            *admission_verdict(dead_ratio),
+            *stranded_verdicts(stranded),
+        ]
+        return cls(
+            publisher=state.name,
+            engine_id=None if frame is None else frame.engine_id,
+            rank=None if frame is None else frame.rank,
+            policy=policy,
+            capacity_blocks=capacity,
+            measured_hit_ratio=(
+                worker.lookup_hit_blocks / worker.lookup_blocks
+                if worker is not None and worker.lookup_blocks
+                else None
+            ),
+            curve=None if curve is None else InsightCurve.of(curve),
+            stream=None if insight is None else SampleStreamInfo.of(insight),
+            memory=memory,
+            stranded=stranded,
+            dead_write_blocks=None if worker is None else worker.dead_write_blocks,
+            stores_completed=None if worker is None else worker.stores_completed,
+            dead_write_ratio=dead_ratio,
+            verdicts=[VerdictInfo.of(v) for v in verdicts],
+        )
+
+
+class ShadowQueueInfo(BaseModel):
+    """The queue between ingest and the shadow tiers' thread (all publishers)."""
+
+    bytes: int = Field(description="Estimated bytes waiting.")
+    max_bytes: int = Field(description="The bound (KVSCOPE_INSIGHT_QUEUE_BYTES).")
+    items: int
+    shed: int = Field(description="Frames shed because the queue was full.")
+
+    @classmethod
+    def of(cls, queue: ShadowQueue) -> ShadowQueueInfo:
+        return cls(bytes=queue.bytes, max_bytes=queue.max_bytes, items=queue.items, shed=queue.shed)
+
+
+class InsightResponse(BaseModel):
+    """Why each publisher's tier hits what it hits."""
+
+    ts: float
+    publishers: list[PublisherInsightInfo]
+    memory_bytes: int = Field(description="Estimated bytes of every publisher's simulations.")
+    queue: ShadowQueueInfo

@@ -1,0 +1,264 @@
+"""One publisher's sampled access stream and the hit-ratio curve built from it.
+
+The worker sends a spatial sample of its tier's block references (sample
+frames, offload/wire/sample_frame.py); this replays it on simulated tiers
+scaled by the rate (offload/insight: SHARDS). LRU is one recency stack that
+answers every capacity at once, cheap enough for the ingest thread; every
+other policy is a set of shadow tiers (whole managers of its own, never
+the worker's tier), too slow for the ingest thread, so their share of each
+frame goes to the shadow thread through a bounded queue
+(app/state/insight_queue.py) and is shed, counted, when that thread falls
+behind.
+
+The simulations are rebuilt from nothing when the stream they model
+changes: another rate, seed, policy or capacity, or a publisher that
+restarted (its sample sequence went back). Their memory is bounded by
+``InsightConfig.max_bytes``, estimated per block held: where the tier is
+too large for it at the worker's rate, the sample is sampled further (the
+same hash test at a lower rate keeps a subset of the worker's blocks), and
+the curve is corrected for that rate as for the worker's.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Final
+
+from app.settings import InsightConfig
+from app.state.insight_queue import ShadowQueue, ShadowWork, hashes_bytes
+from offload.base import BlockHash
+from offload.insight.curve import HitRatioCurve, scaled_capacities
+from offload.insight.estimator import STACK_POLICY, CurveEstimator
+from offload.insight.sampling import SpatialSampler
+from offload.wire.sample_frame import SampleFrame
+
+STACK_BYTES_PER_BLOCK: Final = 256
+"""Estimated memory of one hash on the LRU stack (two dict entries and the hash),
+measured with tracemalloc; rounded up."""
+SHADOW_BYTES_PER_BLOCK: Final = 1024
+"""Estimated memory of one block resident in a shadow tier (the manager's maps, the
+policy's lists, an ARC ghost beside it), measured with tracemalloc; rounded up."""
+STACK_SHARE: Final = 0.25
+"""The share of the memory bound given to the stack when shadow tiers share it."""
+MAX_SEQ_JUMP: Final = 2**32
+"""A forward jump of the sample sequence beyond this is a new sequence, as for KV batches."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampledStream:
+    """What a sample frame says its stream is: a change rebuilds the simulations."""
+
+    rate: float
+    seed: int
+    policy: str
+    capacity: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """The rates the simulations run at: the worker's, or lower to fit the memory bound."""
+
+    stack: float | None
+    shadows: float | None
+
+
+class PublisherInsight:
+    """A publisher's sampled stream: its health counts and its curve estimators.
+
+    ``receive`` runs on the ingest thread (the stack, and queueing the
+    shadows' share); the shadow thread runs what it queued; readers call
+    ``curve`` and ``memory``. ``lock`` guards the estimators; the counts are
+    plain ints written by the ingest thread only.
+    """
+
+    def __init__(self, config: InsightConfig, queue: ShadowQueue) -> None:
+        self.config = config
+        self.queue = queue
+        self.lock = threading.Lock()
+        self.stream: SampledStream | None = None
+        self.rates = Rates(None, None)
+        self.generation = 0
+        self.last_seq: int | None = None
+        self.ts: float | None = None
+        self.frames = 0
+        self.missed_frames = 0
+        """Sample frames lost in gaps of the sequence (their requests are in no simulation)."""
+        self.resets = 0
+        """Times the simulations started over: a new stream, or a restarted publisher."""
+        self.requests = 0
+        self.block_refs = 0
+        self.sampled_refs = 0
+        self.worker_shed_requests = 0
+        self.worker_shed_block_refs = 0
+        """Cumulative, as the worker's latest frame counts them (its buffer was full)."""
+        self.shadow_shed_frames = 0
+        self.shadow_shed_block_refs = 0
+        """Frames (and the block references they stood for) the shadow queue had no room for."""
+        self._shadow_policies = [p for p in config.policies if p != STACK_POLICY]
+        self._stack: CurveEstimator | None = None
+        self._stack_sampler: SpatialSampler | None = None
+        self._shadows: CurveEstimator | None = None
+        self._shadow_sampler: SpatialSampler | None = None
+
+    # --- the ingest thread ------------------------------------------------------------
+
+    def receive(self, seq: int, frame: SampleFrame) -> None:
+        """Apply one sample frame: the stack now, the shadow tiers' share queued."""
+        last = self.last_seq
+        if last is not None and not last < seq <= last + MAX_SEQ_JUMP:
+            self.stream = None  # the publisher restarted: what it sampled before is gone
+        elif last is not None:
+            self.missed_frames += seq - last - 1
+        self.last_seq = seq
+        config = frame.config
+        stream = SampledStream(frame.rate, frame.seed, config.policy, config.capacity_blocks)
+        if stream != self.stream:
+            self.resets += 1 if self.frames else 0
+            self._rebuild(stream)
+        self.frames += 1
+        self.ts = frame.ts
+        self.requests += len(frame.requests) + frame.unsampled_requests
+        self.block_refs += frame.block_refs
+        self.sampled_refs += frame.sampled_refs
+        self.worker_shed_requests = frame.shed_requests
+        self.worker_shed_block_refs = frame.shed_block_refs
+        requests = [(r.sampled, r.block_refs) for r in frame.requests]
+        unsampled = frame.unsampled_block_refs
+        if self._stack is not None:
+            narrowed = _narrowed(requests, self._stack_sampler)
+            with self.lock:
+                record = self._stack.record
+                for sampled, refs in narrowed:
+                    record(sampled, refs)
+                record([], unsampled)
+        if self.rates.shadows is not None:
+            self._queue_shadows(_narrowed(requests, self._shadow_sampler), unsampled)
+
+    def _rebuild(self, stream: SampledStream) -> None:
+        """Start the simulations over for ``stream``, at rates that fit the memory bound."""
+        self.stream = stream
+        self.rates = rates = self._rates(stream)
+        with self.lock:
+            self.generation += 1
+            self._stack = (
+                None
+                if rates.stack is None
+                else CurveEstimator(stream.capacity, rates.stack, [STACK_POLICY])
+            )
+            self._stack_sampler = _sampler(stream, rates.stack)
+            self._shadows = None  # built by the shadow thread, which owns its cost
+            self._shadow_sampler = _sampler(stream, rates.shadows)
+
+    def _rates(self, stream: SampledStream) -> Rates:
+        if stream.capacity < 1:
+            return Rates(None, None)
+        capacities = scaled_capacities(stream.capacity)
+        stacked = STACK_POLICY in self.config.policies
+        shadows = len(self._shadow_policies)
+        stack_bytes = self.config.max_bytes * (STACK_SHARE if shadows else 1.0)
+        stack = (
+            min(stream.rate, stack_bytes / STACK_BYTES_PER_BLOCK / capacities[-1])
+            if stacked
+            else None
+        )
+        shadow_bytes = self.config.max_bytes - (stack_bytes if stacked else 0.0)
+        shadow = (
+            min(stream.rate, shadow_bytes / SHADOW_BYTES_PER_BLOCK / (shadows * sum(capacities)))
+            if shadows
+            else None
+        )
+        return Rates(stack, shadow)
+
+    def _queue_shadows(self, requests: list[tuple[list[BlockHash], int]], unsampled: int) -> None:
+        generation = self.generation
+        refs = unsampled + sum(r for _, r in requests)
+
+        def apply() -> None:
+            self._run_shadows(generation, requests, unsampled)
+
+        def shed() -> None:
+            self.shadow_shed_frames += 1
+            self.shadow_shed_block_refs += refs
+
+        self.queue.put(ShadowWork(apply, shed, hashes_bytes([s for s, _ in requests])))
+
+    # --- the shadow thread ------------------------------------------------------------
+
+    def _run_shadows(
+        self, generation: int, requests: list[tuple[list[BlockHash], int]], unsampled: int
+    ) -> None:
+        """One frame through the shadow tiers, a request at a time (readers wait one at most)."""
+        stream, rate = self.stream, self.rates.shadows
+        if stream is None or rate is None:
+            return
+        with self.lock:
+            if generation != self.generation:
+                return
+            if self._shadows is None:
+                self._shadows = CurveEstimator(stream.capacity, rate, self._shadow_policies)
+            shadows = self._shadows
+        for sampled, refs in [*requests, ([], unsampled)]:
+            with self.lock:
+                if generation != self.generation:
+                    return
+                shadows.record(sampled, refs)
+
+    # --- readers ----------------------------------------------------------------------
+
+    def curve(self) -> HitRatioCurve | None:
+        """The curve so far, every simulated policy that has seen a reference; None before."""
+        with self.lock:
+            parts = [
+                estimator.curve()
+                for estimator in (self._stack, self._shadows)
+                if estimator is not None and estimator.block_refs > 0
+            ]
+        if not parts:
+            return None
+        ratios = {policy: ratios for part in parts for policy, ratios in part.hit_ratios.items()}
+        ordered = {p: ratios[p] for p in self.config.policies if p in ratios}
+        return HitRatioCurve(parts[0].capacities, ordered, parts[0].current, exact=False)
+
+    def simulated_refs(self) -> dict[str, int]:
+        """Sampled references each simulation has replayed, by policy."""
+        with self.lock:
+            return {
+                policy: estimator.sampled_refs
+                for estimator in (self._stack, self._shadows)
+                if estimator is not None
+                for policy in estimator.policies
+            }
+
+    def memory(self) -> tuple[int, int]:
+        """(held blocks, estimated bytes) of the simulations now."""
+        with self.lock:
+            stack = self._stack.held_blocks if self._stack is not None else 0
+            shadows = self._shadows.held_blocks if self._shadows is not None else 0
+        return stack + shadows, stack * STACK_BYTES_PER_BLOCK + shadows * SHADOW_BYTES_PER_BLOCK
+
+
+def _sampler(stream: SampledStream, rate: float | None) -> SpatialSampler | None:
+    """The test that narrows the worker's sample to ``rate``; None when no narrowing is needed."""
+    if rate is None or rate >= stream.rate:
+        return None
+    return SpatialSampler(rate, stream.seed)
+
+
+def _narrowed(
+    requests: list[tuple[list[BlockHash], int]], sampler: SpatialSampler | None
+) -> list[tuple[list[BlockHash], int]]:
+    if sampler is None:
+        return requests
+    return [(sampler.sample(sampled), refs) for sampled, refs in requests]
+
+
+class InsightState:
+    """The curves' shared parts: their bounds and the shadow thread's queue."""
+
+    def __init__(self, config: InsightConfig | None = None) -> None:
+        self.config = InsightConfig() if config is None else config
+        self.queue = ShadowQueue(self.config.queue_bytes)
+
+    def new_publisher(self) -> PublisherInsight:
+        return PublisherInsight(self.config, self.queue)

@@ -1,0 +1,100 @@
+"""The queue between the ingest thread and the shadow thread, bounded in bytes.
+
+Shadow tiers (whole managers per policy and capacity) cost far more per
+sampled reference than the ingest thread can spend, so they run on a
+thread of their own (app/ingest/shadow_thread.py). What waits for it is
+bounded by an estimate of its memory; an item that does not fit is shed
+whole and counted, never waited for: ingest must not slow down for a curve.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from offload.base import BlockHash
+
+LIST_BYTES: Final = 64
+"""A Python list's own size, about: what each request and item costs besides its hashes."""
+HASH_REF_BYTES: Final = 8
+"""A list slot; the hash objects themselves are the decoded frame's, kept alive by the item."""
+INT_HASH_BYTES: Final = 36
+"""A Python int of up to 64 bits."""
+BYTES_HASH_OVERHEAD: Final = 33
+"""A bytes object's header; its content adds its length."""
+
+
+def hashes_bytes(requests: list[list[BlockHash]]) -> int:
+    """About the memory these requests hold (lists, slots and hash objects)."""
+    total = LIST_BYTES
+    for request in requests:
+        total += LIST_BYTES + HASH_REF_BYTES * len(request)
+        if request and type(request[0]) is int:
+            total += INT_HASH_BYTES * len(request)
+        else:
+            total += sum(BYTES_HASH_OVERHEAD + len(h) for h in request)  # type: ignore[arg-type]
+    return total
+
+
+@dataclass(slots=True)
+class ShadowWork:
+    """One sample frame's requests for one publisher's shadow tiers.
+
+    ``apply`` runs them (on the shadow thread); ``shed`` is called instead
+    when the queue has no room, so the publisher counts what it lost.
+    """
+
+    apply: Callable[[], None]
+    shed: Callable[[], None]
+    bytes: int
+
+
+@dataclass(slots=True)
+class ShadowQueue:
+    """Items for the shadow thread, at most ``max_bytes`` of them (estimated)."""
+
+    max_bytes: int
+    bytes: int = 0
+    items: int = 0
+    unfinished: int = 0
+    """Items put and not yet applied (queued, or being applied): 0 once the shadows caught up."""
+    shed: int = 0
+    """Items refused because the queue was full."""
+    _queue: deque[ShadowWork] = field(default_factory=deque)
+    _ready: threading.Condition = field(default_factory=threading.Condition)
+
+    def put(self, work: ShadowWork) -> bool:
+        """Queue ``work``, or shed it (its ``shed`` called, counted) when it does not fit."""
+        with self._ready:
+            fits = self.bytes + work.bytes <= self.max_bytes
+            if fits:
+                self._queue.append(work)
+                self.bytes += work.bytes
+                self.items += 1
+                self.unfinished += 1
+                self._ready.notify()
+            else:
+                self.shed += 1
+        if not fits:
+            work.shed()
+        return fits
+
+    def get(self, timeout: float) -> ShadowWork | None:
+        """The oldest item, waiting up to ``timeout`` seconds for one; None if none came."""
+        with self._ready:
+            if not self._queue:
+                self._ready.wait(timeout)
+            if not self._queue:
+                return None
+            work = self._queue.popleft()
+            self.bytes -= work.bytes
+            self.items -= 1
+            return work
+
+    def finished(self) -> None:
+        """One item ``get`` handed out was applied (or failed): the thread calls this."""
+        with self._ready:
+            self.unfinished -= 1

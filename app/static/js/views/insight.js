@@ -1,0 +1,168 @@
+// Insight: why the tier hits what it hits, from /api/v1/insight every two seconds while
+// open. Per publisher: the hit-ratio curve (what the tier would hit at 1/8x to 8x its
+// capacity, one line per simulated policy, the current capacity marked), the sidecar's
+// verdicts in words, stranded blocks per medium, the dead-write ratio and the sampled
+// stream's health. The page draws what the API computed; it computes no finding itself.
+import { get } from "../api.js";
+import { h, fillSelect } from "../dom.js";
+import { count, withUnit } from "../format.js";
+
+const PERIOD_MS = 2000;
+
+function colour(index) {
+  return getComputedStyle(document.documentElement).getPropertyValue(`--series-${(index % 8) + 1}`).trim();
+}
+
+/** A vertical rule at the current capacity, drawn over the plot. */
+function markCurrent(current) {
+  return (u) => {
+    const x = Math.round(u.valToPos(current, "x", true));
+    const { top, height } = u.bbox;
+    u.ctx.save();
+    u.ctx.strokeStyle = getComputedStyle(document.documentElement).getPropertyValue("--muted").trim();
+    u.ctx.setLineDash([4, 4]);
+    u.ctx.beginPath();
+    u.ctx.moveTo(x, top);
+    u.ctx.lineTo(x, top + height);
+    u.ctx.stroke();
+    u.ctx.restore();
+  };
+}
+
+class CurveChart {
+  constructor(container) {
+    this.plotArea = h("div", { class: "plot" });
+    this.empty = h("p", { class: "empty", text: "No sampled stream yet: the worker sends none, "
+      + "or its first sample frame has not arrived." });
+    this.element = h("figure", { class: "chart", "data-chart": "hit-ratio-curve", "data-empty": "true" },
+      h("figcaption", { text: "Hit ratio at other capacities (dashed: the tier's own)" }),
+      this.empty, this.plotArea);
+    container.append(this.element);
+    this.plot = null;
+    this.shape = "";
+    new ResizeObserver(() => this.plot?.setSize({ width: this.width(), height: 240 })).observe(this.plotArea);
+  }
+
+  width() {
+    return Math.max(240, this.plotArea.clientWidth);
+  }
+
+  update(curve) {
+    const dataset = this.element.dataset;
+    dataset.empty = String(!curve);
+    this.empty.hidden = Boolean(curve);
+    this.plotArea.hidden = !curve;
+    if (!curve) return;
+    const policies = Object.keys(curve.hit_ratios);
+    dataset.series = policies.join("|");
+    dataset.current = String(curve.current_blocks);
+    dataset.curve = JSON.stringify({ capacities: curve.capacities, hit_ratios: curve.hit_ratios });
+    const data = [curve.capacities, ...policies.map((p) => curve.hit_ratios[p])];
+    const shape = `${policies.join("|")}@${curve.capacities.join(",")}`;
+    if (shape === this.shape && this.plot) {
+      this.plot.setData(data);
+      return;
+    }
+    this.shape = shape;
+    this.plot?.destroy();
+    const muted = getComputedStyle(document.documentElement).getPropertyValue("--muted").trim();
+    const axis = { stroke: muted };
+    const percent = (v) => (v === null ? "–" : withUnit(v, "ratio"));
+    this.plot = new uPlot({
+      width: this.width(),
+      height: 240,
+      scales: { x: { time: false, distr: 3, log: 2 }, y: { range: (u, min, max) => [0, max > 0 ? Math.min(1, max * 1.15) : 1] } },
+      cursor: { drag: { x: false, y: false } },
+      axes: [
+        { ...axis, label: "capacity (blocks)", values: (u, ticks) => ticks.map((t) => count(t)) },
+        { ...axis, size: 60, values: (u, ticks) => ticks.map(percent) },
+      ],
+      hooks: { draw: [markCurrent(curve.current_blocks)] },
+      series: [
+        { label: "capacity", value: (u, v) => (v === null ? "–" : `${count(v)} blocks`) },
+        ...policies.map((policy, i) => ({
+          label: policy, stroke: colour(i), width: 2, value: (u, v) => percent(v),
+          points: { show: true, size: 5 },
+        })),
+      ],
+    }, data, this.plotArea);
+  }
+}
+
+function mount(panel, context) {
+  const picker = h("select", { id: "insight-publisher", "aria-label": "Publisher",
+    onchange: () => context.navigate({ publisher: picker.value }) });
+  const status = h("p", { class: "detail", id: "insight-status", role: "status" });
+  const verdicts = h("ul", { id: "insight-verdicts", class: "verdicts" });
+  const grid = h("div", { class: "charts" });
+  const chart = new CurveChart(grid);
+  const facts = h("dl", { id: "insight-facts", class: "facts" });
+  panel.append(
+    h("h2", { class: "visually-hidden", text: "Insight" }),
+    h("div", { class: "toolbar" }, h("label", { for: "insight-publisher", text: "Publisher: " }), picker),
+    h("section", { class: "card" }, h("h2", { text: "What the numbers say" }), verdicts, status),
+    grid,
+    h("section", { class: "card" }, h("h2", { text: "Stranded blocks, dead writes, the sample" }), facts),
+  );
+  let wanted = "";
+  let timer = null;
+
+  function fact(term, text, attributes = {}) {
+    return [h("dt", { text: term }), h("dd", { text, ...attributes })];
+  }
+
+  function render(body) {
+    const names = body.publishers.map((p) => p.publisher);
+    if (!names.length) {
+      status.textContent = "No publisher yet.";
+      return;
+    }
+    fillSelect(picker, names.map((n) => [n, n]), wanted || names[0]);
+    const p = body.publishers.find((one) => one.publisher === picker.value);
+    panel.dataset.publisher = p.publisher;
+    chart.update(p.curve);
+    verdicts.replaceChildren(...p.verdicts.map((v) => h("li", {
+      text: v.text, "data-kind": v.kind, "data-policy": v.policy ?? "",
+    })));
+    if (!p.verdicts.length) verdicts.append(h("li", { class: "empty", text: "Nothing to say yet." }));
+    const stream = p.stream;
+    status.textContent = stream
+      ? `From ${count(stream.sampled_refs)} sampled references of ${count(stream.block_refs)} `
+        + `(rate ${stream.rate}); ${count(stream.shadow_shed_block_refs)} shed by the shadow queue, `
+        + `${count(stream.worker_shed_block_refs)} by the worker; simulations hold `
+        + `${withUnit(p.memory.bytes, "bytes")} of ${withUnit(p.memory.max_bytes, "bytes")}.`
+      : "This publisher sends no sampled stream (kvscope demo --sample-rate, 0 turns it off).";
+    const stranded = Object.entries(p.stranded);
+    facts.replaceChildren(
+      ...stranded.flatMap(([medium, n]) => fact(`stranded on ${medium}`, `${count(n)} blocks`,
+        { "data-medium": medium, "data-stranded": String(n) })),
+      ...fact("dead writes", p.dead_write_ratio === null ? "–"
+        : `${withUnit(p.dead_write_ratio, "ratio")} of ${count(p.stores_completed)} stores`,
+      { id: "insight-dead-writes", "data-ratio": p.dead_write_ratio ?? "" }),
+      ...fact("hit ratio measured", p.measured_hit_ratio === null ? "–" : withUnit(p.measured_hit_ratio, "ratio")),
+    );
+    panel.dataset.rendered = "true";
+  }
+
+  async function tick() {
+    try {
+      render(await get("insight"));
+    } catch (error) {
+      status.textContent = `insight unavailable: ${error.message}`;
+    }
+    timer = setTimeout(tick, PERIOD_MS);
+  }
+
+  return {
+    show(params) {
+      wanted = params.publisher ?? "";
+      if (timer === null) tick();
+    },
+    hide() {
+      clearTimeout(timer);
+      timer = null;
+    },
+  };
+}
+
+export default { id: "insight", title: "Insight", mount };

@@ -1,0 +1,124 @@
+"""Sample frames: a worker's spatially sampled block references, for the live hit-ratio curve.
+
+The worker keeps the references of the blocks whose hash passes the
+sampling test (SHARDS: offload/insight/sampling.py) and counts every
+reference; the reader replays the sample on tiers scaled by the rate to tell
+what the tier would hit at other sizes and under other policies. A frame
+carries what the reader needs to do that without any other frame: the rate
+and seed of the test (so the reader can sample further with the same test),
+the tier's policy and capacity (what the curve is drawn around), each
+sampled request's hashes in prompt order with its whole block count, and the
+block counts of the requests none of whose blocks was sampled (they change
+no simulated tier, but the correction for the sample's size needs them).
+
+A frame comes from the network, so decoding checks it whole (a bad frame is
+refused, ``InvalidSampleFrame``, never half-applied): the version first,
+every list bounded, hashes as the KV events bound them (offload/wire/labels.py),
+counts non-negative, no request with more sampled blocks than blocks.
+docs/PROTOCOL.md gives the schema.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+from offload.wire.labels import BlockHash, Finite, Ident, Rank
+from offload.wire.schema_version import check_version
+from offload.wire.stats_frame import WorkerConfig
+
+SAMPLE_SCHEMA_VERSION: Final = 1
+"""The major schema version this module writes and reads."""
+
+MAX_FRAME_REQUESTS: Final = 16_384
+"""Most sampled requests one frame may carry; a writer sends more frames instead."""
+
+MAX_REQUEST_BLOCKS: Final = 65_536
+"""Most blocks one request may list: a 1M-token prompt in blocks of 16."""
+
+MAX_SEED: Final = 2**32 - 1
+"""The largest sampling seed read (the sampler's seeds are small ints)."""
+
+_Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+_Rate = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
+
+
+class UnsupportedSampleVersion(ValueError):
+    """A frame's major version is one this decoder cannot read."""
+
+
+class InvalidSampleFrame(ValueError):
+    """A frame of this version whose content breaks a rule above; the message says which."""
+
+
+class SampledRequest(msgspec.Struct, array_like=True, frozen=True):
+    """One request with at least one sampled block: ``[block_refs, [hash, ...]]``.
+
+    ``sampled`` lists its sampled blocks in prompt order; ``block_refs`` is
+    how many blocks the request named in all (sampled or not).
+    """
+
+    block_refs: Annotated[int, msgspec.Meta(ge=1, le=MAX_REQUEST_BLOCKS)]
+    sampled: Annotated[list[BlockHash], msgspec.Meta(min_length=1, max_length=MAX_REQUEST_BLOCKS)]
+
+
+class SampleFrame(msgspec.Struct, kw_only=True, frozen=True):
+    """The sampled references of one worker since its previous sample frame.
+
+    ``shed_requests`` and ``shed_block_refs`` are cumulative: requests the
+    worker left out of the sample because its buffer was full (they are in
+    no frame, not even in ``unsampled_*``, so the sample stays a sample of
+    the requests it counts).
+    """
+
+    version: int = SAMPLE_SCHEMA_VERSION
+    ts: Finite
+    engine_id: Ident
+    rank: Rank
+    config: WorkerConfig
+    rate: _Rate
+    seed: Annotated[int, msgspec.Meta(ge=0, le=MAX_SEED)]
+    requests: Annotated[list[SampledRequest], msgspec.Meta(max_length=MAX_FRAME_REQUESTS)] = (
+        msgspec.field(default_factory=list)
+    )
+    unsampled_requests: _Count = 0
+    unsampled_block_refs: _Count = 0
+    shed_requests: _Count = 0
+    shed_block_refs: _Count = 0
+
+    @property
+    def block_refs(self) -> int:
+        """Every block reference this frame stands for, sampled or not."""
+        return self.unsampled_block_refs + sum(r.block_refs for r in self.requests)
+
+    @property
+    def sampled_refs(self) -> int:
+        return sum(len(r.sampled) for r in self.requests)
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_FRAME_DECODER = msgspec.msgpack.Decoder(SampleFrame)
+
+
+def encode_sample_frame(frame: SampleFrame) -> bytes:
+    """The msgpack payload of one frame (a map; each request a two-element array)."""
+    return _ENCODER.encode(frame)
+
+
+def decode_sample_frame(payload: bytes) -> SampleFrame:
+    """Decode a frame of this major version; unknown fields are ignored.
+
+    Raises ``UnsupportedSampleVersion`` for another major version,
+    ``msgspec.DecodeError`` for anything that is not a sample frame, and
+    ``InvalidSampleFrame`` for one that breaks a rule across fields (all
+    three are ``ValueError``).
+    """
+    check_version(payload, "sample", SAMPLE_SCHEMA_VERSION, UnsupportedSampleVersion)
+    frame = _FRAME_DECODER.decode(payload)
+    for request in frame.requests:
+        if len(request.sampled) > request.block_refs:
+            raise InvalidSampleFrame("a request with more sampled blocks than blocks")
+        if len({type(h) for h in request.sampled}) > 1:
+            raise InvalidSampleFrame("a request whose hashes mix ints and bytes")
+    return frame

@@ -1,0 +1,257 @@
+"""The live hit-ratio curve: sample frames over real ZMQ sockets into the sidecar, then out of
+its API and its metrics.
+
+The worker's side is kvscope's own SampleBuffer with the real SpatialSampler
+on the bundled trace, sent by kvscope's EventPublisher or, where a test
+needs the sequence numbers in its hands (a gap, a sequence that goes back),
+by the raw publisher of tests/support/zmq_peers.py. Waits poll the ingest thread's own
+counters (tests/support/polling.py); nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.api import create_app
+from app.ingest import Ingestor
+from app.settings import SidecarSettings
+from app.state.insight import PublisherInsight
+from app.state.sidecar import SidecarState
+from offload.insight.curve import DEFAULT_MULTIPLES
+from offload.insight.estimator import CurveEstimator
+from offload.insight.sampling import SpatialSampler
+from offload.sim.mooncake import bundled_trace_path, load_trace
+from offload.wire.framing import DEFAULT_SAMPLE_TOPIC
+from offload.wire.publisher import EventPublisher
+from offload.wire.sample_buffer import SampleBuffer
+from offload.wire.sample_frame import encode_sample_frame
+from offload.wire.stats_frame import StatsFrame, WorkerConfig
+from tests.support.polling import wait_until
+from tests.support.zmq_peers import RawPublisher, wait_connected
+
+pytestmark = pytest.mark.timeout(120)
+
+RATE = 0.1
+REQUESTS = 3000
+PER_FRAME = 200
+
+
+@pytest.fixture(scope="module")
+def trace() -> list[list[int]]:
+    return [list(r) for r in load_trace(bundled_trace_path())[:REQUESTS]]
+
+
+def sample_frames(requests: Sequence[Sequence[int]], capacity: int) -> list:
+    buffer = SampleBuffer(SpatialSampler(RATE))
+    config = WorkerConfig(policy="lru", capacity_blocks=capacity, block_size=16)
+    out = []
+    for start in range(0, len(requests), PER_FRAME):
+        for request in requests[start : start + PER_FRAME]:
+            buffer.add(request)
+        out.append(buffer.take("e0", 0, config))
+    return out
+
+
+def frames(requests: Sequence[Sequence[int]], capacity: int, policy: str = "lru") -> list[bytes]:
+    """The sample frames a worker with this tier sends for ``requests``, as payloads."""
+    buffer = SampleBuffer(SpatialSampler(RATE))
+    config = WorkerConfig(policy=policy, capacity_blocks=capacity, block_size=16)
+    payloads = []
+    for start in range(0, len(requests), PER_FRAME):
+        for request in requests[start : start + PER_FRAME]:
+            buffer.add(request)
+        frame = buffer.take("e0", 0, config)
+        assert frame is not None
+        payloads.append(encode_sample_frame(frame))
+    return payloads
+
+
+def test_kvscopes_publisher_feeds_the_curve_on_the_sample_topic(trace) -> None:
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
+        settings = SidecarSettings(connect=[publisher.endpoint])
+        ingestor = Ingestor(SidecarState.from_settings(settings))
+        ingestor.start()
+        try:
+            state = ingestor.state.publishers[publisher.endpoint]
+
+            def seen() -> bool:
+                publisher.publish_stats(StatsFrame(ts=1.0, engine_id="e0", rank=0,
+                                                   config=WorkerConfig(policy="lru",
+                                                   capacity_blocks=8, block_size=16)))  # fmt: skip
+                return state.stats_frames > 0
+
+            wait_until(seen, "the sidecar receives the publisher")
+            sent = sample_frames(trace, capacity=400)
+            for frame in sent:
+                publisher.publish_sample(frame)
+            wait_until(
+                lambda: state.insight is not None and state.insight.frames == len(sent),
+                "every sample frame applied",
+            )
+            assert state.insight is not None and state.malformed == 0
+            assert state.insight.sampled_refs == sum(f.sampled_refs for f in sent)
+            assert state.insight.missed_frames == 0
+        finally:
+            ingestor.close()
+
+
+@pytest.fixture
+def sidecar() -> Iterator[tuple[RawPublisher, Ingestor, SidecarSettings]]:
+    raw = RawPublisher()
+    settings = SidecarSettings(
+        connect=[raw.endpoints.endpoint], replay=[raw.endpoints.replay_endpoint]
+    )
+    ingestor = Ingestor(SidecarState.from_settings(settings))
+    ingestor.start()
+    try:
+        wait_connected(raw, ingestor)
+        yield raw, ingestor, settings
+    finally:
+        ingestor.close()
+        raw.close()
+
+
+def send(raw: RawPublisher, first_seq: int, payloads: list[bytes]) -> None:
+    for seq, payload in enumerate(payloads, first_seq):
+        raw.pub.send_multipart([DEFAULT_SAMPLE_TOPIC, seq.to_bytes(8, "big"), payload])
+
+
+def insight_of(ingestor: Ingestor, raw: RawPublisher) -> PublisherInsight:
+    state = ingestor.state.publishers[raw.endpoints.endpoint]
+    wait_until(lambda: state.insight is not None, "the first sample frame")
+    assert state.insight is not None
+    return state.insight
+
+
+def settled(insight: PublisherInsight, frames: int) -> None:
+    """Every frame applied, and the shadow thread through all of them."""
+    wait_until(lambda: insight.frames == frames, f"{frames} sample frames applied")
+    wait_until(
+        lambda: insight.simulated_refs().get("arc") == insight.simulated_refs().get("lru"),
+        "the shadow tiers caught up",
+    )
+
+
+def test_the_curve_is_the_estimators_on_the_same_sample(sidecar, trace) -> None:
+    raw, ingestor, _ = sidecar
+    payloads = frames(trace, capacity=400)
+    send(raw, 0, payloads)
+    insight = insight_of(ingestor, raw)
+    settled(insight, len(payloads))
+    # The same sample into the library's estimator, in one process: the same curve.
+    expected = CurveEstimator(400, RATE, ["lru", "arc"])
+    sampler = SpatialSampler(RATE)
+    for request in trace:
+        expected.record(sampler.sample(request), len(request))
+    curve = insight.curve()
+    assert curve is not None and curve.current == 400 and not curve.exact
+    assert curve.capacities == expected.capacities
+    assert dict(curve.hit_ratios) == dict(expected.curve().hit_ratios)
+    assert insight.block_refs == sum(map(len, trace)) and insight.requests == len(trace)
+    assert insight.sampled_refs == expected.sampled_refs
+    assert (insight.missed_frames, insight.resets, insight.shadow_shed_frames) == (0, 0, 0)
+    held, size = insight.memory()
+    assert 0 < held <= expected.max_held_blocks and 0 < size <= insight.config.max_bytes
+
+
+def test_a_new_capacity_or_a_restart_starts_the_curve_over(sidecar, trace) -> None:
+    raw, ingestor, _ = sidecar
+    half = trace[: REQUESTS // 2]
+    send(raw, 0, frames(half, capacity=400))
+    insight = insight_of(ingestor, raw)
+    count = len(frames(half, capacity=400))
+    settled(insight, count)
+    send(raw, count, frames(half, capacity=800))  # the tier was resized
+    settled(insight, 2 * count)
+    curve = insight.curve()
+    assert insight.resets == 1 and curve is not None and curve.current == 800
+    assert insight.simulated_refs()["lru"] == insight.sampled_refs // 2, "only the new stream"
+    send(raw, 0, frames(half, capacity=800))  # the sequence went back: a restarted worker
+    settled(insight, 3 * count)
+    assert insight.resets == 2 and insight.missed_frames == 0
+    assert insight.simulated_refs()["lru"] == insight.sampled_refs // 3
+
+
+def test_a_gap_in_the_sample_sequence_is_counted_as_missed_frames(sidecar, trace) -> None:
+    raw, ingestor, _ = sidecar
+    payloads = frames(trace, capacity=400)
+    send(raw, 0, payloads[:2])
+    send(raw, 5, payloads[2:4])
+    insight = insight_of(ingestor, raw)
+    wait_until(lambda: insight.frames == 4, "four frames applied")
+    assert insight.missed_frames == 3 and insight.resets == 0
+
+
+def test_the_api_and_the_metrics_show_the_curve_the_stream_and_the_verdicts(sidecar, trace) -> None:
+    raw, ingestor, settings = sidecar
+    payloads = frames(trace, capacity=1000, policy="lru")
+    send(raw, 0, payloads)
+    insight = insight_of(ingestor, raw)
+    settled(insight, len(payloads))
+    curve = insight.curve()
+    assert curve is not None
+    with TestClient(create_app(settings, ingestor.state), base_url="http://localhost") as http:
+        answer = http.get("/api/v1/insight")
+        assert answer.status_code == 200
+        body = answer.json()
+        (publisher,) = body["publishers"]
+        shown = publisher["curve"]
+        assert shown["capacities"] == list(curve.capacities)
+        assert shown["multiples"] == list(DEFAULT_MULTIPLES)
+        assert shown["capacities"][shown["current_index"]] == shown["current_blocks"] == 1000
+        assert shown["hit_ratios"] == {p: list(r) for p, r in curve.hit_ratios.items()}
+        stream = publisher["stream"]
+        assert (stream["rate"], stream["stack_rate"], stream["shadow_rate"]) == (RATE,) * 3
+        assert stream["sampled_refs"] == insight.sampled_refs
+        assert stream["block_refs"] == insight.block_refs
+        assert publisher["miss_reasons"] is None, "reserved until workers report them"
+        kinds = {v["kind"]: v for v in publisher["verdicts"]}
+        doubling = next(v for v in publisher["verdicts"] if v.get("multiple") == 2.0)
+        expected = 100 * (curve.at("lru", 2000) - curve.at("lru", 1000))
+        assert doubling["points"] == pytest.approx(expected)
+        assert f"~{abs(expected):.1f} points" in doubling["text"]
+        arc = kinds["policy"]
+        assert arc["policy"] == "arc"
+        assert arc["points"] == pytest.approx(100 * (curve.at("arc", 1000) - curve.at("lru", 1000)))
+        assert body["memory_bytes"] == publisher["memory"]["bytes"] > 0
+        schema = http.get("/openapi.json").json()
+        assert "/api/v1/insight" in schema["paths"]
+        assert "InsightResponse" in schema["components"]["schemas"]
+        metrics = http.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    points = {
+        (s.labels["policy"], s.labels["multiple"]): s.value
+        for s in families["kvscope_sidecar_hit_ratio_curve"].samples
+    }
+    assert len(points) == 2 * len(DEFAULT_MULTIPLES)
+    assert points["lru", "1"] == curve.at("lru", 1000)
+    assert points["arc", "0.125"] == curve.at("arc", 125)
+    sampled = families["kvscope_sidecar_sampled_refs"].samples[0]
+    assert sampled.value == insight.sampled_refs
+    assert families["kvscope_sidecar_insight_bytes"].samples[0].value > 0
+
+
+def test_a_publisher_without_a_sample_has_no_curve_and_no_curve_verdicts() -> None:
+    settings = SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    state = SidecarState.from_settings(settings)
+    with TestClient(create_app(settings, state), base_url="http://localhost") as http:
+        (publisher,) = http.get("/api/v1/insight").json()["publishers"]
+    assert publisher["curve"] is None and publisher["stream"] is None
+    assert publisher["verdicts"] == [] and publisher["dead_write_ratio"] is None
+
+
+def test_insight_settings_are_bounded_and_policies_checked_by_name(monkeypatch) -> None:
+    monkeypatch.setenv("KVSCOPE_INSIGHT_POLICIES", "lru,nope")
+    with pytest.raises(ValueError, match="'nope' is not a cache policy"):
+        SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    monkeypatch.setenv("KVSCOPE_INSIGHT_POLICIES", "arc")
+    monkeypatch.setenv("KVSCOPE_INSIGHT_CPU_SHARE", "0")
+    with pytest.raises(ValueError, match="insight_cpu_share"):
+        SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    monkeypatch.setenv("KVSCOPE_INSIGHT_CPU_SHARE", "0.5")
+    config = SidecarSettings(connect=["tcp://127.0.0.1:1"]).insight_config()
+    assert (config.policies, config.cpu_share) == (("arc",), 0.5)
