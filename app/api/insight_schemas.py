@@ -155,8 +155,8 @@ class PublisherInsightInfo(BaseModel):
     )
     miss_reasons: dict[str, int] | None = Field(
         default=None,
-        description="Reserved: lookup misses by reason, once workers report them in their "
-        "stats frames. Null until then.",
+        description="Blocks lookups lost, by reason (cold, evicted, not_admitted, in_flight, "
+        "prefix_lost), from the worker's latest stats frame; null before one carries them.",
     )
     verdicts: list[VerdictInfo]
 
@@ -200,6 +200,7 @@ class PublisherInsightInfo(BaseModel):
             dead_write_blocks=None if worker is None else worker.dead_write_blocks,
             stores_completed=None if worker is None else worker.stores_completed,
             dead_write_ratio=dead_ratio,
+            miss_reasons=worker.miss_blocks if worker is not None and worker.miss_blocks else None,
             verdicts=[VerdictInfo.of(v) for v in verdicts],
         )
 

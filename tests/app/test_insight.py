@@ -21,10 +21,12 @@ from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.insight import PublisherInsight
 from app.state.sidecar import SidecarState
+from app.state.worker_stats import WorkerStats
 from offload.insight.curve import DEFAULT_MULTIPLES
 from offload.insight.estimator import CurveEstimator
 from offload.insight.sampling import SpatialSampler
 from offload.sim.mooncake import bundled_trace_path, load_trace
+from offload.telemetry import metrics as m
 from offload.wire.framing import DEFAULT_SAMPLE_TOPIC
 from offload.wire.publisher import EventPublisher
 from offload.wire.sample_buffer import SampleBuffer
@@ -208,7 +210,7 @@ def test_the_api_and_the_metrics_show_the_curve_the_stream_and_the_verdicts(side
         assert (stream["rate"], stream["stack_rate"], stream["shadow_rate"]) == (RATE,) * 3
         assert stream["sampled_refs"] == insight.sampled_refs
         assert stream["block_refs"] == insight.block_refs
-        assert publisher["miss_reasons"] is None, "reserved until workers report them"
+        assert publisher["miss_reasons"] is None, "no stats frame has come"
         kinds = {v["kind"]: v for v in publisher["verdicts"]}
         doubling = next(v for v in publisher["verdicts"] if v.get("multiple") == 2.0)
         expected = 100 * (curve.at("lru", 2000) - curve.at("lru", 1000))
@@ -242,6 +244,21 @@ def test_a_publisher_without_a_sample_has_no_curve_and_no_curve_verdicts() -> No
         (publisher,) = http.get("/api/v1/insight").json()["publishers"]
     assert publisher["curve"] is None and publisher["stream"] is None
     assert publisher["verdicts"] == [] and publisher["dead_write_ratio"] is None
+
+
+def test_miss_reasons_come_from_the_workers_latest_stats_frame() -> None:
+    settings = SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    state = SidecarState.from_settings(settings)
+    (publisher,) = state.publishers.values()
+    snapshot = m.Snapshot()
+    for reason, blocks in (("evicted", 7), ("prefix_lost", 2)):
+        snapshot.add(m.LOOKUP_MISS_BLOCKS_TOTAL, blocks, medium="CPU", reason=reason)
+    config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
+    frame = StatsFrame(ts=1.0, engine_id="e", rank=0, config=config, counters=snapshot.counters)
+    publisher.worker = WorkerStats.between(None, frame)
+    with TestClient(create_app(settings, state), base_url="http://localhost") as http:
+        (shown,) = http.get("/api/v1/insight").json()["publishers"]
+    assert shown["miss_reasons"] == {"evicted": 7, "prefix_lost": 2}
 
 
 def test_insight_settings_are_bounded_and_policies_checked_by_name(monkeypatch) -> None:
