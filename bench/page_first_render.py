@@ -22,7 +22,10 @@ kept-alive connection, one after another, for as long as the page is open:
 the API's own p99 for each beside the page, under the same load (the
 browser's own CPU included). After the browser closes it times them again
 alone, ``--rounds`` times each; both p99s are printed, and the page is held
-against the one beside it.
+against the one beside it. Every response carries the sidecar's own time
+(``Server-Timing``), so the page's requests are also held against the API's
+in the server's measure, where the browser's queueing and the machine's
+other work do not count.
 
 JSON lines: one for the first render (every open, the median and the worst,
 and the worst over the 1 s bound); one per kind of request the page polls
@@ -39,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +83,9 @@ class PageOpen:
     """The API requests made after it, each second, by kind: ms each, and (``urls``) the
     last URL of each kind, for the API's own timing."""
     urls: dict[str, str]
+    server: dict[str, list[float]]
+    """The sidecar's own time (its ``Server-Timing``) for every request above, by load
+    target and by poll kind."""
     script_bytes: int
 
 
@@ -104,15 +110,31 @@ def open_page(browser: Browser, url: str, polls: int) -> PageOpen:
     took = [
         (target_of(r.url), r.timing["responseEnd"] - r.timing["requestStart"]) for r in finished
     ]
+    server: dict[str, list[float]] = defaultdict(list)
+    for position, request in enumerate(finished):
+        response = request.response()
+        if response is not None:
+            key = took[position][0] if position < at_render else poll_kind(took[position][0])
+            server[key].append(server_ms(response.headers))
     by_kind: dict[str, list[float]] = defaultdict(list)
     urls: dict[str, str] = {}
     for target, ms in took[at_render:]:
-        kind = target.split("?")[0] + ("?since=…" if "since=" in target else "")
+        kind = poll_kind(target)
         by_kind[kind].append(ms)
         urls[kind] = target
     scripts = sum(r.sizes()["responseBodySize"] for r in finished[:at_render] if ".js" in r.url)
     context.close()
-    return PageOpen(first_render, dict(took[:at_render]), by_kind, urls, scripts)
+    return PageOpen(first_render, dict(took[:at_render]), by_kind, urls, server, scripts)
+
+
+def poll_kind(target: str) -> str:
+    """The page's incremental history reads differ by ``since``: one kind for all of them."""
+    return target.split("?")[0] + ("?since=…" if "since=" in target else "")
+
+
+def server_ms(headers: Mapping[str, str]) -> float:
+    """The sidecar's own time for a response, from its ``server-timing: app;dur=MS``."""
+    return float(headers["server-timing"].partition("dur=")[2])
 
 
 def page_targets() -> list[str]:
@@ -124,23 +146,35 @@ def page_targets() -> list[str]:
     return ["/", *static, "/api/v1/stats", "/api/v1/history?resolution=1"]
 
 
+class Timings:
+    """Milliseconds per request by target: as the client saw them, and the sidecar's own."""
+
+    def __init__(self) -> None:
+        self.client: dict[str, list[float]] = defaultdict(list)
+        self.server: dict[str, list[float]] = defaultdict(list)
+
+    def get(
+        self, http: httpx.Client, target: str, key: str | None = None, **params: object
+    ) -> None:
+        began = time.perf_counter()
+        response = http.get(target, params=params or None)
+        self.client[key or target].append((time.perf_counter() - began) * 1e3)
+        self.server[key or target].append(server_ms(response.headers))
+
+
 @contextmanager
-def timed_beside(base_url: str, targets: list[str]) -> Iterator[dict[str, list[float]]]:
+def timed_beside(base_url: str, targets: list[str]) -> Iterator[Timings]:
     """Time ``targets`` in turn on a thread of this process until the block ends."""
-    measured: dict[str, list[float]] = defaultdict(list)
+    measured = Timings()
     stop = threading.Event()
 
     def run() -> None:
         with httpx.Client(base_url=base_url, timeout=30) as http:
             while not stop.is_set():
                 for target in targets:
-                    began = time.perf_counter()
-                    http.get(target)
-                    measured[target].append((time.perf_counter() - began) * 1e3)
+                    measured.get(http, target)
                 since = time.time() - 2
-                began = time.perf_counter()
-                http.get("/api/v1/history", params={"resolution": 1, "since": since})
-                measured[HISTORY_SINCE].append((time.perf_counter() - began) * 1e3)
+                measured.get(http, "/api/v1/history", HISTORY_SINCE, resolution=1, since=since)
 
     thread = threading.Thread(target=run, name="beside-the-page", daemon=True)
     thread.start()
@@ -157,13 +191,11 @@ HISTORY_SINCE = "/api/v1/history?since=\u2026"
 
 def api_timings(http: httpx.Client, targets: list[str], rounds: int) -> dict[str, list[float]]:
     """Milliseconds per request, each of ``targets`` once per round, in turn."""
-    measured: dict[str, list[float]] = defaultdict(list)
+    measured = Timings()
     for _ in range(rounds):
         for target in targets:
-            began = time.perf_counter()
-            http.get(target).raise_for_status()
-            measured[target].append((time.perf_counter() - began) * 1e3)
-    return measured
+            measured.get(http, target)
+    return measured.client
 
 
 @contextmanager
@@ -203,7 +235,10 @@ def main() -> None:
         worst_load: dict[str, float] = defaultdict(float)
         polled: dict[str, list[float]] = defaultdict(list)
         poll_urls: dict[str, str] = {}
+        page_server: dict[str, list[float]] = defaultdict(list)
         for opened in opens:
+            for key, times in opened.server.items():
+                page_server[key] += times
             for target, ms in opened.load.items():
                 worst_load[target] = max(worst_load[target], ms)
             for kind, times in opened.polls.items():
@@ -224,9 +259,20 @@ def main() -> None:
             "within_bound": max(renders) < FIRST_RENDER_BOUND_MS,
         }
     )  # fmt: skip
+    for key, times in sorted(page_server.items()):
+        api_p99 = _beside_p99(beside.server, key, float("nan"))
+        page_p99 = percentiles(times)[1] if len(times) >= 2 else times[0]
+        emit(
+            {
+                "bench": "page_first_render", "measure": "server_ms", "request": key,
+                "requests": len(times), "page_p99_ms": round(page_p99, 3),
+                "page_max_ms": round(max(times), 3), "api_p99_ms": round(api_p99, 3),
+                "within_p99": page_p99 <= api_p99,
+            }
+        )  # fmt: skip
     for kind, times in sorted(polled.items()):
         alone = percentiles(measured[poll_urls[kind]])[1]
-        api_p99 = _beside_p99(beside, kind, alone)
+        api_p99 = _beside_p99(beside.client, kind, alone)
         page_p99 = percentiles(times)[1] if len(times) >= 2 else times[0]
         emit(
             {
@@ -240,7 +286,7 @@ def main() -> None:
         )  # fmt: skip
     for target in sorted(worst_load):
         alone = percentiles(measured[target])[1]
-        api_p99 = _beside_p99(beside, target, alone)
+        api_p99 = _beside_p99(beside.client, target, alone)
         emit(
             {
                 "bench": "page_first_render", "measure": "load_request_ms", "request": target,

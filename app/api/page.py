@@ -99,7 +99,9 @@ def mount_page(app: FastAPI, static_dir: Path = STATIC_DIR) -> None:
         log.error("%s", _missing_text(static_dir, missing))
 
     @router.get("/")
-    def page(request: Request, login: Annotated[str | None, Depends(login_token)]) -> Response:
+    async def page(
+        request: Request, login: Annotated[str | None, Depends(login_token)]
+    ) -> Response:
         if login is None:
             if missing:
                 return PlainTextResponse(_missing_text(static_dir, missing), 500)
@@ -110,14 +112,14 @@ def mount_page(app: FastAPI, static_dir: Path = STATIC_DIR) -> None:
         return redirect
 
     @router.get("/static/{name:path}", dependencies=[Depends(require_token)])
-    def asset(name: str, request: Request) -> Response:
+    async def asset(name: str, request: Request) -> Response:
         found = assets.get(name)
         if found is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, "no such asset")
         return found.response(request)
 
     @router.get("/favicon.ico")
-    def favicon(request: Request) -> Response:
+    async def favicon(request: Request) -> Response:
         """Open, unlike the page: browsers ask for it without the cookie (on a 401 page too),
         and a picture of a magnifier tells no one anything."""
         return assets[FAVICON].response(request)

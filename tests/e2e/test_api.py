@@ -356,6 +356,7 @@ def test_the_openapi_schema_lists_every_route(workers: list[Worker]) -> None:
     assert {path: sorted(ops) for path, ops in schema["paths"].items()} == {
         "/api/v1/stats": ["get"],
         "/api/v1/history": ["get"],
+        "/api/v1/insight": ["get"],
         "/api/v1/blocks": ["get"],
         "/api/v1/blocks/{block_hash}": ["get"],
         "/api/v1/lookup": ["post"],

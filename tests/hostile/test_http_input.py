@@ -11,6 +11,7 @@ log, which need a real server, are in test_http_streams.py.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -197,6 +198,8 @@ def test_every_response_carries_the_browser_security_headers() -> None:
     for answer in answers:
         for name, value in HEADERS:
             assert answer.headers[name.decode()] == value.decode(), (answer.url, name)
+        # the sidecar's own time, refusals included, and nothing else
+        assert re.fullmatch(r"app;dur=\d+\.\d{3}", answer.headers["server-timing"]), answer.url
     csp = answers[0].headers["content-security-policy"]
     assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
 

@@ -2,9 +2,10 @@
 
 Pure ASGI, not ``BaseHTTPMiddleware``: they add a few function calls per
 request and leave streamed responses (the event stream) streaming.
-``install_guards`` stacks them in the one order that works: security headers
-outermost (so they reach the refusals the inner ones send), then the Host
-check, then HEAD, then the body limit nearest the routes.
+``install_guards`` stacks them in the one order that works: the server
+timing outermost (it times everything below it), then the security headers
+(so they reach the refusals the inner ones send), then the Host check, then
+HEAD, then the body limit nearest the routes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from app.api.guards.allowed_hosts import AllowedHosts
 from app.api.guards.body_limit import BodyLimit
 from app.api.guards.head import HeadAsGet
 from app.api.guards.security_headers import SecurityHeaders
+from app.api.guards.server_timing import ServerTiming
 from app.api.http_counts import HttpCounts
 from app.api.limits import HttpLimits
 
@@ -25,3 +27,4 @@ def install_guards(app: FastAPI, limits: HttpLimits, counts: HttpCounts) -> None
     app.add_middleware(HeadAsGet)
     app.add_middleware(AllowedHosts, hosts=limits.allowed_hosts, counts=counts)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(ServerTiming)

@@ -1,5 +1,7 @@
 // When the page's periodic reads go out: each on its own phase of the second, so the stats
-// and history reads never queue behind each other at the sidecar.
+// and history reads never queue behind each other at the sidecar, and at a phase drawn per
+// page load, so they do not all land on the whole second, when the sidecar does its own
+// once-a-second work (the history's sample; workers send their stats frames then too).
 
 /** Milliseconds from now to the next instant that is `phaseMs` past a multiple of `periodMs`. */
 export function untilPhase(periodMs, phaseMs) {
@@ -7,6 +9,6 @@ export function untilPhase(periodMs, phaseMs) {
   return wait || periodMs;
 }
 
-/** The stats read's phase; the history read goes out half a second after it. */
-export const STATS_PHASE_MS = 0;
-export const HISTORY_PHASE_MS = 500;
+/** The stats read's phase, away from the whole second; the history read half a second on. */
+export const STATS_PHASE_MS = 100 + Math.floor(Math.random() * 300);
+export const HISTORY_PHASE_MS = STATS_PHASE_MS + 500;
