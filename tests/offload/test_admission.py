@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from offload import CPUOffloadingManager
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
-from offload.cpu.policies.miniature import HORIZONS, Miniature
+from offload.cpu.policies.miniature import CANDIDATES, Miniature
 from offload.cpu.policies.offer_history import (
     OFFERS_PER_SLOT,
     PROVEN_OFFERS,
@@ -30,7 +30,7 @@ def store(manager: CPUOffloadingManager, hashes: list) -> list:
 
 def gate_only(policy: GatedLRUCachePolicy) -> None:
     """Leave the gate at its default horizon only: no model can lead it elsewhere."""
-    policy.duel.models = [Miniature(policy.capacity, HORIZONS[0])]
+    policy.duel.models = [Miniature(policy.capacity, CANDIDATES[0])]
 
 
 def full_with_a_residency(manager: CPUOffloadingManager, capacity: int) -> None:
@@ -103,8 +103,8 @@ def test_reset_forgets_offers_and_residency() -> None:
     store(manager, [7])
     manager.reset()
     assert len(policy.offers) == 0 and policy.residency.age is None
-    assert all(not model.resident and model.hits == 0 for model in policy.duel.models)
-    assert policy.duel.horizon == HORIZONS[0]
+    assert all(not len(model) and model.hits == 0 for model in policy.duel.models)
+    assert policy.duel.leader == CANDIDATES[0]
 
 
 def test_offer_history_is_bounded_by_a_fixed_multiple_of_capacity() -> None:

@@ -1,21 +1,27 @@
-"""Miniature simulations: prefix-aware models of the tier, and the duel that follows the best."""
+"""Miniature simulations: prefix-aware models of the tier, the duel that follows the best,
+and the tier running as the leader (a gate, or SLRU's protected segment)."""
 
 from __future__ import annotations
 
 from offload import CPUOffloadingManager
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.miniature import (
-    HORIZONS,
+    CANDIDATES,
     MODEL_SLOTS,
+    Candidate,
     Miniature,
     MiniatureDuel,
     sampling_rate,
 )
 from offload.cpu.policies.offer_history import OFFERS_PER_SLOT
+from offload.sim.workload import run_request as replay
+
+LRU = Candidate(None, 0.0)
+SLRU = Candidate(None, 0.5)
 
 
 def test_a_model_counts_the_leading_run_only() -> None:
-    model = Miniature(8, None)
+    model = Miniature(8, LRU)
     model.run([1, 2, 3], 1.0)
     model.run([4], 1.0)
     model.run([1, 9, 3], 1.0)  # 3 is held, but behind the missing 9 no lookup reaches it
@@ -25,20 +31,37 @@ def test_a_model_counts_the_leading_run_only() -> None:
 
 
 def test_a_model_evicts_the_oldest_and_its_last_stored_block_first() -> None:
-    model = Miniature(3, None)
+    model = Miniature(3, LRU)
     model.run([1, 2], 1.0)
     model.run([5, 6], 1.0)  # 6 ends a prompt: first to go; 2 likewise, and older
-    assert list(model.resident) == [6, 1, 5]
+    assert list(model.probation) == [6, 1, 5]
 
 
 def test_a_gated_model_refuses_first_offers_once_full() -> None:
-    model = Miniature(2, 2)
+    model = Miniature(2, Candidate(2, 0.0))
     model.run([1, 2], 1.0)  # free slots: admitted
     model.run([3], 1.0)  # full, and no residency known yet: admitted, one evicted
     model.run([4, 5], 1.0)  # first offers: refused, the chain stops at 4
-    assert 4 not in model.resident and 5 not in model.resident
+    assert 4 not in model and 5 not in model
     model.run([4], 1.0)  # offered again at once: within the horizon
-    assert 4 in model.resident
+    assert 4 in model
+
+
+def scan_after_reuse(model: Miniature) -> None:
+    """Blocks 1-2 stored and reused, then one-off prompts that fill the rest twice over."""
+    model.run([1, 2], 1.0)
+    model.run([1, 2], 1.0)
+    for start in (100, 200):
+        model.run(list(range(start, start + model.slots - 2)), 1.0)
+
+
+def test_a_protected_segment_keeps_reused_blocks_through_a_scan() -> None:
+    lru, slru = Miniature(8, LRU), Miniature(8, SLRU)
+    scan_after_reuse(lru)
+    scan_after_reuse(slru)
+    assert 1 not in lru and 2 not in lru  # the scan flushed the reused chain
+    assert 1 in slru and 2 in slru  # it churned only the probation segment
+    assert len(slru) <= slru.slots
 
 
 def quick_returns() -> list[list[int]]:
@@ -60,31 +83,24 @@ def test_the_duel_follows_admit_all_when_first_offers_come_back() -> None:
     duel = MiniatureDuel(16)
     for request in quick_returns():
         duel.run(request)
-    assert duel.horizon is None
+    assert duel.leader.horizon is None
 
 
 def test_the_duel_follows_a_gate_when_first_offers_never_come_back() -> None:
     duel = MiniatureDuel(24)
     for request in hot_set_and_one_offs():
         duel.run(request)
-    assert duel.horizon is not None
+    assert duel.leader.horizon is not None
 
 
 def test_the_tier_applies_the_leaders_horizon() -> None:
     manager = CPUOffloadingManager(16, 16, "gated")
     policy = manager.policy
     assert isinstance(policy, GatedLRUCachePolicy)
-    assert policy.duel.horizon == HORIZONS[0]
+    assert policy.duel.leader == CANDIDATES[0]
     for request in quick_returns():
-        hits = manager.lookup(request)
-        if hits:
-            manager.prepare_load(request[:hits])
-            manager.touch(request)
-            manager.complete_load(request[:hits])
-        out = manager.prepare_store(request[hits:])
-        assert out is not None
-        manager.complete_store(out.block_hashes_to_store)
-    assert policy.duel.horizon is None
+        replay(manager, request)
+    assert policy.duel.leader.horizon is None
     assert manager.stats.store_not_admitted_blocks < 50  # admitted once the models agreed
 
 
@@ -97,7 +113,7 @@ def test_model_memory_does_not_grow_with_the_tier() -> None:
             assert model.slots <= max(capacity, 1)
             assert model.slots < 2 * MODEL_SLOTS or capacity < 2 * MODEL_SLOTS
             assert model.offers.limit == OFFERS_PER_SLOT * model.slots
-        assert len(duel.models) == len(HORIZONS)
+        assert len(duel.models) == len(CANDIDATES)
 
 
 def test_models_stay_within_their_bounds() -> None:
@@ -105,5 +121,58 @@ def test_models_stay_within_their_bounds() -> None:
     for start in range(0, 20 * OFFERS_PER_SLOT * 8, 5):
         duel.run(list(range(start, start + 5)))
         for model in duel.models:
-            assert len(model.resident) <= model.slots
+            assert len(model) <= model.slots
+            assert len(model.protected) <= model.protected_slots
             assert len(model.offers) <= model.offers.limit
+
+
+def test_the_duel_keeps_its_leader_while_the_lead_is_noise() -> None:
+    duel = MiniatureDuel(16)
+    leader, challenger = duel.models[0], duel.models[1]
+    leader.hits, challenger.hits = 100.0, 110.0  # within sqrt(210): noise
+    duel.run([10**9])  # a request no model holds: the counts only decay
+    assert duel.leader == leader.candidate
+    challenger.hits = 130.0  # beyond the noise of the two counts
+    duel.run([10**9 + 1])
+    assert duel.leader == challenger.candidate
+
+
+def slru_tier(capacity: int) -> tuple[CPUOffloadingManager, GatedLRUCachePolicy]:
+    """A gated tier whose only model is admit-all SLRU: it leads from the first request."""
+    manager = CPUOffloadingManager(16, capacity, "gated")
+    policy = manager.policy
+    assert isinstance(policy, GatedLRUCachePolicy)
+    policy.duel.models = [Miniature(capacity, SLRU)]
+    return manager, policy
+
+
+def test_the_tier_keeps_reused_blocks_through_a_scan_under_slru() -> None:
+    manager, policy = slru_tier(8)
+    replay(manager, [1, 2])
+    assert replay(manager, [1, 2]) == 2
+    assert policy.duel.leader == SLRU
+    for start in (100, 200):  # one-off prompts that fill the rest of the tier twice over
+        replay(manager, list(range(start, start + 6)))
+    assert replay(manager, [1, 2]) == 2
+    assert manager.invariant_violations() == []
+
+
+def test_the_protected_segment_gives_way_when_probation_has_no_idle_block() -> None:
+    manager, _ = slru_tier(4)
+    replay(manager, [1, 2])
+    replay(manager, [1, 2])  # 1 and 2 reused: protected, 1 newest
+    replay(manager, [3, 4])
+    manager.prepare_load([3, 4])  # probation's blocks are being read
+    out = manager.prepare_store([5])
+    assert out is not None and out.block_hashes_evicted == [2]  # the chain's tail first
+    assert manager.invariant_violations() == []
+
+
+def test_a_finished_request_protects_only_the_blocks_it_found_stored() -> None:
+    manager, policy = slru_tier(8)
+    replay(manager, [1, 2])
+    replay(manager, [3])  # the models learn nothing yet; SLRU leads
+    policy.finish([1, 2, 3], reused={1, 2})
+    for start in (100, 200):  # one-off prompts: room for them only in probation
+        replay(manager, list(range(start, start + 5)))
+    assert 1 in policy.blocks and 2 in policy.blocks and 3 not in policy.blocks

@@ -1,4 +1,4 @@
-"""LRU behind an admission gate whose horizon miniature simulations choose.
+"""LRU behind an admission gate, or SLRU, whichever miniature simulations choose.
 
 Most blocks offered to a KV tier are never loaded: a prompt's tail is new
 text that no later request repeats. Storing them evicts blocks that would
@@ -10,9 +10,11 @@ block offered ``PROVEN_OFFERS`` times has shown it recurs, and is admitted
 whatever its gap.
 
 Which horizon pays depends on the workload: where sessions come back soon,
-refusing first offers loses a turn of hits, and admitting everything (plain
-LRU) is best. So the horizon (or no gate at all) is the one whose miniature
-model of the tier has had the most recent hits (``MiniatureDuel``): the tier
+refusing first offers loses a turn of hits, and admitting everything is
+best; there, a protected segment (SLRU) keeps blocks reused since their store
+apart, so one-off prompts churn only the probation segment. So the tier runs
+as the candidate (a horizon, or admit everything with a protected segment)
+whose miniature model has had the most recent hits (``MiniatureDuel``): it
 follows the best candidate instead of betting on one.
 
 Admission walks a store's blocks in prompt order and stops at the first
@@ -21,28 +23,33 @@ storing the rest of a chain behind a refused block would fill slots that no
 lookup can reach. While there are free slots, blocks are admitted: a free
 slot costs nothing to fill.
 
-Eviction is the LRU's (tail of a chain before its head). The clock is the
-LRU's own order, which every touched, stored or refused block advances.
-Memory beyond the LRU's: the offer history, at most
-``OFFERS_PER_SLOT * capacity`` hashes, one float, and the miniatures, whose
-size does not grow with the tier (see ``MiniatureDuel``).
+Eviction is the LRU's (tail of a chain before its head) over the probation
+segment, the protected one's oldest only when probation has no idle block.
+The clock is the LRU's own order, which every touched, stored or refused
+block advances. Memory beyond the LRU's: the offer history, at most
+``OFFERS_PER_SLOT * capacity`` hashes, one float, the protected segment
+(resident blocks only, moved out of the LRU's tables), and the miniatures,
+whose size does not grow with the tier (see ``MiniatureDuel``).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Container, Iterable, Sequence
+from itertools import chain
 
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
+from offload.cpu.policies.cache_policy import take_idle
 from offload.cpu.policies.lru import _POSITION_BITS, LRUCachePolicy
-from offload.cpu.policies.miniature import MiniatureDuel, demote_last
+from offload.cpu.policies.miniature import MiniatureDuel, demote_last, demote_overflow
 from offload.cpu.policies.offer_history import OfferHistory, earns_a_slot
 from offload.cpu.policies.residency import ResidencyAge
 from offload.cpu.request_recency import RequestRecency
 
 
 class GatedLRUCachePolicy(LRUCachePolicy):
-    """LRU whose stores pass a reuse-horizon admission gate; see the module docstring."""
+    """LRU behind a reuse-horizon gate, or SLRU; see the module docstring."""
 
     name = "gated"
 
@@ -53,12 +60,20 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self.duel = MiniatureDuel(capacity)
         self._touched: list[BlockHash] | None = None
         """The last touch's request, fed to the models with the store that follows it."""
+        self._protected: OrderedDict[BlockHash, int] = OrderedDict()
+        """Resident blocks reused since their store -> rank, oldest first; they are
+        in none of the LRU's tables (the probation segment)."""
+        self._protected_slots = 0
+        """The leader's protected share of the capacity, in slots."""
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         block_hashes = list(block_hashes)
         self._feed_touched()
         self._touched = block_hashes
-        super().touch(block_hashes)
+        if self._protected_slots or self._protected:
+            self._promote(block_hashes, None)
+        else:
+            super().touch(block_hashes)
 
     def insert(
         self,
@@ -78,14 +93,26 @@ class GatedLRUCachePolicy(LRUCachePolicy):
             demote_last(self._used, block_hashes[-1])
 
     def finish(self, block_hashes: Sequence[BlockHash], reused: Container[BlockHash]) -> None:
-        """The request's use, for the tier's recency only: its blocks were already seen."""
-        super().touch(block_hashes)
+        """The request's use, for the tier's recency only: its blocks were already seen.
+
+        Only the blocks it found stored were reused: the ones it stored itself
+        stay in probation.
+        """
+        if self._protected_slots or self._protected:
+            self._promote(block_hashes, reused)
+        else:
+            super().touch(block_hashes)
+
+    def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
+        """As the LRU, for probation blocks: a protected block keeps its segment's order."""
+        protected = self._protected
+        super().observe([h for h in block_hashes if h not in protected], request)
 
     def admit(self, block_hashes: list[BlockHash], free: int) -> list[BlockHash]:
         # A request that hit was touched whole; one that did not is offered whole.
         request, self._touched = self._touched or block_hashes, None
-        self.duel.run(request)
-        horizon = self.duel.horizon
+        self._follow(request)
+        horizon = self.duel.leader.horizon
         now = self._order
         age = self.residency.age
         oldest = None if age is None or horizon is None else now - horizon * age
@@ -108,6 +135,20 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     def evict(
         self, n: int, protected: Container[BlockHash]
     ) -> list[tuple[BlockHash, Block]] | None:
+        evicted = self._evict_probation(n, protected)
+        if evicted is None and self._protected and self._release_protected(n, protected):
+            evicted = self._evict_probation(n, protected)
+        return evicted
+
+    def remove(self, block_hash: BlockHash) -> Block:
+        if self._protected.pop(block_hash, None) is None:
+            return super().remove(block_hash)
+        return self.blocks.pop(block_hash)
+
+    def _evict_probation(
+        self, n: int, protected: Container[BlockHash]
+    ) -> list[tuple[BlockHash, Block]] | None:
+        """The LRU's eviction over the probation segment, timing the age of what leaves."""
         oldest = next(iter(self._used.values()), None)
         if oldest is None and self._heap:
             oldest = self._heap[0][0]
@@ -122,9 +163,76 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self.residency.clear()
         self.duel.clear()
         self._touched = None
+        self._protected.clear()
+        self._protected_slots = 0
 
     def _feed_touched(self) -> None:
         """A touched request that stored nothing still counts in the models."""
         if self._touched is not None:
-            self.duel.run(self._touched)
+            self._follow(self._touched)
             self._touched = None
+
+    def _follow(self, request: list[BlockHash]) -> None:
+        """Feed one request to the models and take the leader's protected share."""
+        self.duel.run(request)
+        self._protected_slots = int(self.duel.leader.protected_share * self.capacity)
+
+    def _promote(self, block_hashes: list[BlockHash], reused: Container[BlockHash] | None) -> None:
+        """A use, SLRU's way: reused blocks join the protected segment, newest rank.
+
+        ``reused`` (None: every resident block) are those that count as reused;
+        the others only move to probation's newest end. A block still being
+        written has not been used yet. The chain is walked tail first, so its
+        head ends newest, as in the LRU.
+        """
+        used, placed, protected, resident = self._used, self._placed, self._protected, self.blocks
+        order = self._order
+        for block_hash in reversed(block_hashes):
+            if block_hash in protected:
+                protected.move_to_end(block_hash)
+                segment = protected
+            elif block_hash in used:
+                del used[block_hash]
+                segment = used
+            elif block_hash in placed:
+                del placed[block_hash]
+                segment = used
+            else:
+                continue
+            if (
+                segment is used
+                and resident[block_hash].ref >= 0
+                and (reused is None or block_hash in reused)
+            ):
+                segment = protected
+            order += 1
+            segment[block_hash] = order << _POSITION_BITS
+        self._order = order
+        demote_overflow(protected, used, self._protected_slots, order << _POSITION_BITS)
+        if placed:
+            self._compact()
+
+    def _release_protected(self, n: int, protected: Container[BlockHash]) -> bool:
+        """Move protected blocks to probation's eviction end so that n idle blocks can leave.
+
+        Probation had too few idle blocks: the protected segment's oldest idle
+        ones make up the difference. Nothing moves when even that is not
+        enough (the eviction fails, and a failed eviction changes nothing).
+        """
+        resident = self.blocks
+        idle = sum(
+            1
+            for block_hash in chain(self._used, self._placed)
+            if resident[block_hash].ref == 0 and block_hash not in protected
+        )
+        oldest_first = {block_hash: resident[block_hash] for block_hash in self._protected}
+        released = take_idle(oldest_first, protected, n - idle)
+        if len(released) < n - idle:
+            return False
+        used = self._used
+        floor = next(iter(used.values()), self._order << _POSITION_BITS)
+        for block_hash, _ in released:
+            del self._protected[block_hash]
+            used[block_hash] = floor
+            used.move_to_end(block_hash, last=False)
+        return True

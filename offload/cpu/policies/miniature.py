@@ -1,10 +1,13 @@
-"""Miniature simulations: which admission horizon the workload rewards right now.
+"""Miniature simulations: which admission horizon and protected share the workload rewards now.
 
-No single gate suits every workload: where a conversation returns long
+No single policy suits every workload: where a conversation returns long
 after its tier would have evicted its new blocks, refusing first offers
 keeps reusable blocks resident; where sessions return quickly, a refused
-block is a lost hit. The tier therefore runs small models of itself, one per
-candidate horizon (admit everything, or the reuse gate at a few horizons),
+block is a lost hit; where long one-off prompts (scans) pass through, only a
+segment of blocks already reused (SLRU's protected segment) keeps the reused
+ones from being flushed. The tier therefore runs small models of itself, one
+per candidate (a reuse gate at a few horizons, or admit everything with a
+protected segment),
 on a hash-sampled share of the blocks at the same share of the capacity
 (Waldspurger et al., "Cache Modeling and Optimization using Miniature
 Simulations", ATC'17), and follows the one with the most recent hits (the
@@ -20,15 +23,30 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from math import sqrt
+from typing import NamedTuple
 
 from offload.base import BlockHash
 from offload.cpu.policies.offer_history import OfferHistory, earns_a_slot
 from offload.cpu.policies.residency import ResidencyAge
 
-HORIZONS: tuple[int | None, ...] = (2, None, 1)
-"""Candidate horizons in residency ages; None admits every block. The first
-one leads until a model has hits: it is the gate's reasoned default (a block
-back within two residencies would likely still be resident)."""
+
+class Candidate(NamedTuple):
+    """One way to run the tier: its admission horizon and its protected share."""
+
+    horizon: int | None
+    """Reuse horizon in residency ages; None admits every block."""
+    protected_share: float
+    """Share of the slots that blocks reused since their store may hold, safe from
+    eviction while others remain (SLRU's protected segment); 0 is plain LRU."""
+
+
+CANDIDATES: tuple[Candidate, ...] = (Candidate(2, 0.0), Candidate(None, 0.5), Candidate(1, 0.0))
+"""The first leads until a model has hits: the gate's reasoned default (a block
+back within two residencies would likely still be resident). The gates keep
+plain LRU order: a refused first offer already keeps one-off blocks out. Admit
+everything protects half the tier for reused blocks, so a scan of one-off
+blocks churns only the other half (SLRU's split, Karedla et al., 1994)."""
 MODEL_SLOTS = 256
 """Sampled slots a model keeps at least (when the tier has that many): enough
 for its hit count to rank horizons, few enough that its cost stays small."""
@@ -49,60 +67,87 @@ def sampling_rate(capacity: int) -> int:
 
 
 class Miniature:
-    """A hash-only model of the LRU tier behind a gate of one horizon.
+    """A hash-only model of the tier run as one candidate.
 
-    Memory: at most ``slots`` resident hashes and ``OFFERS_PER_SLOT * slots``
-    remembered offers.
+    Memory: at most ``slots`` resident hashes (probation and protected
+    together) and ``OFFERS_PER_SLOT * slots`` remembered offers.
     """
 
-    __slots__ = ("clock", "hits", "horizon", "offers", "residency", "resident", "slots")
+    __slots__ = (
+        "candidate",
+        "clock",
+        "hits",
+        "offers",
+        "probation",
+        "protected",
+        "protected_slots",
+        "residency",
+        "slots",
+    )
 
-    def __init__(self, slots: int, horizon: int | None) -> None:
+    def __init__(self, slots: int, candidate: Candidate) -> None:
         self.slots = max(1, slots)
-        self.horizon = horizon
-        self.resident: OrderedDict[BlockHash, int] = OrderedDict()
+        self.candidate = candidate
+        self.protected_slots = int(candidate.protected_share * self.slots)
+        self.probation: OrderedDict[BlockHash, int] = OrderedDict()
+        """Blocks not reused since their store, oldest first: evicted first."""
+        self.protected: OrderedDict[BlockHash, int] = OrderedDict()
+        """Blocks reused since their store, oldest first (empty in plain LRU)."""
         self.offers = OfferHistory(self.slots)
         self.residency = ResidencyAge(self.slots)
         self.clock = 0
         self.hits = 0.0
 
+    def __len__(self) -> int:
+        return len(self.probation) + len(self.protected)
+
+    def __contains__(self, block_hash: object) -> bool:
+        return block_hash in self.probation or block_hash in self.protected
+
     def run(self, request: Sequence[BlockHash], decay: float) -> None:
         """One request's sampled blocks, head first: its lookup, touch and store."""
-        resident = self.resident
+        probation, protected = self.probation, self.protected
         hit = 0
         for block_hash in request:
-            if block_hash not in resident:
+            if block_hash not in probation and block_hash not in protected:
                 break
             hit += 1
         self.hits = self.hits * decay + hit
         clock = self.clock
+        segment = protected if self.protected_slots else probation
         for block_hash in reversed(request):
-            if block_hash in resident:
-                resident.move_to_end(block_hash)
-                clock += 1
-                resident[block_hash] = clock
-        offered = list(dict.fromkeys([h for h in request[hit:] if h not in resident]))
+            if block_hash in protected:
+                protected.move_to_end(block_hash)
+            elif block_hash in probation:
+                del probation[block_hash]
+            else:
+                continue
+            clock += 1
+            segment[block_hash] = clock
+        demote_overflow(protected, probation, self.protected_slots, clock)
+        offered = list(dict.fromkeys([h for h in request[hit:] if h not in self]))
         new = self._admit(offered, clock)
         clock += len(offered)  # refused blocks were seen too, as in the tier
         if len(new) > self.slots:
             new = []  # the tier cannot make that much room: it refuses the store
-        for _ in range(len(resident) + len(new) - self.slots):
-            _, last_use = resident.popitem(last=False)
+        for _ in range(len(self) + len(new) - self.slots):
+            _, last_use = (probation or protected).popitem(last=False)
             self.residency.observe(clock - last_use, 1)
         for block_hash in new:
-            resident[block_hash] = clock
+            probation[block_hash] = clock
         if new:
-            demote_last(resident, new[-1])
+            demote_last(probation, new[-1])
         self.clock = clock
 
     def _admit(self, new: list[BlockHash], now: int) -> list[BlockHash]:
         """The tier's admission rule at this model's horizon (see GatedLRUCachePolicy)."""
-        if self.horizon is None:
+        horizon = self.candidate.horizon
+        if horizon is None:
             return new
         offer = self.offers.offer
-        free = self.slots - len(self.resident)
+        free = self.slots - len(self)
         age = self.residency.age
-        oldest = None if age is None else now - self.horizon * age
+        oldest = None if age is None else now - horizon * age
         admitted: list[BlockHash] = []
         refused = False
         for block_hash in new:
@@ -117,7 +162,8 @@ class Miniature:
         return admitted
 
     def clear(self) -> None:
-        self.resident.clear()
+        self.probation.clear()
+        self.protected.clear()
         self.offers.clear()
         self.residency.clear()
         self.clock = 0
@@ -125,21 +171,26 @@ class Miniature:
 
 
 class MiniatureDuel:
-    """The candidate horizons' models, and the one currently ahead.
+    """The candidates' models, and the one the tier follows.
 
-    Memory: ``len(HORIZONS)`` models of at most ``2 * MODEL_SLOTS`` slots
+    The tier changes candidate only when another model is ahead by more than
+    the noise of two hit counts (the square root of their sum, a count's
+    standard deviation): a change costs the tier more than either model
+    shows, since the segment or the gate it drops is rebuilt only over time.
+
+    Memory: ``len(CANDIDATES)`` models of at most ``2 * MODEL_SLOTS`` slots
     each, whatever the tier's capacity.
     """
 
-    __slots__ = ("_decay_per_block", "_mask", "horizon", "models")
+    __slots__ = ("_decay_per_block", "_mask", "leader", "models")
 
     def __init__(self, capacity: int) -> None:
         rate = sampling_rate(capacity)
         self._mask = rate - 1
         slots = max(1, capacity // rate)
-        self.models = [Miniature(slots, horizon) for horizon in HORIZONS]
+        self.models = [Miniature(slots, candidate) for candidate in CANDIDATES]
         self._decay_per_block = 1.0 / (WINDOW_CAPACITIES * slots)
-        self.horizon: int | None = HORIZONS[0]
+        self.leader: Candidate = CANDIDATES[0]
 
     def run(self, request: Sequence[BlockHash]) -> None:
         """Feed one request (head first) to every model and follow the leader."""
@@ -149,15 +200,37 @@ class MiniatureDuel:
             if not request:
                 return
         decay = max(0.0, 1.0 - len(request) * self._decay_per_block)
+        leader = None
         for model in self.models:
             model.run(request, decay)
-        leader = max(self.models, key=_hits)  # the first of equals: HORIZONS' order
-        self.horizon = leader.horizon
+            if model.candidate == self.leader:
+                leader = model
+        best = max(self.models, key=_hits)
+        if leader is None or best.hits - leader.hits > sqrt(best.hits + leader.hits):
+            self.leader = best.candidate
 
     def clear(self) -> None:
         for model in self.models:
             model.clear()
-        self.horizon = HORIZONS[0]
+        self.leader = CANDIDATES[0]
+
+
+def demote_overflow(
+    protected: OrderedDict[BlockHash, int],
+    probation: OrderedDict[BlockHash, int],
+    limit: int,
+    rank: int,
+) -> None:
+    """Move the protected segment's oldest blocks beyond ``limit`` to probation's newest end.
+
+    SLRU's demotion: a reused block that has not been used again for a whole
+    protected segment's worth of uses gets one more probation turn before it
+    can leave. It keeps ``rank`` (the current time) without advancing the
+    clock, so demotions do not stretch the age of evicted blocks.
+    """
+    for _ in range(len(protected) - limit):
+        block_hash, _ = protected.popitem(last=False)
+        probation[block_hash] = rank
 
 
 def demote_last(order: OrderedDict[BlockHash, int], block_hash: BlockHash) -> None:
