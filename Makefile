@@ -74,6 +74,10 @@ bench: $(VLLM_STAMP) $(VENDOR_STAMP)
 	$(BIN)/python -m bench.sidecar_latency
 	$(BIN)/python -m bench.sidecar_sse_load
 	$(BIN)/python -m bench.page_first_render
+	$(BIN)/python -m bench.sidecar_insight
+	$(BIN)/python -m bench.insight_accuracy
+	$(BIN)/python -m bench.insight_overhead
+	$(BIN)/python -m bench.insight_curve
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis node_modules $(VENDOR)
