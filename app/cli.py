@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -205,6 +206,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         requests_per_s=args.rate,
     )
     stop = threading.Event()
+    _stop_on_signals(stop)
     with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
         sampler = SpatialSampler(args.sample_rate) if args.sample_rate > 0 else None
         engine = DemoWorker(requests, publisher, config, sampler)
@@ -216,12 +218,25 @@ def _run_demo(args: argparse.Namespace) -> int:
                   flush=True)  # fmt: skip
             try:
                 stop.wait(args.duration)
-            except KeyboardInterrupt:
-                pass
             finally:
                 stop.set()
                 worker.join()
     return 0
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """Ctrl-C and SIGTERM (a container's stop) end the demo cleanly.
+
+    Installed explicitly rather than left to KeyboardInterrupt: a process
+    started in the background of a shell (or under some supervisors) inherits
+    SIGINT ignored, and Python then never raises it.
+    """
+
+    def handle(signum: int, frame: object) -> None:
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handle)
 
 
 def _run_replay(args: argparse.Namespace) -> int:

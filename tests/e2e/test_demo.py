@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.demo_process import running_demo
@@ -44,3 +47,16 @@ def test_the_demo_serves_moving_kvscope_metrics() -> None:
             WAIT_S,
         )
         assert httpx.get(f"{url}/readyz", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("stop", "sigint_ignored"),
+    [(signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["a container's SIGTERM", "Ctrl-C in a shell that started it in the background"],
+)
+def test_the_demo_stops_cleanly_on_sigterm_and_on_an_inherited_ignored_sigint(
+    stop: signal.Signals, sigint_ignored: bool
+) -> None:
+    with running_demo(rate=100, stop=stop, sigint_ignored=sigint_ignored) as url:
+        assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+    # running_demo asserted the exit: within its deadline, status 0

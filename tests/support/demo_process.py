@@ -11,14 +11,19 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def running_demo(rate: int) -> Iterator[str]:
+def running_demo(
+    rate: int, stop: signal.Signals = signal.SIGINT, sigint_ignored: bool = False
+) -> Iterator[str]:
     """`kvscope demo` as a user runs it, in its own process; yields its base URL.
 
-    On exit it is stopped with Ctrl-C (SIGINT) and must exit cleanly.
+    On exit it is stopped with ``stop`` (Ctrl-C's SIGINT, or a container's
+    SIGTERM) and must exit cleanly. ``sigint_ignored`` starts it as a shell's
+    background job is started: with SIGINT ignored from birth.
     """
     demo = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "demo", "--port", "0", "--rate", str(rate)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     )  # fmt: skip
     try:
         assert demo.stdout is not None
@@ -27,6 +32,10 @@ def running_demo(rate: int) -> Iterator[str]:
         assert match, f"no URL in {line!r}"
         yield match.group(1)
     finally:
-        demo.send_signal(signal.SIGINT)
+        demo.send_signal(stop)
         demo.wait(timeout=60)
     assert demo.returncode == 0, demo.stderr.read() if demo.stderr else ""
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
