@@ -10,7 +10,7 @@ import { VIEWS } from "./js/views/index.js";
 const stats = new StatsPoller(document.getElementById("updated"));
 const router = new Router(VIEWS, document.getElementById("tabs"), document.getElementById("views"), {
   stats,
-  history: new HistoryStore(),
+  history: new HistoryStore(stats.firstRead),
 });
 stats.start();
 router.apply();

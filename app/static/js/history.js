@@ -16,7 +16,10 @@ function seriesKey(series) {
 }
 
 export class HistoryStore {
-  constructor() {
+  /** `after`: a promise the first load waits for (the first stats read), so the two first
+   * reads reach the sidecar one after the other. */
+  constructor(after = Promise.resolve()) {
+    this.after = after;
     this.resolution = RANGES["15m"].resolution;
     this.times = [];
     this.series = new Map(); // key -> {publisher, metric, labels, kind, values}
@@ -52,6 +55,7 @@ export class HistoryStore {
   start() {
     const generation = ++this.generation;
     const tick = async () => {
+      await this.after;
       try {
         await this.fetch();
       } catch (error) {

@@ -10,6 +10,9 @@ export class StatsPoller {
     this.status = status;
     this.latest = null;
     this.listeners = new Set();
+    /** Settles once the first read has answered (or failed): the page's other first reads
+     * wait for it, so the sidecar gets them one at a time, not all at once. */
+    this.firstRead = new Promise((resolve) => (this.settleFirstRead = resolve));
   }
 
   /** Call `listener(stats)` now (when read once) and after every read; returns the unsubscribe. */
@@ -30,6 +33,7 @@ export class StatsPoller {
         this.status.textContent = `stats unavailable: ${error.message}`;
         this.status.dataset.state = "error";
       }
+      this.settleFirstRead();
       setTimeout(tick, untilPhase(PERIOD_MS, STATS_PHASE_MS));
     };
     tick();
