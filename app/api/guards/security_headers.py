@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from app.api.guards.response_headers import Header, ResponseHeaders
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -24,20 +24,8 @@ HEADERS: Final = (
 )
 
 
-class SecurityHeaders:
+class SecurityHeaders(ResponseHeaders):
     """Add ``HEADERS`` to every HTTP response."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *HEADERS]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+    def headers(self, began: float) -> tuple[Header, ...]:
+        return HEADERS

@@ -12,26 +12,15 @@ from __future__ import annotations
 
 import time
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from app.api.guards.response_headers import Header, ResponseHeaders
 
 
-class ServerTiming:
+class ServerTiming(ResponseHeaders):
     """Add ``server-timing: app;dur=MILLISECONDS`` to every HTTP response."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def arrived(self) -> float:
+        return time.perf_counter()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        began = time.perf_counter()
-
-        async def send_with_timing(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                took = (time.perf_counter() - began) * 1e3
-                header = (b"server-timing", f"app;dur={took:.3f}".encode())
-                message = {**message, "headers": [*message.get("headers", ()), header]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_timing)
+    def headers(self, began: float) -> tuple[Header, ...]:
+        took = (time.perf_counter() - began) * 1e3
+        return ((b"server-timing", f"app;dur={took:.3f}".encode()),)
