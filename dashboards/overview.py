@@ -169,6 +169,46 @@ def _tier() -> list[Panel]:
     ]
 
 
+def _why() -> list[Panel]:
+    return [
+        timeseries_panel(
+            "Lost blocks by reason",
+            "Blocks lookups lost, by the reason of the lookup's first missing block: cold "
+            "(never stored), evicted (stored, then evicted for room), not_admitted (refused "
+            "by the policy's admission), in_flight (still being written); prefix_lost: held, "
+            "but behind the break. Healthy: mostly cold; evicted dominating means the tier is "
+            "too small or the policy evicts what returns (see the curve).",
+            BLOCKS_PER_S,
+            Query(_by("reason", rate("kvscope_lookup_miss_blocks_total", TIER)), "{{reason}}"),
+        ),
+        timeseries_panel(
+            "Stranded blocks",
+            "Blocks held that no prefix lookup can reach, because a block before them in "
+            "their chain is held nowhere (from the events, by the sidecar). Healthy: a small "
+            "share of occupancy; a large one is capacity spent on nothing.",
+            BLOCKS,
+            Query(
+                _by("medium", series("kvscope_sidecar_stranded_blocks", PUBLISHER)), "{{medium}}"
+            ),
+        ),
+        timeseries_panel(
+            "Hit ratio at other capacities",
+            "The sidecar's estimate, from the worker's sampled references, of the hit ratio "
+            "the tier would reach at a multiple of its capacity, per simulated policy. Read "
+            "it as: what would more memory, or another policy, buy. Healthy: x1 of the "
+            "tier's policy near the measured hit ratio; a steep rise towards x2 means a larger "
+            "tier pays.",
+            "percentunit",
+            Query(
+                f"max by (policy, multiple) "
+                f"({series('kvscope_sidecar_hit_ratio_curve', PUBLISHER)})",
+                "{{policy}} x{{multiple}}",
+            ),
+            percent=True,
+        ),
+    ]
+
+
 def _transfers() -> list[Panel]:
     return [
         timeseries_panel(
@@ -339,6 +379,7 @@ def build() -> Dashboard:
         [
             ("Health", _health()),
             ("CPU tier", _tier()),
+            ("Why no hits", _why()),
             ("Transfers", _transfers()),
             ("Event feed (sidecar)", _events()),
             (VLLM_ROW, _vllm()),
