@@ -151,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="replay the bundled trace through a live worker and serve the sidecar beside it",
         description="A worker (real manager, real CPU transfers, real publisher) replays the "
-        "bundled trace in a loop while the sidecar serves its live view; Ctrl-C stops both.",
+        "bundled trace in a loop while the sidecar serves its live view; Ctrl-C or SIGTERM "
+        "stops both.",
     )
     _listen_flags(demo_cmd)
     demo_cmd.add_argument("--policy", choices=policy_names(), default="lru", help="eviction policy")
