@@ -38,12 +38,11 @@ assertions: nothing here fails on time.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -52,13 +51,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from bench.sidecar_latency import (
-    BLOCKS,
-    feeder_process,
-    percentiles,
-    sidecar_process,
-    wait_until_full,
-)
+from bench.sidecar_latency import BLOCKS, indexed_sidecar, percentiles
 from bench.tooling.common import emit
 
 if TYPE_CHECKING:
@@ -198,21 +191,6 @@ def api_timings(http: httpx.Client, targets: list[str], rounds: int) -> dict[str
     return measured.client
 
 
-@contextmanager
-def indexed_sidecar(events_per_s: int) -> Iterator[tuple[httpx.Client, dict]]:
-    """``kvscope serve`` tracking ``BLOCKS`` blocks under churn (bench/sidecar_latency.py's
-    feeder and sidecar), a client of it, and its stats once full; all stopped on exit."""
-    with ExitStack() as running:
-        log = running.enter_context(
-            tempfile.NamedTemporaryFile("w+", prefix="kvscope-serve-", suffix=".log")
-        )
-        feeder, go, endpoint, replay = running.enter_context(feeder_process(events_per_s))
-        url = running.enter_context(sidecar_process(endpoint, replay, log))
-        http = running.enter_context(httpx.Client(base_url=url, timeout=30))
-        go.set()
-        yield http, wait_until_full(http, feeder, log)
-
-
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
@@ -226,7 +204,7 @@ def main() -> None:
         parser.error(f"--rounds must be at least 100 for a p99 to mean anything, got {args.rounds}")
     if not CHROMIUM.exists():
         parser.error(f"Debian's chromium is needed ({CHROMIUM} absent)")
-    with indexed_sidecar(args.events_per_s) as (http, stats), sync_playwright() as playwright:
+    with indexed_sidecar(args.events_per_s) as (http, _, stats), sync_playwright() as playwright:
         url = str(http.base_url).rstrip("/")
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         with timed_beside(url, page_targets()) as beside:

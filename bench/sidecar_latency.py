@@ -193,6 +193,21 @@ def wait_until_full(http: httpx.Client, feeder: SpawnProcess, log: IO[str]) -> d
     return stats
 
 
+@contextmanager
+def indexed_sidecar(events_per_s: int) -> Iterator[tuple[httpx.Client, SpawnProcess, dict]]:
+    """``kvscope serve`` tracking ``BLOCKS`` blocks under churn from the feeder: a client of
+    it, the feeder (to check it is still alive) and the sidecar's stats once full; all stopped
+    on exit."""
+    with (
+        tempfile.NamedTemporaryFile("w+", prefix="kvscope-serve-", suffix=".log") as log,
+        feeder_process(events_per_s) as (feeder, go, endpoint, replay_endpoint),
+        sidecar_process(endpoint, replay_endpoint, log) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        go.set()
+        yield http, feeder, wait_until_full(http, feeder, log)
+
+
 def events_ingested(http: httpx.Client) -> int:
     """Events the sidecar has ingested since it started, by its own counter."""
     for family in text_string_to_metric_families(http.get("/metrics").text):
@@ -235,14 +250,7 @@ def main() -> None:
         parser.error(f"--rounds must be at least 100 for a p99 to mean anything, got {rounds}")
     if args.events_per_s < 0:
         parser.error(f"--events-per-s must not be negative, got {args.events_per_s}")
-    with (
-        tempfile.NamedTemporaryFile("w+", prefix="kvscope-serve-", suffix=".log") as log,
-        feeder_process(args.events_per_s) as (feeder, go, endpoint, replay_endpoint),
-        sidecar_process(endpoint, replay_endpoint, log) as url,
-        httpx.Client(base_url=url, timeout=30) as http,
-    ):
-        go.set()
-        before = wait_until_full(http, feeder, log)
+    with indexed_sidecar(args.events_per_s) as (http, feeder, before):
         measure(http, WARMUP_ROUNDS)
         events_before, began = events_ingested(http), time.monotonic()
         timings = measure(http, rounds)
