@@ -5,16 +5,9 @@ from __future__ import annotations
 import pytest
 
 from offload import CPUOffloadingManager, OffloadingEvent, policy_names
+from tests.support.stores import stored
 
 POLICIES = policy_names()
-
-
-def stored(manager: CPUOffloadingManager, hashes: list) -> list:
-    """Store and complete hashes; the test fails if the manager refuses."""
-    out = manager.prepare_store(hashes)
-    assert out is not None
-    manager.complete_store(out.block_hashes_to_store)
-    return out.block_hashes_evicted
 
 
 def snapshot(manager: CPUOffloadingManager) -> dict:

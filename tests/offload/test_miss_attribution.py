@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from offload import CPUOffloadingManager, OffloadingEvent
 from offload.cpu.miss_attribution import REASONS, Generations
-
-
-def store(manager: CPUOffloadingManager, hashes: list, parent: object = None) -> list:
-    out = manager.prepare_store(hashes, parent=parent)
-    assert out is not None
-    manager.complete_store(out.block_hashes_to_store)
-    return out.block_hashes_evicted
+from tests.support.stores import stored
 
 
 def counts(manager: CPUOffloadingManager) -> tuple[dict, dict]:
@@ -29,8 +23,8 @@ def test_a_block_never_stored_is_cold() -> None:
 
 def test_a_block_stored_then_evicted_for_room_is_evicted() -> None:
     manager = CPUOffloadingManager(16, 2)
-    store(manager, [1, 2])
-    assert sorted(store(manager, [3, 4])) == [1, 2]
+    stored(manager, [1, 2])
+    assert sorted(stored(manager, [3, 4])) == [1, 2]
     assert manager.lookup([1, 2]) == 0
     assert counts(manager) == ({"evicted": 1}, {"evicted": 2})
 
@@ -45,21 +39,21 @@ def test_a_block_being_written_is_in_flight() -> None:
 
 def test_stored_blocks_behind_the_break_are_prefix_lost() -> None:
     manager = CPUOffloadingManager(16, 4)
-    store(manager, [1])
-    store(manager, [2, 3], parent=1)
-    store(manager, [8])
-    assert store(manager, [9]) == [1]  # the chain's head was the least recent
+    stored(manager, [1])
+    stored(manager, [2, 3], parent=1)
+    stored(manager, [8])
+    assert stored(manager, [9]) == [1]  # the chain's head was the least recent
     chain = [1, 2, 3, 4]
     assert manager.lookup(chain) == 0
     assert manager.misses.blocks["evicted"] == 0  # charged once the store shows what is held
-    store(manager, chain)  # as vLLM and the replay do: store what the lookup missed
+    stored(manager, chain)  # as vLLM and the replay do: store what the lookup missed
     # 1 decides the loss (evicted); 2 and 3 are held but unreachable; 4 goes with 1
     assert counts(manager) == ({"evicted": 1}, {"evicted": 2, "prefix_lost": 2})
 
 
 def test_a_miss_no_store_follows_is_charged_whole_at_the_next_miss() -> None:
     manager = CPUOffloadingManager(16, 4)
-    store(manager, [2])
+    stored(manager, [2])
     manager.lookup([1, 2])
     manager.lookup([5])
     assert manager.misses.blocks["cold"] == 2  # the first lookup's, all to its reason
@@ -67,7 +61,7 @@ def test_a_miss_no_store_follows_is_charged_whole_at_the_next_miss() -> None:
 
 def test_a_block_the_policy_refused_is_not_admitted() -> None:
     manager = CPUOffloadingManager(16, 2, "gated")
-    store(manager, [1, 2])
+    stored(manager, [1, 2])
     for block_hash in range(10, 400):  # fill the tier's history until the gate closes
         out = manager.prepare_store([block_hash])
         if out is not None and out.block_hashes_to_store:
@@ -82,10 +76,10 @@ def test_a_block_the_policy_refused_is_not_admitted() -> None:
 
 def test_hits_count_no_miss_and_a_reset_forgets_evictions() -> None:
     manager = CPUOffloadingManager(16, 2)
-    store(manager, [1, 2])
+    stored(manager, [1, 2])
     assert manager.lookup([1, 2]) == 2
     assert counts(manager) == ({}, {})
-    store(manager, [3, 4])
+    stored(manager, [3, 4])
     manager.reset()
     assert manager.lookup([1]) == 0
     assert counts(manager) == ({"cold": 1}, {"cold": 1})
@@ -103,9 +97,9 @@ def test_the_memory_of_evictions_keeps_between_one_and_two_horizons() -> None:
 
 def test_stored_events_name_each_runs_parent() -> None:
     manager = CPUOffloadingManager(16, 8, enable_events=True)
-    store(manager, [1, 3])
+    stored(manager, [1, 3])
     manager.take_events()
-    store(manager, [2, 3, 4, 5], parent=1)  # 3 is held: runs [2] under 1, [4, 5] under 3
+    stored(manager, [2, 3, 4, 5], parent=1)  # 3 is held: runs [2] under 1, [4, 5] under 3
     assert manager.take_events() == [
         OffloadingEvent([2], 16, "CPU", False, 1),
         OffloadingEvent([4, 5], 16, "CPU", False, 3),
