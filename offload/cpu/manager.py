@@ -88,7 +88,7 @@ class CPUOffloadingManager(OffloadingManager):
         for block_hash in block_hashes:
             block = get(block_hash)
             if block is None or block.ref < 0:
-                self.misses.miss(block_hash, len(block_hashes) - hits, self._blocks)
+                self.misses.miss(block_hash, len(block_hashes) - hits, block is not None)
                 break
             hits += 1
         stats = self.stats

@@ -32,11 +32,10 @@ per block: the scheduler pays for this on every store.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Final, Literal
 
 from offload.base import BlockHash
-from offload.cpu.block_pool import Block
 
 Reason = Literal["cold", "evicted", "not_admitted", "in_flight", "prefix_lost"]
 REASONS: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted", "in_flight", "prefix_lost")
@@ -92,10 +91,14 @@ class MissAttribution:
         """Hashes held to tell evicted and refused blocks from cold ones (the memory cost)."""
         return len(self.evicted) + len(self.refused)
 
-    def miss(self, block_hash: BlockHash, lost: int, resident: Mapping[BlockHash, Block]) -> None:
-        """Charge a lookup that stopped at ``block_hash``, losing ``lost`` blocks from it on."""
+    def miss(self, block_hash: BlockHash, lost: int, in_flight: bool) -> None:
+        """Charge a lookup that stopped at ``block_hash``, losing ``lost`` blocks from it on.
+
+        ``in_flight``: the block is held but still being written (the caller's lookup
+        already found out, so the tier is not asked again).
+        """
         reason: Reason
-        if block_hash in resident:
+        if in_flight:
             reason = "in_flight"
         elif block_hash in self.evicted:
             reason = "evicted"
