@@ -296,13 +296,6 @@ class BlockIndex:
                 totals[row.medium] = totals.get(row.medium, 0) + row.bytes
         return totals
 
-    def stranded_by_medium(self) -> dict[str, int]:
-        """Stranded blocks held per medium, over all publishers (a block on two counts twice)."""
-        totals: dict[str, int] = {}
-        for row in self.usage():
-            totals[row.medium] = totals.get(row.medium, 0) + row.stranded
-        return totals
-
     def get(self, block_hash: Hashable) -> BlockEntry | None:
         """The entry of one block, or None when it is not indexed."""
         return self._snapshot(block_hash) if block_hash in self._blocks else None

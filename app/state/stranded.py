@@ -43,9 +43,6 @@ class StrandedBlocks:
         self.counts: dict[int, int] = {}
         """Location bit number -> stranded blocks held there."""
 
-    def __len__(self) -> int:
-        return len(self._stranded)
-
     def stored(self, block_hash: Hashable, parent: Hashable | None) -> None:
         """A block newly held, hanging under ``parent`` (None: a root, or not known)."""
         if parent is not None and parent != block_hash:
