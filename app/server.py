@@ -11,6 +11,7 @@ state they feed themselves).
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -28,6 +29,13 @@ SHUTDOWN_GRACE_S = 3.0
 """How long a stop waits for open requests once the event streams are told to end."""
 
 START_TIMEOUT_S = 30.0
+
+GIL_SWITCH_S = 0.001
+"""How long one thread may keep the interpreter while another waits for it (CPython's
+default is 5 ms). While events flow the ingest thread always wants it, so each time the
+event loop needed it back, to read a request or to answer one, it could wait the whole
+interval: a millisecond of work became several. Hand-overs cost microseconds, and the
+ingest thread pays for them only while requests are being served."""
 
 
 class _Server(uvicorn.Server):
@@ -60,7 +68,9 @@ def http_server(app: FastAPI, host: str, port: int, log_level: str = "info") -> 
 def build_server(
     settings: SidecarSettings, log_level: str = "info"
 ) -> tuple[uvicorn.Server, Ingestor]:
-    """The uvicorn server over the API, and the (not yet started) ingestor that feeds it."""
+    """The uvicorn server over the API, and the (not yet started) ingestor that feeds it;
+    sets the interpreter's switch interval for the process (``GIL_SWITCH_S``)."""
+    sys.setswitchinterval(GIL_SWITCH_S)
     state = SidecarState.from_settings(settings)
     server = http_server(create_app(settings, state), settings.host, settings.port, log_level)
     return server, Ingestor(state)

@@ -29,8 +29,11 @@ def blocks(
 
 
 @router.get("/blocks/{block_hash}", responses={404: {"description": "Not indexed."}})
-def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> BlockInfo:
-    """One block: where it is held, since when, how often reloaded."""
+async def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> BlockInfo:
+    """One block: where it is held, since when, how often reloaded.
+
+    A coroutine (one dictionary read), as the dependencies are (app/api/deps.py); the
+    listing above stays a function for the thread pool, since a filter can scan the index."""
     with state.lock:
         entry = state.index.get(block_hash)
     if entry is None:
@@ -45,8 +48,10 @@ def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> BlockIn
         413: {"description": "The body is over the sidecar's limit."},
     },
 )
-def lookup(state: State, request: LookupRequest) -> LookupResponse:
-    """How much of a prompt's block chain is cached, per medium, and where it breaks."""
+async def lookup(state: State, request: LookupRequest) -> LookupResponse:
+    """How much of a prompt's block chain is cached, per medium, and where it breaks.
+
+    A coroutine: the walk is bounded (at most `MAX_LOOKUP_HASHES` hashes)."""
     with state.lock:
         match = state.index.lookup_prefix(request.block_hashes)
     return LookupResponse(runs=match.runs, break_index=match.break_index)

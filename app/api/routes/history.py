@@ -14,7 +14,7 @@ router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], response
 
 
 @router.get("/history", responses={422: {"description": "A resolution no tier keeps."}})
-def history(
+async def history(
     state: State,
     since: Annotated[
         float, Query(description="Unix seconds; points from then on (default: all kept).")
@@ -32,7 +32,10 @@ def history(
     ] = None,
 ) -> HistoryResponse:
     """Sampled every second by the ingest thread; a point is its interval's mean (gauges) or
-    last value (counters), so a page opened at any time draws the past at once."""
+    last value (counters), so a page opened at any time draws the past at once.
+
+    A coroutine, as the dependencies are (app/api/deps.py): a bounded read with no I/O,
+    that the page polls every second."""
     kept = state.history
     try:
         window = kept.window(since, resolution, publisher)

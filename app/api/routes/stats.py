@@ -17,8 +17,11 @@ router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], response
 
 
 @router.get("/stats")
-def stats(state: State) -> StatsResponse:
-    """Blocks and bytes per medium, hit ratio, evictions, rates and publisher health."""
+async def stats(state: State) -> StatsResponse:
+    """Blocks and bytes per medium, hit ratio, evictions, rates and publisher health.
+
+    A coroutine, as the dependencies are (app/api/deps.py): a short read under the
+    state's lock, with no I/O, that the page polls every second."""
     now = time.time()
     publishers = list(state.publishers.values())
     workers = [p.worker for p in publishers if p.worker is not None]
