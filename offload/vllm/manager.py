@@ -7,6 +7,11 @@ lives here: one key per lookup, request records (a request's use counts once,
 at its end, in prompt order), the reuse threshold, vLLM's event fields and
 stats payload. Allocation order, eviction order and events match vLLM's own
 CPU manager (tests/vllm runs vLLM's manager tests against this class).
+
+With kvscope's publisher on, each stored run names its parent (the key one
+chunk before it in its request, from the request's chain), and with a
+sampler each scheduling of a request goes into the sampled access stream
+once, however many times vLLM looked it up before scheduling it.
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ class KVScopeManager(OffloadingManager):
         self.core = core
         self.medium = Medium.CPU
         self.telemetry = telemetry
+        self._sampling = telemetry is not None and telemetry.samples is not None
+        self._step = 0
+        """Scheduler steps ended: a lookup in a new step begins a new scheduling."""
         self._blocks = core.policy.blocks
         self._events: list[OffloadingEvent] | None = [] if vllm_events else None
         self._outbox: list = []
@@ -78,6 +86,10 @@ class KVScopeManager(OffloadingManager):
     # --- lookups and loads ---
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if self._sampling:
+            references = self._access(req_context).asked(key, self._step)
+            if references:  # this lookup began a new scheduling of the request
+                self._record(references)
         block = self._blocks.get(key)
         stats = self.core.stats
         stats.lookup_calls += 1
@@ -99,7 +111,9 @@ class KVScopeManager(OffloadingManager):
     ) -> CPULoadStoreSpec:
         keys = list(keys)
         spec = self.core.prepare_load(keys)
-        self._met(keys, req_context, reused=keys)
+        access = self._met(keys, req_context, reused=keys)
+        if self.telemetry is not None and keys:
+            access.place(keys, self._sampling)
         return CPULoadStoreSpec(spec.block_ids)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
@@ -114,27 +128,42 @@ class KVScopeManager(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
         keys = list(keys)
-        if self.counts is not None:
+        counts, threshold = self.counts, self.store_threshold
+        if counts is not None:
             self._count_offers(keys)
         blocks = self._blocks
         new: list[OffloadKey] = []
         ready: list[OffloadKey] = []
-        for key in keys:
+        first = last = 0  # where the new keys begin and end in the offer
+        for index, key in enumerate(keys):
             block = blocks.get(key)
             if block is None:
+                if counts is not None and counts.get(key, 0) < threshold:
+                    self.stores_skipped_in_current_batch += 1
+                    continue
+                if not new:
+                    first = index
                 new.append(key)
+                last = index
             elif block.ref >= 0:
                 ready.append(key)
-        if self.counts is not None:
-            offered, counts, threshold = len(new), self.counts, self.store_threshold
-            new = [key for key in new if counts.get(key, 0) >= threshold]
-            self.stores_skipped_in_current_batch += offered - len(new)
         met = set(new).union(ready)
         access = self._met([key for key in keys if key in met], req_context, reused=ready)
+        parent = None
+        if self.telemetry is not None and keys:
+            if new:
+                parent = access.parent(keys, first, self.core.block_size)
+            access.place(keys, self._sampling)
         if not new:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
         self.allocation_sizes.append(len(new))
-        output = self.core.prepare_store(new, access.recency, offered=keys)
+        chain = keys[first : last + 1]
+        if len(chain) != len(new):
+            # Keys the tier holds split the new ones into runs: the core skips them and
+            # names each run's parent from this chain. A key the threshold refused must
+            # not be stored, so it leaves the chain, and the run across it keeps one parent.
+            chain = [key for key in chain if key in blocks or key in met]
+        output = self.core.prepare_store(chain, access.recency, offered=keys, parent=parent)
         self._drain()
         if output is None:
             return None
@@ -172,15 +201,20 @@ class KVScopeManager(OffloadingManager):
         ):
             return
         access.finished = True
+        if self._sampling:
+            self._record(access.take_references())
         self.core.policy.finish(access.prompt_order(), access.reused)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
-        """Ship the step's events to kvscope's publisher, and stats once a second."""
+        """Ship the step's events and the sample (when due) to kvscope's publisher, and
+        stats once a second."""
+        self._step += 1
         if self.telemetry is None:
             return
         if self._outbox:
             events, self._outbox = self._outbox, []
             self.telemetry.publisher.publish_events(events)
+        self.telemetry.publish_sample()
         now = time.monotonic()
         if now >= self._next_stats:
             self._next_stats = now + STATS_INTERVAL_S
@@ -223,6 +257,7 @@ class KVScopeManager(OffloadingManager):
     def shutdown(self) -> None:
         if self.telemetry is not None:
             self.on_schedule_end(ScheduleEndContext((), ()))
+            self.telemetry.publish_sample(force=True)
             self.telemetry.publisher.close()
 
     # --- helpers ---
@@ -243,6 +278,11 @@ class KVScopeManager(OffloadingManager):
             self.core.policy.observe(new, access.recency)
         access.reuse(reused)
         return access
+
+    def _record(self, references: list[OffloadKey]) -> None:
+        """One scheduling's references, into the sample (an empty list counts nothing)."""
+        assert self.telemetry is not None  # sampling needs the publisher
+        self.telemetry.record_request(references)
 
     def _count_offers(self, keys: list[OffloadKey]) -> None:
         """Count an offer per key; the least recently offered keys leave a full tracker.
@@ -277,7 +317,14 @@ class KVScopeManager(OffloadingManager):
         if self.telemetry is not None:
             self._outbox.extend(events)
         if vllm and self._events is not None:
-            medium = self.medium
-            self._events.extend(
-                OffloadingEvent(list(event.block_hashes), medium, event.removed) for event in events
-            )
+            medium, converted = self.medium, self._events
+            start = len(converted)
+            for event in events:
+                if len(converted) > start and not event.removed and not converted[-1].removed:
+                    # One call's runs (one core event each, for their parents) are one
+                    # vLLM event, as vLLM announces a store.
+                    converted[-1].keys.extend(event.block_hashes)
+                else:
+                    converted.append(
+                        OffloadingEvent(list(event.block_hashes), medium, event.removed)
+                    )

@@ -5,6 +5,14 @@ finishes, in prompt order; until then a request's blocks are ordered by
 their place in its prompt. This is the record that makes that possible:
 the keys the request met (in the order met), which it found stored
 (reused) and which it stored itself.
+
+With kvscope's publisher on it also names the block before a stored run:
+the key one chunk earlier in the request (by token position), whatever the
+tier knows of that block. vLLM offers a request's chunks in prompt order,
+from its first (the GPU prefix cache's hits included) or from after the
+ones it loaded, so that key is the one before the run in the same offer, or
+the last one of the request's previous load or offer. With a sampler it
+keeps each scheduling's references for the sampled access stream.
 """
 
 from __future__ import annotations
@@ -20,7 +28,19 @@ GROUP_BYTES = 4
 class RequestAccess:
     """One request's accesses to one manager, for one generation of it."""
 
-    __slots__ = ("finished", "generation", "inserted", "owner", "recency", "reused", "seen")
+    __slots__ = (
+        "asked_step",
+        "finished",
+        "generation",
+        "inserted",
+        "last",
+        "owner",
+        "recency",
+        "referenced",
+        "reused",
+        "seen",
+        "start",
+    )
 
     def __init__(self, owner: object, generation: int, context: ReqContext) -> None:
         self.owner = owner
@@ -30,6 +50,14 @@ class RequestAccess:
         self.inserted: set[OffloadKey] = set()
         self.reused: set[OffloadKey] = set()
         self.finished = False
+        self.last: tuple[int, OffloadKey] | None = None
+        """The last key of the latest load or offer, and the token position where it ends."""
+        self.referenced: list[OffloadKey] = []
+        """Keys loaded or offered since the current scheduling's lookup (when sampling)."""
+        self.asked_step = -1
+        """The scheduler step of this request's latest lookup."""
+        self.start: int | None = None
+        """Where the current scheduling's lookup began; None: no lookup since the last record."""
 
     def met(self, keys: list[OffloadKey]) -> list[OffloadKey]:
         """Record keys met; returns those met for the first time, in order."""
@@ -58,3 +86,72 @@ class RequestAccess:
             order = dict(zip(keys, places, strict=True))
             keys.sort(key=order.__getitem__)
         return keys
+
+    def parent(self, keys: list[OffloadKey], first: int, chunk_tokens: int) -> OffloadKey | None:
+        """The key one chunk before ``keys[first]`` in this request, before ``keys`` are placed.
+
+        None at the request's start, and when neither the key before it in
+        this offer nor the request's last placed key ends there (the tier
+        never met the block: not known). A chunk's predecessor ends at the
+        last chunk boundary before it, so a partial tail (not on a boundary)
+        hangs under the whole chunk before it, as in vLLM's own events.
+        """
+        position, head = self.recency.position, keys[first]
+        at = position(head)
+        if at is None or at <= chunk_tokens:
+            return None
+        before = (at - 1) // chunk_tokens * chunk_tokens
+        parent: OffloadKey | None = None
+        if first:
+            if position(keys[first - 1]) == before:
+                parent = keys[first - 1]
+        elif self.last is not None and self.last[0] == before:
+            parent = self.last[1]
+        if parent is None or parent[-GROUP_BYTES:] != head[-GROUP_BYTES:]:
+            return None
+        return parent
+
+    def place(self, keys: list[OffloadKey], sampling: bool) -> None:
+        """Keys loaded or offered for store, in prompt order: the last one for the next offer's
+        parent, and all of them for the sample when ``sampling``."""
+        at = self.recency.position(keys[-1])
+        if at is not None:
+            self.last = (at, keys[-1])
+        if sampling:
+            self.referenced += keys
+
+    def asked(self, key: OffloadKey, step: int) -> list[OffloadKey]:
+        """A lookup of ``key`` in scheduler step ``step``.
+
+        vLLM looks a waiting request up again each step until it is
+        scheduled, and again after a preemption; a lookup in a new step
+        starts a new scheduling, so the one before it (if it ran) is
+        returned, once, for the sample. Lookups within a step (prefix, tail,
+        group after group) are one scheduling's, begun at the earliest.
+        """
+        at = self.recency.position(key)
+        if at is None:
+            return []
+        if step == self.asked_step:
+            if self.start is None or at < self.start:
+                self.start = at
+            return []
+        references = self.take_references()
+        self.asked_step, self.start = step, at
+        return references
+
+    def take_references(self) -> list[OffloadKey]:
+        """The current scheduling's references to the tier, in prompt order, taken once.
+
+        As the demo worker records a request: from where the lookup began
+        (the GPU prefix cache's hits, offered for store from chunk 0, are not
+        the tier's references) to the last block loaded or offered. Nothing
+        when no lookup began it.
+        """
+        start, keys = self.start, self.referenced
+        self.start, self.referenced = None, []
+        if start is None or not keys:
+            return []
+        position = self.recency.position
+        placed = {at: key for key in keys if (at := position(key)) is not None and at >= start}
+        return [placed[at] for at in sorted(placed)]

@@ -7,6 +7,7 @@ kvscope does not honour, and both are errors rather than silently ignored.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import mmap
 import os
@@ -17,6 +18,7 @@ from typing import Any
 from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import policy_names, register_policy
+from offload.insight.sampling import DEFAULT_RATE
 
 VLLM_KEYS = frozenset(
     {
@@ -42,6 +44,7 @@ KVSCOPE_KEYS = frozenset(
         "max_tracker_size",
         "kvscope_endpoint",
         "kvscope_replay_endpoint",
+        "sample_rate",
     }
 )
 
@@ -63,6 +66,8 @@ class SpecSettings:
     max_tracker_size: int
     kvscope_endpoint: str | None
     kvscope_replay_endpoint: str | None
+    sample_rate: float
+    """Share of blocks in the sampled access stream on kvscope's publisher; 0: none."""
 
 
 def read_settings(
@@ -96,6 +101,7 @@ def read_settings(
         raise ConfigError(
             "kvscope_replay_endpoint needs kvscope_endpoint: replay serves a publisher"
         )
+    sample_rate = _sample_rate(extra_config, endpoint)
     chunk = (
         -(-worker_kv_bytes_per_block * world_size * blocks_per_chunk // CHUNK_ALIGNMENT)
         * CHUNK_ALIGNMENT
@@ -103,7 +109,7 @@ def read_settings(
     num_chunks = _num_chunks(extra_config, chunk)
     _check_fits_host(num_chunks, chunk)
     return SpecSettings(
-        num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay
+        num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay, sample_rate
     )
 
 
@@ -194,3 +200,33 @@ def _endpoint(extra_config: Mapping[str, Any], key: str) -> str | None:
             f"{key}={value!r} must be a ZMQ endpoint such as tcp://*:5557 or ipc:///tmp/kvscope"
         )
     return value
+
+
+def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float:
+    """The sampling rate, in [0, 1]: the demo's default, and 0 to turn the stream off.
+
+    The sample travels on kvscope's publisher, so a rate set without
+    ``kvscope_endpoint`` would sample into nothing: that is refused, as a
+    replay endpoint without a publisher is. Left out, the rate is the
+    default with a publisher and 0 without one.
+    """
+    value = extra_config.get("sample_rate")
+    if value is None:
+        return DEFAULT_RATE if endpoint is not None else 0.0
+    rate: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        rate = float(value)
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            rate = float(value.strip())
+    if rate is None or not 0 <= rate <= 1:  # NaN fails the comparison too
+        raise ConfigError(
+            f"kv_connector_extra_config sample_rate={value!r} must be a number "
+            "from 0 (no sample) to 1 (every block)"
+        )
+    if rate > 0 and endpoint is None:
+        raise ConfigError(
+            f"sample_rate={value!r} needs kvscope_endpoint: the sample goes to kvscope's "
+            "publisher (set sample_rate to 0, or give kvscope_endpoint)"
+        )
+    return rate

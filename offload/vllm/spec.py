@@ -20,6 +20,7 @@ from vllm.v1.kv_offload.config import OffloadingConfig
 
 from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.manager import CPUOffloadingManager
+from offload.insight.sampling import SpatialSampler
 from offload.vllm.manager import KVScopeManager
 from offload.vllm.settings import read_settings
 from offload.vllm.stats import metric_definitions
@@ -86,6 +87,9 @@ class KVScopeOffloadingSpec(OffloadingSpec):
                         settings.kvscope_endpoint, settings.kvscope_replay_endpoint
                     ),
                     bytes_per_block=settings.bytes_per_chunk,
+                    sampler=(
+                        SpatialSampler(settings.sample_rate) if settings.sample_rate > 0 else None
+                    ),
                 )
             self._manager = KVScopeManager(
                 core,

@@ -77,9 +77,19 @@ def _run(manager, script) -> list:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_kvscope_answers_every_call_as_vllm_does_with_lru(seed: int) -> None:
+@pytest.mark.parametrize(
+    "publisher",
+    [{}, {"kvscope_endpoint": "tcp://127.0.0.1:*", "sample_rate": 1}],
+    ids=["alone", "publishing"],
+)
+def test_kvscope_answers_every_call_as_vllm_does_with_lru(seed: int, publisher: dict) -> None:
+    """Also with kvscope's publisher, parents and sample on: they change no answer."""
     script = _script(seed)
-    ours = _run(kvscope_manager(CAPACITY, "lru", enable_events=True), script)
+    manager = kvscope_manager(CAPACITY, "lru", enable_events=True, **publisher)
+    try:
+        ours = _run(manager, script)
+    finally:
+        manager.shutdown()
     theirs = _run(CPUOffloadingManager(CAPACITY, "lru", enable_events=True), script)
     assert len(ours) == len(theirs)
     for step, (mine, vllms) in enumerate(zip(ours, theirs, strict=True)):
