@@ -206,6 +206,20 @@ def _why() -> list[Panel]:
             ),
             percent=True,
         ),
+        timeseries_panel(
+            "Efficiency against the optimum",
+            "The tier's policy's hits over those of a clairvoyant cache of the same size "
+            "(farthest next use, with bypass), both replayed by the sidecar from empty over "
+            "the last sampled references, and the two hit ratios over that window. Read it "
+            "as: how much of the reachable hit ratio the policy gets. Healthy: near 100%; far "
+            "below it, a better policy or admission could gain up to the optimum's hit ratio "
+            "without more memory; both low, only more capacity helps.",
+            "percentunit",
+            Query(series(rules.WINDOW_EFFICIENCY, PUBLISHER), "efficiency {{publisher}}"),
+            Query(series(rules.WINDOW_OPTIMUM_HIT_RATIO, PUBLISHER), "optimum {{publisher}}"),
+            Query(series(rules.WINDOW_TIER_HIT_RATIO, PUBLISHER), "the policy {{publisher}}"),
+            percent=True,
+        ),
     ]
 
 

@@ -10,12 +10,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from app.state.insight import PublisherInsight
+from app.state.insight import ComputedOptimum, PublisherInsight
 from app.state.insight_queue import ShadowQueue
 from app.state.insight_verdicts import (
     Verdict,
     admission_verdict,
     curve_verdicts,
+    optimum_verdict,
     stranded_verdicts,
 )
 from app.state.publisher import PublisherState
@@ -59,6 +60,11 @@ class SampleStreamInfo(BaseModel):
     shadow_rate: float | None = Field(
         description="The rate the other policies' shadow tiers run at (null: none simulated)."
     )
+    window_rate: float | None = Field(
+        default=None,
+        description="The rate the optimum's window runs at: the worker's, or lower to fit its "
+        "share of the memory bound.",
+    )
     frames: int
     missed_frames: int = Field(description="Sample frames lost in sequence gaps.")
     resets: int = Field(
@@ -89,6 +95,7 @@ class SampleStreamInfo(BaseModel):
             seed=None if stream is None else stream.seed,
             stack_rate=rates.stack,
             shadow_rate=rates.shadows,
+            window_rate=rates.window,
             frames=insight.frames,
             missed_frames=insight.missed_frames,
             resets=insight.resets,
@@ -104,6 +111,56 @@ class SampleStreamInfo(BaseModel):
         )
 
 
+class WindowOptimumInfo(BaseModel):
+    """A clairvoyant cache of the tier's size beside the tier's policy, over the last sampled
+    references: both replayed from empty at the tier's capacity scaled by the rate."""
+
+    hit_ratio: float = Field(
+        description="The clairvoyant cache's hit ratio (0..1) over the window: farthest next "
+        "use with bypass (the offline optimum of `kvscope replay --policy opt`), corrected for "
+        "the sample's size as the curve is."
+    )
+    tier_hit_ratio: float = Field(
+        description="The tier's policy over the same window, from empty, at the same size: "
+        "what `efficiency` sets against `hit_ratio`."
+    )
+    policy: str = Field(
+        description="The policy replayed: the tier's, or lru when the sidecar does not know it."
+    )
+    capacity_blocks: int = Field(description="The scaled capacity both were replayed at.")
+    rate: float = Field(description="The window's sampling rate.")
+    window_refs: int = Field(description="Sampled references in the window computed.")
+    window_block_refs: int = Field(
+        description="Block references (sampled or not) the window's requests stood for."
+    )
+    max_window_refs: int = Field(
+        description="The window's bound in sampled references: 16 scaled capacities' worth, "
+        "at least 512 (its memory counts in `memory.bytes`)."
+    )
+    computed_at: float = Field(description="When it was computed (unix seconds).")
+    compute_seconds: float = Field(
+        description="The CPU time the two replays took (on the shadow thread, within its share)."
+    )
+    runs: int = Field(description="Computations since the sidecar started.")
+
+    @classmethod
+    def of(cls, computed: ComputedOptimum, runs: int) -> WindowOptimumInfo:
+        result = computed.result
+        return cls(
+            hit_ratio=result.optimum_ratio,
+            tier_hit_ratio=result.tier_ratio,
+            policy=result.policy,
+            capacity_blocks=result.capacity,
+            rate=result.rate,
+            window_refs=result.refs,
+            window_block_refs=result.block_refs,
+            max_window_refs=computed.max_refs,
+            computed_at=computed.ts,
+            compute_seconds=result.seconds,
+            runs=runs,
+        )
+
+
 class InsightMemory(BaseModel):
     """The curve simulations' memory, estimated per block held."""
 
@@ -115,14 +172,17 @@ class InsightMemory(BaseModel):
 class VerdictInfo(BaseModel):
     """One finding, as a sentence and as the figures it states."""
 
-    kind: Literal["warming_up", "capacity", "policy", "admission", "stranded"]
+    kind: Literal["warming_up", "capacity", "policy", "optimum", "admission", "stranded"]
     text: str
     policy: str | None = None
     multiple: float | None = None
     points: float | None = Field(
         default=None, description="Points of hit ratio gained (negative: lost)."
     )
-    share: float | None = Field(default=None, description="A share in 0..1 (dead writes).")
+    share: float | None = Field(
+        default=None,
+        description="A share in 0..1 (dead writes; the efficiency against the optimum).",
+    )
     blocks: int | None = None
     medium: str | None = None
 
@@ -153,6 +213,17 @@ class PublisherInsightInfo(BaseModel):
     dead_write_ratio: float | None = Field(
         description="Dead writes (stored, evicted unread) over stores completed."
     )
+    optimum: WindowOptimumInfo | None = Field(
+        default=None,
+        description="A clairvoyant cache of the same size over the last sampled references; "
+        "null until the window holds enough of them.",
+    )
+    efficiency: float | None = Field(
+        default=None,
+        description="The tier's policy's hit ratio over the optimum's, on the same window "
+        "(0..1: the share of the reachable hits it gets); null without an optimum, or when "
+        "the optimum hits nothing.",
+    )
     miss_reasons: dict[str, int] | None = Field(
         default=None,
         description="Blocks lookups lost, by reason (cold, evicted, not_admitted, in_flight, "
@@ -177,8 +248,11 @@ class PublisherInsightInfo(BaseModel):
             held, size = insight.memory()
             memory = InsightMemory(held_blocks=held, bytes=size, max_bytes=max_bytes)
         simulated = {} if insight is None else insight.simulated_refs()
+        computed = None if insight is None else insight.optimum
+        result = None if computed is None else computed.result
         verdicts = [
             *curve_verdicts(curve, policy, simulated),
+            *optimum_verdict(result),
             *admission_verdict(dead_ratio),
             *stranded_verdicts(stranded),
         ]
@@ -200,6 +274,12 @@ class PublisherInsightInfo(BaseModel):
             dead_write_blocks=None if worker is None else worker.dead_write_blocks,
             stores_completed=None if worker is None else worker.stores_completed,
             dead_write_ratio=dead_ratio,
+            optimum=(
+                None
+                if computed is None or insight is None
+                else WindowOptimumInfo.of(computed, insight.optimum_runs)
+            ),
+            efficiency=None if result is None else result.efficiency,
             miss_reasons=worker.miss_blocks if worker is not None and worker.miss_blocks else None,
             verdicts=[VerdictInfo.of(v) for v in verdicts],
         )

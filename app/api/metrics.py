@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from app.api.event_stream import EventStreams
 from app.api.http_counts import HttpCounts
+from app.state.insight import PublisherInsight
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 from offload.telemetry.collector import SnapshotCollector
@@ -192,10 +193,11 @@ def _insight_families(publishers: list[PublisherState], state: SidecarState) -> 
         shed.add_metric([name, "worker"], insight.worker_shed_block_refs)
         shed.add_metric([name, "shadows"], insight.shadow_shed_block_refs)
     yield shed
+    yield from _optimum_families(sampling)
     yield GaugeMetricFamily(
         "kvscope_sidecar_insight_bytes",
-        "Estimated memory of the hit-ratio curves' simulations, every publisher "
-        "(at most insight_max_bytes each).",
+        "Estimated memory of the hit-ratio curves' simulations and the optimum's windows, "
+        "every publisher (at most insight_max_bytes each).",
         memory,
     )
     queue = state.insight.queue
@@ -204,6 +206,43 @@ def _insight_families(publishers: list[PublisherState], state: SidecarState) -> 
         f"Estimated bytes waiting for the shadow tiers (at most {queue.max_bytes}).",
         queue.bytes,
     )
+
+
+def _optimum_families(sampling: list[tuple[str, PublisherInsight]]) -> Iterator[Metric]:
+    """The optimum over each publisher's window: its hits and the tier's policy's, and the
+    block references they are out of (efficiency = tier hits / optimum hits)."""
+    block_refs = GaugeMetricFamily(
+        "kvscope_sidecar_window_block_refs",
+        "Block references the optimum's window stood for at its latest computation.",
+        labels=["publisher"],
+    )
+    optimum = GaugeMetricFamily(
+        "kvscope_sidecar_window_optimum_hits",
+        "Estimated hits of a clairvoyant cache of the tier's size over the window "
+        "(its hit ratio times window_block_refs).",
+        labels=["publisher"],
+    )
+    tier = GaugeMetricFamily(
+        "kvscope_sidecar_window_tier_hits",
+        "Estimated hits of the tier's policy over the same window, from empty at the same "
+        "size; over window_optimum_hits: the efficiency against the optimum.",
+        labels=["publisher"],
+    )
+    runs = CounterMetricFamily(
+        "kvscope_sidecar_window_optimum_runs_total",
+        "Computations of the optimum over the window.",
+        labels=["publisher"],
+    )
+    for name, insight in sampling:
+        runs.add_metric([name], insight.optimum_runs)
+        computed = insight.optimum
+        if computed is None:
+            continue
+        result = computed.result
+        block_refs.add_metric([name], result.block_refs)
+        optimum.add_metric([name], result.optimum_ratio * result.block_refs)
+        tier.add_metric([name], result.tier_ratio * result.block_refs)
+    yield from (block_refs, optimum, tier, runs)
 
 
 class HttpCollector(Collector):

@@ -8,7 +8,10 @@ other policy is a set of shadow tiers (whole managers of its own, never
 the worker's tier), too slow for the ingest thread, so their share of each
 frame goes to the shadow thread through a bounded queue
 (app/state/insight_queue.py) and is shed, counted, when that thread falls
-behind.
+behind. The distance to the optimum (offload/insight/window_optimum.py) keeps
+the last references of the sample on the ingest thread (an append per
+request) and replays them on the shadow thread, through the same queue,
+once half of them are new.
 
 The simulations are rebuilt from nothing when the stream they model
 changes: another rate, seed, policy or capacity, or a publisher that
@@ -22,15 +25,22 @@ the curve is corrected for that rate as for the worker's.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Final
 
 from app.settings import InsightConfig
-from app.state.insight_queue import ShadowQueue, ShadowWork, hashes_bytes
+from app.state.insight_queue import LIST_BYTES, Pace, ShadowQueue, ShadowWork, hashes_bytes
 from offload.base import BlockHash
+from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
 from offload.insight.estimator import STACK_POLICY, CurveEstimator
 from offload.insight.sampling import SpatialSampler
+from offload.insight.window_optimum import (
+    WINDOW_CAPACITIES,
+    WindowOptimum,
+    WindowResult,
+)
 from offload.wire.sample_frame import SampleFrame
 
 STACK_BYTES_PER_BLOCK: Final = 256
@@ -39,8 +49,14 @@ measured with tracemalloc; rounded up."""
 SHADOW_BYTES_PER_BLOCK: Final = 1024
 """Estimated memory of one block resident in a shadow tier (the manager's maps, the
 policy's lists, an ARC ghost beside it), measured with tracemalloc; rounded up."""
+WINDOW_BYTES_PER_REF: Final = 512
+"""Estimated memory of one sampled reference in the optimum's window, with its share of a
+recomputation's tables and tier, measured with tracemalloc; rounded up."""
 STACK_SHARE: Final = 0.25
 """The share of the memory bound given to the stack when shadow tiers share it."""
+WINDOW_SHARE: Final = 0.25
+"""The share of the memory bound given to the optimum's window; the stack and the shadow
+tiers share the rest."""
 MAX_SEQ_JUMP: Final = 2**32
 """A forward jump of the sample sequence beyond this is a new sequence, as for KV batches."""
 
@@ -61,6 +77,16 @@ class Rates:
 
     stack: float | None
     shadows: float | None
+    window: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ComputedOptimum:
+    """One computation of the optimum over the window: what it found, when, the window's bound."""
+
+    result: WindowResult
+    ts: float
+    max_refs: int
 
 
 class PublisherInsight:
@@ -77,7 +103,7 @@ class PublisherInsight:
         self.queue = queue
         self.lock = threading.Lock()
         self.stream: SampledStream | None = None
-        self.rates = Rates(None, None)
+        self.rates = Rates(None, None, None)
         self.generation = 0
         self.last_seq: int | None = None
         self.ts: float | None = None
@@ -100,6 +126,13 @@ class PublisherInsight:
         self._stack_sampler: SpatialSampler | None = None
         self._shadows: CurveEstimator | None = None
         self._shadow_sampler: SpatialSampler | None = None
+        self._window: WindowOptimum | None = None
+        self._window_sampler: SpatialSampler | None = None
+        self._window_queued = False
+        self.optimum: ComputedOptimum | None = None
+        """The optimum's latest computation over the window; None before the first."""
+        self.optimum_runs = 0
+        """Computations of the optimum since the sidecar started (every stream)."""
 
     # --- the ingest thread ------------------------------------------------------------
 
@@ -134,6 +167,8 @@ class PublisherInsight:
                 record([], unsampled)
         if self.rates.shadows is not None:
             self._queue_shadows(_narrowed(requests, self._shadow_sampler), unsampled)
+        if self._window is not None:
+            self._record_window(_narrowed(requests, self._window_sampler), unsampled)
 
     def _rebuild(self, stream: SampledStream) -> None:
         """Start the simulations over for ``stream``, at rates that fit the memory bound."""
@@ -149,33 +184,46 @@ class PublisherInsight:
             self._stack_sampler = _sampler(stream, rates.stack)
             self._shadows = None  # built by the shadow thread, which owns its cost
             self._shadow_sampler = _sampler(stream, rates.shadows)
+            self._window = (
+                None
+                if rates.window is None
+                else WindowOptimum(stream.capacity, rates.window, _window_policy(stream.policy))
+            )
+            self._window_sampler = _sampler(stream, rates.window)
+            self._window_queued = False
+            self.optimum = None
 
     def _rates(self, stream: SampledStream) -> Rates:
         if stream.capacity < 1:
-            return Rates(None, None)
+            return Rates(None, None, None)
         capacities = scaled_capacities(stream.capacity)
         stacked = STACK_POLICY in self.config.policies
         shadows = len(self._shadow_policies)
-        stack_bytes = self.config.max_bytes * (STACK_SHARE if shadows else 1.0)
+        window_bytes = self.config.max_bytes * WINDOW_SHARE
+        window = min(
+            stream.rate, window_bytes / WINDOW_BYTES_PER_REF / (WINDOW_CAPACITIES * stream.capacity)
+        )
+        curve_bytes = self.config.max_bytes - window_bytes
+        stack_bytes = curve_bytes * (STACK_SHARE if shadows else 1.0)
         stack = (
             min(stream.rate, stack_bytes / STACK_BYTES_PER_BLOCK / capacities[-1])
             if stacked
             else None
         )
-        shadow_bytes = self.config.max_bytes - (stack_bytes if stacked else 0.0)
+        shadow_bytes = curve_bytes - (stack_bytes if stacked else 0.0)
         shadow = (
             min(stream.rate, shadow_bytes / SHADOW_BYTES_PER_BLOCK / (shadows * sum(capacities)))
             if shadows
             else None
         )
-        return Rates(stack, shadow)
+        return Rates(stack, shadow, window)
 
     def _queue_shadows(self, requests: list[tuple[list[BlockHash], int]], unsampled: int) -> None:
         generation = self.generation
         refs = unsampled + sum(r for _, r in requests)
 
-        def apply() -> None:
-            self._run_shadows(generation, requests, unsampled)
+        def apply(pace: Pace) -> None:
+            self._run_shadows(generation, requests, unsampled, pace)
 
         def shed() -> None:
             self.shadow_shed_frames += 1
@@ -183,10 +231,34 @@ class PublisherInsight:
 
         self.queue.put(ShadowWork(apply, shed, hashes_bytes([s for s, _ in requests])))
 
+    def _record_window(self, requests: list[tuple[list[BlockHash], int]], unsampled: int) -> None:
+        """The frame into the optimum's window; its recomputation queued once it is due."""
+        window = self._window
+        assert window is not None
+        with self.lock:
+            window.record(requests, unsampled)
+            due = window.due() and not self._window_queued
+        if not due:
+            return
+        self._window_queued = True
+        generation = self.generation
+
+        def apply(pace: Pace) -> None:
+            self._run_window(generation, pace)
+
+        def shed() -> None:
+            self._window_queued = False  # the shadows are behind: asked again with a later frame
+
+        self.queue.put(ShadowWork(apply, shed, LIST_BYTES))
+
     # --- the shadow thread ------------------------------------------------------------
 
     def _run_shadows(
-        self, generation: int, requests: list[tuple[list[BlockHash], int]], unsampled: int
+        self,
+        generation: int,
+        requests: list[tuple[list[BlockHash], int]],
+        unsampled: int,
+        pace: Pace,
     ) -> None:
         """One frame through the shadow tiers, a request at a time (readers wait one at most)."""
         stream, rate = self.stream, self.rates.shadows
@@ -203,6 +275,23 @@ class PublisherInsight:
                 if generation != self.generation:
                     return
                 shadows.record(sampled, refs)
+            pace()
+
+    def _run_window(self, generation: int, pace: Pace) -> None:
+        """The optimum and the tier's policy over the window as it is now, outside the lock."""
+        with self.lock:
+            window = self._window
+            if generation != self.generation or window is None:
+                return
+            requests, block_refs = window.take()
+        try:
+            result = window.compute(requests, block_refs, pace)
+        finally:
+            self._window_queued = False
+        with self.lock:
+            if generation == self.generation:
+                self.optimum = ComputedOptimum(result, time.time(), window.max_refs)
+                self.optimum_runs += 1
 
     # --- readers ----------------------------------------------------------------------
 
@@ -231,11 +320,20 @@ class PublisherInsight:
             }
 
     def memory(self) -> tuple[int, int]:
-        """(held blocks, estimated bytes) of the simulations now."""
+        """(held blocks, estimated bytes) of the simulations now; the bytes count the
+        optimum's window (its references held), the blocks only the curve's."""
         with self.lock:
             stack = self._stack.held_blocks if self._stack is not None else 0
             shadows = self._shadows.held_blocks if self._shadows is not None else 0
-        return stack + shadows, stack * STACK_BYTES_PER_BLOCK + shadows * SHADOW_BYTES_PER_BLOCK
+            window = self._window.refs if self._window is not None else 0
+        size = stack * STACK_BYTES_PER_BLOCK + shadows * SHADOW_BYTES_PER_BLOCK
+        return stack + shadows, size + window * WINDOW_BYTES_PER_REF
+
+
+def _window_policy(policy: str) -> str:
+    """The policy the window replays: the tier's, or LRU when the sidecar does not know it
+    (a policy loaded into the worker from a module of its own)."""
+    return policy if policy in policy_names() else STACK_POLICY
 
 
 def _sampler(stream: SampledStream, rate: float | None) -> SpatialSampler | None:

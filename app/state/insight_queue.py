@@ -39,15 +39,21 @@ def hashes_bytes(requests: list[list[BlockHash]]) -> int:
     return total
 
 
+Pace = Callable[[], None]
+"""Called by a running item between two of its steps: returns once the shadow thread is
+within its CPU share again, so the share holds inside a long item too."""
+
+
 @dataclass(slots=True)
 class ShadowWork:
-    """One sample frame's requests for one publisher's shadow tiers.
+    """One sample frame's requests for one publisher's shadow tiers (or one recomputation).
 
-    ``apply`` runs them (on the shadow thread); ``shed`` is called instead
-    when the queue has no room, so the publisher counts what it lost.
+    ``apply`` runs them (on the shadow thread), calling the ``Pace`` it is
+    given between steps; ``shed`` is called instead when the queue has no
+    room, so the publisher counts what it lost.
     """
 
-    apply: Callable[[], None]
+    apply: Callable[[Pace], None]
     shed: Callable[[], None]
     bytes: int
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from offload.insight.curve import HitRatioCurve
+from offload.insight.window_optimum import WindowResult
 
-VerdictKind = Literal["warming_up", "capacity", "policy", "admission", "stranded"]
+VerdictKind = Literal["warming_up", "capacity", "policy", "optimum", "admission", "stranded"]
 
 MIN_SAMPLED_REFS: Final = 100
 """Sampled references a simulation needs before its curve is worth a verdict."""
@@ -32,8 +33,9 @@ class Verdict:
 
     ``points``: hit-ratio points gained (negative: lost); ``multiple``: the
     capacity it speaks of, as a multiple of the current one; ``share``: a
-    ratio in 0..1 (dead writes); ``blocks``: a block count (stranded blocks,
-    or the capacity a multiple stands for).
+    ratio in 0..1 (dead writes, or the tier's hits over the optimum's);
+    ``blocks``: a block count (stranded blocks, or the capacity a multiple
+    stands for).
     """
 
     kind: VerdictKind
@@ -100,6 +102,23 @@ def curve_verdicts(
                 text = f"{other} would {verb} {_points(points)} at this size"
             found.append(Verdict("policy", text, policy=other, multiple=1.0, points=points))
     return found
+
+
+def optimum_verdict(result: WindowResult | None) -> list[Verdict]:
+    """The tier's policy against a clairvoyant cache of the same size, over the window."""
+    efficiency = None if result is None else result.efficiency
+    if result is None or efficiency is None:
+        return []
+    return [
+        Verdict(
+            "optimum",
+            f"this tier gets {round(100 * efficiency)}% of the hits a clairvoyant cache of the "
+            f"same size would (under {result.policy}, over its last {result.refs:,} sampled "
+            "references)",
+            policy=result.policy,
+            share=efficiency,
+        )
+    ]
 
 
 def admission_verdict(dead_write_ratio: float | None) -> list[Verdict]:

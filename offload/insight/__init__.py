@@ -9,6 +9,7 @@ block references and the sidecar can turn the sample into a curve.
 - ``estimator``: a sampled stream -> a curve, corrected for the sample's size
 - ``curve``: the curve itself: capacities, hit ratio per policy, the current one
 - ``sweep``: the exact offline sweep, policy by capacity, ``opt`` included
+- ``window_optimum``: the optimum and the tier's policy over the latest sampled references
 - ``plot``: a curve as an HTML page (inline SVG) or a PNG
 """
 

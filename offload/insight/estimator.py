@@ -101,8 +101,6 @@ class CurveEstimator:
 
     def curve(self) -> HitRatioCurve:
         """Hit ratio per policy at each capacity, corrected for the sample's size."""
-        expected = self.rate * self.block_refs
-        surplus = expected - self.sampled_refs
         ratios: dict[str, tuple[float, ...]] = {}
         for policy in self.policies:
             if policy == STACK_POLICY and self._stack is not None:
@@ -110,6 +108,18 @@ class CurveEstimator:
             else:
                 hits = self._shadows.hits(policy)
             ratios[policy] = tuple(
-                min(1.0, max(0.0, (h + surplus) / expected)) if expected > 0 else 0.0 for h in hits
+                adjusted_ratio(h, self.sampled_refs, self.block_refs, self.rate) for h in hits
             )
         return HitRatioCurve(self.capacities, ratios, self.current, exact=self.rate == 1.0)
+
+
+def adjusted_ratio(hits: int, sampled_refs: int, block_refs: int, rate: float) -> float:
+    """Hits on a sample of ``sampled_refs`` references as the full stream's hit ratio (0..1).
+
+    SHARDS-adj: the sample's surplus or shortfall against ``rate`` times the
+    ``block_refs`` it stands for is put in as hits (see the module's text).
+    """
+    expected = rate * block_refs
+    if expected <= 0:
+        return 0.0
+    return min(1.0, max(0.0, (hits + (expected - sampled_refs)) / expected))

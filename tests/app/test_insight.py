@@ -25,6 +25,7 @@ from app.state.worker_stats import WorkerStats
 from offload.insight.curve import DEFAULT_MULTIPLES
 from offload.insight.estimator import CurveEstimator
 from offload.insight.sampling import SpatialSampler
+from offload.insight.window_optimum import MIN_WINDOW_REFS, WINDOW_CAPACITIES, WindowOptimum
 from offload.sim.mooncake import bundled_trace_path, load_trace
 from offload.telemetry import metrics as m
 from offload.wire.framing import DEFAULT_SAMPLE_TOPIC
@@ -172,6 +173,11 @@ def test_a_new_capacity_or_a_restart_starts_the_curve_over(sidecar, trace) -> No
     curve = insight.curve()
     assert insight.resets == 1 and curve is not None and curve.current == 800
     assert insight.simulated_refs()["lru"] == insight.sampled_refs // 2, "only the new stream"
+    queue = ingestor.state.insight.queue
+    wait_until(lambda: queue.unfinished == 0, "the shadow thread caught up")
+    computed = insight.optimum
+    assert computed is not None and computed.result.capacity == 80, "the new tier's window"
+    assert computed.result.refs <= insight.sampled_refs // 2
     send(raw, 0, frames(half, capacity=800))  # the sequence went back: a restarted worker
     settled(insight, 3 * count)
     assert insight.resets == 2 and insight.missed_frames == 0
@@ -237,12 +243,77 @@ def test_the_api_and_the_metrics_show_the_curve_the_stream_and_the_verdicts(side
     assert families["kvscope_sidecar_insight_bytes"].samples[0].value > 0
 
 
+def test_the_optimum_is_the_librarys_over_the_window_and_the_api_and_metrics_show_it(
+    sidecar, trace
+) -> None:
+    raw, ingestor, settings = sidecar
+    payloads = frames(trace, capacity=400, policy="arc")
+    send(raw, 0, payloads)
+    insight = insight_of(ingestor, raw)
+    settled(insight, len(payloads))
+    queue = ingestor.state.insight.queue
+    wait_until(lambda: queue.unfinished == 0 and insight.optimum is not None, "the optimum ran")
+    computed = insight.optimum
+    assert computed is not None and insight.optimum_runs >= 1
+    result = computed.result
+    assert (result.policy, result.capacity, result.rate) == ("arc", 40, RATE)
+    assert result.refs <= computed.max_refs == max(MIN_WINDOW_REFS, WINDOW_CAPACITIES * 40)
+    # The window is taken between two frames: the library's window at one of those
+    # boundaries, fed the same frames, holds the same references and finds the same hits.
+    library = WindowOptimum(400, RATE, "arc")
+    found = []
+    for frame in sample_frames(trace, capacity=400):
+        library.record(
+            [(r.sampled, r.block_refs) for r in frame.requests], frame.unsampled_block_refs
+        )
+        requests, block_refs = library.take()
+        if (sum(map(len, requests)), block_refs) == (result.refs, result.block_refs):
+            found.append(library.compute(requests, block_refs))
+    assert any(
+        (r.optimum_hits, r.tier_hits) == (result.optimum_hits, result.tier_hits) for r in found
+    ), "no frame boundary's window matches"
+    assert result.tier_hits <= result.optimum_hits
+    with TestClient(create_app(settings, ingestor.state), base_url="http://localhost") as http:
+        (publisher,) = http.get("/api/v1/insight").json()["publishers"]
+        schema = http.get("/openapi.json").json()["components"]["schemas"]
+        metrics = http.get("/metrics").text
+    shown = publisher["optimum"]
+    assert shown["hit_ratio"] == result.optimum_ratio
+    assert shown["tier_hit_ratio"] == result.tier_ratio
+    assert (shown["window_refs"], shown["window_block_refs"]) == (result.refs, result.block_refs)
+    assert (shown["policy"], shown["capacity_blocks"]) == ("arc", 40)
+    assert shown["max_window_refs"] == computed.max_refs and shown["computed_at"] == computed.ts
+    assert publisher["efficiency"] == result.efficiency
+    assert publisher["stream"]["window_rate"] == RATE
+    (verdict,) = [v for v in publisher["verdicts"] if v["kind"] == "optimum"]
+    assert verdict["share"] == result.efficiency and verdict["policy"] == "arc"
+    assert verdict["text"].startswith(
+        f"this tier gets {round(100 * result.efficiency)}% of the hits"
+    )
+    assert "efficiency" in schema["PublisherInsightInfo"]["properties"]
+    assert schema["WindowOptimumInfo"]["properties"]["hit_ratio"]["description"]
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+
+    def value(name: str) -> float:
+        (sample,) = families[name].samples
+        return sample.value
+
+    assert value("kvscope_sidecar_window_block_refs") == result.block_refs
+    optimum_hits = value("kvscope_sidecar_window_optimum_hits")
+    assert optimum_hits == pytest.approx(result.optimum_ratio * result.block_refs)
+    tier_hits = value("kvscope_sidecar_window_tier_hits")
+    assert tier_hits / optimum_hits == pytest.approx(result.efficiency)
+    assert value("kvscope_sidecar_window_optimum_runs") == insight.optimum_runs
+    assert insight.memory()[1] <= insight.config.max_bytes
+
+
 def test_a_publisher_without_a_sample_has_no_curve_and_no_curve_verdicts() -> None:
     settings = SidecarSettings(connect=["tcp://127.0.0.1:1"])
     state = SidecarState.from_settings(settings)
     with TestClient(create_app(settings, state), base_url="http://localhost") as http:
         (publisher,) = http.get("/api/v1/insight").json()["publishers"]
     assert publisher["curve"] is None and publisher["stream"] is None
+    assert publisher["optimum"] is None and publisher["efficiency"] is None
     assert publisher["verdicts"] == [] and publisher["dead_write_ratio"] is None
 
 

@@ -56,6 +56,10 @@ INSIGHT_SHOWN = """() => ({
   series: document.querySelector("[data-chart='hit-ratio-curve']").dataset.series,
   verdicts: [...document.querySelectorAll('#insight-verdicts li')].map(li => li.textContent),
   deadWrites: document.getElementById('insight-dead-writes').dataset.ratio,
+  efficiency: document.getElementById('insight-efficiency').dataset.efficiency,
+  efficiencyText: document.getElementById('insight-efficiency').textContent,
+  optimum: document.querySelector("[data-chart='hit-ratio-curve']").dataset.optimum,
+  misses: { ...document.querySelector("[data-chart='miss-reasons']").dataset },
 })"""
 """What the insight view shows, read in one turn of the page's loop (it renders each answer
 in one turn, so every part comes from the same answer)."""
@@ -594,11 +598,12 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
 ) -> None:
     def ready(body: dict[str, Any]) -> bool:
         (publisher,) = body["publishers"]
-        return publisher["curve"] is not None and any(
-            v["kind"] == "capacity" for v in publisher["verdicts"]
-        )
+        kinds = {v["kind"] for v in publisher["verdicts"]}
+        return publisher["curve"] is not None and {"capacity", "optimum"} <= kinds
 
-    wait_for(lambda: api(page, demo, "insight"), ready, "a curve with verdicts", WAIT_S)
+    # The optimum waits for half a window of sampled references: at the demo's 40 requests/s,
+    # some 20 s of them.
+    wait_for(lambda: api(page, demo, "insight"), ready, "a curve and the optimum", 2 * WAIT_S)
     answers: list[sync_api.Response] = []
     page.on("response", lambda r: r.url.endswith("/api/v1/insight") and answers.append(r))
     open_view(page, demo, "insight")
@@ -610,7 +615,10 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
         for answer in list(answers):
             (publisher,) = answer.json()["publishers"]
             curve = publisher["curve"]
-            if curve and shown["curve"] == {k: curve[k] for k in ("capacities", "hit_ratios")}:
+            same_curve = curve and shown["curve"] == {
+                k: curve[k] for k in ("capacities", "hit_ratios")
+            }
+            if same_curve and shown["efficiency"] == json.dumps(publisher["efficiency"]):
                 return shown, publisher
         return None
 
@@ -622,6 +630,19 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     assert any(text.startswith("doubling the tier") for text in shown["verdicts"])
     expected_dead = publisher["dead_write_ratio"]
     assert shown["deadWrites"] == ("" if expected_dead is None else json.dumps(expected_dead))
+    # The efficiency in figures and words, and the optimum on the curve, from the same answer.
+    optimum = publisher["optimum"]
+    assert shown["optimum"] == json.dumps(optimum["hit_ratio"])
+    percent = f"{100 * publisher['efficiency']:.3g}"
+    assert shown["efficiencyText"].startswith(percent), (percent, shown["efficiencyText"])
+    assert "of the hits a clairvoyant cache of the same size would get" in shown["efficiencyText"]
+    assert any(text.startswith("this tier gets ") for text in shown["verdicts"])
+    # Lost blocks by reason over time: the history's miss_blocks series, one line per reason.
+    page.wait_for_function("() => document.querySelector(\"[data-chart='miss-reasons']\")"
+                           ".dataset.empty === 'false'")  # fmt: skip
+    misses = page.evaluate(INSIGHT_SHOWN)["misses"]
+    reasons = misses["series"].split("|")
+    assert "cold" in reasons and set(reasons) <= set(publisher["miss_reasons"]), reasons
     # A later answer has the same shape: capacities, the current one, the policies.
     (later,) = api(page, demo, "insight")["publishers"]
     assert later["curve"]["capacities"] == curve["capacities"]

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from dashboards.rules import WINDOW_EFFICIENCY, WINDOW_OPTIMUM_HIT_RATIO, WINDOW_TIER_HIT_RATIO
 from tests.ops.artifacts import (
     PROMETHEUS_CONFIG,
     PROMETHEUS_DIR,
@@ -127,3 +128,32 @@ def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(demo: str) ->
     named = {name for expr in exprs for name in metric_names(expr) if not is_vllm(name)}
     unknown = named - exported - recorded_names() - PROMETHEUS_OWN
     assert not unknown, f"named but not exported: {sorted(unknown)}"
+
+
+def test_the_efficiency_panel_shows_the_figure_the_sidecars_api_gives(
+    demo: str, prometheus: httpx.Client
+) -> None:
+    """Through the shipped rules, the efficiency and the optimum's hit ratio Prometheus records
+    are /api/v1/insight's for the same computation of the optimum (the run counter names it)."""
+
+    def recorded(name: str, runs: int) -> list[float]:
+        same_run = f"kvscope_sidecar_window_optimum_runs_total == {runs}"
+        found = query(prometheus, f"{name} and on (publisher) ({same_run})")
+        return [float(series["value"][1]) for series in found]
+
+    def agrees() -> bool:
+        (publisher,) = httpx.get(f"{demo}/api/v1/insight", timeout=10).json()["publishers"]
+        optimum, efficiency = publisher["optimum"], publisher["efficiency"]
+        if optimum is None or efficiency is None:
+            return False
+        runs = optimum["runs"]
+        same_efficiency = recorded(WINDOW_EFFICIENCY, runs) == pytest.approx([efficiency])
+        best = recorded(WINDOW_OPTIMUM_HIT_RATIO, runs)
+        return same_efficiency and best == pytest.approx([optimum["hit_ratio"]])
+
+    wait_for(agrees, bool, "Prometheus records the API's efficiency", WAIT_S)
+    (efficiency,) = query(prometheus, WINDOW_EFFICIENCY)
+    (tier,) = query(prometheus, WINDOW_TIER_HIT_RATIO)
+    (best,) = query(prometheus, WINDOW_OPTIMUM_HIT_RATIO)
+    assert 0 < float(efficiency["value"][1]) <= 1
+    assert float(tier["value"][1]) <= float(best["value"][1])

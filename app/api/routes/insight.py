@@ -15,8 +15,9 @@ router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], response
 @router.get("/insight")
 def insight(state: State) -> InsightResponse:
     """What each tier would hit at 1/8x to 8x its capacity, per simulated policy (from the
-    worker's sampled access stream), its stranded blocks and dead writes, and what they
-    say in words (``verdicts``)."""
+    worker's sampled access stream), how its policy compares with a clairvoyant cache of
+    the same size over the latest sampled references (``optimum``, ``efficiency``), its
+    stranded blocks and dead writes, and what they say in words (``verdicts``)."""
     with state.lock:
         usage = state.index.usage()
     max_bytes = state.insight.config.max_bytes

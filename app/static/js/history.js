@@ -171,9 +171,10 @@ export function gaugeTotals(store, metric, label) {
   return new Map([...groups].map(([name, all]) => [name, sum(all.map((s) => s.values), length)]));
 }
 
-/** A counter's rate per second, each publisher's summed, per value of `label`. */
-export function counterRates(store, metric, label) {
-  const groups = byLabel(store.select(metric), label);
+/** A counter's rate per second, each publisher's summed, per value of `label` (of the series
+ * `where` accepts: every one unless given). */
+export function counterRates(store, metric, label, where) {
+  const groups = byLabel(store.select(metric, where), label);
   const { times } = store;
   const rate = (s) => perSecond(s.values, times);
   return new Map([...groups].map(([name, all]) => [name, sum(all.map(rate), times.length)]));

@@ -1,13 +1,20 @@
 // Insight: why the tier hits what it hits, from /api/v1/insight every two seconds while
-// open. Per publisher: the hit-ratio curve (what the tier would hit at 1/8x to 8x its
-// capacity, one line per simulated policy, the current capacity marked), the sidecar's
-// verdicts in words, stranded blocks per medium, the dead-write ratio and the sampled
-// stream's health. The page draws what the API computed; it computes no finding itself.
+// open. Per publisher: the tier's efficiency against a clairvoyant cache of its size, the
+// hit-ratio curve (what the tier would hit at 1/8x to 8x its capacity, one line per
+// simulated policy, the current capacity marked, the optimum a point on it), the
+// sidecar's verdicts in words, lost blocks by reason over time (from the history),
+// stranded blocks per medium, the dead-write ratio and the sampled stream's health. The
+// page draws what the API computed; it computes no finding itself.
 import { get } from "../api.js";
+import { TimeChart } from "../charts.js";
 import { h, fillSelect } from "../dom.js";
-import { count, withUnit } from "../format.js";
+import { count, parts, withUnit } from "../format.js";
+import { counterRates } from "../history.js";
 
 const PERIOD_MS = 2000;
+/** Miss reasons in the order the chart lists them (any other after, by name). */
+const REASONS = ["cold", "evicted", "not_admitted", "in_flight", "prefix_lost"];
+const reasonOrder = ([a], [b]) => (REASONS.indexOf(a) >>> 0) - (REASONS.indexOf(b) >>> 0) || a.localeCompare(b);
 
 function colour(index) {
   return getComputedStyle(document.documentElement).getPropertyValue(`--series-${(index % 8) + 1}`).trim();
@@ -35,7 +42,8 @@ class CurveChart {
     this.empty = h("p", { class: "empty", text: "No sampled stream yet: the worker sends none, "
       + "or its first sample frame has not arrived." });
     this.element = h("figure", { class: "chart", "data-chart": "hit-ratio-curve", "data-empty": "true" },
-      h("figcaption", { text: "Hit ratio at other capacities (dashed: the tier's own)" }),
+      h("figcaption", { text: "Hit ratio at other capacities (dashed: the tier's own; "
+        + "the optimum: a clairvoyant cache of its size, over the last sampled references)" }),
       this.empty, this.plotArea);
     container.append(this.element);
     this.plot = null;
@@ -47,7 +55,8 @@ class CurveChart {
     return Math.max(240, this.plotArea.clientWidth);
   }
 
-  update(curve) {
+  /** Draw `curve`, and `optimum` (the API's, or null) as a point at the current capacity. */
+  update(curve, optimum) {
     const dataset = this.element.dataset;
     dataset.empty = String(!curve);
     this.empty.hidden = Boolean(curve);
@@ -57,8 +66,11 @@ class CurveChart {
     dataset.series = policies.join("|");
     dataset.current = String(curve.current_blocks);
     dataset.curve = JSON.stringify({ capacities: curve.capacities, hit_ratios: curve.hit_ratios });
-    const data = [curve.capacities, ...policies.map((p) => curve.hit_ratios[p])];
-    const shape = `${policies.join("|")}@${curve.capacities.join(",")}`;
+    dataset.optimum = optimum ? JSON.stringify(optimum.hit_ratio) : "";
+    const reference = optimum
+      ? [curve.capacities.map((_, i) => (i === curve.current_index ? optimum.hit_ratio : null))] : [];
+    const data = [curve.capacities, ...policies.map((p) => curve.hit_ratios[p]), ...reference];
+    const shape = `${policies.join("|")}@${curve.capacities.join(",")}${optimum ? "+optimum" : ""}`;
     if (shape === this.shape && this.plot) {
       this.plot.setData(data);
       return;
@@ -84,6 +96,10 @@ class CurveChart {
           label: policy, stroke: colour(i), width: 2, value: (u, v) => percent(v),
           points: { show: true, size: 5 },
         })),
+        ...reference.map(() => ({
+          label: "optimum", stroke: colour(policies.length), width: 0, value: (u, v) => percent(v),
+          points: { show: true, size: 11, width: 2, fill: colour(policies.length) },
+        })),
       ],
     }, data, this.plotArea);
   }
@@ -94,18 +110,50 @@ function mount(panel, context) {
     onchange: () => context.navigate({ publisher: picker.value }) });
   const status = h("p", { class: "detail", id: "insight-status", role: "status" });
   const verdicts = h("ul", { id: "insight-verdicts", class: "verdicts" });
+  const share = h("span", { class: "value", text: "–" });
+  const shareUnit = h("span", { class: "unit" });
+  const efficiency = h("p", { class: "big", id: "insight-efficiency" }, share, " ", shareUnit);
   const grid = h("div", { class: "charts" });
   const chart = new CurveChart(grid);
+  const misses = new TimeChart(grid, {
+    id: "miss-reasons", title: "Lost blocks by reason (lookups)", unit: "blocks/s",
+    empty: "No lost blocks reported yet: the worker's stats frames carry none.",
+  });
   const facts = h("dl", { id: "insight-facts", class: "facts" });
   panel.append(
     h("h2", { class: "visually-hidden", text: "Insight" }),
     h("div", { class: "toolbar" }, h("label", { for: "insight-publisher", text: "Publisher: " }), picker),
-    h("section", { class: "card" }, h("h2", { text: "What the numbers say" }), verdicts, status),
+    h("section", { class: "card" }, h("h2", { text: "What the numbers say" }), efficiency, verdicts,
+      status),
     grid,
     h("section", { class: "card" }, h("h2", { text: "Stranded blocks, dead writes, the sample" }), facts),
   );
   let wanted = "";
   let timer = null;
+  let unsubscribe = null;
+
+  function showMisses(store) {
+    const mine = (series) => series.publisher === panel.dataset.publisher;
+    const rates = [...counterRates(store, "miss_blocks", "reason", mine)].sort(reasonOrder);
+    misses.update(store.times, rates.map(([name, values]) => ({ name, values })));
+  }
+
+  function showEfficiency(p) {
+    const optimum = p.optimum;
+    efficiency.dataset.efficiency = p.efficiency === null ? "" : JSON.stringify(p.efficiency);
+    if (p.efficiency === null) {
+      share.textContent = "–";
+      shareUnit.textContent = optimum ? "the optimum hits nothing in its window"
+        : "of the optimum's hits: its window is still filling";
+      return;
+    }
+    const [number, unit] = parts(p.efficiency, "ratio");
+    share.textContent = number;
+    shareUnit.textContent = `${unit} of the hits a clairvoyant cache of the same size would get `
+      + `(${optimum.policy} ${withUnit(optimum.tier_hit_ratio, "ratio")}, optimum `
+      + `${withUnit(optimum.hit_ratio, "ratio")}, over the last ${count(optimum.window_refs)} `
+      + "sampled references)";
+  }
 
   function fact(term, text, attributes = {}) {
     return [h("dt", { text: term }), h("dd", { text, ...attributes })];
@@ -119,8 +167,11 @@ function mount(panel, context) {
     }
     fillSelect(picker, names.map((n) => [n, n]), wanted || names[0]);
     const p = body.publishers.find((one) => one.publisher === picker.value);
+    const switched = panel.dataset.publisher !== p.publisher;
     panel.dataset.publisher = p.publisher;
-    chart.update(p.curve);
+    if (switched && context.history.times.length) showMisses(context.history);
+    showEfficiency(p);
+    chart.update(p.curve, p.optimum);
     verdicts.replaceChildren(...p.verdicts.map((v) => h("li", {
       text: v.text, "data-kind": v.kind, "data-policy": v.policy ?? "",
     })));
@@ -157,10 +208,13 @@ function mount(panel, context) {
     show(params) {
       wanted = params.publisher ?? "";
       if (timer === null) tick();
+      unsubscribe ??= context.history.subscribe(showMisses);
     },
     hide() {
       clearTimeout(timer);
       timer = null;
+      unsubscribe?.();
+      unsubscribe = null;
     },
   };
 }

@@ -1,0 +1,210 @@
+"""The distance to the optimum, live: a clairvoyant cache over the last references of a sample.
+
+The offline optimum (offload/sim/optimum.py: farthest next use with bypass)
+needs the future, so a live answer can only be had over a stretch of the
+past: the last ``max_refs`` sampled references. Over that window both the
+optimum and the tier's own policy are replayed from an empty tier of the
+tier's size scaled by the rate (as the curve's shadow tiers are), and the
+tier's hits over the optimum's say how much of the reachable hit ratio its
+policy gets. Both start empty, so the comparison is fair: on a prefix-closed
+stream (vLLM's hash chains; a spatial sample of one keeps each sampled
+block's nearest sampled ancestor fixed, so it is prefix-closed too) no
+policy replayed from empty beats the optimum from empty.
+
+Why the window is ``WINDOW_CAPACITIES`` times the scaled capacity: a window
+cut out of a running stream starts cold, where the live tier was full.
+Starting empty costs the optimum at most one miss per block the full tier
+held: a cold cache can do what the warm one did, missing each such block
+once, at its first use (on a prefix-closed stream every block after a first
+use in a request is a first use too, so a broken prefix costs no more). That
+is at most ``capacity`` references of the window, ``1 / WINDOW_CAPACITIES``
+of its hit ratio; LRU likewise (it holds what the warm one holds once
+``capacity`` distinct blocks have been used), and a policy with more state
+converges as it refills. The window's end costs
+nothing: the optimum over the window is exact for the window's hits, which
+is all it is compared on. A longer window lowers the bias and is slower to
+follow a change of workload; memory and each recomputation grow with it
+(linearly, and by a log factor for the optimum's heap). Sixteen puts the
+worst-case start-up bias at about six points, and the common case far below
+it (a block the tier held is only lost if the window uses it before anything
+evicts it). ``MIN_WINDOW_REFS`` keeps a tiny tier's window large enough for a
+ratio to mean something. None of these depend on a trace.
+
+The window is kept as whole requests (a request longer than the window is
+cut to its head: a chain's head is a chain). It is first computed once half
+full (its start-up bias then at most ``2 / WINDOW_CAPACITIES``), then again
+each time half its references are new (``due``): never more than half a
+window stale, and two replays of the window per window of references. The
+replays run wherever the caller runs ``compute``, with no lock held.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from offload.base import BlockHash
+from offload.cpu.policies.registry import policy_names
+from offload.insight.estimator import adjusted_ratio
+from offload.insight.sampling import check_rate
+from offload.insight.shadow import ShadowTiers
+from offload.sim.optimum import offline_hits
+
+WINDOW_CAPACITIES: Final = 16
+"""The window, in scaled capacities' worth of sampled references (see the module's text)."""
+MIN_WINDOW_REFS: Final = 512
+"""The smallest window, in sampled references: a ratio over fewer is mostly noise (a
+proportion's standard error over 512 references is at most ~2.2 points)."""
+PACE_EVERY: Final = 64
+"""Requests of the policy's replay between two calls of ``compute``'s ``pace``; the
+optimum calls it every ``offload.sim.optimum.PROGRESS_EVERY`` requests."""
+
+
+def scaled_capacity(capacity: int, rate: float) -> int:
+    """The tier's size on the sample, in whole blocks (at least one), as shadow tiers take it."""
+    return max(1, round(check_rate(rate) * capacity))
+
+
+def window_refs(capacity: int, rate: float) -> int:
+    """The window, in sampled references, for a tier of ``capacity`` blocks sampled at ``rate``."""
+    return max(MIN_WINDOW_REFS, WINDOW_CAPACITIES * scaled_capacity(capacity, rate))
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """One computation: the window's references and what each cache hit on them.
+
+    ``optimum_hits`` and ``tier_hits`` count prefix hits on the sample; the
+    ratios correct them for the sample's size as the curve does (SHARDS-adj),
+    so they read as the full stream's and compare with the curve's points.
+    """
+
+    policy: str
+    capacity: int
+    """The scaled capacity both caches had, in sampled blocks."""
+    rate: float
+    refs: int
+    """Sampled references in the window."""
+    block_refs: int
+    """Block references (sampled or not) the window's requests stood for."""
+    optimum_hits: int
+    tier_hits: int
+    seconds: float
+    """The CPU time the two replays took (the thread's: waits for ``pace`` left out)."""
+
+    @property
+    def optimum_ratio(self) -> float:
+        return adjusted_ratio(self.optimum_hits, self.refs, self.block_refs, self.rate)
+
+    @property
+    def tier_ratio(self) -> float:
+        return adjusted_ratio(self.tier_hits, self.refs, self.block_refs, self.rate)
+
+    @property
+    def efficiency(self) -> float | None:
+        """The tier's hit ratio over the optimum's (0..1); None when the optimum hits nothing."""
+        optimum = self.optimum_ratio
+        return self.tier_ratio / optimum if optimum > 0 else None
+
+
+class WindowOptimum:
+    """The last ``max_refs`` sampled references of one stream, and their replays on demand.
+
+    ``record`` is O(1) per request (amortized); ``compute`` is O(window) and
+    belongs off the hot path. Memory: at most ``max_refs`` hash references
+    (and the hashes they keep alive), plus, during ``compute``, the
+    optimum's per-reference tables and one tier of ``capacity`` blocks.
+    """
+
+    def __init__(self, capacity: int, rate: float, policy: str) -> None:
+        if policy not in policy_names():
+            raise ValueError(f"unknown cache policy {policy!r}; known: {', '.join(policy_names())}")
+        self.rate = check_rate(rate)
+        self.policy = policy
+        self.capacity = scaled_capacity(capacity, rate)
+        self.max_refs = window_refs(capacity, rate)
+        self._requests: deque[tuple[Sequence[BlockHash], int]] = deque()
+        self.refs = 0
+        """Sampled references held (at most ``max_refs``)."""
+        self.block_refs = 0
+        """Block references the held requests stand for."""
+        self.fresh = 0
+        """Sampled references recorded since the last ``take``."""
+
+    def record(
+        self, requests: Sequence[tuple[Sequence[BlockHash], int]], unsampled: int = 0
+    ) -> None:
+        """Requests in order, each its sampled blocks in prompt order and how many blocks it
+        had in all; then ``unsampled`` block references of requests with none sampled.
+
+        Requests with nothing sampled count their blocks with the newest request (or with
+        nothing before the window's first request: they precede it). A whole frame at a
+        time, since this runs on the ingest thread.
+        """
+        if any(r < len(s) for s, r in requests):
+            raise ValueError("a request cannot have more sampled blocks than blocks")
+        cut = self.max_refs
+        kept = [(s[:cut], r) for s, r in requests if s]
+        window = self._requests
+        window.extend(kept)
+        if not window:
+            return  # nothing sampled yet: these blocks precede the window
+        others = unsampled + sum(r for s, r in requests if not s)
+        if others:
+            head, head_blocks = window[-1]
+            window[-1] = (head, head_blocks + others)
+        refs = sum(len(s) for s, _ in kept)
+        self.refs += refs
+        self.block_refs += others + sum(r for _, r in kept)
+        self.fresh += refs
+        while self.refs > cut:
+            old, old_blocks = window.popleft()
+            self.refs -= len(old)
+            self.block_refs -= old_blocks
+
+    def due(self) -> bool:
+        """Whether the window is at least half full and half of it is new since the last
+        ``take``."""
+        return 2 * self.refs >= self.max_refs and 2 * self.fresh >= self.refs
+
+    def take(self) -> tuple[list[Sequence[BlockHash]], int]:
+        """The window as it is now (its requests' sampled blocks, its block references)."""
+        self.fresh = 0
+        return [sampled for sampled, _ in self._requests], self.block_refs
+
+    def compute(
+        self,
+        requests: Sequence[Sequence[BlockHash]],
+        block_refs: int,
+        pace: Callable[[], None] | None = None,
+    ) -> WindowResult:
+        """The optimum and the tier's policy over ``requests`` (from ``take``), both from empty.
+
+        ``pace`` is called between steps, so a caller on a CPU budget can wait
+        inside a long computation. On a stream that is not prefix-closed the
+        optimum's schedule is feasible but may not be the best (optimum.py);
+        the better of it and the policy's own is then the closest known bound,
+        so the efficiency never passes 1.
+        """
+        start = time.thread_time()
+        tier = ShadowTiers([self.policy], [self.capacity])
+        for index, sampled in enumerate(requests, start=1):
+            tier.add(sampled)
+            if pace is not None and index % PACE_EVERY == 0:
+                pace()
+        (tier_hits,) = tier.hits(self.policy)
+        progress = None if pace is None else lambda _done: pace()
+        optimum_hits = max(tier_hits, offline_hits(requests, self.capacity, progress))
+        return WindowResult(
+            self.policy,
+            self.capacity,
+            self.rate,
+            sum(map(len, requests)),
+            block_refs,
+            optimum_hits,
+            tier_hits,
+            time.thread_time() - start,
+        )

@@ -1,0 +1,142 @@
+"""The live optimum's window: the offline optimum's answer on the window's own references,
+never below the tier's policy, and never more references than its bound.
+
+Random traces are paths in a random forest of blocks (test_insight_optimum's
+strategy): prefix-closed, as every trace vLLM makes is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offload.cpu.manager import CPUOffloadingManager
+from offload.cpu.policies.registry import policy_names
+from offload.insight.estimator import adjusted_ratio
+from offload.insight.sampling import SpatialSampler
+from offload.insight.window_optimum import (
+    MIN_WINDOW_REFS,
+    WINDOW_CAPACITIES,
+    WindowOptimum,
+)
+from offload.sim.mooncake import bundled_trace_path, load_trace
+from offload.sim.optimum import offline_hits
+from offload.sim.workload import run_workload
+from tests.offload.test_insight_optimum import prefix_closed_traces
+
+
+def newest_within(requests: Sequence[Sequence[int]], refs: int) -> list[Sequence[int]]:
+    """The newest whole requests holding at most ``refs`` references (a longer last one cut)."""
+    kept: list[Sequence[int]] = []
+    total = 0
+    for request in reversed(requests):
+        head = request[:refs]
+        if kept and total + len(head) > refs:
+            break
+        kept.append(head)
+        total += len(head)
+    return kept[::-1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    prefix_closed_traces(requests=60, depth=6),
+    st.integers(1, 12),
+    st.sampled_from(policy_names()),
+)
+def test_the_window_is_the_offline_optimum_and_the_policy_on_its_own_references(
+    trace: list[list[int]], capacity: int, policy: str
+) -> None:
+    window = WindowOptimum(capacity, 1.0, policy)
+    for request in trace:
+        window.record([(request, len(request))])
+    requests, block_refs = window.take()
+    result = window.compute(requests, block_refs)
+    expected = newest_within(trace, window.max_refs)
+    assert requests == expected
+    assert result.optimum_hits == offline_hits(expected, capacity)
+    assert (
+        result.tier_hits == run_workload(CPUOffloadingManager(1, capacity, policy), expected).hits
+    )
+    assert result.tier_hits <= result.optimum_hits
+    assert result.refs == block_refs == sum(map(len, expected))
+    efficiency = result.efficiency
+    assert efficiency is None or 0.0 <= efficiency <= 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(prefix_closed_traces(requests=300, depth=8), st.integers(1, 4))
+def test_the_window_holds_at_most_its_bound_and_drops_the_oldest_first(
+    trace: list[list[int]], capacity: int
+) -> None:
+    window = WindowOptimum(capacity, 1.0, "lru")
+    for request in trace * 8:  # past the bound (MIN_WINDOW_REFS) when the trace is long
+        window.record([(request, len(request))])
+        assert window.refs <= window.max_refs
+    assert window.max_refs == max(MIN_WINDOW_REFS, WINDOW_CAPACITIES * capacity)
+    assert window.take()[0] == newest_within(trace * 8, window.max_refs)
+
+
+def test_a_request_longer_than_the_window_keeps_its_head() -> None:
+    window = WindowOptimum(1, 1.0, "lru")
+    long = list(range(3 * window.max_refs))
+    window.record([(long, len(long))])
+    requests, block_refs = window.take()
+    assert requests == [long[: window.max_refs]] and block_refs == len(long)
+
+
+def test_unsampled_references_count_with_the_newest_request() -> None:
+    window = WindowOptimum(100, 0.5, "lru")
+    window.record([([], 3)], 7)  # before the window's first request: outside it
+    assert (window.refs, window.block_refs) == (0, 0)
+    window.record([([1, 2], 10), ([], 4), ([3], 5)], 6)
+    assert (window.refs, window.block_refs) == (3, 25)
+    assert window.take() == ([[1, 2], [3]], 25)
+
+
+def test_a_request_with_more_sampled_blocks_than_blocks_is_refused() -> None:
+    window = WindowOptimum(100, 0.5, "lru")
+    with pytest.raises(ValueError, match="more sampled blocks than blocks"):
+        window.record([([1, 2], 1)])
+    assert window.refs == 0
+
+
+def test_it_is_due_once_half_full_then_once_half_of_it_is_new() -> None:
+    window = WindowOptimum(1, 1.0, "lru")
+    half = window.max_refs // 2
+    for block in range(half - 1):
+        window.record([([block], 1)])
+    assert not window.due(), "under half full"
+    window.record([([half], 1)])
+    assert window.due()
+    window.take()
+    assert not window.due()
+    for block in range(half - 1):
+        window.record([([-block - 1], 1)])
+    assert not window.due(), "just under half of the window is new"
+    window.record([([-half], 1)])
+    assert window.due()
+
+
+def test_on_a_sample_the_ratios_are_corrected_as_the_curve_is() -> None:
+    """The bundled trace sampled at 0.05: hit ratios as the estimator corrects them."""
+    trace = load_trace(bundled_trace_path())[:4000]
+    sampler = SpatialSampler(0.05)
+    window = WindowOptimum(2000, 0.05, "arc")
+    window.record([(sampler.sample(request), len(request)) for request in trace])
+    requests, block_refs = window.take()
+    result = window.compute(requests, block_refs)
+    assert result.capacity == 100 and window.max_refs == WINDOW_CAPACITIES * 100
+    assert result.optimum_ratio == adjusted_ratio(
+        result.optimum_hits, result.refs, block_refs, 0.05
+    )
+    assert 0 < result.tier_ratio <= result.optimum_ratio <= 1
+    assert result.efficiency == pytest.approx(result.tier_ratio / result.optimum_ratio)
+
+
+def test_an_unknown_policy_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="'nope'"):
+        WindowOptimum(10, 1.0, "nope")
