@@ -6,7 +6,9 @@ As bench/sidecar_latency.py sets it up (and with its code): a feeder process
 drives a real EventPublisher, ``kvscope serve --port 0`` follows it, the
 feeder stores ``BLOCKS`` distinct blocks and then churns at
 ``--events-per-s`` while publishing a worker's stats frame every second.
-Once the sidecar tracks every block, Debian's headless Chromium (driven by
+The sidecar gets a CPU of its own; the feeder, this process and the browser
+share the others (``split_cpus``). Once the sidecar tracks every block,
+Debian's headless Chromium (driven by
 Playwright, as tests/e2e/test_web_page.py drives it) opens the page
 ``--opens`` times, each in a fresh context (cold cache, new connections),
 and reads the page's own ``kvscope:first-render`` performance mark: the time
@@ -29,10 +31,14 @@ the API's routes are timed again alone, ``--rounds`` times each, the same way.
 
 Every response carries the sidecar's own time (``Server-Timing``): from the
 request's arrival at the app to its response. That is the budget's measure:
-a page request is held against the API's p99 for the same kind of request
-in the sidecar's time, where what the page asks for counts and the
-browser's own work on this machine does not. The client-side times (the
-browser's Resource Timing, the client's own clock) are printed beside it.
+a page request is held against the API's p99 for the same route in the
+sidecar's time, where what the page asks for counts and the browser's own
+work does not. No p99 holds every request under it (a hundredth of the
+API's own are over), so the page's requests over it are counted, and the
+route is slower than the API's only if equally fast requests would be over
+that often less than once in a hundred (``over_p99_by_chance``). The
+client-side times (the browser's Resource Timing, the client's own clock)
+are printed beside it.
 
 JSON lines: one for the first render (every open, the median and the worst,
 and the worst over the 1 s bound); one per route the page requested, at load
@@ -46,6 +52,7 @@ not assertions: nothing here fails on time.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import threading
 import time
@@ -53,6 +60,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from math import comb
 from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING
@@ -73,6 +81,9 @@ RENDERED = "() => document.getElementById('view-overview')?.dataset.rendered ===
 FIRST_RENDER = "() => performance.getEntriesByName('kvscope:first-render')[0].startTime"
 OPEN_TIMEOUT_MS = 60_000
 HISTORY_SINCE = "/api/v1/history?since=\u2026"
+SIGNIFICANCE = 0.01
+"""A route's page requests are slower than the API's when so many of them are over its
+p99 that equally fast requests would be that many less often than this."""
 BESIDE_MEAN_GAP_S = 0.01
 """Mean time between the API client's requests; random, so they land anywhere in a second."""
 
@@ -203,6 +214,30 @@ def timed_beside(base_url: str, kinds: list[str]) -> Iterator[Timings]:
         thread.join()
 
 
+def split_cpus() -> set[int] | None:
+    """Give the sidecar a CPU of its own and keep this process, and so the feeder, the
+    client beside the page and the browser (all started from here), off it; None on one CPU.
+
+    Deployed, the browser runs on the operator's machine, not beside the sidecar: on a
+    small machine sharing every CPU, the browser's bursts of parsing and drawing at each
+    load and poll would take the sidecar's CPU, and its requests' times would measure the
+    machine, not the sidecar.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    os.sched_setaffinity(0, cpus[1:])
+    return {cpus[0]}
+
+
+def over_p99_by_chance(over: int, requests: int) -> float:
+    """How likely at least ``over`` of ``requests`` are above the API's p99 when they are
+    as fast as the API's: one in a hundred of the API's own are, so the count is binomial."""
+    return sum(
+        comb(requests, k) * 0.01**k * 0.99 ** (requests - k) for k in range(over, requests + 1)
+    )
+
+
 def p99(samples: list[float]) -> float:
     return percentiles(samples)[1] if len(samples) >= 2 else samples[0]
 
@@ -221,7 +256,11 @@ def main() -> None:
     if not CHROMIUM.exists():
         parser.error(f"Debian's chromium is needed ({CHROMIUM} absent)")
     kinds = page_targets()
-    with indexed_sidecar(args.events_per_s) as (http, _, stats), sync_playwright() as playwright:
+    sidecar_cpus = split_cpus()
+    with (
+        indexed_sidecar(args.events_per_s, sidecar_cpus) as (http, _, stats),
+        sync_playwright() as playwright,
+    ):
         url = str(http.base_url).rstrip("/")
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         with timed_beside(url, kinds) as beside:
@@ -258,6 +297,8 @@ def main() -> None:
     for path in sorted(page.server):
         server_p99, api_server_p99 = p99(page.server[path]), p99(api.server[path])
         client_p99, api_client_p99 = p99(page.client[path]), p99(api.client[path])
+        over = sum(ms > api_server_p99 for ms in page.server[path])
+        chance = over_p99_by_chance(over, len(page.server[path]))
         emit(
             {
                 "bench": "page_first_render", "measure": "page_request_ms", "request": path,
@@ -266,12 +307,12 @@ def main() -> None:
                 "server_page_p99": round(server_p99, 2),
                 "server_page_max": round(max(page.server[path]), 2),
                 "server_api_p99": round(api_server_p99, 2),
+                "server_over_api_p99": over, "server_over_by_chance": round(chance, 4),
                 "client_page_p99": round(client_p99, 2),
                 "client_api_p99": round(api_client_p99, 2),
                 "client_api_p99_alone": round(p99(api_alone.client[path]), 2)
                 if api_alone.client.get(path) else None,
-                "within_p99": server_p99 <= api_server_p99,
-                "within_p99_client": client_p99 <= api_client_p99,
+                "within_p99": chance >= SIGNIFICANCE,
             }
         )  # fmt: skip
     script_bytes = max(opened.script_bytes for opened in opens)
