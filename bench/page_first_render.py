@@ -6,8 +6,8 @@ As bench/sidecar_latency.py sets it up (and with its code): a feeder process
 drives a real EventPublisher, ``kvscope serve --port 0`` follows it, the
 feeder stores ``BLOCKS`` distinct blocks and then churns at
 ``--events-per-s`` while publishing a worker's stats frame every second.
-The sidecar gets a CPU of its own; the feeder, this process and the browser
-share the others (``split_cpus``). Once the sidecar tracks every block,
+The sidecar and the feeder get half the CPUs, the browser and this process
+the other half (``split_cpus``). Once the sidecar tracks every block,
 Debian's headless Chromium (driven by
 Playwright, as tests/e2e/test_web_page.py drives it) opens the page
 ``--opens`` times, each in a fresh context (cold cache, new connections),
@@ -214,20 +214,20 @@ def timed_beside(base_url: str, kinds: list[str]) -> Iterator[Timings]:
         thread.join()
 
 
-def split_cpus() -> set[int] | None:
-    """Give the sidecar a CPU of its own and keep this process, and so the feeder, the
-    client beside the page and the browser (all started from here), off it; None on one CPU.
+def split_cpus() -> tuple[set[int], set[int]] | None:
+    """The CPUs for the sidecar and the feeder, and those for the browser and the client
+    beside the page; None on one CPU.
 
     Deployed, the browser runs on the operator's machine, not beside the sidecar: on a
     small machine sharing every CPU, the browser's bursts of parsing and drawing at each
     load and poll would take the sidecar's CPU, and its requests' times would measure the
-    machine, not the sidecar.
+    machine, not the sidecar. The feeder stands for the worker, which does run beside it.
     """
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return None
-    os.sched_setaffinity(0, cpus[1:])
-    return {cpus[0]}
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
 
 
 def over_p99_by_chance(over: int, requests: int) -> float:
@@ -256,16 +256,20 @@ def main() -> None:
     if not CHROMIUM.exists():
         parser.error(f"Debian's chromium is needed ({CHROMIUM} absent)")
     kinds = page_targets()
-    sidecar_cpus = split_cpus()
-    with (
-        indexed_sidecar(args.events_per_s, sidecar_cpus) as (http, _, stats),
-        sync_playwright() as playwright,
-    ):
-        url = str(http.base_url).rstrip("/")
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        with timed_beside(url, kinds) as beside:
-            opens = [open_page(browser, f"{url}/", args.polls) for _ in range(args.opens)]
-        browser.close()
+    split = split_cpus()
+    if split is not None:
+        os.sched_setaffinity(0, split[0])  # the feeder and the sidecar start from here
+    with indexed_sidecar(args.events_per_s) as (http, _, stats):
+        if split is not None:
+            os.sched_setaffinity(0, split[1])  # and Playwright, Chromium and the client
+        with sync_playwright() as playwright:
+            url = str(http.base_url).rstrip("/")
+            browser = playwright.chromium.launch(
+                executable_path=str(CHROMIUM), args=["--no-sandbox"]
+            )
+            with timed_beside(url, kinds) as beside:
+                opens = [open_page(browser, f"{url}/", args.polls) for _ in range(args.opens)]
+            browser.close()
         api_kinds = [kind for kind in kinds if kind.startswith("/api/")]
         alone = Timings()
         paced(url, api_kinds, alone, threading.Event(), args.rounds)

@@ -150,14 +150,11 @@ def log_tail(log: IO[str]) -> str:
 
 
 @contextmanager
-def sidecar_process(
-    endpoint: str, replay_endpoint: str, log: IO[str], cpus: set[int] | None = None
-) -> Iterator[str]:
+def sidecar_process(endpoint: str, replay_endpoint: str, log: IO[str]) -> Iterator[str]:
     """``kvscope serve`` following the feeder, its output in ``log``; yields its base URL.
 
     ``--port 0`` lets the server pick a free port, which uvicorn's start-up
-    line names. ``cpus``: the CPUs it may run on (default: this process's).
-    The process is stopped (SIGTERM, then SIGKILL) on exit.
+    line names. The process is stopped (SIGTERM, then SIGKILL) on exit.
     """
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--connect", endpoint,
@@ -165,8 +162,6 @@ def sidecar_process(
         env={**os.environ, "KVSCOPE_MAX_BLOCKS": str(2 * BLOCKS)},
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    if cpus is not None:
-        os.sched_setaffinity(process.pid, cpus)  # before it starts its threads, which inherit it
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (found := LISTENING.search(Path(log.name).read_text())):
@@ -199,16 +194,14 @@ def wait_until_full(http: httpx.Client, feeder: SpawnProcess, log: IO[str]) -> d
 
 
 @contextmanager
-def indexed_sidecar(
-    events_per_s: int, sidecar_cpus: set[int] | None = None
-) -> Iterator[tuple[httpx.Client, SpawnProcess, dict]]:
-    """``kvscope serve`` (on ``sidecar_cpus``, by default this process's) tracking ``BLOCKS``
-    blocks under churn from the feeder: a client of it, the feeder (to check it is still
-    alive) and the sidecar's stats once full; all stopped on exit."""
+def indexed_sidecar(events_per_s: int) -> Iterator[tuple[httpx.Client, SpawnProcess, dict]]:
+    """``kvscope serve`` tracking ``BLOCKS`` blocks under churn from the feeder: a client of
+    it, the feeder (to check it is still alive) and the sidecar's stats once full; all stopped
+    on exit."""
     with (
         tempfile.NamedTemporaryFile("w+", prefix="kvscope-serve-", suffix=".log") as log,
         feeder_process(events_per_s) as (feeder, go, endpoint, replay_endpoint),
-        sidecar_process(endpoint, replay_endpoint, log, sidecar_cpus) as url,
+        sidecar_process(endpoint, replay_endpoint, log) as url,
         httpx.Client(base_url=url, timeout=30) as http,
     ):
         go.set()
