@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from offload import CPUOffloadingManager
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
-from offload.cpu.policies.miniature import CANDIDATES, Miniature
+from offload.cpu.policies.miniature import CANDIDATES, MODEL_TURNOVERS, Miniature
 from offload.cpu.policies.offer_history import (
     OFFERS_PER_SLOT,
     PROVEN_OFFERS,
     OfferHistory,
     earns_a_slot,
 )
+from offload.cpu.policies.residency import ResidencyAge
 from offload.telemetry import metrics as m
 from tests.offload.test_manager_metrics import scrape
 
@@ -34,9 +35,13 @@ def gate_only(policy: GatedLRUCachePolicy) -> None:
 
 
 def full_with_a_residency(manager: CPUOffloadingManager, capacity: int) -> None:
-    """Fill the tier, then evict once, so the gate knows how long blocks stay."""
-    for block_hash in range(1000, 1000 + capacity + 1):
+    """Fill the tier, then turn it over as often as the gate waits, so it knows how long
+    blocks stay."""
+    assert isinstance(manager.policy, GatedLRUCachePolicy)
+    turnovers = manager.policy.residency.turnovers
+    for block_hash in range(1000, 1000 + capacity * (1 + turnovers)):
         store(manager, [block_hash])
+    assert manager.policy.residency.age is not None
     manager.take_events()
 
 
@@ -66,6 +71,29 @@ def test_a_block_offered_again_within_the_horizon_is_admitted() -> None:
     assert store(manager, [7]) == [7]  # offered again at once: well within the horizon
     assert manager.lookup([7]) == 1
     assert policy.residency.age is not None
+
+
+def test_the_tier_refuses_nothing_before_it_has_turned_over_after_the_models() -> None:
+    manager, policy = gated(4)
+    assert policy.residency.turnovers == MODEL_TURNOVERS + 1
+    for block_hash in range(1000, 1000 + 4 * (1 + policy.residency.turnovers) - 1):
+        store(manager, [block_hash])  # one block short of the last turnover
+    assert policy.residency.age is None
+    assert manager.stats.store_not_admitted_blocks == 0
+    store(manager, [1])
+    assert policy.residency.age is not None
+    assert store(manager, [2]) == []  # now a first offer is refused
+
+
+def test_residency_age_waits_for_its_turnovers_and_forgets_them_on_clear() -> None:
+    residency = ResidencyAge(10, 2)
+    residency.observe(50, 15)
+    assert residency.age is None  # the fill's ages, not yet the steady state's
+    residency.observe(30, 5)
+    assert residency.age == 40.0  # 20 evicted: two turnovers; 30 weighed 5 / 10 against 50
+    residency.clear()
+    residency.observe(40, 1)
+    assert residency.age is None
 
 
 def test_the_reuse_horizon_rule() -> None:

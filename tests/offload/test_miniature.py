@@ -8,6 +8,7 @@ from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.miniature import (
     CANDIDATES,
     MODEL_SLOTS,
+    MODEL_TURNOVERS,
     Candidate,
     Miniature,
     MiniatureDuel,
@@ -37,14 +38,25 @@ def test_a_model_evicts_the_oldest_and_its_last_stored_block_first() -> None:
     assert list(model.probation) == [6, 1, 5]
 
 
-def test_a_gated_model_refuses_first_offers_once_full() -> None:
+def test_the_tier_evicts_a_stored_run_tail_first() -> None:
+    manager = CPUOffloadingManager(16, 4, "gated")
+    replay(manager, [1, 2, 3, 4])
+    out = manager.prepare_store([5, 6, 7])  # no residency yet: admitted, room made
+    assert out is not None
+    assert out.block_hashes_evicted == [4, 3, 2]  # its last block first, then tail to head
+    manager.complete_store(out.block_hashes_to_store)
+    assert manager.lookup([1]) == 1
+
+
+def test_a_gated_model_refuses_first_offers_once_it_has_turned_over() -> None:
     model = Miniature(2, Candidate(2, 0.0))
     model.run([1, 2], 1.0)  # free slots: admitted
-    model.run([3], 1.0)  # full, and no residency known yet: admitted, one evicted
-    model.run([4, 5], 1.0)  # first offers: refused, the chain stops at 4
-    assert 4 not in model and 5 not in model
-    model.run([4], 1.0)  # offered again at once: within the horizon
-    assert 4 in model
+    model.run([3, 4], 1.0)  # full, and no residency known yet: admitted, a turnover evicted
+    assert model.residency.turnovers == MODEL_TURNOVERS and model.residency.age is not None
+    model.run([5, 6], 1.0)  # first offers: refused, the chain stops at 5
+    assert 5 not in model and 6 not in model
+    model.run([5], 1.0)  # offered again at once: within the horizon
+    assert 5 in model
 
 
 def scan_after_reuse(model: Miniature) -> None:

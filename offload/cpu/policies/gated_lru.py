@@ -1,4 +1,4 @@
-"""LRU behind an admission gate, or SLRU, whichever miniature simulations choose.
+"""SLRU behind an admission gate, or admitting everything, as miniature simulations choose.
 
 Most blocks offered to a KV tier are never loaded: a prompt's tail is new
 text that no later request repeats. Storing them evicts blocks that would
@@ -11,25 +11,29 @@ whatever its gap.
 
 Which horizon pays depends on the workload: where sessions come back soon,
 refusing first offers loses a turn of hits, and admitting everything is
-best; there, a protected segment (SLRU) keeps blocks reused since their store
-apart, so one-off prompts churn only the probation segment. So the tier runs
-as the candidate (a horizon, or admit everything with a protected segment)
-whose miniature model has had the most recent hits (``MiniatureDuel``): it
-follows the best candidate instead of betting on one.
+best. Either way a protected segment (SLRU) keeps blocks reused since their
+store apart, so blocks not reused churn only the probation segment; its
+share is the candidate's. So the tier runs as the candidate (a horizon, or
+admit everything, each with its protected share) whose miniature model has
+had the most recent hits (``MiniatureDuel``): it follows the best candidate
+instead of betting on one.
 
 Admission walks a store's blocks in prompt order and stops at the first
 refusal: a block is useful only while every block before it is present, so
 storing the rest of a chain behind a refused block would fill slots that no
 lookup can reach. While there are free slots, blocks are admitted: a free
-slot costs nothing to fill.
+slot costs nothing to fill. Nor does the tier refuse anything until it has
+turned over one more time than the models wait (``MODEL_TURNOVERS``): the
+models refuse first, and the tier follows their verdict, not a guess.
 
-Eviction is the LRU's (tail of a chain before its head) over the probation
-segment, the protected one's oldest only when probation has no idle block.
-The clock is the LRU's own order, which every touched, stored or refused
-block advances. Memory beyond the LRU's: the offer history, at most
-``OFFERS_PER_SLOT * capacity`` hashes, one float, the protected segment
-(resident blocks only, moved out of the LRU's tables), and the miniatures,
-whose size does not grow with the tier (see ``MiniatureDuel``).
+Eviction is the LRU's (tail of a chain before its head, a stored run's too)
+over the probation segment, the protected one's oldest only when probation
+has no idle block. The clock is the LRU's own order, which every touched,
+stored or refused block advances. Memory beyond the LRU's: the offer
+history, at most ``OFFERS_PER_SLOT * capacity`` hashes, a few numbers, the
+protected segment (resident blocks only, moved out of the LRU's tables), and
+the miniatures, whose size does not grow with the tier (see
+``MiniatureDuel``).
 """
 
 from __future__ import annotations
@@ -42,21 +46,26 @@ from offload.base import BlockHash
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import take_idle
 from offload.cpu.policies.lru import _POSITION_BITS, LRUCachePolicy
-from offload.cpu.policies.miniature import MiniatureDuel, demote_last, demote_overflow
+from offload.cpu.policies.miniature import (
+    MODEL_TURNOVERS,
+    MiniatureDuel,
+    demote_last,
+    demote_overflow,
+)
 from offload.cpu.policies.offer_history import OfferHistory, earns_a_slot
 from offload.cpu.policies.residency import ResidencyAge
 from offload.cpu.request_recency import RequestRecency
 
 
 class GatedLRUCachePolicy(LRUCachePolicy):
-    """LRU behind a reuse-horizon gate, or SLRU; see the module docstring."""
+    """SLRU behind a reuse-horizon gate, or admitting everything; see the module docstring."""
 
     name = "gated"
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
         self.offers = OfferHistory(capacity)
-        self.residency = ResidencyAge(capacity)
+        self.residency = ResidencyAge(capacity, MODEL_TURNOVERS + 1)
         self.duel = MiniatureDuel(capacity)
         self._touched: list[BlockHash] | None = None
         """The last touch's request, fed to the models with the store that follows it."""
@@ -70,10 +79,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         block_hashes = list(block_hashes)
         self._feed_touched()
         self._touched = block_hashes
-        if self._protected_slots or self._protected:
-            self._promote(block_hashes, None)
-        else:
-            super().touch(block_hashes)
+        self._promote(block_hashes, None)
 
     def insert(
         self,
@@ -81,16 +87,22 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         blocks: Sequence[Block],
         request: RequestRecency | None = None,
     ) -> None:
-        """As the LRU, but a store's last block goes to the eviction end.
+        """As the LRU, but a stored run loses its tail first, its last block soonest.
 
-        A store ends where its prompt ends, in a block the next turn sees under
-        a new hash (a partial block, completed later): it is the block least
-        likely to be loaded. A store that names its request is ranked by the
-        request instead (vLLM's connector, which never stores a partial block).
+        The run is ranked head newest, as a touch ranks a chain: a lookup
+        needs the head before anything behind it, so evicting the head first
+        would strand the rest of the run where no lookup reaches it. A store
+        ends where its prompt ends, in a block the next turn sees under a new
+        hash (a partial block, completed later): it is the block least likely
+        to be loaded, so it goes to the eviction end. A store that names its
+        request is ranked by the request instead (vLLM's connector, which
+        never stores a partial block).
         """
-        super().insert(block_hashes, blocks, request)
-        if request is None:
-            demote_last(self._used, block_hashes[-1])
+        if request is not None:
+            super().insert(block_hashes, blocks, request)
+            return
+        super().insert(block_hashes[::-1], blocks[::-1])
+        demote_last(self._used, block_hashes[-1])
 
     def finish(self, block_hashes: Sequence[BlockHash], reused: Container[BlockHash]) -> None:
         """The request's use, for the tier's recency only: its blocks were already seen.
@@ -98,10 +110,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         Only the blocks it found stored were reused: the ones it stored itself
         stay in probation.
         """
-        if self._protected_slots or self._protected:
-            self._promote(block_hashes, reused)
-        else:
-            super().touch(block_hashes)
+        self._promote(block_hashes, reused)
 
     def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
         """As the LRU, for probation blocks: a protected block keeps its segment's order."""

@@ -41,19 +41,35 @@ class Candidate(NamedTuple):
     eviction while others remain (SLRU's protected segment); 0 is plain LRU."""
 
 
-CANDIDATES: tuple[Candidate, ...] = (Candidate(2, 0.0), Candidate(None, 0.5), Candidate(1, 0.0))
+CANDIDATES: tuple[Candidate, ...] = (
+    Candidate(2, 0.25),
+    Candidate(None, 0.5),
+    Candidate(1, 0.25),
+)
 """The first leads until a model has hits: the gate's reasoned default (a block
-back within two residencies would likely still be resident). The gates keep
-plain LRU order: a refused first offer already keeps one-off blocks out. Admit
-everything protects half the tier for reused blocks, so a scan of one-off
-blocks churns only the other half (SLRU's split, Karedla et al., 1994)."""
+back within two residencies would likely still be resident). Admit everything
+protects half the tier for reused blocks, so a scan of one-off blocks churns
+only the other half (SLRU's split, Karedla et al., 1994). The gates protect a
+quarter: what they admit was offered before, so fewer one-offs churn
+probation, but a block reused since its store still outlives one that was
+not; half would hold blocks past their reuse that the gate's newer
+admissions need room for."""
 MODEL_SLOTS = 256
 """Sampled slots a model keeps at least (when the tier has that many): enough
 for its hit count to rank horizons, few enough that its cost stays small."""
-WINDOW_CAPACITIES = 4
-"""Hits count over about this many model capacities of sampled references:
-a few turnovers of the tier, so one burst does not flip the choice, yet a
-change of workload does within a few turnovers."""
+WINDOW_CAPACITIES = 16
+"""Hits count over about this many model capacities of sampled references.
+A change of candidate costs the tier what the dropped candidate built (the
+protected segment, or the gate's selection), which no model counts, so the
+lead must last: over a few turnovers only, a mix of scans and reuse flips the
+tier back and forth and leaves it below both candidates. A change of workload
+still moves the choice within this many turnovers."""
+MODEL_TURNOVERS = 1
+"""Turnovers a model waits before its gate refuses (``ResidencyAge``): one, so
+its residency age is the steady state's, not the fill's. The tier waits one
+more (``GatedLRUCachePolicy``): by the time it could refuse a block, the gate
+models have refused blocks for a whole turnover, so where refusing loses
+(sessions that return at once), the duel has already left the gate."""
 _MIX = 0x9E3779B97F4A7C15
 """Fibonacci hashing's multiplier: spreads consecutive ids over the sample."""
 
@@ -94,7 +110,7 @@ class Miniature:
         self.protected: OrderedDict[BlockHash, int] = OrderedDict()
         """Blocks reused since their store, oldest first (empty in plain LRU)."""
         self.offers = OfferHistory(self.slots)
-        self.residency = ResidencyAge(self.slots)
+        self.residency = ResidencyAge(self.slots, MODEL_TURNOVERS)
         self.clock = 0
         self.hits = 0.0
 
@@ -130,10 +146,14 @@ class Miniature:
         clock += len(offered)  # refused blocks were seen too, as in the tier
         if len(new) > self.slots:
             new = []  # the tier cannot make that much room: it refuses the store
-        for _ in range(len(self) + len(new) - self.slots):
-            _, last_use = (probation or protected).popitem(last=False)
-            self.residency.observe(clock - last_use, 1)
-        for block_hash in new:
+        excess = len(self) + len(new) - self.slots
+        if excess > 0:
+            # As the tier times an eviction: the oldest block's age, weighed by the count.
+            oldest = next(iter((probation or protected).values()))
+            for _ in range(excess):
+                (probation or protected).popitem(last=False)
+            self.residency.observe(clock - oldest, excess)
+        for block_hash in reversed(new):  # head newest, as the tier ranks a stored run
             probation[block_hash] = clock
         if new:
             demote_last(probation, new[-1])

@@ -12,22 +12,35 @@ class ResidencyAge:
     """A moving average of the age of evicted blocks, in the policy's clock ticks.
 
     Each eviction of n blocks weighs n / capacity: the average spans about
-    one tier's worth of evictions, however the stores are batched.
+    one tier's worth of evictions, however the stores are batched. ``age``
+    stays None until ``turnovers`` tiers' worth of blocks were evicted: the
+    first evictions follow the fill, when every block is as old as the fill,
+    so the average means nothing before a turnover; the gate refuses nothing
+    while it has no age.
     """
 
-    __slots__ = ("age", "capacity")
+    __slots__ = ("_average", "_evicted", "age", "capacity", "turnovers")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, turnovers: int) -> None:
         self.capacity = capacity
+        self.turnovers = turnovers
         self.age: float | None = None
-        """None until the first eviction: before the tier is full, nothing is old."""
+        """None until the tier has turned over ``turnovers`` times."""
+        self._average: float | None = None
+        self._evicted = 0
+        """Blocks evicted so far, counted until ``age`` is published."""
 
     def observe(self, age: int, evicted: int) -> None:
+        if self._average is None:
+            self._average = float(age)
+        else:
+            self._average += (age - self._average) * min(1.0, evicted / self.capacity)
         if self.age is None:
-            self.age = float(age)
-            return
-        weight = min(1.0, evicted / self.capacity)
-        self.age += (age - self.age) * weight
+            self._evicted += evicted
+            if self._evicted < self.turnovers * self.capacity:
+                return
+        self.age = self._average
 
     def clear(self) -> None:
-        self.age = None
+        self.age = self._average = None
+        self._evicted = 0
