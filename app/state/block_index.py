@@ -17,17 +17,19 @@ import msgspec
 
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
-from app.state.stranded import StrandedBlocks
+from app.state.stranded import MASK, SEQ, STRANDED, StrandedBlocks
 
 # Per block, the index keeps one tuple of atomic values (location mask,
-# sequence, first stored, last stored, hits, block size) in one dict, never a
-# mutable object: the cyclic garbage collector stops tracking such tuples, so
-# an index of millions of blocks adds nothing to every full collection's walk
-# (with a list per block, those walks grow with the index and pause ingest).
+# sequence, first stored, last stored, hits, block size, and for
+# app/state/stranded.py the parent its store named and whether it is
+# stranded; the positions are stranded.py's MASK, SEQ, PARENT, STRANDED) in
+# one dict, never a mutable object: the cyclic garbage collector stops
+# tracking such tuples, so an index of millions of blocks adds nothing to
+# every full collection's walk (with a list per block, those walks grow with
+# the index and pause ingest).
 # One dict, not one per field: CPython rebuilds a dict that churn has filled
 # with deleted slots in one go, and at a million entries each rebuild stalls
 # ingest and every request for tens of milliseconds.
-_MASK, _SEQ = 0, 1
 
 _COMPACT_SLACK: Final = 1024
 """Dead listing slots tolerated beyond the live count before the listing is rebuilt."""
@@ -98,8 +100,11 @@ class BlockIndex:
         self._media: set[str] = set()
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
-        # block hash -> (location bits, sequence, first stored, last stored, hits, block size)
-        self._blocks: dict[Hashable, tuple[int, int, float, float, int, int | None]] = {}
+        # block hash -> (location bits, sequence, first stored, last stored, hits, block size,
+        # parent, stranded)
+        self._blocks: dict[
+            Hashable, tuple[int, int, float, float, int, int | None, Hashable | None, bool]
+        ] = {}
         # Every entry ever created, by sequence, for paging; an item is dead once
         # its hash is gone or was re-created under a later sequence.
         self._listing_seqs: list[int] = []
@@ -144,6 +149,7 @@ class BlockIndex:
         parent = event.parent_block_hash
         seq = self._next_seq
         added = refused = 0
+        parents: list[Hashable | None] = []  # of each block entered, in order
         for block_hash in event.block_hashes:
             entry = blocks.get(block_hash)
             if entry is None:
@@ -153,22 +159,25 @@ class BlockIndex:
                     continue
                 room -= 1
                 added += 1
-                blocks[block_hash] = (bit, seq, now, now, 0, block_size)
+                blocks[block_hash] = (bit, seq, now, now, 0, block_size, parent, False)
                 list_seq(seq)
                 list_hash(block_hash)
                 seq += 1
-                stranded.stored(block_hash, parent)
+                parents.append(parent)
                 parent = block_hash
                 continue
             parent = block_hash
-            mask, created, first, _last, hits, size = entry
+            mask, created, first, _last, hits, size, above, flag = entry
             if mask & reload_bits:
                 hits += 1
             if not mask & bit:
                 mask |= bit
                 added += 1
-                stranded.moved(block_hash, bit, 1)
-            blocks[block_hash] = (mask, created, first, now, hits, size)
+                if flag:
+                    stranded.count(bit, 1)
+            blocks[block_hash] = (mask, created, first, now, hits, size, above, flag)
+        if parents:  # the blocks entered are the listing's newest items
+            stranded.stored(self._listing_hashes[-len(parents) :], parents)
         self._next_seq = seq
         self._counts[number] += added
         self.overflow += refused
@@ -179,21 +188,23 @@ class BlockIndex:
             return
         bit = 1 << number
         blocks = self._blocks
+        stranded = self.stranded
         removed = 0
         # Tail first: a chain listed head first then leaves without stranding,
         # one after another, every block below the head (the result is the same).
         for block_hash in reversed(event.block_hashes):
             entry = blocks.get(block_hash)
-            if entry is None or not entry[_MASK] & bit:
+            if entry is None or not entry[MASK] & bit:
                 continue
             removed += 1
-            mask = entry[_MASK] ^ bit
+            mask = entry[MASK] ^ bit
             if mask:
                 blocks[block_hash] = (mask, *entry[1:])
-                self.stranded.moved(block_hash, bit, -1)
+                if entry[STRANDED]:
+                    stranded.count(bit, -1)
             else:
                 del blocks[block_hash]
-                self.stranded.gone(block_hash, bit)
+                stranded.gone(block_hash, entry)
         self._counts[number] -= removed
         self.untracked_removals += len(event.block_hashes) - removed
 
@@ -225,16 +236,18 @@ class BlockIndex:
         keep = ~bits
         blocks = self._blocks
         stranded = self.stranded
-        for block_hash, entry in list(blocks.items()):
-            dropped = entry[_MASK] & bits
+        for block_hash in list(blocks):
+            entry = blocks[block_hash]  # read now: a drop before it may have changed its flag
+            dropped = entry[MASK] & bits
             if not dropped:
                 continue
-            if mask := entry[_MASK] & keep:
+            if mask := entry[MASK] & keep:
                 blocks[block_hash] = (mask, *entry[1:])
-                stranded.moved(block_hash, dropped, -1)
+                if entry[STRANDED]:
+                    stranded.count(dropped, -1)
             else:
                 del blocks[block_hash]
-                stranded.gone(block_hash, dropped)
+                stranded.gone(block_hash, entry)
         for number, (owner, _medium) in enumerate(self._location_names):
             if owner == publisher:
                 self._counts[number] = 0
@@ -256,7 +269,7 @@ class BlockIndex:
         """
         if len(self._listing_seqs) > 2 * len(self._blocks) + _COMPACT_SLACK:
             self._listing_hashes = list(self._blocks)
-            self._listing_seqs = list(map(itemgetter(_SEQ), self._blocks.values()))
+            self._listing_seqs = list(map(itemgetter(SEQ), self._blocks.values()))
 
     def set_block_bytes(self, publisher: str, medium: str, block_bytes: int) -> None:
         """Declare the size in bytes of one of ``publisher``'s blocks on ``medium``.
@@ -310,7 +323,7 @@ class BlockIndex:
             entry = blocks.get(block_hash)
             if entry is None:
                 break
-            mask = entry[_MASK]
+            mask = entry[MASK]
             for medium, bits in list(alive.items()):
                 if not mask & bits:
                     runs[medium] = length
@@ -343,7 +356,7 @@ class BlockIndex:
         for position in range(start, len(seqs) if bits else start):
             block_hash = hashes[position]
             entry = blocks.get(block_hash)
-            if entry is not None and entry[_SEQ] == seqs[position] and entry[_MASK] & bits:
+            if entry is not None and entry[SEQ] == seqs[position] and entry[MASK] & bits:
                 if len(found) == limit:
                     return found, found[-1].seq
                 found.append(self._snapshot(block_hash))
@@ -364,7 +377,7 @@ class BlockIndex:
         return bits
 
     def _snapshot(self, block_hash: Hashable) -> BlockEntry:
-        mask, seq, first, last, hits, block_size = self._blocks[block_hash]
+        mask, seq, first, last, hits, block_size, _parent, _stranded = self._blocks[block_hash]
         held = [key for number, key in enumerate(self._location_names) if mask >> number & 1]
         return BlockEntry(
             block_hash=block_hash,

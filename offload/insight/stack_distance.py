@@ -40,7 +40,16 @@ class LRUStackCurve:
             raise ValueError(f"capacities must be nondecreasing whole numbers >= 0, got {sizes}")
         self.capacities = tuple(sizes)
         self._segments: list[OrderedDict[BlockHash, None]] = [OrderedDict() for _ in sizes]
-        self._room = [high - low for low, high in zip([0, *sizes], sizes, strict=False)]
+        rooms = [high - low for low, high in zip([0, *sizes], sizes, strict=False)]
+        belows: list[OrderedDict[BlockHash, None] | None] = [*self._segments[1:], None]
+        self._spills = [
+            (segment, room, below, number)
+            for number, (segment, room, below) in enumerate(
+                zip(self._segments, rooms, belows, strict=True), 1
+            )
+        ]
+        """Top first: each segment, the blocks it holds at most, the segment its overflow goes
+        to (None under the last: forgotten) and that one's number."""
         self._segment_of: dict[BlockHash, int] = {}
         # _counts[k]: references whose prefix first fits at capacities[k]; the last: never.
         self._counts = [0] * (len(sizes) + 1)
@@ -73,35 +82,26 @@ class LRUStackCurve:
                 deepest = segment
             counts[deepest] += 1
         self.refs += len(block_hashes)
-        if not segments:
-            return
         # The prompt's head ends newest: insert tail first (a repeat counts where it first is).
-        group = list(reversed(dict.fromkeys(block_hashes)))
-        for block_hash in group:
+        top = segments[0]
+        for block_hash in reversed(dict.fromkeys(block_hashes)):
             segment = where(block_hash)
             if segment is not None:
                 del segments[segment][block_hash]
-        top = segments[0]
-        for block_hash in group:
             top[block_hash] = None
             segment_of[block_hash] = 0
-        self._spill()
-
-    def _spill(self) -> None:
-        """Move each segment's oldest overflow one segment down; the last one's is forgotten."""
-        segments, segment_of, room = self._segments, self._segment_of, self._room
-        last = len(segments) - 1
-        for index, segment in enumerate(segments):
-            excess = len(segment) - room[index]
+        # Each segment's oldest overflow moves one segment down; the last one's is forgotten.
+        # Inline, not a method: it runs per request, and most requests are a block or two.
+        for segment, room, below, deeper in self._spills:
+            excess = len(segment) - room
             if excess <= 0:
                 return  # nothing spilled into the segments below either
             pop = segment.popitem
-            if index < last:
-                below, deeper = segments[index + 1], index + 1
-                for _ in range(excess):
-                    block_hash = pop(False)[0]
-                    below[block_hash] = None
-                    segment_of[block_hash] = deeper
-            else:
+            if below is None:
                 for _ in range(excess):
                     del segment_of[pop(False)[0]]
+                return
+            for _ in range(excess):
+                block_hash = pop(False)[0]
+                below[block_hash] = None
+                segment_of[block_hash] = deeper
