@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from offload.insight.sampling import SpatialSampler
+from offload.insight.sampling import PRIME, SpatialSampler
 
 
 @pytest.mark.parametrize("rate", [0.01, 0.1, 0.5])
@@ -20,6 +20,23 @@ def test_sequential_ids_are_kept_at_the_rate(rate: float) -> None:
 def test_digests_are_kept_at_the_rate() -> None:
     digests = [hashlib.sha256(str(i).encode()).digest() for i in range(50_000)]
     assert len(SpatialSampler(0.1).sample(digests)) / 50_000 == pytest.approx(0.1, rel=0.05)
+
+
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=50), st.integers(0, 9))
+def test_a_bytes_hash_is_sampled_as_the_int_of_its_first_8_bytes(
+    request: list[bytes], seed: int
+) -> None:
+    """Whatever its length (a hash shorter than 8 bytes takes the slower path): the test
+    reads the same int as ``is_sampled``, little-endian, for bytes and bytearray alike."""
+    sampler = SpatialSampler(0.3, seed)
+    expected = [
+        h
+        for h in request
+        if int.from_bytes(h[:8], "little") * sampler.multiplier % PRIME < sampler.threshold
+    ]
+    assert sampler.sample(request) == expected
+    assert [h for h in request if sampler.is_sampled(h)] == expected
+    assert sampler.sample([bytearray(h) for h in request]) == [bytearray(h) for h in expected]
 
 
 @given(st.lists(st.integers(0, 2**62), max_size=50), st.integers(0, 9))
