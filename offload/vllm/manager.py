@@ -12,6 +12,11 @@ With kvscope's publisher on, each stored run names its parent (the key one
 chunk before it in its request, from the request's chain), and with a
 sampler each scheduling of a request goes into the sampled access stream
 once, however many times vLLM looked it up before scheduling it.
+
+kvscope's publisher names CPU blocks by raw block hash, as vLLM's GPU events
+name the prefix cache's blocks, so that the sidecar sees a block held on both
+tiers as one block: each offload key's block hash without its group bytes
+(see ``_published``).
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from vllm.v1.kv_offload.base import (
     ReqContext,
     RequestOffloadingContext,
     ScheduleEndContext,
+    get_offload_block_hash,
 )
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
+from offload.base import OffloadingEvent as TierEvent
 from offload.cpu.manager import CPUOffloadingManager
 from offload.vllm.request_access import RequestAccess
 from offload.vllm.settings import SpecSettings
@@ -315,7 +322,7 @@ class KVScopeManager(OffloadingManager):
         if not events:
             return
         if self.telemetry is not None:
-            self._outbox.extend(events)
+            self._outbox.extend(map(_published, events))
         if vllm and self._events is not None:
             medium, converted = self.medium, self._events
             start = len(converted)
@@ -328,3 +335,25 @@ class KVScopeManager(OffloadingManager):
                     converted.append(
                         OffloadingEvent(list(event.block_hashes), medium, event.removed)
                     )
+
+
+def _published(event: TierEvent) -> TierEvent:
+    """A core event as kvscope's publisher names it: raw block hashes, parent included.
+
+    vLLM makes a chunk's offload key from the hash of the chunk's last block
+    and its KV cache group; its GPU events name that same block by the hash
+    alone. Stripping the group therefore puts CPU and GPU blocks in one
+    namespace, with no memory: a removal strips the same key as its store, so
+    it names exactly the hashes the store named. The parent, the key of the
+    chunk before, becomes the raw hash of the block before the chunk. A chunk
+    of several blocks is named by its last block only: vLLM hands a manager no
+    other hash of the chunk.
+    """
+    parent = event.parent_block_hash
+    return TierEvent(
+        [get_offload_block_hash(key) for key in event.block_hashes],
+        event.block_size,
+        event.medium,
+        event.removed,
+        None if parent is None else get_offload_block_hash(parent),
+    )
