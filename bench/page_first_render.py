@@ -93,12 +93,8 @@ class PageOpen:
     """One cold open of the page, as its browser saw it."""
 
     first_render_ms: float
-    client: dict[str, list[float]]
-    """Every request the page made (ms as the browser timed it), by kind (``request_kind``)."""
-    server: dict[str, list[float]]
-    """The same, in the sidecar's own time (its ``Server-Timing``)."""
     polled: set[str]
-    """The kinds requested after the first render: the page's polls."""
+    """The routes requested after the first render: the page's polls."""
     script_bytes: int
 
 
@@ -117,8 +113,9 @@ def route(kind: str) -> str:
     return "/static/\u2026" if kind.startswith("/static/") else kind
 
 
-def open_page(browser: Browser, url: str, polls: int) -> PageOpen:
-    """Open the page cold, wait for its first render, then for ``polls`` more API requests."""
+def open_page(browser: Browser, url: str, polls: int, timings: Timings) -> PageOpen:
+    """Open the page cold, wait for its first render, then for ``polls`` more API requests;
+    every request it made goes into ``timings`` (ms as the browser timed it)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     finished: list[Request] = []
@@ -130,18 +127,17 @@ def open_page(browser: Browser, url: str, polls: int) -> PageOpen:
     for _ in range(polls):
         with page.expect_request_finished(lambda r: "/api/v1/" in r.url):
             pass  # the page's own timer makes the request
-    client: dict[str, list[float]] = defaultdict(list)
-    server: dict[str, list[float]] = defaultdict(list)
     for request in finished:
-        kind = request_kind(request.url)
-        client[kind].append(request.timing["responseEnd"] - request.timing["requestStart"])
         response = request.response()
-        if response is not None:
-            server[kind].append(server_ms(response.headers))
-    polled = {request_kind(request.url) for request in finished[at_render:]}
+        timings.add(
+            request_kind(request.url),
+            request.timing["responseEnd"] - request.timing["requestStart"],
+            None if response is None else server_ms(response.headers),
+        )
+    polled = {route(request_kind(request.url)) for request in finished[at_render:]}
     scripts = sum(r.sizes()["responseBodySize"] for r in finished[:at_render] if ".js" in r.url)
     context.close()
-    return PageOpen(first_render, client, server, polled, scripts)
+    return PageOpen(first_render, polled, scripts)
 
 
 def server_ms(headers: Mapping[str, str]) -> float:
@@ -159,11 +155,17 @@ def page_targets() -> list[str]:
 
 
 class Timings:
-    """Milliseconds per request by kind: as the client saw them, and the sidecar's own."""
+    """Milliseconds per request by route (``route``): as the client saw them, and the
+    sidecar's own (its ``Server-Timing``)."""
 
     def __init__(self) -> None:
         self.client: dict[str, list[float]] = defaultdict(list)
         self.server: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, kind: str, client_ms: float, server_ms: float | None) -> None:
+        self.client[route(kind)].append(client_ms)
+        if server_ms is not None:
+            self.server[route(kind)].append(server_ms)
 
     def get(self, http: httpx.Client, kind: str) -> None:
         """One request of ``kind``; the incremental history read asks for the last 2 s."""
@@ -174,9 +176,9 @@ class Timings:
             params, target = None, kind
         began = time.perf_counter()
         response = http.get(target, params=params)
-        self.client[kind].append((time.perf_counter() - began) * 1e3)
+        took = (time.perf_counter() - began) * 1e3
         response.raise_for_status()
-        self.server[kind].append(server_ms(response.headers))
+        self.add(kind, took, server_ms(response.headers))
 
 
 def paced(
@@ -267,12 +269,13 @@ def main() -> None:
             browser = playwright.chromium.launch(
                 executable_path=str(CHROMIUM), args=["--no-sandbox"]
             )
-            with timed_beside(url, kinds) as beside:
-                opens = [open_page(browser, f"{url}/", args.polls) for _ in range(args.opens)]
+            page = Timings()
+            with timed_beside(url, kinds) as api:
+                opens = [open_page(browser, f"{url}/", args.polls, page) for _ in range(args.opens)]
             browser.close()
         api_kinds = [kind for kind in kinds if kind.startswith("/api/")]
-        alone = Timings()
-        paced(url, api_kinds, alone, threading.Event(), args.rounds)
+        api_alone = Timings()
+        paced(url, api_kinds, api_alone, threading.Event(), args.rounds)
         tracked = http.get("/api/v1/stats").json()["tracked_blocks"]
     renders = [opened.first_render_ms for opened in opens]
     emit(
@@ -285,19 +288,7 @@ def main() -> None:
             "within_bound": max(renders) < FIRST_RENDER_BOUND_MS,
         }
     )  # fmt: skip
-    page = PageOpen(0.0, defaultdict(list), defaultdict(list), set(), 0)
-    for opened in opens:
-        for kind, times in opened.client.items():
-            page.client[route(kind)] += times
-        for kind, times in opened.server.items():
-            page.server[route(kind)] += times
-        page.polled |= {route(kind) for kind in opened.polled}
-    api, api_alone = Timings(), Timings()
-    for measured, grouped in ((beside, api), (alone, api_alone)):
-        for kind, times in measured.client.items():
-            grouped.client[route(kind)] += times
-        for kind, times in measured.server.items():
-            grouped.server[route(kind)] += times
+    polled = set().union(*(opened.polled for opened in opens))
     for path in sorted(page.server):
         server_p99, api_server_p99 = p99(page.server[path]), p99(api.server[path])
         client_p99, api_client_p99 = p99(page.client[path]), p99(api.client[path])
@@ -306,7 +297,7 @@ def main() -> None:
         emit(
             {
                 "bench": "page_first_render", "measure": "page_request_ms", "request": path,
-                "polled": path in page.polled,
+                "polled": path in polled,
                 "requests": len(page.server[path]), "api_requests": len(api.server[path]),
                 "server_page_p99": round(server_p99, 2),
                 "server_page_max": round(max(page.server[path]), 2),
