@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Final
 
 from app.settings import InsightConfig
@@ -152,23 +154,27 @@ class PublisherInsight:
         self.frames += 1
         self.ts = frame.ts
         self.requests += len(frame.requests) + frame.unsampled_requests
-        self.block_refs += frame.block_refs
+        block_refs = frame.block_refs
+        self.block_refs += block_refs
         self.sampled_refs += frame.sampled_refs
         self.worker_shed_requests = frame.shed_requests
         self.worker_shed_block_refs = frame.shed_block_refs
-        requests = [(r.sampled, r.block_refs) for r in frame.requests]
-        unsampled = frame.unsampled_block_refs
+        # Each simulation takes the frame whole, in columns (the sampled blocks, the block
+        # counts): one call and a few C-level passes per frame, no object per request.
+        sampled = [r.sampled for r in frame.requests]
         if self._stack is not None:
-            narrowed = _narrowed(requests, self._stack_sampler)
+            narrowed = _narrowed(sampled, self._stack_sampler)
             with self.lock:
-                record = self._stack.record
-                for sampled, refs in narrowed:
-                    record(sampled, refs)
-                record([], unsampled)
+                self._stack.record_many(narrowed, block_refs)
+        if self.rates.shadows is None and self._window is None:
+            return
+        refs = [r.block_refs for r in frame.requests]
+        unsampled = frame.unsampled_block_refs
         if self.rates.shadows is not None:
-            self._queue_shadows(_narrowed(requests, self._shadow_sampler), unsampled)
+            shadowed = _narrowed(sampled, self._shadow_sampler)
+            self._queue_shadows(shadowed, refs, unsampled, block_refs)
         if self._window is not None:
-            self._record_window(_narrowed(requests, self._window_sampler), unsampled)
+            self._record_window(_narrowed(sampled, self._window_sampler), refs, unsampled)
 
     def _rebuild(self, stream: SampledStream) -> None:
         """Start the simulations over for ``stream``, at rates that fit the memory bound."""
@@ -218,25 +224,29 @@ class PublisherInsight:
         )
         return Rates(stack, shadow, window)
 
-    def _queue_shadows(self, requests: list[tuple[list[BlockHash], int]], unsampled: int) -> None:
+    def _queue_shadows(
+        self, sampled: list[Sequence[BlockHash]], refs: list[int], unsampled: int, block_refs: int
+    ) -> None:
+        """The frame for the shadow tiers (``block_refs``: all it stands for), or counted shed."""
         generation = self.generation
-        refs = unsampled + sum(r for _, r in requests)
 
         def apply(pace: Pace) -> None:
-            self._run_shadows(generation, requests, unsampled, pace)
+            self._run_shadows(generation, sampled, refs, unsampled, pace)
 
         def shed() -> None:
             self.shadow_shed_frames += 1
-            self.shadow_shed_block_refs += refs
+            self.shadow_shed_block_refs += block_refs
 
-        self.queue.put(ShadowWork(apply, shed, hashes_bytes([s for s, _ in requests])))
+        self.queue.put(ShadowWork(apply, shed, hashes_bytes(sampled)))
 
-    def _record_window(self, requests: list[tuple[list[BlockHash], int]], unsampled: int) -> None:
+    def _record_window(
+        self, sampled: list[Sequence[BlockHash]], refs: list[int], unsampled: int
+    ) -> None:
         """The frame into the optimum's window; its recomputation queued once it is due."""
         window = self._window
         assert window is not None
         with self.lock:
-            window.record(requests, unsampled)
+            window.record(sampled, refs, unsampled)
             due = window.due() and not self._window_queued
         if not due:
             return
@@ -256,7 +266,8 @@ class PublisherInsight:
     def _run_shadows(
         self,
         generation: int,
-        requests: list[tuple[list[BlockHash], int]],
+        sampled: list[Sequence[BlockHash]],
+        refs: list[int],
         unsampled: int,
         pace: Pace,
     ) -> None:
@@ -270,11 +281,11 @@ class PublisherInsight:
             if self._shadows is None:
                 self._shadows = CurveEstimator(stream.capacity, rate, self._shadow_policies)
             shadows = self._shadows
-        for sampled, refs in [*requests, ([], unsampled)]:
+        for hashes, block_refs in chain(zip(sampled, refs, strict=True), [((), unsampled)]):
             with self.lock:
                 if generation != self.generation:
                     return
-                shadows.record(sampled, refs)
+                shadows.record(hashes, block_refs)
             pace()
 
     def _run_window(self, generation: int, pace: Pace) -> None:
@@ -344,11 +355,12 @@ def _sampler(stream: SampledStream, rate: float | None) -> SpatialSampler | None
 
 
 def _narrowed(
-    requests: list[tuple[list[BlockHash], int]], sampler: SpatialSampler | None
-) -> list[tuple[list[BlockHash], int]]:
+    sampled: list[Sequence[BlockHash]], sampler: SpatialSampler | None
+) -> list[Sequence[BlockHash]]:
+    """Each request's sampled blocks that ``sampler`` keeps (all of them without one)."""
     if sampler is None:
-        return requests
-    return [(sampler.sample(sampled), refs) for sampled, refs in requests]
+        return sampled
+    return [sampler.sample(hashes) for hashes in sampled]
 
 
 class InsightState:

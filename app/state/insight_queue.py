@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Final
 
 from offload.base import BlockHash
@@ -27,16 +28,24 @@ BYTES_HASH_OVERHEAD: Final = 33
 """A bytes object's header; its content adds its length."""
 
 
-def hashes_bytes(requests: list[list[BlockHash]]) -> int:
-    """About the memory these requests hold (lists, slots and hash objects)."""
-    total = LIST_BYTES
-    for request in requests:
-        total += LIST_BYTES + HASH_REF_BYTES * len(request)
-        if request and type(request[0]) is int:
-            total += INT_HASH_BYTES * len(request)
-        else:
-            total += sum(BYTES_HASH_OVERHEAD + len(h) for h in request)  # type: ignore[arg-type]
-    return total
+def hashes_bytes(requests: Sequence[Sequence[BlockHash]]) -> int:
+    """About the memory these requests hold (lists, slots and hash objects).
+
+    A worker's hashes share one type, so the frame is priced in C-level passes
+    (its hash types, then their lengths); only a frame that mixes types, which
+    no worker sends, is priced hash by hash.
+    """
+    flat = list(chain.from_iterable(requests))
+    total = LIST_BYTES * (len(requests) + 1) + HASH_REF_BYTES * len(flat)
+    types = set(map(type, flat))
+    if types <= {int}:
+        return total + INT_HASH_BYTES * len(flat)
+    if types == {bytes}:
+        return total + BYTES_HASH_OVERHEAD * len(flat) + sum(map(len, flat))  # type: ignore[arg-type]
+    return total + sum(
+        INT_HASH_BYTES if type(h) is int else BYTES_HASH_OVERHEAD + len(h)  # type: ignore[arg-type]
+        for h in flat
+    )
 
 
 Pace = Callable[[], None]

@@ -91,13 +91,31 @@ class CurveEstimator:
         """One request: its sampled blocks in prompt order, and how many blocks it had in all."""
         if block_refs < len(sampled):
             raise ValueError(f"a request of {block_refs} blocks cannot have {len(sampled)} sampled")
+        self.record_many([sampled], block_refs)
+
+    def record_many(self, requests: Sequence[Sequence[BlockHash]], block_refs: int) -> None:
+        """Requests in order, each its sampled blocks in prompt order (empty: none sampled), and
+        how many blocks they had in all.
+
+        A sample frame's worth in one call, as the ingest thread feeds the stack: the
+        calls and the look-ups of the stack's parts are paid once per frame, not once per
+        request. Each request's own bound (no more sampled blocks than blocks) is the
+        caller's to check; a sample frame's decoder does.
+        """
+        sampled_refs = sum(map(len, requests))
+        if block_refs < sampled_refs:
+            raise ValueError(f"requests of {block_refs} blocks cannot have {sampled_refs} sampled")
         self.block_refs += block_refs
-        if not sampled:
+        if not sampled_refs:
             return
-        self.sampled_refs += len(sampled)
+        self.sampled_refs += sampled_refs
         if self._stack is not None:
-            self._stack.add(sampled)
-        self._shadows.add(sampled)
+            self._stack.add_many(requests)
+        if self._shadows.policies:
+            add = self._shadows.add
+            for sampled in requests:
+                if sampled:
+                    add(sampled)
 
     def curve(self) -> HitRatioCurve:
         """Hit ratio per policy at each capacity, corrected for the sample's size."""

@@ -9,6 +9,14 @@ reference costs a move across each boundary it crosses, in C-level dict
 operations. Blocks deeper than the largest capacity are forgotten: memory
 is that capacity's worth of hashes, never the trace's.
 
+Every new block pushes one block across every boundary, so that move is
+the stack's cost: it is a pop and an insert, with no per-block record of
+its segment to rewrite. A block's segment is found instead by asking the
+segments in turn, top first, which only a reference below the top segment
+pays (a set of the held blocks answers a miss at once). Requests come a
+frame at a time (``add_many``): the ingest thread pays the call and the
+lookups of the stack's parts once per frame, not once per request.
+
 Prefix semantics: a request's block at position i hits at c only when every
 block before it does (kvscope's hits are the leading run of the chain that
 is resident), so each reference counts at the largest bucket of its prefix.
@@ -26,7 +34,7 @@ stack can reproduce it at every capacity; the gap is measured, not hidden.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from offload.base import BlockHash
 
@@ -42,15 +50,13 @@ class LRUStackCurve:
         self._segments: list[OrderedDict[BlockHash, None]] = [OrderedDict() for _ in sizes]
         rooms = [high - low for low, high in zip([0, *sizes], sizes, strict=False)]
         belows: list[OrderedDict[BlockHash, None] | None] = [*self._segments[1:], None]
-        self._spills = [
-            (segment, room, below, number)
-            for number, (segment, room, below) in enumerate(
-                zip(self._segments, rooms, belows, strict=True), 1
-            )
-        ]
+        self._spills = tuple(
+            zip(self._segments, rooms, belows, [s.popitem for s in self._segments], strict=True)
+        )
         """Top first: each segment, the blocks it holds at most, the segment its overflow goes
-        to (None under the last: forgotten) and that one's number."""
-        self._segment_of: dict[BlockHash, int] = {}
+        to (None under the last: forgotten) and its own ``popitem``."""
+        self._held: set[BlockHash] = set()
+        """Every block in a segment."""
         # _counts[k]: references whose prefix first fits at capacities[k]; the last: never.
         self._counts = [0] * (len(sizes) + 1)
         self.refs = 0
@@ -58,7 +64,7 @@ class LRUStackCurve:
     @property
     def held_blocks(self) -> int:
         """Hashes held: at most the largest capacity."""
-        return len(self._segment_of)
+        return len(self._held)
 
     @property
     def hits(self) -> tuple[int, ...]:
@@ -69,39 +75,52 @@ class LRUStackCurve:
             out.append(total)
         return tuple(out)
 
-    def add(self, block_hashes: Sequence[BlockHash]) -> None:
-        """One request: count its references, then make its blocks the most recent."""
-        segment_of, segments = self._segment_of, self._segments
-        never = len(segments)
-        where = segment_of.get
-        counts = self._counts
-        deepest = 0
-        for block_hash in block_hashes:
-            segment = where(block_hash, never)
-            if segment > deepest:
-                deepest = segment
-            counts[deepest] += 1
-        self.refs += len(block_hashes)
-        # The prompt's head ends newest: insert tail first (a repeat counts where it first is).
+    def add_many(self, requests: Iterable[Sequence[BlockHash]]) -> None:
+        """Requests in order, each its blocks in prompt order: for each, count its
+        references, then make its blocks the most recent."""
+        segments, held, counts, spills = self._segments, self._held, self._counts, self._spills
         top = segments[0]
-        for block_hash in reversed(dict.fromkeys(block_hashes)):
-            segment = where(block_hash)
-            if segment is not None:
-                del segments[segment][block_hash]
-            top[block_hash] = None
-            segment_of[block_hash] = 0
-        # Each segment's oldest overflow moves one segment down; the last one's is forgotten.
-        # Inline, not a method: it runs per request, and most requests are a block or two.
-        for segment, room, below, deeper in self._spills:
-            excess = len(segment) - room
-            if excess <= 0:
-                return  # nothing spilled into the segments below either
-            pop = segment.popitem
-            if below is None:
-                for _ in range(excess):
-                    del segment_of[pop(False)[0]]
-                return
-            for _ in range(excess):
-                block_hash = pop(False)[0]
-                below[block_hash] = None
-                segment_of[block_hash] = deeper
+        never = len(segments)
+        refs = 0
+        for block_hashes in requests:
+            deepest = 0
+            for block_hash in block_hashes:
+                if block_hash not in top:
+                    if block_hash in held:
+                        segment = 1
+                        while block_hash not in segments[segment]:
+                            segment += 1
+                        if segment > deepest:
+                            deepest = segment
+                    else:
+                        deepest = never
+                counts[deepest] += 1
+            size = len(block_hashes)
+            refs += size
+            # The prompt's head ends newest: insert tail first (a repeat counts where it first is).
+            for block_hash in reversed(dict.fromkeys(block_hashes)) if size > 1 else block_hashes:
+                if block_hash in top:
+                    top.move_to_end(block_hash)
+                    continue
+                if block_hash in held:
+                    segment = 1
+                    while block_hash not in segments[segment]:
+                        segment += 1
+                    del segments[segment][block_hash]
+                else:
+                    held.add(block_hash)
+                top[block_hash] = None
+            # Each segment's oldest overflow moves one segment down; the last one's is forgotten.
+            for segment_blocks, room, below, pop in spills:
+                excess = len(segment_blocks) - room
+                if excess <= 0:
+                    break  # nothing spilled into the segments below either
+                if below is None:
+                    for _ in range(excess):
+                        held.remove(pop(False)[0])
+                    break
+                below[pop(False)[0]] = None  # one, the common case, without a loop
+                if excess > 1:
+                    for _ in range(excess - 1):
+                        below[pop(False)[0]] = None
+        self.refs += refs

@@ -44,6 +44,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import lt
 from typing import Final
 
 from offload.base import BlockHash
@@ -135,35 +137,46 @@ class WindowOptimum:
         """Sampled references recorded since the last ``take``."""
 
     def record(
-        self, requests: Sequence[tuple[Sequence[BlockHash], int]], unsampled: int = 0
+        self,
+        sampled: Sequence[Sequence[BlockHash]],
+        block_refs: Sequence[int],
+        unsampled: int = 0,
     ) -> None:
-        """Requests in order, each its sampled blocks in prompt order and how many blocks it
-        had in all; then ``unsampled`` block references of requests with none sampled.
+        """Requests in order, each its sampled blocks in prompt order (``sampled``) and how
+        many blocks it had in all (``block_refs``); then ``unsampled`` block references of
+        requests with none sampled.
 
         Requests with nothing sampled count their blocks with the newest request (or with
         nothing before the window's first request: they precede it). A whole frame at a
-        time, since this runs on the ingest thread.
+        time, in C-level passes over it, since this runs on the ingest thread. The window
+        holds the sampled lists as given (not copied): they must not change after.
         """
-        if any(r < len(s) for s, r in requests):
+        lengths = list(map(len, sampled))
+        if any(map(lt, block_refs, lengths)):
             raise ValueError("a request cannot have more sampled blocks than blocks")
+        kept = list(compress(zip(sampled, block_refs, strict=True), lengths))
         cut = self.max_refs
-        kept = [(s[:cut], r) for s, r in requests if s]
+        if max(lengths, default=0) > cut:  # a request longer than the window: its head
+            kept = [(s[:cut], r) for s, r in kept]
+            lengths = [min(n, cut) for n in lengths]
         window = self._requests
         window.extend(kept)
         if not window:
             return  # nothing sampled yet: these blocks precede the window
-        others = unsampled + sum(r for s, r in requests if not s)
+        kept_blocks = sum(compress(block_refs, lengths))
+        others = unsampled + sum(block_refs) - kept_blocks
         if others:
             head, head_blocks = window[-1]
             window[-1] = (head, head_blocks + others)
-        refs = sum(len(s) for s, _ in kept)
-        self.refs += refs
-        self.block_refs += others + sum(r for _, r in kept)
-        self.fresh += refs
-        while self.refs > cut:
-            old, old_blocks = window.popleft()
-            self.refs -= len(old)
-            self.block_refs -= old_blocks
+        fresh = sum(lengths)
+        self.fresh += fresh
+        refs, blocks = self.refs + fresh, self.block_refs + others + kept_blocks
+        popleft = window.popleft
+        while refs > cut:
+            old, old_blocks = popleft()
+            refs -= len(old)
+            blocks -= old_blocks
+        self.refs, self.block_refs = refs, blocks
 
     def due(self) -> bool:
         """Whether the window is at least half full and half of it is new since the last

@@ -105,8 +105,12 @@ def test_kvscopes_publisher_feeds_the_curve_on_the_sample_topic(trace) -> None:
 @pytest.fixture
 def sidecar() -> Iterator[tuple[RawPublisher, Ingestor, SidecarSettings]]:
     raw = RawPublisher()
+    # The whole core for the shadow thread: what these tests check does not depend on its
+    # share, and at the default tenth a loaded CI machine could outlast the waits below.
     settings = SidecarSettings(
-        connect=[raw.endpoints.endpoint], replay=[raw.endpoints.replay_endpoint]
+        connect=[raw.endpoints.endpoint],
+        replay=[raw.endpoints.replay_endpoint],
+        insight_cpu_share=1.0,
     )
     ingestor = Ingestor(SidecarState.from_settings(settings))
     ingestor.start()
@@ -264,7 +268,9 @@ def test_the_optimum_is_the_librarys_over_the_window_and_the_api_and_metrics_sho
     found = []
     for frame in sample_frames(trace, capacity=400):
         library.record(
-            [(r.sampled, r.block_refs) for r in frame.requests], frame.unsampled_block_refs
+            [r.sampled for r in frame.requests],
+            [r.block_refs for r in frame.requests],
+            frame.unsampled_block_refs,
         )
         requests, block_refs = library.take()
         if (sum(map(len, requests)), block_refs) == (result.refs, result.block_refs):

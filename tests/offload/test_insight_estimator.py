@@ -62,8 +62,7 @@ def test_at_rate_one_the_shadows_are_the_sweep_and_lru_is_the_stack(
         if policy != "lru":
             assert curve.hit_ratios[policy] == short.hit_ratios[policy], policy
     stack = LRUStackCurve(list(scaled_capacities(CURRENT)))
-    for request in requests[:1500]:
-        stack.add(request)
+    stack.add_many(requests[:1500])
     refs = sum(map(len, requests[:1500]))
     assert curve.hit_ratios["lru"] == tuple(h / refs for h in stack.hits)
 

@@ -23,8 +23,7 @@ CAPACITIES = [1, 2, 3, 5, 8, 13]
 
 def stack_hits(requests: Sequence[Sequence[int]], capacities: Sequence[int]) -> tuple[int, ...]:
     curve = LRUStackCurve(capacities)
-    for request in requests:
-        curve.add(request)
+    curve.add_many(requests)
     return curve.hits
 
 
@@ -90,7 +89,7 @@ def test_the_curve_stays_near_the_canonical_lru_replay_on_the_bundled_trace() ->
 def test_memory_is_the_largest_capacity_and_a_zero_capacity_hits_nothing() -> None:
     curve = LRUStackCurve([0, 2, 4])
     for request in ([1, 2, 3], [1, 2], [4, 5, 6, 7, 8], [4, 5]):
-        curve.add(request)
+        curve.add_many([request])
         assert curve.held_blocks <= 4
     assert curve.hits == (0, 4, 4)  # [1, 2] and [4, 5] hit from 2 blocks on
     assert curve.refs == 12

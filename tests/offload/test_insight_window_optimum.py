@@ -52,7 +52,7 @@ def test_the_window_is_the_offline_optimum_and_the_policy_on_its_own_references(
 ) -> None:
     window = WindowOptimum(capacity, 1.0, policy)
     for request in trace:
-        window.record([(request, len(request))])
+        window.record([request], [len(request)])
     requests, block_refs = window.take()
     result = window.compute(requests, block_refs)
     expected = newest_within(trace, window.max_refs)
@@ -74,7 +74,7 @@ def test_the_window_holds_at_most_its_bound_and_drops_the_oldest_first(
 ) -> None:
     window = WindowOptimum(capacity, 1.0, "lru")
     for request in trace * 8:  # past the bound (MIN_WINDOW_REFS) when the trace is long
-        window.record([(request, len(request))])
+        window.record([request], [len(request)])
         assert window.refs <= window.max_refs
     assert window.max_refs == max(MIN_WINDOW_REFS, WINDOW_CAPACITIES * capacity)
     assert window.take()[0] == newest_within(trace * 8, window.max_refs)
@@ -83,16 +83,16 @@ def test_the_window_holds_at_most_its_bound_and_drops_the_oldest_first(
 def test_a_request_longer_than_the_window_keeps_its_head() -> None:
     window = WindowOptimum(1, 1.0, "lru")
     long = list(range(3 * window.max_refs))
-    window.record([(long, len(long))])
+    window.record([long], [len(long)])
     requests, block_refs = window.take()
     assert requests == [long[: window.max_refs]] and block_refs == len(long)
 
 
 def test_unsampled_references_count_with_the_newest_request() -> None:
     window = WindowOptimum(100, 0.5, "lru")
-    window.record([([], 3)], 7)  # before the window's first request: outside it
+    window.record([[]], [3], 7)  # before the window's first request: outside it
     assert (window.refs, window.block_refs) == (0, 0)
-    window.record([([1, 2], 10), ([], 4), ([3], 5)], 6)
+    window.record([[1, 2], [], [3]], [10, 4, 5], 6)
     assert (window.refs, window.block_refs) == (3, 25)
     assert window.take() == ([[1, 2], [3]], 25)
 
@@ -100,7 +100,7 @@ def test_unsampled_references_count_with_the_newest_request() -> None:
 def test_a_request_with_more_sampled_blocks_than_blocks_is_refused() -> None:
     window = WindowOptimum(100, 0.5, "lru")
     with pytest.raises(ValueError, match="more sampled blocks than blocks"):
-        window.record([([1, 2], 1)])
+        window.record([[1, 2]], [1])
     assert window.refs == 0
 
 
@@ -108,16 +108,16 @@ def test_it_is_due_once_half_full_then_once_half_of_it_is_new() -> None:
     window = WindowOptimum(1, 1.0, "lru")
     half = window.max_refs // 2
     for block in range(half - 1):
-        window.record([([block], 1)])
+        window.record([[block]], [1])
     assert not window.due(), "under half full"
-    window.record([([half], 1)])
+    window.record([[half]], [1])
     assert window.due()
     window.take()
     assert not window.due()
     for block in range(half - 1):
-        window.record([([-block - 1], 1)])
+        window.record([[-block - 1]], [1])
     assert not window.due(), "just under half of the window is new"
-    window.record([([-half], 1)])
+    window.record([[-half]], [1])
     assert window.due()
 
 
@@ -126,7 +126,7 @@ def test_on_a_sample_the_ratios_are_corrected_as_the_curve_is() -> None:
     trace = load_trace(bundled_trace_path())[:4000]
     sampler = SpatialSampler(0.05)
     window = WindowOptimum(2000, 0.05, "arc")
-    window.record([(sampler.sample(request), len(request)) for request in trace])
+    window.record([sampler.sample(request) for request in trace], list(map(len, trace)))
     requests, block_refs = window.take()
     result = window.compute(requests, block_refs)
     assert result.capacity == 100 and window.max_refs == WINDOW_CAPACITIES * 100
