@@ -27,7 +27,8 @@ $(VENDOR_STAMP): package.json package-lock.json
 
 vendor: $(VENDOR_STAMP)
 
-$(STAMP): pyproject.toml
+# setup.py and the C sources too: the editable install builds the C forms in place.
+$(STAMP): pyproject.toml setup.py $(wildcard offload/*/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,worker]'

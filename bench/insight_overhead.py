@@ -1,16 +1,23 @@
-"""The worker's cost of sampling: ns per block reference, against the 30 ns budget.
+"""The worker's cost of insight (miss attribution and sampling), per block reference,
+against the 30 ns budget.
 
 Run from the repository root: .venv/bin/python -m bench.insight_overhead [--rate R]
-Figures, each the best of several rounds: the sampling test alone over
-every request of the bundled trace (``SpatialSampler.sample``, what the
-worker adds per request), with int hashes and with the same hashes as
-vLLM's 36-byte keys; beside it, in the same loop, a bare copy of each
-request's hashes (the interpreter's floor on this machine, so a loaded
-machine shows as both growing) and the cheapest test a comprehension can
-make, one comparison per hash (the floor of any per-reference test in
-CPython); and the canonical replay with the test inline against the same
-replay without, chunk by chunk alternating so a noisy neighbour lands on
-both alike. Prints one JSON line; never asserts on time.
+The headline pairs two replays of the bundled trace in
+bench.telemetry_overhead's way (chunk by chunk, alternating, so a noisy
+neighbour lands on both alike; events on in both): the canonical replay as
+the worker runs it, with miss attribution and the sample (each request into
+the worker's sample buffer, a frame taken and encoded when due, checked once
+per request as the worker does once per step), against the same replay with
+attribution off and no sampler. The stored events' parents are in both: they
+are the events' own cost (bench.telemetry_overhead).
+
+Beside it, each the best of several rounds: the sampling test alone
+(``SpatialSampler.sample``) with int hashes and with the same hashes as
+vLLM's 36-byte keys, and, in the same loop, a bare copy of each request's
+hashes and the cheapest test a comprehension can make (the interpreter's
+floors, so a loaded machine shows as both growing). Which form of the test
+and of the attribution ran (C, or Python where no compiler built them) is
+printed with the figures. Prints one JSON line; never asserts on time.
 """
 
 from __future__ import annotations
@@ -20,17 +27,23 @@ import json
 import time
 from collections.abc import Sequence
 from hashlib import sha256
+from statistics import median
 
+from bench.telemetry_overhead import paired_round
 from bench.tooling.common import trace
 from offload.base import BlockHash
 from offload.cpu.manager import CPUOffloadingManager
-from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
+from offload.cpu.miss_attribution import MissAttribution, PyMissAttribution
+from offload.insight.sampling import DEFAULT_RATE, PySampleTest, SampleTest, SpatialSampler
 from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE
 from offload.sim.workload import run_request
+from offload.wire.sample_frame import encode_sample_frame
+from offload.worker_telemetry import WorkerTelemetry
 
 BUDGET_NS = 30.0
+CAPACITY = 2000
 ROUNDS = 7
-CHUNK = 64
+CHUNK = 32
 
 
 def _sampling_alone(sampler: SpatialSampler, requests: Sequence[Sequence[BlockHash]]) -> float:
@@ -62,24 +75,36 @@ def _as_vllm_keys(requests: list[list[int]]) -> list[list[bytes]]:
     return [[sha256(h.to_bytes(8, "little")).digest() + bytes(4) for h in r] for r in requests]
 
 
-def _replay_alternating(sampler: SpatialSampler, requests: list[list[int]]) -> tuple[float, float]:
-    """Seconds of the replay without and with the test, chunks alternating between two tiers."""
-    plain = CPUOffloadingManager(BUNDLED_TRACE_BLOCK_SIZE, 2000, "lru", enable_events=True)
-    sampled = CPUOffloadingManager(BUNDLED_TRACE_BLOCK_SIZE, 2000, "lru", enable_events=True)
-    sample = sampler.sample
-    without = with_test = 0.0
-    for first in range(0, len(requests), CHUNK):
-        chunk = requests[first : first + CHUNK]
-        start = time.perf_counter()
+def _insight_round(rate: float, requests: list[list[int]]) -> tuple[float, float]:
+    """Seconds of the replay without and with insight, in bench.telemetry_overhead's pairs."""
+    plain = CPUOffloadingManager(
+        BUNDLED_TRACE_BLOCK_SIZE, CAPACITY, "lru", enable_events=True, attribute_misses=False
+    )
+    insight = CPUOffloadingManager(BUNDLED_TRACE_BLOCK_SIZE, CAPACITY, "lru", enable_events=True)
+    telemetry = WorkerTelemetry(insight, engine_id="bench", sampler=SpatialSampler(rate))
+    samples = telemetry.samples
+    assert samples is not None
+    record, due = samples.add, samples.due
+
+    def without(chunk: Sequence[Sequence[BlockHash]]) -> None:
         for request in chunk:
             run_request(plain, request)
-        middle = time.perf_counter()
+
+    def with_insight(chunk: Sequence[Sequence[BlockHash]]) -> None:
         for request in chunk:
-            sample(request)
-            run_request(sampled, request)
-        without += middle - start
-        with_test += time.perf_counter() - middle
-    return without, with_test
+            record(request)
+            run_request(insight, request)
+            if due():  # the worker's check once per step
+                frame = samples.take("bench", 0, telemetry.config)
+                assert frame is not None
+                encode_sample_frame(frame)
+
+    return paired_round(requests, CHUNK, without, with_insight)
+
+
+def _form(implementation: object, python_form: object) -> str:
+    """Which form ran: "python" where kvscope was installed without a C compiler, else "C"."""
+    return "python" if implementation is python_form else "C"
 
 
 def main() -> None:
@@ -94,23 +119,29 @@ def main() -> None:
     keys_alone = min(_sampling_alone(sampler, keys) for _ in range(ROUNDS))
     copy = min(_copy_alone(requests) for _ in range(ROUNDS))
     compare = min(_compare_alone(requests, sampler.threshold) for _ in range(ROUNDS))
-    rounds = [_replay_alternating(sampler, requests) for _ in range(3)]
-    without = min(r[0] for r in rounds)
-    with_test = min(r[1] for r in rounds)
+    rounds = [_insight_round(args.rate, requests) for _ in range(ROUNDS)]
+    without = median(r[0] for r in rounds)
+    with_insight = median(r[1] for r in rounds)
     alone_ns = 1e9 * alone / refs
-    inline_ns = 1e9 * (with_test - without) / refs
+    per_round = sorted(round(1e9 * (on - off) / refs, 1) for off, on in rounds)
+    insight_ns = median(per_round)
     print(json.dumps({
         "bench": "insight_overhead", "rate": args.rate, "block_refs": refs,
-        "sampling_ns_per_block": round(alone_ns, 1),
+        "forms": {
+            "attribution": _form(MissAttribution, PyMissAttribution),
+            "sampling": _form(SampleTest, PySampleTest),
+        },
+        "insight_ns_per_block": round(insight_ns, 1),
+        "insight_ns_per_block_rounds": per_round,
         "budget_ns_per_block": BUDGET_NS,
-        "sampling_share_of_budget": round(alone_ns / BUDGET_NS, 2),
+        "insight_share_of_budget": round(insight_ns / BUDGET_NS, 2),
+        "replay_ns_per_block": round(1e9 * without / refs, 1),
+        "replay_with_insight_ns_per_block": round(1e9 * with_insight / refs, 1),
+        "sampling_ns_per_block": round(alone_ns, 1),
         "sampling_vllm_keys_ns_per_block": round(1e9 * keys_alone / refs, 1),
         "copy_ns_per_block": round(1e9 * copy / refs, 1),
         "one_comparison_ns_per_block": round(1e9 * compare / refs, 1),
         "sampling_over_copy": round(alone / copy, 2),
-        "replay_ns_per_block": round(1e9 * without / refs, 1),
-        "replay_with_sampling_ns_per_block": round(1e9 * with_test / refs, 1),
-        "inline_difference_ns_per_block": round(inline_ns, 1),
     }))  # fmt: skip
 
 

@@ -6,7 +6,7 @@
 #   docker build -f docker/vllm.Dockerfile -t kvscope-vllm:0.1.0 .
 ARG VLLM_IMAGE=vllm/vllm-openai:v0.33.0
 FROM ${VLLM_IMAGE}
-COPY pyproject.toml README.md /tmp/kvscope/
+COPY pyproject.toml setup.py README.md /tmp/kvscope/
 COPY offload /tmp/kvscope/offload
 COPY app /tmp/kvscope/app
 RUN python3 -m pip install --no-cache-dir /tmp/kvscope && rm -rf /tmp/kvscope

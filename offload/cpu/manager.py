@@ -56,7 +56,10 @@ class CPUOffloadingManager(OffloadingManager):
         num_blocks: int,
         cache_policy: str = "lru",
         enable_events: bool = False,
+        attribute_misses: bool = True,
     ) -> None:
+        """``attribute_misses=False`` leaves ``misses`` at zero and saves its cost on every
+        lookup, store and eviction (the baseline bench.insight_overhead measures it against)."""
         positive_count("block_size", block_size, MAX_BLOCK_SIZE)
         positive_count("num_blocks", num_blocks, MAX_NUM_BLOCKS)
         self.block_size = block_size
@@ -66,6 +69,7 @@ class CPUOffloadingManager(OffloadingManager):
         self.stats = ManagerStats()
         self.misses = MissAttribution(num_blocks)
         """Why lookups missed: the reason of each lookup's first missing block."""
+        self._attributing = attribute_misses
         self._blocks = self.policy.blocks
         self._events: list[OffloadingEvent] | None = [] if enable_events else None
         self._run_heads: dict[BlockHash, BlockHash | None] = {}
@@ -88,7 +92,8 @@ class CPUOffloadingManager(OffloadingManager):
         for block_hash in block_hashes:
             block = get(block_hash)
             if block is None or block.ref < 0:
-                self.misses.miss(block_hash, len(block_hashes) - hits, block is not None)
+                if self._attributing:
+                    self.misses.miss(block_hash, len(block_hashes) - hits, block is not None)
                 break
             hits += 1
         stats = self.stats
@@ -158,7 +163,7 @@ class CPUOffloadingManager(OffloadingManager):
         stats = self.stats
         stats.store_requested_blocks += len(requested)
         stats.store_skipped_blocks += len(requested) - len(to_store)
-        if requested:
+        if requested and self._attributing:
             self.misses.store_from(requested[0], len(requested) - len(to_store))
         if not to_store:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
@@ -167,8 +172,9 @@ class CPUOffloadingManager(OffloadingManager):
         if admitted is not to_store:
             # Refused before any room is made: a block not worth a slot evicts nothing.
             stats.store_not_admitted_blocks += len(to_store) - len(admitted)
-            kept = set(admitted)
-            self.misses.refused.add([h for h in to_store if h not in kept])
+            if self._attributing:
+                kept = set(admitted)
+                self.misses.refused.add([h for h in to_store if h not in kept])
             to_store = admitted
             if not to_store:
                 return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
@@ -184,7 +190,8 @@ class CPUOffloadingManager(OffloadingManager):
                     return None
                 hashes, freed = zip(*evicted, strict=True)
                 evicted_hashes = list(hashes)
-                self.misses.evicted.add(evicted_hashes)
+                if self._attributing:
+                    self.misses.evicted.add(evicted_hashes)
                 stats.evicted_capacity_blocks += shortfall
                 stats.dead_write_blocks += shortfall - sum(map(_loaded, freed))
                 pool.free(freed)

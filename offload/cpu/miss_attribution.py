@@ -21,13 +21,20 @@ found held), or at the next miss (all to the reason). Counters therefore
 only ever grow, and lag by at most one lookup.
 
 Remembering evictions and refusals costs memory, so each is kept in two
-generations of hash sets: a generation holds up to ``horizon`` hashes, then
+generations of hashes: a generation holds up to ``horizon`` hashes, then
 becomes the old one and the one before it is dropped. A reason is therefore
 remembered for at least ``horizon`` and at most ``2 * horizon`` such events:
 with the default horizon of ``HORIZON_CAPACITIES`` tiers, a block evicted
 and asked for again within several tiers' worth of evictions is charged to
-eviction. Adding a batch is one C-level ``set.update``, never a Python loop
-per block: the scheduler pays for this on every store.
+eviction.
+
+The manager calls this on every missed lookup, every store and every
+eviction batch, so the form in use is C (``_miss_attribution.c``, built by
+``pip install`` where a C compiler is): fixed tables of the hashes' hash
+values, one probe per block, and counters in C. The Python forms here
+(``PyGenerations``, ``PyMissAttribution``) keep the same contract where
+kvscope was installed without a compiler (the sidecar image), at several
+times the cost; tests hold both forms to the same sequences.
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ HORIZON_CAPACITIES: Final = 4
 up to 8x larger would hit, and two generations of 4x cover that reuse distance."""
 
 
-class Generations:
-    """A set of recent hashes in two generations of at most ``horizon`` each."""
+class PyGenerations:
+    """A set of recent hashes in two generations of at most ``horizon`` each (Python sets;
+    the generation turns after a whole batch, one C-level ``set.update``)."""
 
     __slots__ = ("horizon", "new", "old")
 
@@ -70,15 +78,15 @@ class Generations:
         self.old.clear()
 
 
-class MissAttribution:
+class PyMissAttribution:
     """Per-reason counts of missed lookups, blocks and the memory they need."""
 
     __slots__ = ("_pending", "blocks", "evicted", "lookups", "refused")
 
     def __init__(self, capacity: int, horizon_capacities: int = HORIZON_CAPACITIES) -> None:
         horizon = max(1, capacity * horizon_capacities)
-        self.evicted = Generations(horizon)
-        self.refused = Generations(horizon)
+        self.evicted = PyGenerations(horizon)
+        self.refused = PyGenerations(horizon)
         self.lookups = dict.fromkeys(REASONS, 0)
         """Lookups charged to each reason (``prefix_lost`` never decides a lookup)."""
         self.blocks = dict.fromkeys(REASONS, 0)
@@ -136,3 +144,9 @@ class MissAttribution:
         self.flush()
         self.evicted.clear()
         self.refused.clear()
+
+
+try:
+    from offload.cpu._miss_attribution import Generations, MissAttribution
+except ImportError:  # installed without a C compiler
+    Generations, MissAttribution = PyGenerations, PyMissAttribution  # type: ignore[misc]

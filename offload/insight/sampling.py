@@ -8,13 +8,18 @@ stream. A per-reference coin flip would break every reuse it lands on.
 
 The test is one multiply and one remainder by a prime below 2**30
 (multiplicative hashing): trace ids are small sequential ints, and the
-multiply spreads them over the residues; the remainder by a one-digit
-CPython int is its fast path. It runs inside one list comprehension per
-request, because the worker pays it on every block reference of the hot
-path; C-level ``map`` chains over method wrappers measured slower. A bytes
-hash (vLLM's) stands as the int of its first 8 bytes, little-endian, read in
-the comprehension by one precompiled ``struct`` call (a helper function per
-hash, or a slice and ``int.from_bytes``, measured much slower).
+multiply spreads them over the residues. A bytes hash (vLLM's) stands as
+the int of its first 8 bytes, little-endian.
+
+The worker pays the test on every block reference of its hot path, so the
+form in use is C (``_sample_test.c``, built by ``pip install`` where a C
+compiler is), which the worker calls directly once per request. Where
+kvscope was installed without a compiler (the sidecar image, which only
+narrows samples already taken), ``PySampleTest`` gives the same hashes: one
+list comprehension per request, bytes hashes read by one precompiled
+``struct`` call (C-level ``map`` chains, a helper function per hash, or a
+slice and ``int.from_bytes`` measured slower).
+
 Hash 0 is a fixed point of the multiply, so it is kept at every seed; the
 estimator's correction (estimator.py) makes one block in or out of the sample
 harmless.
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from offload.base import BlockHash
 
@@ -83,6 +88,36 @@ def _unsupported(block_hash: object) -> TypeError:
     return TypeError(f"cannot sample a block hash of type {type(block_hash).__name__}")
 
 
+class PySampleTest:
+    """The test in Python: called with one request's hashes (sharing one type), it returns
+    those whose int times ``multiplier``, modulo ``prime``, is below ``threshold``, in order."""
+
+    __slots__ = ("multiplier", "prime", "threshold")
+
+    def __init__(self, multiplier: int, threshold: int, prime: int) -> None:
+        self.multiplier = multiplier
+        self.threshold = threshold
+        self.prime = prime
+
+    def __call__(self, block_hashes: Sequence[BlockHash]) -> list[BlockHash]:
+        k, threshold, prime = self.multiplier, self.threshold, self.prime
+        if not block_hashes or type(block_hashes[0]) is int:
+            return [h for h in block_hashes if h * k % prime < threshold]
+        if not isinstance(block_hashes[0], bytes | bytearray):
+            raise _unsupported(block_hashes[0])
+        first_8 = _FIRST_8
+        try:
+            return [h for h in block_hashes if first_8(h)[0] * k % prime < threshold]
+        except struct.error:  # a hash shorter than 8 bytes: the same int, slower
+            return [h for h in block_hashes if _int_key(h) * k % prime < threshold]
+
+
+try:
+    from offload.insight._sample_test import SampleTest
+except ImportError:  # installed without a C compiler
+    SampleTest = PySampleTest  # type: ignore[misc,assignment]
+
+
 class SpatialSampler:
     """Keeps the blocks whose hash times a multiplier, modulo a prime, falls below a threshold.
 
@@ -91,28 +126,18 @@ class SpatialSampler:
     reader can sample an already sampled stream further (``narrowed``).
     """
 
-    __slots__ = ("multiplier", "rate", "seed", "threshold")
+    __slots__ = ("multiplier", "rate", "sample", "seed", "threshold")
 
     def __init__(self, rate: float = DEFAULT_RATE, seed: int = 0) -> None:
         self.rate = check_rate(rate)
         self.seed = seed
         self.threshold = min(PRIME, round(self.rate * PRIME))
         self.multiplier = _multiplier(seed)
-
-    def sample(self, block_hashes: Sequence[BlockHash]) -> list[BlockHash]:
-        """The sampled blocks of one request, in prompt order (its hashes share one type)."""
-        k, threshold = self.multiplier, self.threshold
-        if threshold == PRIME:
-            return list(block_hashes)
-        if not block_hashes or type(block_hashes[0]) is int:
-            return [h for h in block_hashes if h * k % PRIME < threshold]
-        if not isinstance(block_hashes[0], bytes | bytearray):
-            raise _unsupported(block_hashes[0])
-        first_8 = _FIRST_8
-        try:
-            return [h for h in block_hashes if first_8(h)[0] * k % PRIME < threshold]
-        except struct.error:  # a hash shorter than 8 bytes: the same int, slower
-            return [h for h in block_hashes if _int_key(h) * k % PRIME < threshold]
+        self.sample: Callable[[Sequence[BlockHash]], list[BlockHash]] = (
+            list if self.threshold == PRIME else SampleTest(self.multiplier, self.threshold, PRIME)
+        )
+        """The sampled blocks of one request, in prompt order: the test itself, not a method
+        around it, so the worker's call per request goes straight to it (at rate 1, a copy)."""
 
     def is_sampled(self, block_hash: BlockHash) -> bool:
         return _int_key(block_hash) * self.multiplier % PRIME < self.threshold

@@ -44,9 +44,7 @@ class Sampler(Protocol):
 
 
 def _encoded_bytes(sampled: Sequence[BlockHash]) -> int:
-    """About what the hashes take in a frame (msgpack: an int at most 9 bytes, bytes + 2)."""
-    if type(sampled[0]) is int:
-        return INT_HASH_BYTES * len(sampled)
+    """About what bytes hashes take in a frame (msgpack: bytes + 2)."""
     return sum(len(h) + 2 for h in sampled)  # type: ignore[arg-type]
 
 
@@ -68,6 +66,7 @@ class SampleBuffer:
         if not period_s > 0:
             raise ValueError(f"period_s must be positive, got {period_s}")
         self.sampler = sampler
+        self._sample = sampler.sample
         self.max_bytes = max_bytes
         self.period_s = period_s
         self.bytes = 0
@@ -79,25 +78,29 @@ class SampleBuffer:
         self._next = time.monotonic() + period_s
 
     def add(self, block_hashes: Sequence[BlockHash]) -> None:
-        """One request's references to the tier, in prompt order."""
-        if not block_hashes:
-            return
-        sampled = self.sampler.sample(block_hashes)
+        """One request's references to the tier, in prompt order.
+
+        Runs once per request on the scheduler's thread: the sampler's test is
+        called as it is, and an int request's size is priced without a call.
+        """
+        sampled = self._sample(block_hashes)
         refs = len(block_hashes)
         if not sampled:
-            self._unsampled_requests += 1
-            self._unsampled_block_refs += refs
+            if refs:
+                self._unsampled_requests += 1
+                self._unsampled_block_refs += refs
             return
-        size = _encoded_bytes(sampled)
+        size = INT_HASH_BYTES * len(sampled) if type(sampled[0]) is int else _encoded_bytes(sampled)
+        requests = self._requests
         if (
             refs > MAX_REQUEST_BLOCKS
             or self.bytes + size > self.max_bytes
-            or len(self._requests) >= MAX_FRAME_REQUESTS
+            or len(requests) >= MAX_FRAME_REQUESTS
         ):
             self.shed_requests += 1
             self.shed_block_refs += refs
             return
-        self._requests.append(SampledRequest(refs, sampled))
+        requests.append(SampledRequest(refs, sampled))
         self.bytes += size
 
     def due(self) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from offload.insight.sampling import PRIME, SpatialSampler
+from offload.insight.sampling import PRIME, PySampleTest, SampleTest, SpatialSampler
 
 
 @pytest.mark.parametrize("rate", [0.01, 0.1, 0.5])
@@ -75,3 +76,43 @@ def test_narrowing_to_a_higher_rate_is_refused() -> None:
 def test_an_unsupported_hash_type_is_named() -> None:
     with pytest.raises(TypeError, match="cannot sample a block hash of type str"):
         SpatialSampler(0.5).sample(["abc"])
+
+
+def test_the_c_test_is_built_where_a_compiler_is() -> None:
+    """`pip install` builds the C test wherever there is a C compiler, as in CI: a build
+    that silently fell back to Python would pass every other test here."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler: the Python form serves, by design")
+    assert SampleTest is not PySampleTest
+
+
+hashes_of_one_type = st.one_of(
+    st.lists(st.integers(-(2**70), 2**70), max_size=40),
+    st.lists(st.binary(max_size=40), max_size=40),
+    st.lists(st.binary(max_size=40).map(bytearray), max_size=40),
+)
+
+
+@given(hashes_of_one_type, st.integers(0, 9), st.sampled_from([0.01, 0.3, 0.999]))
+def test_the_c_and_python_tests_keep_the_same_hashes(
+    hashes: list[int] | list[bytes], seed: int, rate: float
+) -> None:
+    """Ints beyond 64 bits and negative ones included (the C test's slow and floored paths)."""
+    sampler = SpatialSampler(rate, seed)
+    python = PySampleTest(sampler.multiplier, sampler.threshold, PRIME)
+    assert SampleTest(sampler.multiplier, sampler.threshold, PRIME)(hashes) == python(hashes)
+
+
+@pytest.mark.parametrize("form", [SampleTest, PySampleTest])
+def test_either_form_names_an_unsupported_hash_type(form: type) -> None:
+    with pytest.raises(TypeError, match="cannot sample a block hash of type float"):
+        form(3, 100, PRIME)([1.5])
+
+
+def test_the_c_test_refuses_parameters_it_cannot_hold() -> None:
+    if SampleTest is PySampleTest:
+        pytest.skip("no C form built")
+    with pytest.raises(ValueError, match="odd prime < 2\\*\\*32"):
+        SampleTest(3, 100, 2**40)
+    with pytest.raises(TypeError, match="one sequence of block hashes"):
+        SampleTest(3, 100, PRIME)([1], [2])

@@ -1,10 +1,42 @@
-"""Why lookups miss: each reason produced by a scripted sequence and counted exactly."""
+"""Why lookups miss: each reason produced by a scripted sequence and counted exactly, by
+both forms of the attribution (C, and the Python one kvscope falls back to without a C
+compiler), which are also held to each other on random sequences."""
 
 from __future__ import annotations
 
+import shutil
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from offload import CPUOffloadingManager, OffloadingEvent
-from offload.cpu.miss_attribution import REASONS, Generations
+from offload.cpu import manager as manager_module
+from offload.cpu.miss_attribution import (
+    REASONS,
+    Generations,
+    MissAttribution,
+    PyGenerations,
+    PyMissAttribution,
+)
 from tests.support.stores import stored
+
+FORMS = {"C": MissAttribution, "python": PyMissAttribution}
+
+
+@pytest.fixture(autouse=True, params=sorted(FORMS))
+def form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every manager a test builds attributes with this form."""
+    monkeypatch.setattr(manager_module, "MissAttribution", FORMS[request.param])
+    return request.param
+
+
+def test_the_c_form_is_built_where_a_compiler_is() -> None:
+    """A build that silently fell back to Python would pass every other test here."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler: the Python form serves, by design")
+    assert MissAttribution is not PyMissAttribution
+    assert Generations is not PyGenerations
 
 
 def counts(manager: CPUOffloadingManager) -> tuple[dict, dict]:
@@ -86,8 +118,9 @@ def test_hits_count_no_miss_and_a_reset_forgets_evictions() -> None:
     assert set(manager.misses.lookups) == set(REASONS)
 
 
-def test_the_memory_of_evictions_keeps_between_one_and_two_horizons() -> None:
-    remembered = Generations(horizon=100)
+@pytest.mark.parametrize("generations", [Generations, PyGenerations])
+def test_the_memory_of_evictions_keeps_between_one_and_two_horizons(generations: type) -> None:
+    remembered = generations(horizon=100)
     for start in range(0, 1000, 10):
         remembered.add(range(start, start + 10))
         assert len(remembered) <= 200
@@ -112,3 +145,70 @@ def test_stored_events_name_each_runs_parent() -> None:
         OffloadingEvent([8], 16, "CPU", False, None),
         OffloadingEvent([7], 16, "CPU", False, 6),
     ]
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("miss"), st.integers(0, 30), st.integers(1, 9), st.booleans()),
+        st.tuples(st.just("store_from"), st.integers(0, 30), st.integers(0, 9)),
+        st.tuples(st.just("evicted"), st.lists(st.integers(0, 30), max_size=6)),
+        st.tuples(st.just("refused"), st.lists(st.integers(0, 30), max_size=6)),
+        st.tuples(st.just("reset")),
+    ),
+    max_size=60,
+)
+
+
+@given(operations, st.integers(1, 4))
+def test_the_two_forms_count_alike(script: list[tuple], capacity: int) -> None:
+    """Small int hashes, which the C form keys exactly; generations that turn mid-batch (C)
+    or after it (Python) agree on what the last ``horizon`` additions hold."""
+    forms = [MissAttribution(capacity, 1), PyMissAttribution(capacity, 1)]
+    for step in script:
+        for attribution in forms:
+            match step:
+                case ("miss", block_hash, lost, in_flight):
+                    attribution.miss(block_hash, lost, in_flight)
+                case ("store_from", first, held):
+                    attribution.store_from(first, held)
+                case ("evicted", hashes):
+                    for block_hash in hashes:  # one at a time: both forms turn alike
+                        attribution.evicted.add([block_hash])
+                case ("refused", hashes):
+                    for block_hash in hashes:
+                        attribution.refused.add([block_hash])
+                case ("reset",):
+                    attribution.reset()
+        c, python = forms
+        assert c.lookups == python.lookups
+        assert c.blocks == python.blocks
+        assert c.remembered == python.remembered
+
+
+@pytest.mark.parametrize("generations", [Generations, PyGenerations])
+def test_an_unhashable_hash_is_refused_and_what_was_remembered_stays(generations: type) -> None:
+    remembered = generations(horizon=10)
+    remembered.add([1, 2])
+    with pytest.raises(TypeError, match="unhashable"):
+        remembered.add([[3]])
+    assert 1 in remembered and 2 in remembered
+
+
+def test_attribution_off_counts_nothing_and_changes_nothing_else() -> None:
+    """``attribute_misses=False`` (the benchmark's baseline): the same tier, no reasons."""
+    on = CPUOffloadingManager(16, 3, "gated")
+    off = CPUOffloadingManager(16, 3, "gated", attribute_misses=False)
+    for manager in (on, off):
+        for request in ([1, 2], [3, 4, 5], [1, 2, 6], [7], [3, 4], [1, 8]):
+            hits = manager.lookup(request)
+            stored(manager, request[hits:], parent=request[hits - 1] if hits else None)
+    on.misses.flush()
+    off.misses.flush()
+    assert sum(on.misses.lookups.values()) > 0
+    assert not any(off.misses.lookups.values()) and not any(off.misses.blocks.values())
+    assert off.misses.remembered == 0
+    counts = [
+        {name: getattr(m.stats, name) for name in m.stats.__slots__ if name.endswith("_blocks")}
+        for m in (on, off)
+    ]
+    assert counts[0] == counts[1]

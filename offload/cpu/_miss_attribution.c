@@ -1,0 +1,582 @@
+/* Miss attribution in C: the manager's memory of evictions and refusals, and its counts.
+ *
+ * offload/cpu/miss_attribution.py states what each reason means and holds
+ * the Python form; this is the same contract at a fraction of the cost, since
+ * the manager calls it on every missed lookup, every store and every eviction
+ * batch. Tests hold both forms to the same scripted sequences.
+ *
+ * Generations keep each generation as an open-addressing table of the
+ * hashes' Python hash values, sized once for the horizon: remembering a block
+ * is a probe into a table that never resizes, and the hash objects are not
+ * kept alive. Two different hashes with equal hash values read as one (a 1 in
+ * 2**64 chance for vLLM's digests; never for ints below 2**61, whose hash is
+ * themselves).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "structmember.h"
+
+/* A table probe that misses the caches costs far more than the probe itself, so the hot paths
+ * ask for their slots ahead (a hint: nothing where the compiler has no such builtin). */
+#if defined(__GNUC__)
+#define PREFETCH(address) __builtin_prefetch(address)
+#else
+#define PREFETCH(address) ((void)(address))
+#endif
+#define LOOKAHEAD 16 /* hashes whose slots are fetched before the first of them is placed */
+
+typedef struct {
+    Py_hash_t *slots; /* 0 marks an empty slot */
+    Py_ssize_t used;
+    int zero; /* hash value 0 is held (it cannot sit in a slot) */
+} Table;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t horizon;
+    int shift;   /* 64 - log2(slots) */
+    size_t mask; /* slots - 1 */
+    Table tables[2];
+    int newest; /* the index of the generation being filled */
+} Generations;
+
+static size_t
+slot_of(const Generations *self, Py_hash_t hash)
+{
+    /* Fibonacci hashing: sequential ids spread over the table. */
+    return (size_t)(((uint64_t)hash * 0x9E3779B97F4A7C15ULL) >> self->shift);
+}
+
+static int
+table_has(const Generations *self, const Table *table, Py_hash_t hash)
+{
+    if (hash == 0)
+        return table->zero;
+    for (size_t i = slot_of(self, hash);; i = (i + 1) & self->mask) {
+        Py_hash_t held = table->slots[i];
+        if (held == hash)
+            return 1;
+        if (held == 0)
+            return 0;
+    }
+}
+
+static void
+table_put(const Generations *self, Table *table, Py_hash_t hash)
+{
+    if (hash == 0) {
+        table->used += !table->zero;
+        table->zero = 1;
+        return;
+    }
+    size_t i = slot_of(self, hash);
+    for (; table->slots[i] != 0; i = (i + 1) & self->mask)
+        if (table->slots[i] == hash)
+            return;
+    table->slots[i] = hash;
+    table->used++;
+}
+
+/* A new, empty table for the current size (calloc: a large one's pages stay the system's
+ * zero pages until written). */
+static int
+table_alloc(const Generations *self, Table *table)
+{
+    Py_hash_t *slots = PyMem_RawCalloc(self->mask + 1, sizeof(Py_hash_t));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyMem_RawFree(table->slots);
+    table->slots = slots;
+    table->used = 0;
+    table->zero = 0;
+    return 0;
+}
+
+/* Empty a table in place: its pages stay mapped, so refilling it takes no page faults (a fresh
+ * allocation per generation cost more in faults than all the probes into it). */
+static void
+table_empty(const Generations *self, Table *table)
+{
+    if (table->used)
+        memset(table->slots, 0, (self->mask + 1) * sizeof(Py_hash_t));
+    table->used = 0;
+    table->zero = 0;
+}
+
+static int
+Generations_init(Generations *self, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"horizon", NULL};
+    Py_ssize_t horizon;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n:Generations", keywords, &horizon))
+        return -1;
+    if (horizon < 1 || horizon > ((Py_ssize_t)1 << 40)) {
+        PyErr_Format(PyExc_ValueError, "horizon must be in [1, 2**40], got %zd", horizon);
+        return -1;
+    }
+    /* Each table holds at most horizon hashes at under half load. */
+    int bits = 3;
+    while (((Py_ssize_t)1 << bits) < 2 * horizon)
+        bits++;
+    self->horizon = horizon;
+    self->shift = 64 - bits;
+    self->mask = ((size_t)1 << bits) - 1;
+    self->newest = 0;
+    for (int t = 0; t < 2; t++)
+        if (table_alloc(self, &self->tables[t]) < 0)
+            return -1;
+    return 0;
+}
+
+static void
+Generations_dealloc(Generations *self)
+{
+    PyMem_RawFree(self->tables[0].slots);
+    PyMem_RawFree(self->tables[1].slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+check_ready(const Generations *self)
+{
+    if (self->tables[0].slots != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "Generations.__init__ was not called");
+    return -1;
+}
+
+static PyObject *
+Generations_add(Generations *self, PyObject *block_hashes)
+{
+    if (check_ready(self) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(block_hashes, "block hashes must be iterable");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_hash_t hashes[LOOKAHEAD];
+    for (Py_ssize_t start = 0; start < n; start += LOOKAHEAD) {
+        Py_ssize_t count = n - start < LOOKAHEAD ? n - start : LOOKAHEAD;
+        const Table *filling = &self->tables[self->newest];
+        for (Py_ssize_t j = 0; j < count; j++) {
+            hashes[j] = PyObject_Hash(items[start + j]);
+            if (hashes[j] == -1) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            PREFETCH(&filling->slots[slot_of(self, hashes[j])]);
+        }
+        for (Py_ssize_t j = 0; j < count; j++) {
+            Table *table = &self->tables[self->newest];
+            table_put(self, table, hashes[j]);
+            if (table->used >= self->horizon) {
+                /* This generation is full: it becomes the old one, the one before it is dropped. */
+                int oldest = 1 - self->newest;
+                table_empty(self, &self->tables[oldest]);
+                self->newest = oldest;
+            }
+        }
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+static void
+generations_empty(Generations *self)
+{
+    table_empty(self, &self->tables[0]);
+    table_empty(self, &self->tables[1]);
+}
+
+static PyObject *
+Generations_clear(Generations *self, PyObject *Py_UNUSED(ignored))
+{
+    if (check_ready(self) < 0)
+        return NULL;
+    generations_empty(self);
+    Py_RETURN_NONE;
+}
+
+/* Ask for the slots a lookup of hash will read, in the tables that hold anything. */
+static void
+generations_prefetch(const Generations *generations, Py_hash_t hash)
+{
+    size_t slot = slot_of(generations, hash);
+    for (int t = 0; t < 2; t++)
+        if (generations->tables[t].used)
+            PREFETCH(&generations->tables[t].slots[slot]);
+}
+
+static int
+generations_has(const Generations *generations, Py_hash_t hash)
+{
+    const Table *tables = generations->tables;
+    return (tables[0].used && table_has(generations, &tables[0], hash)) ||
+           (tables[1].used && table_has(generations, &tables[1], hash));
+}
+
+static int
+Generations_contains(Generations *self, PyObject *key)
+{
+    if (check_ready(self) < 0)
+        return -1;
+    Py_hash_t hash = PyObject_Hash(key);
+    if (hash == -1)
+        return -1;
+    generations_prefetch(self, hash);
+    return generations_has(self, hash);
+}
+
+static Py_ssize_t
+Generations_len(Generations *self)
+{
+    return self->tables[0].used + self->tables[1].used;
+}
+
+static PyMethodDef Generations_methods[] = {
+    {"add", (PyCFunction)Generations_add, METH_O, "Remember these hashes (any iterable)."},
+    {"clear", (PyCFunction)Generations_clear, METH_NOARGS, "Forget every hash."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Generations_members[] = {
+    {"horizon", T_PYSSIZET, offsetof(Generations, horizon), READONLY,
+     "Hashes a generation holds before it becomes the old one."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PySequenceMethods Generations_as_sequence = {
+    .sq_length = (lenfunc)Generations_len,
+    .sq_contains = (objobjproc)Generations_contains,
+};
+
+static PyTypeObject GenerationsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "offload.cpu._miss_attribution.Generations",
+    .tp_doc = "Recent hashes in two generations of at most `horizon` each, in C.",
+    .tp_basicsize = sizeof(Generations),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Generations_init,
+    .tp_dealloc = (destructor)Generations_dealloc,
+    .tp_methods = Generations_methods,
+    .tp_members = Generations_members,
+    .tp_as_sequence = &Generations_as_sequence,
+};
+
+
+/* ---- MissAttribution ------------------------------------------------------------------ */
+
+enum { COLD, EVICTED, NOT_ADMITTED, IN_FLIGHT, PREFIX_LOST, REASONS };
+static const char *const REASON_NAMES[REASONS] = {
+    "cold", "evicted", "not_admitted", "in_flight", "prefix_lost"};
+
+typedef struct {
+    PyObject_HEAD
+    Generations *evicted;
+    Generations *refused;
+    long long lookups[REASONS];
+    long long blocks[REASONS];
+    PyObject *pending_hash; /* the last miss's break block, NULL when none is pending */
+    int pending_reason;
+    long long pending_lost;
+} Attribution;
+
+static Generations *
+new_generations(Py_ssize_t horizon)
+{
+    PyObject *args = Py_BuildValue("(n)", horizon);
+    if (args == NULL)
+        return NULL;
+    PyObject *made = PyObject_CallObject((PyObject *)&GenerationsType, args);
+    Py_DECREF(args);
+    return (Generations *)made;
+}
+
+static int
+Attribution_init(Attribution *self, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"capacity", "horizon_capacities", NULL};
+    Py_ssize_t capacity, horizon_capacities = 4;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n|n:MissAttribution", keywords, &capacity,
+                                     &horizon_capacities))
+        return -1;
+    if (capacity < 0 || horizon_capacities < 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "capacity must be >= 0 and horizon_capacities >= 1, got %zd and %zd",
+                     capacity, horizon_capacities);
+        return -1;
+    }
+    Py_ssize_t horizon = capacity > PY_SSIZE_T_MAX / horizon_capacities
+                             ? PY_SSIZE_T_MAX
+                             : capacity * horizon_capacities;
+    Generations *evicted = new_generations(horizon < 1 ? 1 : horizon);
+    if (evicted == NULL)
+        return -1;
+    Generations *refused = new_generations(horizon < 1 ? 1 : horizon);
+    if (refused == NULL) {
+        Py_DECREF(evicted);
+        return -1;
+    }
+    Py_XSETREF(self->evicted, evicted);
+    Py_XSETREF(self->refused, refused);
+    memset(self->lookups, 0, sizeof self->lookups);
+    memset(self->blocks, 0, sizeof self->blocks);
+    Py_CLEAR(self->pending_hash);
+    return 0;
+}
+
+static int
+Attribution_traverse(Attribution *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->evicted);
+    Py_VISIT(self->refused);
+    Py_VISIT(self->pending_hash);
+    return 0;
+}
+
+static int
+Attribution_clear_refs(Attribution *self)
+{
+    Py_CLEAR(self->evicted);
+    Py_CLEAR(self->refused);
+    Py_CLEAR(self->pending_hash);
+    return 0;
+}
+
+static void
+Attribution_dealloc(Attribution *self)
+{
+    PyObject_GC_UnTrack(self);
+    Attribution_clear_refs(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+attribution_ready(const Attribution *self)
+{
+    if (self->evicted != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "MissAttribution.__init__ was not called");
+    return -1;
+}
+
+/* Charge the pending miss's blocks, all to its reason. */
+static void
+flush_pending(Attribution *self)
+{
+    if (self->pending_hash != NULL) {
+        self->blocks[self->pending_reason] += self->pending_lost;
+        Py_CLEAR(self->pending_hash);
+    }
+}
+
+/* miss(block_hash, lost, in_flight) */
+static PyObject *
+Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *in_flight_arg = nargs > 2 ? args[2] : NULL;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        if (in_flight_arg != NULL || !PyUnicode_Check(name) ||
+            PyUnicode_CompareWithASCIIString(name, "in_flight") != 0) {
+            PyErr_SetString(PyExc_TypeError, "miss() takes (block_hash, lost, in_flight)");
+            return NULL;
+        }
+        in_flight_arg = args[nargs + k];
+    }
+    if (nargs < 2 || nargs > 3 || in_flight_arg == NULL) {
+        PyErr_SetString(PyExc_TypeError, "miss() takes (block_hash, lost, in_flight)");
+        return NULL;
+    }
+    if (attribution_ready(self) < 0)
+        return NULL;
+    PyObject *block_hash = args[0];
+    long long lost = PyLong_AsLongLong(args[1]);
+    if (lost == -1 && PyErr_Occurred())
+        return NULL;
+    int in_flight = PyObject_IsTrue(in_flight_arg);
+    if (in_flight < 0)
+        return NULL;
+    int reason = IN_FLIGHT;
+    if (!in_flight) {
+        Py_hash_t hash = PyObject_Hash(block_hash);
+        if (hash == -1)
+            return NULL;
+        generations_prefetch(self->evicted, hash);
+        generations_prefetch(self->refused, hash);
+        reason = generations_has(self->evicted, hash)   ? EVICTED
+                 : generations_has(self->refused, hash) ? NOT_ADMITTED
+                                                        : COLD;
+    }
+    self->lookups[reason]++;
+    flush_pending(self);
+    Py_INCREF(block_hash);
+    self->pending_hash = block_hash;
+    self->pending_reason = reason;
+    self->pending_lost = lost;
+    Py_RETURN_NONE;
+}
+
+/* store_from(first, held) */
+static PyObject *
+Attribution_store_from(Attribution *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "store_from() takes (first, held)");
+        return NULL;
+    }
+    if (self->pending_hash == NULL)
+        Py_RETURN_NONE;
+    int same = PyObject_RichCompareBool(self->pending_hash, args[0], Py_EQ);
+    if (same <= 0)
+        return same < 0 ? NULL : Py_NewRef(Py_None);
+    long long held = PyLong_AsLongLong(args[1]);
+    if (held == -1 && PyErr_Occurred())
+        return NULL;
+    long long lost = self->pending_lost;
+    long long behind = held < lost - 1 ? held : lost - 1;
+    self->blocks[self->pending_reason] += lost - behind;
+    self->blocks[PREFIX_LOST] += behind;
+    Py_CLEAR(self->pending_hash);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Attribution_flush(Attribution *self, PyObject *Py_UNUSED(ignored))
+{
+    flush_pending(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Attribution_reset(Attribution *self, PyObject *Py_UNUSED(ignored))
+{
+    if (attribution_ready(self) < 0)
+        return NULL;
+    flush_pending(self);
+    generations_empty(self->evicted);
+    generations_empty(self->refused);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+counts_dict(const long long *counts)
+{
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    for (int r = 0; r < REASONS; r++) {
+        PyObject *count = PyLong_FromLongLong(counts[r]);
+        if (count == NULL || PyDict_SetItemString(out, REASON_NAMES[r], count) < 0) {
+            Py_XDECREF(count);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(count);
+    }
+    return out;
+}
+
+static PyObject *
+Attribution_lookups(Attribution *self, void *Py_UNUSED(closure))
+{
+    return counts_dict(self->lookups);
+}
+
+static PyObject *
+Attribution_blocks(Attribution *self, void *Py_UNUSED(closure))
+{
+    return counts_dict(self->blocks);
+}
+
+static PyObject *
+Attribution_remembered(Attribution *self, void *Py_UNUSED(closure))
+{
+    if (attribution_ready(self) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(Generations_len(self->evicted) + Generations_len(self->refused));
+}
+
+static PyMethodDef Attribution_methods[] = {
+    {"miss", (PyCFunction)(void (*)(void))Attribution_miss, METH_FASTCALL | METH_KEYWORDS,
+     "Charge a lookup that stopped at block_hash, losing lost blocks from it on."},
+    {"store_from", (PyCFunction)(void (*)(void))Attribution_store_from, METH_FASTCALL,
+     "A store starts at first and found held of its blocks already held."},
+    {"flush", (PyCFunction)Attribution_flush, METH_NOARGS,
+     "Charge the pending miss's blocks, all to its reason."},
+    {"reset", (PyCFunction)Attribution_reset, METH_NOARGS,
+     "Charge what is pending and forget every remembered hash."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Attribution_members[] = {
+    {"evicted", T_OBJECT_EX, offsetof(Attribution, evicted), READONLY,
+     "Blocks recently evicted for room."},
+    {"refused", T_OBJECT_EX, offsetof(Attribution, refused), READONLY,
+     "Blocks recently refused by the policy's admission."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef Attribution_getset[] = {
+    {"lookups", (getter)Attribution_lookups, NULL, "Lookups charged to each reason.", NULL},
+    {"blocks", (getter)Attribution_blocks, NULL, "Blocks lost to each reason.", NULL},
+    {"remembered", (getter)Attribution_remembered, NULL,
+     "Hashes held to tell evicted and refused blocks from cold ones.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject AttributionType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "offload.cpu._miss_attribution.MissAttribution",
+    .tp_doc = "Per-reason counts of missed lookups and blocks, in C.",
+    .tp_basicsize = sizeof(Attribution),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Attribution_init,
+    .tp_dealloc = (destructor)Attribution_dealloc,
+    .tp_traverse = (traverseproc)Attribution_traverse,
+    .tp_clear = (inquiry)Attribution_clear_refs,
+    .tp_methods = Attribution_methods,
+    .tp_members = Attribution_members,
+    .tp_getset = Attribution_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_miss_attribution", "Miss attribution, in C.", -1, NULL,
+    NULL, NULL, NULL, NULL,
+};
+
+static int
+add_type(PyObject *m, const char *name, PyTypeObject *type)
+{
+    if (PyType_Ready(type) < 0)
+        return -1;
+    Py_INCREF(type);
+    if (PyModule_AddObject(m, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC
+PyInit__miss_attribution(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (add_type(m, "Generations", &GenerationsType) < 0 ||
+        add_type(m, "MissAttribution", &AttributionType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,16 @@
+"""The C forms of two hot-path structures, built where a C compiler is (pyproject.toml holds
+everything else). Each is optional: without a compiler, pip still installs kvscope and the
+Python forms beside them serve (offload/cpu/miss_attribution.py, offload/insight/sampling.py)."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "offload.cpu._miss_attribution", ["offload/cpu/_miss_attribution.c"], optional=True
+        ),
+        Extension(
+            "offload.insight._sample_test", ["offload/insight/_sample_test.c"], optional=True
+        ),
+    ]
+)
