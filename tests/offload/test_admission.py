@@ -146,11 +146,15 @@ def test_offer_history_is_bounded_by_a_fixed_multiple_of_capacity() -> None:
 
 def test_offer_history_counts_offers_and_forgets_the_oldest() -> None:
     history = OfferHistory(1)
-    assert history.offer("a", 1) is None
-    assert history.offer("a", 5) == (1, 1)
-    assert history.offer("a", 9) == (5, 2)
-    for key in range(history.limit):
-        history.offer(key, 10)
-    history.trim()
+    assert history.admit(["a"], 1, free=0, oldest=1) == ([], 1)  # never offered before
+    assert history.admit(["a"], 5, free=0, oldest=1) == (["a"], 0)  # offered at 1 >= oldest
+    assert history.admit(["a"], 9, free=0, oldest=100) == (["a"], 0)  # the third offer: proven
+    history.admit(list(range(history.limit)), 10, free=0, oldest=None)  # no horizon: all in
     assert len(history) == history.limit
-    assert history.offer("a", 11) is None  # the least recently offered went first
+    assert history.admit(["a"], 11, free=0, oldest=0) == ([], 1)  # the oldest went first
+
+
+def test_a_refusal_refuses_the_rest_of_the_chain_but_every_offer_is_remembered() -> None:
+    history = OfferHistory(4)
+    assert history.admit(["x", "y", "z"], 20, free=1, oldest=0) == (["x"], 2)  # a free slot
+    assert history.admit(["y", "z"], 21, free=0, oldest=20) == (["y", "z"], 0)

@@ -52,7 +52,7 @@ from offload.cpu.policies.miniature import (
     demote_last,
     demote_overflow,
 )
-from offload.cpu.policies.offer_history import OfferHistory, earns_a_slot
+from offload.cpu.policies.offer_history import OfferHistory
 from offload.cpu.policies.residency import ResidencyAge
 from offload.cpu.request_recency import RequestRecency
 
@@ -125,18 +125,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         now = self._order
         age = self.residency.age
         oldest = None if age is None or horizon is None else now - horizon * age
-        offer = self.offers.offer
-        admitted: list[BlockHash] = []
-        refused = 0
-        for block_hash in block_hashes:
-            previous = offer(block_hash, now)
-            if refused:
-                refused += 1
-            elif free > len(admitted) or oldest is None or earns_a_slot(previous, oldest):
-                admitted.append(block_hash)
-            else:
-                refused = 1
-        self.offers.trim()
+        admitted, refused = self.offers.admit(block_hashes, now, free, oldest)
         # Refused blocks were seen too: they advance the clock as stored ones do.
         self._order = now + refused
         return block_hashes if not refused else admitted

@@ -27,7 +27,7 @@ from math import sqrt
 from typing import NamedTuple
 
 from offload.base import BlockHash
-from offload.cpu.policies.offer_history import OfferHistory, earns_a_slot
+from offload.cpu.policies.offer_history import OfferHistory
 from offload.cpu.policies.residency import ResidencyAge
 
 
@@ -140,13 +140,16 @@ class Miniature:
                 continue
             clock += 1
             segment[block_hash] = clock
-        demote_overflow(protected, probation, self.protected_slots, clock)
-        offered = list(dict.fromkeys([h for h in request[hit:] if h not in self]))
+        if len(protected) > self.protected_slots:  # a call only when there is work
+            demote_overflow(protected, probation, self.protected_slots, clock)
+        offered = list(
+            dict.fromkeys([h for h in request[hit:] if h not in probation and h not in protected])
+        )
         new = self._admit(offered, clock)
         clock += len(offered)  # refused blocks were seen too, as in the tier
         if len(new) > self.slots:
             new = []  # the tier cannot make that much room: it refuses the store
-        excess = len(self) + len(new) - self.slots
+        excess = len(probation) + len(protected) + len(new) - self.slots
         if excess > 0:
             # As the tier times an eviction: the oldest block's age, weighed by the count.
             oldest = next(iter((probation or protected).values()))
@@ -164,22 +167,9 @@ class Miniature:
         horizon = self.candidate.horizon
         if horizon is None:
             return new
-        offer = self.offers.offer
-        free = self.slots - len(self)
         age = self.residency.age
         oldest = None if age is None else now - horizon * age
-        admitted: list[BlockHash] = []
-        refused = False
-        for block_hash in new:
-            previous = offer(block_hash, now)
-            if refused:
-                continue
-            if free > len(admitted) or oldest is None or earns_a_slot(previous, oldest):
-                admitted.append(block_hash)
-            else:
-                refused = True  # the rest of the chain is unreachable behind it
-        self.offers.trim()
-        return admitted
+        return self.offers.admit(new, now, self.slots - len(self), oldest)[0]
 
     def clear(self) -> None:
         self.probation.clear()

@@ -38,12 +38,34 @@ class OfferHistory:
     def __len__(self) -> int:
         return len(self._last)
 
-    def offer(self, block_hash: BlockHash, now: int) -> Offer | None:
-        """Record an offer at ``now``; returns the previous state, if remembered."""
+    def admit(
+        self, block_hashes: list[BlockHash], now: int, free: int, oldest: float | None
+    ) -> tuple[list[BlockHash], int]:
+        """Offer each block at ``now``; the ones the reuse-horizon rule admits, and how many
+        it refused.
+
+        Blocks are admitted while ``free`` slots last, or all when ``oldest`` is None
+        (no horizon yet, or none asked); past that, a block earns a slot only by the
+        rule, and the first refused one refuses the rest of the chain, which would be
+        unreachable behind it. Every block is recorded as offered all the same. The
+        tier's gate and each of its models run this once per store, so the offers are
+        recorded inline rather than by a call per block.
+        """
         last = self._last
-        previous = last.pop(block_hash, None)
-        last[block_hash] = (now, 1) if previous is None else (now, previous[1] + 1)
-        return previous
+        pop = last.pop
+        admitted: list[BlockHash] = []
+        refused = 0
+        for block_hash in block_hashes:
+            previous = pop(block_hash, None)
+            last[block_hash] = (now, 1) if previous is None else (now, previous[1] + 1)
+            if refused:
+                refused += 1
+            elif free > len(admitted) or oldest is None or earns_a_slot(previous, oldest):
+                admitted.append(block_hash)
+            else:
+                refused = 1
+        self.trim()
+        return admitted, refused
 
     def trim(self) -> None:
         """Forget the least recently offered blocks beyond the limit (once per batch)."""
