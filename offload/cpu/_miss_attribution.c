@@ -80,23 +80,6 @@ table_put(const Generations *self, Table *table, Py_hash_t hash)
     table->used++;
 }
 
-/* A new, empty table for the current size (calloc: a large one's pages stay the system's
- * zero pages until written). */
-static int
-table_alloc(const Generations *self, Table *table)
-{
-    Py_hash_t *slots = PyMem_RawCalloc(self->mask + 1, sizeof(Py_hash_t));
-    if (slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    PyMem_RawFree(table->slots);
-    table->slots = slots;
-    table->used = 0;
-    table->zero = 0;
-    return 0;
-}
-
 /* Empty a table in place: its pages stay mapped, so refilling it takes no page faults (a fresh
  * allocation per generation cost more in faults than all the probes into it). */
 static void
@@ -123,13 +106,25 @@ Generations_init(Generations *self, PyObject *args, PyObject *kwds)
     int bits = 3;
     while (((Py_ssize_t)1 << bits) < 2 * horizon)
         bits++;
+    /* Both tables first, then the new size: a failure leaves the object as it was.
+     * (calloc: a large table's pages stay the system's zero pages until written.) */
+    Py_hash_t *fresh[2];
+    for (int t = 0; t < 2; t++) {
+        fresh[t] = PyMem_RawCalloc((size_t)1 << bits, sizeof(Py_hash_t));
+        if (fresh[t] == NULL) {
+            PyMem_RawFree(fresh[0]);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (int t = 0; t < 2; t++) {
+        PyMem_RawFree(self->tables[t].slots);
+        self->tables[t] = (Table){.slots = fresh[t], .used = 0, .zero = 0};
+    }
     self->horizon = horizon;
     self->shift = 64 - bits;
     self->mask = ((size_t)1 << bits) - 1;
     self->newest = 0;
-    for (int t = 0; t < 2; t++)
-        if (table_alloc(self, &self->tables[t]) < 0)
-            return -1;
     return 0;
 }
 
@@ -303,8 +298,8 @@ static int
 Attribution_init(Attribution *self, PyObject *args, PyObject *kwds)
 {
     static char *keywords[] = {"capacity", "horizon_capacities", NULL};
-    Py_ssize_t capacity, horizon_capacities = 4;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n|n:MissAttribution", keywords, &capacity,
+    Py_ssize_t capacity, horizon_capacities; /* no default: the Python module holds it */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nn:MissAttribution", keywords, &capacity,
                                      &horizon_capacities))
         return -1;
     if (capacity < 0 || horizon_capacities < 1) {

@@ -23,7 +23,7 @@ from offload.base import (
 from offload.cpu.block_pool import Block, BlockPool
 from offload.cpu.load_store_spec import CPULoadStoreSpec
 from offload.cpu.manager_stats import ManagerStats
-from offload.cpu.miss_attribution import MissAttribution
+from offload.cpu.miss_attribution import HORIZON_CAPACITIES, MissAttribution
 from offload.cpu.policies.registry import make_policy
 from offload.cpu.request_recency import RequestRecency
 from offload.telemetry.spans import SpanGate, record_span
@@ -67,7 +67,7 @@ class CPUOffloadingManager(OffloadingManager):
         self.policy = make_policy(cache_policy, num_blocks)
         self.pool = BlockPool(num_blocks)
         self.stats = ManagerStats()
-        self.misses = MissAttribution(num_blocks)
+        self.misses = MissAttribution(num_blocks, HORIZON_CAPACITIES)
         """Why lookups missed: the reason of each lookup's first missing block."""
         self._attributing = attribute_misses
         self._blocks = self.policy.blocks

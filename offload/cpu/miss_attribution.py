@@ -83,7 +83,7 @@ class PyMissAttribution:
 
     __slots__ = ("_pending", "blocks", "evicted", "lookups", "refused")
 
-    def __init__(self, capacity: int, horizon_capacities: int = HORIZON_CAPACITIES) -> None:
+    def __init__(self, capacity: int, horizon_capacities: int) -> None:
         horizon = max(1, capacity * horizon_capacities)
         self.evicted = PyGenerations(horizon)
         self.refused = PyGenerations(horizon)
