@@ -212,3 +212,24 @@ def test_attribution_off_counts_nothing_and_changes_nothing_else() -> None:
         for m in (on, off)
     ]
     assert counts[0] == counts[1]
+
+
+class _SameHash:
+    """Distinct keys with one hash value."""
+
+    def __hash__(self) -> int:
+        return 7
+
+
+def test_the_c_form_reads_equal_hash_values_as_one_hash() -> None:
+    """Its documented cost: it keeps hash values, not objects (vLLM's digests collide with a
+    1 in 2**64 chance; ints below 2**61 never). The Python form keeps the objects."""
+    if Generations is PyGenerations:
+        pytest.skip("no C form built")
+    first, second = _SameHash(), _SameHash()
+    remembered, exact = Generations(horizon=4), PyGenerations(horizon=4)
+    for generations in (remembered, exact):
+        generations.add([first])
+    assert second in remembered and second not in exact
+    remembered.add([5])  # an int's hash is itself modulo 2**61 - 1: exact below that only
+    assert 6 not in remembered and 5 + (2**61 - 1) in remembered
