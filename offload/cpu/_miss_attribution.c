@@ -9,8 +9,8 @@
  * hashes' Python hash values, sized once for the horizon: remembering a block
  * is a probe into a table that never resizes, and the hash objects are not
  * kept alive. Two different hashes with equal hash values read as one (a 1 in
- * 2**64 chance for vLLM's digests; never for ints below 2**61, whose hash is
- * themselves).
+ * 2**64 chance for vLLM's digests; never for ints from 0 to 2**61 - 2, whose
+ * hash is themselves).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -223,7 +223,7 @@ class _SameHash:
 
 def test_the_c_form_reads_equal_hash_values_as_one_hash() -> None:
     """Its documented cost: it keeps hash values, not objects (vLLM's digests collide with a
-    1 in 2**64 chance; ints below 2**61 never). The Python form keeps the objects."""
+    1 in 2**64 chance; ints from 0 to 2**61 - 2 never). The Python form keeps the objects."""
     if Generations is PyGenerations:
         pytest.skip("no C form built")
     first, second = _SameHash(), _SameHash()
