@@ -311,10 +311,12 @@ Attribution_init(Attribution *self, PyObject *args, PyObject *kwds)
     Py_ssize_t horizon = capacity > PY_SSIZE_T_MAX / horizon_capacities
                              ? PY_SSIZE_T_MAX
                              : capacity * horizon_capacities;
-    Generations *evicted = new_generations(horizon < 1 ? 1 : horizon);
+    if (horizon < 1) /* a tier of no blocks still remembers one */
+        horizon = 1;
+    Generations *evicted = new_generations(horizon);
     if (evicted == NULL)
         return -1;
-    Generations *refused = new_generations(horizon < 1 ? 1 : horizon);
+    Generations *refused = new_generations(horizon);
     if (refused == NULL) {
         Py_DECREF(evicted);
         return -1;
