@@ -1,6 +1,7 @@
-"""The C forms of two hot-path structures, built where a C compiler is (pyproject.toml holds
+"""The C forms of three hot-path structures, built where a C compiler is (pyproject.toml holds
 everything else). Each is optional: without a compiler, pip still installs kvscope and the
-Python forms beside them serve (offload/cpu/miss_attribution.py, offload/insight/sampling.py)."""
+Python forms beside them serve (offload/cpu/miss_attribution.py, offload/insight/sampling.py,
+offload/wire/sample_recorder.py)."""
 
 from setuptools import Extension, setup
 
@@ -11,6 +12,9 @@ setup(
         ),
         Extension(
             "offload.insight._sample_test", ["offload/insight/_sample_test.c"], optional=True
+        ),
+        Extension(
+            "offload.wire._sample_recorder", ["offload/wire/_sample_recorder.c"], optional=True
         ),
     ]
 )

@@ -15,9 +15,9 @@ Beside it, each the best of several rounds: the sampling test alone
 (``SpatialSampler.sample``) with int hashes and with the same hashes as
 vLLM's 36-byte keys, and, in the same loop, a bare copy of each request's
 hashes and the cheapest test a comprehension can make (the interpreter's
-floors, so a loaded machine shows as both growing). Which form of the test
-and of the attribution ran (C, or Python where no compiler built them) is
-printed with the figures. Prints one JSON line; never asserts on time.
+floors, so a loaded machine shows as both growing). Which form of the test,
+the recorder and the attribution ran (C, or Python where no compiler built
+them) is printed with the figures. Prints one JSON line; never asserts on time.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from offload.insight.sampling import DEFAULT_RATE, PySampleTest, SampleTest, Spa
 from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE
 from offload.sim.workload import run_request
 from offload.wire.sample_frame import encode_sample_frame
+from offload.wire.sample_recorder import PySampleRecorder, SampleRecorder
 from offload.worker_telemetry import WorkerTelemetry
 
 BUDGET_NS = 30.0
@@ -130,6 +131,7 @@ def main() -> None:
         "forms": {
             "attribution": _form(MissAttribution, PyMissAttribution),
             "sampling": _form(SampleTest, PySampleTest),
+            "sample_recorder": _form(SampleRecorder, PySampleRecorder),
         },
         "insight_ns_per_block": round(insight_ns, 1),
         "insight_ns_per_block_rounds": per_round,

@@ -11,7 +11,7 @@ the sidecar's hit-ratio curve).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -55,6 +55,11 @@ class WorkerTelemetry:
         )
         self.samples = None if sampler is None else SampleBuffer(sampler, sample_buffer_bytes)
         """The sampled access stream since the last sample frame; None: not sampling."""
+        self.record_request: Callable[[Sequence[BlockHash]], None] = (
+            _not_sampling if self.samples is None else self.samples.add
+        )
+        """One request's references to the tier, into the sample (nothing without a sampler):
+        the buffer's own ``add``, so the call per request costs no frame of its own."""
 
     def snapshot(self) -> Snapshot:
         snap = manager_snapshot(self.manager)
@@ -79,11 +84,6 @@ class WorkerTelemetry:
         """Ship the manager's events since the last call (once per scheduler step)."""
         self.publisher.publish_events(self.manager.take_events())
 
-    def record_request(self, block_hashes: Sequence[BlockHash]) -> None:
-        """One request's references to the tier, into the sample (nothing without a sampler)."""
-        if self.samples is not None:
-            self.samples.add(block_hashes)
-
     def publish_sample(self, *, force: bool = False) -> None:
         """Ship the sample as a frame when one is due (or ``force``); call once per step."""
         samples = self.samples
@@ -107,6 +107,10 @@ class WorkerTelemetry:
 
     def _sources(self) -> Iterator[tuple[Snapshot, Mapping[str, str]]]:
         yield self.snapshot(), self.labels()
+
+
+def _not_sampling(block_hashes: Sequence[BlockHash]) -> None:
+    """``record_request`` without a sampler: nothing is kept."""
 
 
 def publisher_snapshot(publisher: Publisher) -> Snapshot:
