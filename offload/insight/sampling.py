@@ -15,10 +15,11 @@ The worker pays the test on every block reference of its hot path, so the
 form in use is C (``_sample_test.c``, built by ``pip install`` where a C
 compiler is), which the worker calls directly once per request. Where
 kvscope was installed without a compiler (the sidecar image, which only
-narrows samples already taken), ``PySampleTest`` gives the same hashes: one
-list comprehension per request, bytes hashes read by one precompiled
-``struct`` call (C-level ``map`` chains, a helper function per hash, or a
-slice and ``int.from_bytes`` measured slower).
+narrows samples already taken), ``PySampleTest`` gives the same hashes: the
+request's types checked in one C-level pass, then one list comprehension,
+bytes hashes read by one precompiled ``struct`` call (C-level ``map``
+chains, a helper function per hash, or a slice and ``int.from_bytes``
+measured slower).
 
 Hash 0 is a fixed point of the multiply, so it is kept at every seed; the
 estimator's correction (estimator.py) makes one block in or out of the sample
@@ -30,6 +31,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from offload.base import BlockHash
 
@@ -84,13 +86,18 @@ def _int_key(block_hash: BlockHash) -> int:
     raise _unsupported(block_hash)
 
 
+_INT: Final = frozenset({int})
+_BYTES: Final = frozenset({bytes, bytearray})
+_SAMPLEABLE: Final = _INT | _BYTES
+
+
 def _unsupported(block_hash: object) -> TypeError:
     return TypeError(f"cannot sample a block hash of type {type(block_hash).__name__}")
 
 
 class PySampleTest:
-    """The test in Python: called with one request's hashes (sharing one type), it returns
-    those whose int times ``multiplier``, modulo ``prime``, is below ``threshold``, in order."""
+    """The test in Python: called with one request's hashes, it returns those whose int
+    times ``multiplier``, modulo ``prime``, is below ``threshold``, in order."""
 
     __slots__ = ("multiplier", "prime", "threshold")
 
@@ -101,15 +108,20 @@ class PySampleTest:
 
     def __call__(self, block_hashes: Sequence[BlockHash]) -> list[BlockHash]:
         k, threshold, prime = self.multiplier, self.threshold, self.prime
-        if not block_hashes or type(block_hashes[0]) is int:
+        # The types first, in one C-level pass: a str among ints would otherwise be
+        # repeated k times by the multiply (gigabytes) before anything failed.
+        kinds = set(map(type, block_hashes))
+        if kinds <= _INT:
             return [h for h in block_hashes if h * k % prime < threshold]
-        if not isinstance(block_hashes[0], bytes | bytearray):
-            raise _unsupported(block_hashes[0])
-        first_8 = _FIRST_8
-        try:
-            return [h for h in block_hashes if first_8(h)[0] * k % prime < threshold]
-        except struct.error:  # a hash shorter than 8 bytes: the same int, slower
-            return [h for h in block_hashes if _int_key(h) * k % prime < threshold]
+        if not kinds <= _SAMPLEABLE:
+            raise _unsupported(next(h for h in block_hashes if type(h) not in _SAMPLEABLE))
+        if kinds <= _BYTES:
+            first_8 = _FIRST_8
+            try:
+                return [h for h in block_hashes if first_8(h)[0] * k % prime < threshold]
+            except struct.error:  # a hash shorter than 8 bytes: the same int, slower
+                pass
+        return [h for h in block_hashes if _int_key(h) * k % prime < threshold]
 
 
 try:

@@ -87,23 +87,35 @@ hashes_of_one_type = st.one_of(
     st.lists(st.integers(-(2**70), 2**70), max_size=40),
     st.lists(st.binary(max_size=40), max_size=40),
     st.lists(st.binary(max_size=40).map(bytearray), max_size=40),
+    st.lists(st.one_of(st.integers(0, 2**64), st.binary(max_size=12)), max_size=40),
 )
 
 
 @given(hashes_of_one_type, st.integers(0, 9), st.sampled_from([0.01, 0.3, 0.999]))
 def test_the_c_and_python_tests_keep_the_same_hashes(
-    hashes: list[int] | list[bytes], seed: int, rate: float
+    hashes: list[int | bytes], seed: int, rate: float
 ) -> None:
-    """Ints beyond 64 bits and negative ones included (the C test's slow and floored paths)."""
+    """Ints beyond 64 bits and negative ones included (the C test's slow and floored paths),
+    and requests mixing ints and bytes (each hash by its own type)."""
     sampler = SpatialSampler(rate, seed)
     python = PySampleTest(sampler.multiplier, sampler.threshold, PRIME)
     assert SampleTest(sampler.multiplier, sampler.threshold, PRIME)(hashes) == python(hashes)
 
 
 @pytest.mark.parametrize("form", [SampleTest, PySampleTest])
-def test_either_form_names_an_unsupported_hash_type(form: type) -> None:
-    with pytest.raises(TypeError, match="cannot sample a block hash of type float"):
-        form(3, 100, PRIME)([1.5])
+@pytest.mark.parametrize(
+    ("hashes", "named"),
+    [
+        ([1.5], "float"),
+        ([1, 2, "abc"], "str"),
+        ([b"ab", 3, True], "bool"),
+        ([b"x", None], "NoneType"),
+    ],
+)
+def test_either_form_names_an_unsupported_hash_type(form: type, hashes: list, named: str) -> None:
+    """Wherever it sits: a str after ints is refused before a multiply repeats it."""
+    with pytest.raises(TypeError, match=f"cannot sample a block hash of type {named}$"):
+        form(663_000_000, 100, PRIME)(hashes)
 
 
 def test_the_c_test_refuses_parameters_it_cannot_hold() -> None:
