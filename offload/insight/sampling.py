@@ -87,8 +87,7 @@ def _int_key(block_hash: BlockHash) -> int:
 
 
 _INT: Final = frozenset({int})
-_BYTES: Final = frozenset({bytes, bytearray})
-_SAMPLEABLE: Final = _INT | _BYTES
+_BYTES: Final = (bytes, bytearray)
 
 
 def _unsupported(block_hash: object) -> TypeError:
@@ -113,9 +112,10 @@ class PySampleTest:
         kinds = set(map(type, block_hashes))
         if kinds <= _INT:
             return [h for h in block_hashes if h * k % prime < threshold]
-        if not kinds <= _SAMPLEABLE:
-            raise _unsupported(next(h for h in block_hashes if type(h) not in _SAMPLEABLE))
-        if kinds <= _BYTES:
+        odd = {kind for kind in kinds if kind is not int and not issubclass(kind, _BYTES)}
+        if odd:
+            raise _unsupported(next(h for h in block_hashes if type(h) in odd))
+        if int not in kinds:
             first_8 = _FIRST_8
             try:
                 return [h for h in block_hashes if first_8(h)[0] * k % prime < threshold]

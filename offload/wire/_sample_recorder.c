@@ -55,21 +55,37 @@ recorder_ready(const Recorder *self)
     return -1;
 }
 
-/* What the sampled hashes take in a frame: an int request's by count, bytes by their sizes
- * (msgpack: size + 2). The first hash's type decides, as in the Python form. */
+static Py_ssize_t
+mixed(PyObject *odd, PyObject *first)
+{
+    PyErr_Format(PyExc_TypeError,
+                 "a request's sampled hashes must be all ints or all bytes: found %.100s in a "
+                 "request of %.100s",
+                 Py_TYPE(odd)->tp_name, Py_TYPE(first)->tp_name);
+    return -1;
+}
+
+/* What the sampled hashes take in a frame: ints by count, bytes by their sizes (msgpack:
+ * size + 2); -1 with a TypeError naming another type, or a mix (a frame may carry neither). */
 static Py_ssize_t
 priced(PyObject *sampled)
 {
     Py_ssize_t n = PyList_GET_SIZE(sampled);
-    if (PyLong_CheckExact(PyList_GET_ITEM(sampled, 0)))
+    PyObject **items = PySequence_Fast_ITEMS(sampled);
+    if (PyLong_CheckExact(items[0])) {
+        for (Py_ssize_t i = 1; i < n; i++)
+            if (!PyLong_CheckExact(items[i]))
+                return mixed(items[i], items[0]);
         return INT_HASH_BYTES * n;
+    }
     Py_ssize_t size = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *hash = PyList_GET_ITEM(sampled, i);
-        Py_ssize_t length = PyBytes_CheckExact(hash) ? PyBytes_GET_SIZE(hash) : PyObject_Size(hash);
-        if (length < 0)
-            return -1;
-        size += length + 2;
+        if (PyBytes_Check(items[i]))
+            size += PyBytes_GET_SIZE(items[i]) + 2;
+        else if (PyByteArray_Check(items[i]))
+            size += PyByteArray_GET_SIZE(items[i]) + 2;
+        else
+            return mixed(items[i], items[0]);
     }
     return size;
 }

@@ -53,9 +53,27 @@ def check_limits(
         raise ValueError(f"period_s must be a positive number of seconds, got {period_s!r}")
 
 
-def _encoded_bytes(sampled: Sequence[BlockHash]) -> int:
-    """About what bytes hashes take in a frame (msgpack: bytes + 2)."""
-    return sum(len(h) + 2 for h in sampled)  # type: ignore[arg-type]
+_INT: Final = frozenset({int})
+_BYTES: Final = (bytes, bytearray)
+
+
+def _priced(sampled: Sequence[BlockHash]) -> int:
+    """About what the hashes take in a frame: ints by count, bytes by size (msgpack: + 2);
+    a TypeError naming another type, or a mix of the two (a frame may carry neither)."""
+    kinds = set(map(type, sampled))
+    if kinds <= _INT:
+        return INT_HASH_BYTES * len(sampled)
+    if all(issubclass(kind, _BYTES) for kind in kinds):
+        return sum(map(len, sampled)) + 2 * len(sampled)  # type: ignore[arg-type]
+    first = type(sampled[0])
+    if first is int:
+        odd = next(type(h) for h in sampled if type(h) is not int)
+    else:
+        odd = next(type(h) for h in sampled if not isinstance(h, _BYTES))
+    raise TypeError(
+        "a request's sampled hashes must be all ints or all bytes: "
+        f"found {odd.__name__} in a request of {first.__name__}"
+    )
 
 
 class PySampleRecorder:
@@ -109,7 +127,7 @@ class PySampleRecorder:
                 self._unsampled_requests += 1
                 self._unsampled_block_refs += refs
             return
-        size = INT_HASH_BYTES * len(sampled) if type(sampled[0]) is int else _encoded_bytes(sampled)
+        size = _priced(sampled)
         if (
             refs > self.max_request_blocks
             or self.bytes + size > self.max_bytes

@@ -125,3 +125,15 @@ def test_the_c_test_refuses_parameters_it_cannot_hold() -> None:
         SampleTest(3, 100, 2**40)
     with pytest.raises(TypeError, match="one sequence of block hashes"):
         SampleTest(3, 100, PRIME)([1], [2])
+
+
+class _Key(bytes):
+    """A bytes subclass, as a caller's key type might be."""
+
+
+def test_both_forms_sample_a_bytes_subclass_as_bytes() -> None:
+    sampler = SpatialSampler(0.3)
+    keys = [_Key(i.to_bytes(8, "little") + bytes(28)) for i in range(200)]
+    python = PySampleTest(sampler.multiplier, sampler.threshold, PRIME)(keys)
+    assert python == SampleTest(sampler.multiplier, sampler.threshold, PRIME)(keys)
+    assert python == sampler.sample([bytes(k) for k in keys]) and 0 < len(python) < 200

@@ -107,6 +107,23 @@ def test_a_bad_hash_changes_nothing_held(form: type) -> None:
 
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(
+    ("request_hashes", "named"),
+    [([1, b"ab"], "bytes in a request of int"), ([b"ab", 1], "int in a request of bytes"),
+     (["abc"], "str in a request of str"), ([b"ab", 1.5], "float in a request of bytes")],
+)  # fmt: skip
+def test_a_request_a_frame_could_not_carry_is_refused_by_its_types(
+    form: type, request_hashes: list, named: str
+) -> None:
+    """At rate 1 nothing else looks at the hashes' types first."""
+    held = recorder(form)
+    held([1, 2])
+    with pytest.raises(TypeError, match=f"all ints or all bytes: found {named}$"):
+        held(request_hashes)
+    assert counters(held) == (18, 0, 0) and held.drain() == ([2], [[1, 2]], 0, 0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(
     ("limits", "named"),
     [
         ((0, 1, 1, 1.0), "max_bytes"),
