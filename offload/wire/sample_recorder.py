@@ -9,8 +9,8 @@ overflow the bytes, the requests or the blocks per request a frame may hold.
 ``due`` says a frame should be taken: its period passed, or the hold is half
 full.
 
-A Python function call on that thread costs several times the work it does
-(each object it touches is cold after a scheduler step), so the form in use
+A Python function call on that thread costs several times the work it wraps
+(the interpreter's frame, and each attribute it reads), so the form in use
 is C (``_sample_recorder.c``, built by ``pip install`` where a C compiler
 is): the recorder itself is what the worker calls, the test is called from
 C, and the block counts sit in a C array. ``PySampleRecorder`` keeps the
@@ -30,7 +30,8 @@ from offload.base import BlockHash
 INT_HASH_BYTES: Final = 9
 """The most bytes msgpack spends on an int hash: what a held int hash is counted as."""
 
-SampleTest = Callable[[Sequence[BlockHash]], list[BlockHash]]
+Sampling = Callable[[Sequence[BlockHash]], list[BlockHash]]
+"""The sampler's test: one request's hashes -> the sampled ones, in order (a new list)."""
 Drained = tuple[list[int], list[list[BlockHash]], int, int]
 """What ``drain`` hands over: the held requests' block counts and sampled hashes (parallel
 lists), and the requests and block references of the requests with nothing sampled."""
@@ -97,7 +98,7 @@ class PySampleRecorder:
 
     def __init__(
         self,
-        sample: SampleTest,
+        sample: Sampling,
         max_bytes: int,
         max_requests: int,
         max_request_blocks: int,
