@@ -5,16 +5,13 @@ offload/wire/sample_recorder.py)."""
 
 from setuptools import Extension, setup
 
+# Each C form includes offload/small_int.h: rebuilt when it changes.
+SHARED = {"include_dirs": ["offload"], "depends": ["offload/small_int.h"], "optional": True}
+
 setup(
     ext_modules=[
-        Extension(
-            "offload.cpu._miss_attribution", ["offload/cpu/_miss_attribution.c"], optional=True
-        ),
-        Extension(
-            "offload.insight._sample_test", ["offload/insight/_sample_test.c"], optional=True
-        ),
-        Extension(
-            "offload.wire._sample_recorder", ["offload/wire/_sample_recorder.c"], optional=True
-        ),
+        Extension("offload.cpu._miss_attribution", ["offload/cpu/_miss_attribution.c"], **SHARED),
+        Extension("offload.insight._sample_test", ["offload/insight/_sample_test.c"], **SHARED),
+        Extension("offload.wire._sample_recorder", ["offload/wire/_sample_recorder.c"], **SHARED),
     ]
 )

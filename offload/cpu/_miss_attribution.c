@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "structmember.h"
+#include "small_int.h"
 
 /* A table probe that misses the caches costs far more than the probe itself, so the hot paths
  * ask for their slots ahead (a hint: nothing where the compiler has no such builtin). */
@@ -27,6 +28,16 @@
 #define PREFETCH(address) ((void)(address))
 #endif
 #define LOOKAHEAD 16 /* hashes whose slots are fetched before the first of them is placed */
+
+/* A key's Python hash value; a non-negative int below 2**61 - 1 is its own, read without a call. */
+static inline Py_hash_t
+hash_of(PyObject *key)
+{
+    int64_t value;
+    if (small_int(key, &value) && value >= 0)
+        return (Py_hash_t)value;
+    return PyObject_Hash(key);
+}
 
 typedef struct {
     Py_hash_t *slots; /* 0 marks an empty slot */
@@ -64,20 +75,25 @@ table_has(const Generations *self, const Table *table, Py_hash_t hash)
     }
 }
 
-static void
-table_put(const Generations *self, Table *table, Py_hash_t hash)
+/* Place hash, whose home slot is slot, in table (of mask + 1 slots); returns 1 when it was not
+ * held before. Hash 0 cannot sit in a slot, so a flag holds it. */
+static inline int
+table_put(Table *table, size_t mask, size_t slot, Py_hash_t hash)
 {
     if (hash == 0) {
-        table->used += !table->zero;
+        int fresh = !table->zero;
         table->zero = 1;
-        return;
+        return fresh;
     }
-    size_t i = slot_of(self, hash);
-    for (; table->slots[i] != 0; i = (i + 1) & self->mask)
-        if (table->slots[i] == hash)
-            return;
-    table->slots[i] = hash;
-    table->used++;
+    Py_hash_t *slots = table->slots;
+    Py_hash_t held;
+    while ((held = slots[slot]) != 0) {
+        if (held == hash)
+            return 0;
+        slot = (slot + 1) & mask;
+    }
+    slots[slot] = hash;
+    return 1;
 }
 
 /* Empty a table in place: its pages stay mapped, so refilling it takes no page faults (a fresh
@@ -155,26 +171,31 @@ Generations_add(Generations *self, PyObject *block_hashes)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
+    /* The geometry in locals: the stores into a table would otherwise make the compiler
+     * reload it from the object for every hash. */
+    const size_t mask = self->mask;
+    const Py_ssize_t horizon = self->horizon;
     Py_hash_t hashes[LOOKAHEAD];
+    size_t homes[LOOKAHEAD];
     for (Py_ssize_t start = 0; start < n; start += LOOKAHEAD) {
         Py_ssize_t count = n - start < LOOKAHEAD ? n - start : LOOKAHEAD;
-        const Table *filling = &self->tables[self->newest];
+        Table *table = &self->tables[self->newest];
         for (Py_ssize_t j = 0; j < count; j++) {
-            hashes[j] = PyObject_Hash(items[start + j]);
+            hashes[j] = hash_of(items[start + j]);
             if (hashes[j] == -1) {
                 Py_DECREF(seq);
                 return NULL;
             }
-            PREFETCH(&filling->slots[slot_of(self, hashes[j])]);
+            homes[j] = slot_of(self, hashes[j]);
+            PREFETCH(&table->slots[homes[j]]);
         }
         for (Py_ssize_t j = 0; j < count; j++) {
-            Table *table = &self->tables[self->newest];
-            table_put(self, table, hashes[j]);
-            if (table->used >= self->horizon) {
+            if (table_put(table, mask, homes[j], hashes[j]) && ++table->used >= horizon) {
                 /* This generation is full: it becomes the old one, the one before it is dropped. */
                 int oldest = 1 - self->newest;
                 table_empty(self, &self->tables[oldest]);
                 self->newest = oldest;
+                table = &self->tables[oldest];
             }
         }
     }
@@ -221,7 +242,7 @@ Generations_contains(Generations *self, PyObject *key)
 {
     if (check_ready(self) < 0)
         return -1;
-    Py_hash_t hash = PyObject_Hash(key);
+    Py_hash_t hash = hash_of(key);
     if (hash == -1)
         return -1;
     generations_prefetch(self, hash);
@@ -404,7 +425,7 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
         return NULL;
     int reason = IN_FLIGHT;
     if (!in_flight) {
-        Py_hash_t hash = PyObject_Hash(block_hash);
+        Py_hash_t hash = hash_of(block_hash);
         if (hash == -1)
             return NULL;
         generations_prefetch(self->evicted, hash);

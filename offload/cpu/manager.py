@@ -162,9 +162,10 @@ class CPUOffloadingManager(OffloadingManager):
         to_store = list(dict.fromkeys([h for h in requested if h not in resident]))
         stats = self.stats
         stats.store_requested_blocks += len(requested)
-        stats.store_skipped_blocks += len(requested) - len(to_store)
+        held = len(requested) - len(to_store)
+        stats.store_skipped_blocks += held
         if requested and self._attributing:
-            self.misses.store_from(requested[0], len(requested) - len(to_store))
+            self.misses.store_from(requested[0], held)
         if not to_store:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
         pool = self.pool

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "structmember.h"
+#include "small_int.h"
 
 /* x modulo prime without a divide: Barrett reduction by inverse = floor(2**64 / prime). The
  * estimate of the quotient is low by at most 2, so two conditional subtractions finish it. */
@@ -117,7 +118,10 @@ SampleTest_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, 
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t residue;
-        if (residue_of(items[i], prime, inverse, &residue) < 0)
+        int64_t value;
+        if (small_int(items[i], &value) && value >= 0) /* no call: a trace's ids */
+            residue = (uint64_t)value < prime ? (uint64_t)value : reduce(value, prime, inverse);
+        else if (residue_of(items[i], prime, inverse, &residue) < 0)
             goto fail;
         /* residue and multiplier are below 2**32: the product fits in 64 bits */
         if (reduce(residue * multiplier, prime, inverse) < threshold &&

@@ -6,6 +6,8 @@ Python one get the same sequences and must hold the same things.
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -166,3 +168,19 @@ def test_the_c_and_python_recorders_hold_the_same(
         if index in drains:
             assert forms[0].drain() == forms[1].drain()
     assert forms[0].drain() == forms[1].drain()
+
+
+class _Key(bytes):
+    """A bytes subclass: its instances may refer to other objects."""
+
+
+def test_the_c_recorder_leaves_hashes_that_refer_to_nothing_out_of_the_collectors_walks() -> None:
+    """A held list of exact ints or exact bytes can be in no reference cycle, so the garbage
+    collector is spared it; a list holding a subclass's instances stays tracked."""
+    if SampleRecorder is PySampleRecorder:
+        pytest.skip("no C form built")
+    held = recorder(SampleRecorder)
+    for request in ([1, 2], [b"a" * 8], [_Key(b"b" * 8)]):
+        held(request)
+    _, sampled, _, _ = held.drain()
+    assert [gc.is_tracked(hashes) for hashes in sampled] == [False, False, True]
