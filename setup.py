@@ -5,13 +5,25 @@ offload/wire/sample_recorder.py)."""
 
 from setuptools import Extension, setup
 
-# Each C form includes offload/small_int.h: rebuilt when it changes.
-SHARED = {"include_dirs": ["offload"], "depends": ["offload/small_int.h"], "optional": True}
+# The two that read ints include offload/small_int.h, and are rebuilt when it changes.
+READS_INTS = {"include_dirs": ["offload"], "depends": ["offload/small_int.h"]}
 
 setup(
     ext_modules=[
-        Extension("offload.cpu._miss_attribution", ["offload/cpu/_miss_attribution.c"], **SHARED),
-        Extension("offload.insight._sample_test", ["offload/insight/_sample_test.c"], **SHARED),
-        Extension("offload.wire._sample_recorder", ["offload/wire/_sample_recorder.c"], **SHARED),
+        Extension(
+            "offload.cpu._miss_attribution",
+            ["offload/cpu/_miss_attribution.c"],
+            optional=True,
+            **READS_INTS,
+        ),
+        Extension(
+            "offload.insight._sample_test",
+            ["offload/insight/_sample_test.c"],
+            optional=True,
+            **READS_INTS,
+        ),
+        Extension(
+            "offload.wire._sample_recorder", ["offload/wire/_sample_recorder.c"], optional=True
+        ),
     ]
 )
