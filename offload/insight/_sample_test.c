@@ -25,17 +25,21 @@ reduce(uint64_t x, uint64_t prime, uint64_t inverse)
     return r >= prime ? r - prime : r;
 }
 
-/* An int hash's residue modulo prime; ints beyond 64 bits take Python's arithmetic. */
-static int
+/* An int hash's residue modulo prime; a small int is read without a call (a trace's ids), ints
+ * beyond 64 bits take Python's arithmetic. */
+static inline int
 int_residue(PyObject *hash, uint64_t prime, uint64_t inverse, uint64_t *residue)
 {
     int overflow = 0;
-    long long value = PyLong_AsLongLongAndOverflow(hash, &overflow);
-    if (!overflow) {
-        if (value == -1 && PyErr_Occurred())
+    int64_t value;
+    if (!small_int(hash, &value)) {
+        value = PyLong_AsLongLongAndOverflow(hash, &overflow);
+        if (!overflow && value == -1 && PyErr_Occurred())
             return -1;
-        if (value >= 0) {
-            *residue = reduce((uint64_t)value, prime, inverse);
+    }
+    if (!overflow) {
+        if (value >= 0) { /* a trace's ids are mostly below the prime already */
+            *residue = (uint64_t)value < prime ? (uint64_t)value : reduce(value, prime, inverse);
         } else { /* Python's modulo is floored: -v mod p is p - (v mod p), or 0 */
             uint64_t r = reduce(0 - (uint64_t)value, prime, inverse);
             *residue = r ? prime - r : 0;
@@ -65,7 +69,7 @@ bytes_residue(const unsigned char *data, Py_ssize_t size, uint64_t prime, uint64
     return reduce(value, prime, inverse);
 }
 
-static int
+static inline int
 residue_of(PyObject *hash, uint64_t prime, uint64_t inverse, uint64_t *residue)
 {
     if (PyLong_CheckExact(hash))
@@ -118,10 +122,7 @@ SampleTest_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, 
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t residue;
-        int64_t value;
-        if (small_int(items[i], &value) && value >= 0) /* no call: a trace's ids */
-            residue = (uint64_t)value < prime ? (uint64_t)value : reduce(value, prime, inverse);
-        else if (residue_of(items[i], prime, inverse, &residue) < 0)
+        if (residue_of(items[i], prime, inverse, &residue) < 0)
             goto fail;
         /* residue and multiplier are below 2**32: the product fits in 64 bits */
         if (reduce(residue * multiplier, prime, inverse) < threshold &&

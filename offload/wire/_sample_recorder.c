@@ -67,7 +67,7 @@ mixed(PyObject *odd, PyObject *first)
 
 /* What the sampled hashes take in a frame: ints by count, bytes by their sizes (msgpack:
  * size + 2); -1 with a TypeError naming another type, or a mix (a frame may carry neither).
- * *atomic says every hash is an exact int or exact bytes: objects that refer to nothing. */
+ * *atomic says every hash is an exact int, bytes or bytearray: objects that refer to nothing. */
 static Py_ssize_t
 priced(PyObject *sampled, int *atomic)
 {
