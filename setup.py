@@ -5,7 +5,7 @@ offload/wire/sample_recorder.py)."""
 
 from setuptools import Extension, setup
 
-# The two that read ints include offload/small_int.h, and are rebuilt when it changes.
+# Each reads ints through offload/small_int.h, and is rebuilt when it changes.
 READS_INTS = {"include_dirs": ["offload"], "depends": ["offload/small_int.h"]}
 
 setup(
@@ -23,7 +23,10 @@ setup(
             **READS_INTS,
         ),
         Extension(
-            "offload.wire._sample_recorder", ["offload/wire/_sample_recorder.c"], optional=True
+            "offload.wire._sample_recorder",
+            ["offload/wire/_sample_recorder.c"],
+            optional=True,
+            **READS_INTS,
         ),
     ]
 )

@@ -4,26 +4,31 @@
  * offload/wire/sample_recorder.py states the contract (what is held, what is
  * shed, when a frame is due) and holds its Python form; this is the same
  * contract in one C call per request, since the scheduler's thread pays it
- * on every request. Tests hold both forms to the same sequences.
+ * on every request. Each held request is written as msgpack the moment it is
+ * held, so the hold is one byte buffer and no Python object waits in it (no
+ * collector work, no objects to build at the frame). Tests hold both forms,
+ * byte for byte, to msgspec's own encoding.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 #include <time.h>
 #include "structmember.h"
+#include "small_int.h"
 
-#define INT_HASH_BYTES 9 /* the most bytes msgpack spends on an int hash */
+#define FIRST_ALLOCATION 4096 /* bytes the buffer starts at; it doubles up to max_bytes */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *sample;  /* the test: hashes -> a new list of the sampled ones */
-    PyObject *sampled; /* the held requests' sampled hashes, a list of lists */
-    Py_ssize_t *refs;  /* their block counts: max_requests slots, len(sampled) used */
+    PyObject *sample; /* the test: hashes -> a new list of the sampled ones */
+    char *held;       /* the held requests' msgpack, back to back; NULL before __init__ */
+    Py_ssize_t bytes, allocated, requests; /* its length, its capacity, the requests in it */
     Py_ssize_t max_bytes, max_requests, max_request_blocks;
     double period_s;
     double next; /* the monotonic time the period ends */
-    Py_ssize_t bytes;
     long long shed_requests, shed_block_refs;
     long long unsampled_requests, unsampled_block_refs;
     vectorcallfunc vectorcall;
@@ -49,10 +54,120 @@ monotonic_s(void)
 static int
 recorder_ready(const Recorder *self)
 {
-    if (self->sampled != NULL)
+    if (self->held != NULL)
         return 0;
     PyErr_SetString(PyExc_RuntimeError, "SampleRecorder.__init__ was not called");
     return -1;
+}
+
+/* ---- msgpack, in the smallest form of each value (msgspec's, so the forms agree) ---------- */
+
+/* An int hash as msgpack holds it: its value, and whether it is negative (then in *value as
+ * int64's two's complement). -1 with an OverflowError beyond 64 bits. */
+static int
+int_bits(PyObject *hash, uint64_t *value, int *negative)
+{
+    int64_t small;
+    if (small_int(hash, &small)) {
+        *value = (uint64_t)small;
+        *negative = small < 0;
+        return 0;
+    }
+    int overflow;
+    long long signed_value = PyLong_AsLongLongAndOverflow(hash, &overflow);
+    if (!overflow) {
+        if (signed_value == -1 && PyErr_Occurred())
+            return -1;
+        *value = (uint64_t)signed_value;
+        *negative = signed_value < 0;
+        return 0;
+    }
+    if (overflow > 0) {
+        unsigned long long wide = PyLong_AsUnsignedLongLong(hash);
+        if (!(wide == (unsigned long long)-1 && PyErr_Occurred())) {
+            *value = wide;
+            *negative = 0;
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    PyErr_SetString(PyExc_OverflowError,
+                    "a block hash must be an int from -2**63 to 2**64 - 1 to be framed");
+    return -1;
+}
+
+static Py_ssize_t
+int_size(uint64_t value, int negative)
+{
+    if (negative) {
+        int64_t v = (int64_t)value;
+        return v >= -32 ? 1 : v >= INT8_MIN ? 2 : v >= INT16_MIN ? 3 : v >= INT32_MIN ? 5 : 9;
+    }
+    return value < 128 ? 1 : value <= UINT8_MAX ? 2 : value <= UINT16_MAX ? 3
+         : value <= UINT32_MAX ? 5 : 9;
+}
+
+static char *
+put_be(char *out, uint64_t value, int width)
+{
+    for (int i = width - 1; i >= 0; i--)
+        *out++ = (char)(value >> (8 * i));
+    return out;
+}
+
+static char *
+put_int(char *out, uint64_t value, int negative)
+{
+    switch (int_size(value, negative)) {
+    case 1:
+        *out++ = (char)value; /* a positive or a negative fixint: the low byte is the value */
+        return out;
+    case 2:
+        *out++ = (char)(negative ? 0xd0 : 0xcc);
+        return put_be(out, value, 1);
+    case 3:
+        *out++ = (char)(negative ? 0xd1 : 0xcd);
+        return put_be(out, value, 2);
+    case 5:
+        *out++ = (char)(negative ? 0xd2 : 0xce);
+        return put_be(out, value, 4);
+    default:
+        *out++ = (char)(negative ? 0xd3 : 0xcf);
+        return put_be(out, value, 8);
+    }
+}
+
+static Py_ssize_t
+header_size(Py_ssize_t length)
+{
+    return length < 16 ? 1 : length <= UINT16_MAX ? 3 : 5;
+}
+
+/* The header of an array (fixarray 0x90, array16 0xdc, array32 0xdd) or of bin data
+ * (bin8 0xc4, bin16 0xc5, bin32 0xc6; bin has no fix form). */
+static char *
+put_header(char *out, Py_ssize_t length, int bin)
+{
+    if (bin && length <= UINT8_MAX) {
+        *out++ = (char)0xc4;
+        return put_be(out, (uint64_t)length, 1);
+    }
+    if (!bin && length < 16) {
+        *out++ = (char)(0x90 | length);
+        return out;
+    }
+    if (length <= UINT16_MAX) {
+        *out++ = (char)(bin ? 0xc5 : 0xdc);
+        return put_be(out, (uint64_t)length, 2);
+    }
+    *out++ = (char)(bin ? 0xc6 : 0xdd);
+    return put_be(out, (uint64_t)length, 4);
+}
+
+static Py_ssize_t
+bin_size(Py_ssize_t length)
+{
+    return (length <= UINT8_MAX ? 2 : length <= UINT16_MAX ? 3 : 5) + length;
 }
 
 static Py_ssize_t
@@ -65,35 +180,91 @@ mixed(PyObject *odd, PyObject *first)
     return -1;
 }
 
-/* What the sampled hashes take in a frame: ints by count, bytes by their sizes (msgpack:
- * size + 2); -1 with a TypeError naming another type, or a mix (a frame may carry neither).
- * *atomic says every hash is an exact int, bytes or bytearray: objects that refer to nothing. */
+/* The msgpack size of one held request, [block_refs, [hash, ...]]; -1 with a TypeError naming
+ * a type a frame cannot carry (or a mix of ints and bytes), or an OverflowError. */
 static Py_ssize_t
-priced(PyObject *sampled, int *atomic)
+request_size(Py_ssize_t refs, PyObject *sampled)
 {
     Py_ssize_t n = PyList_GET_SIZE(sampled);
     PyObject **items = PySequence_Fast_ITEMS(sampled);
+    Py_ssize_t size = 1 + int_size((uint64_t)refs, 0) + header_size(n);
+    uint64_t value;
+    int negative;
     if (PyLong_CheckExact(items[0])) {
-        for (Py_ssize_t i = 1; i < n; i++)
+        for (Py_ssize_t i = 0; i < n; i++) {
             if (!PyLong_CheckExact(items[i]))
                 return mixed(items[i], items[0]);
-        *atomic = 1;
-        return INT_HASH_BYTES * n;
-    }
-    Py_ssize_t size = 0;
-    *atomic = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (PyBytes_Check(items[i])) {
-            size += PyBytes_GET_SIZE(items[i]) + 2;
-            *atomic &= PyBytes_CheckExact(items[i]);
-        } else if (PyByteArray_Check(items[i])) {
-            size += PyByteArray_GET_SIZE(items[i]) + 2;
-            *atomic &= PyByteArray_CheckExact(items[i]);
-        } else {
-            return mixed(items[i], items[0]);
+            if (int_bits(items[i], &value, &negative) < 0)
+                return -1;
+            size += int_size(value, negative);
         }
+        return size;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t length;
+        if (PyBytes_Check(items[i]))
+            length = PyBytes_GET_SIZE(items[i]);
+        else if (PyByteArray_Check(items[i]))
+            length = PyByteArray_GET_SIZE(items[i]);
+        else
+            return mixed(items[i], items[0]);
+        if ((uint64_t)length > UINT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError,
+                            "a block hash of 2**32 bytes or more cannot be framed");
+            return -1;
+        }
+        size += bin_size(length);
     }
     return size;
+}
+
+/* Write a request request_size has passed: its checks hold, so nothing here fails. */
+static char *
+put_request(char *out, Py_ssize_t refs, PyObject *sampled)
+{
+    Py_ssize_t n = PyList_GET_SIZE(sampled);
+    PyObject **items = PySequence_Fast_ITEMS(sampled);
+    *out++ = (char)0x92;
+    out = put_int(out, (uint64_t)refs, 0);
+    out = put_header(out, n, 0);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *hash = items[i];
+        if (PyLong_CheckExact(hash)) {
+            uint64_t value;
+            int negative;
+            (void)int_bits(hash, &value, &negative);
+            out = put_int(out, value, negative);
+        } else {
+            int is_bytes = PyBytes_Check(hash);
+            Py_ssize_t length = is_bytes ? PyBytes_GET_SIZE(hash) : PyByteArray_GET_SIZE(hash);
+            out = put_header(out, length, 1);
+            memcpy(out, is_bytes ? PyBytes_AS_STRING(hash) : PyByteArray_AS_STRING(hash),
+                   (size_t)length);
+            out += length;
+        }
+    }
+    return out;
+}
+
+/* Room for size more bytes (bytes + size <= max_bytes already); -1 with a MemoryError, the
+ * buffer as it was. */
+static int
+make_room(Recorder *self, Py_ssize_t size)
+{
+    Py_ssize_t need = self->bytes + size;
+    if (need <= self->allocated)
+        return 0;
+    Py_ssize_t grown = self->allocated > self->max_bytes / 2 ? self->max_bytes : 2 * self->allocated;
+    if (grown < need)
+        grown = need;
+    char *moved = PyMem_Realloc(self->held, (size_t)grown);
+    if (moved == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->held = moved;
+    self->allocated = grown;
+    return 0;
 }
 
 /* recorder(hashes): one request's references to the tier, in prompt order. */
@@ -126,27 +297,22 @@ Recorder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
         Py_DECREF(sampled);
         Py_RETURN_NONE;
     }
-    int atomic;
-    Py_ssize_t size = priced(sampled, &atomic);
+    Py_ssize_t size = request_size(refs, sampled);
     if (size < 0)
         goto fail;
-    Py_ssize_t held = PyList_GET_SIZE(self->sampled);
     if (refs > self->max_request_blocks || size > self->max_bytes - self->bytes ||
-        held >= self->max_requests) {
+        self->requests >= self->max_requests) {
         self->shed_requests++;
         self->shed_block_refs += refs;
         Py_DECREF(sampled);
         Py_RETURN_NONE;
     }
-    if (PyList_Append(self->sampled, sampled) < 0)
+    if (make_room(self, size) < 0)
         goto fail;
-    /* The test's new list of hashes that refer to nothing can be in no reference cycle: the
-     * collector need not walk it again at each of its passes while the frame waits. */
-    if (atomic)
-        PyObject_GC_UnTrack(sampled);
-    Py_DECREF(sampled);
-    self->refs[held] = refs;
+    put_request(self->held + self->bytes, refs, sampled);
     self->bytes += size;
+    self->requests++;
+    Py_DECREF(sampled);
     Py_RETURN_NONE;
 fail:
     Py_DECREF(sampled);
@@ -158,9 +324,8 @@ Recorder_due(Recorder *self, PyObject *Py_UNUSED(ignored))
 {
     if (recorder_ready(self) < 0)
         return NULL;
-    Py_ssize_t held = PyList_GET_SIZE(self->sampled);
     return PyBool_FromLong(monotonic_s() >= self->next || 2 * self->bytes >= self->max_bytes ||
-                           2 * held >= self->max_requests);
+                           2 * self->requests >= self->max_requests);
 }
 
 static PyObject *
@@ -168,32 +333,20 @@ Recorder_drain(Recorder *self, PyObject *Py_UNUSED(ignored))
 {
     if (recorder_ready(self) < 0)
         return NULL;
-    Py_ssize_t held = PyList_GET_SIZE(self->sampled);
-    PyObject *fresh = PyList_New(0);
-    PyObject *refs = PyList_New(held);
-    if (fresh == NULL || refs == NULL)
-        goto fail;
-    for (Py_ssize_t i = 0; i < held; i++) {
-        PyObject *count = PyLong_FromSsize_t(self->refs[i]);
-        if (count == NULL)
-            goto fail;
-        PyList_SET_ITEM(refs, i, count);
-    }
-    PyObject *out = Py_BuildValue("(NOLL)", refs, self->sampled, self->unsampled_requests,
-                                  self->unsampled_block_refs);
-    if (out == NULL) {
-        refs = NULL; /* N: Py_BuildValue took it, even on failure */
-        goto fail;
-    }
-    Py_SETREF(self->sampled, fresh);
+    Py_ssize_t header = header_size(self->requests);
+    PyObject *requests = PyBytes_FromStringAndSize(NULL, header + self->bytes);
+    if (requests == NULL)
+        return NULL;
+    char *out = put_header(PyBytes_AS_STRING(requests), self->requests, 0);
+    memcpy(out, self->held, (size_t)self->bytes);
+    PyObject *drained = Py_BuildValue("(NnLL)", requests, self->requests,
+                                      self->unsampled_requests, self->unsampled_block_refs);
+    if (drained == NULL)
+        return NULL; /* N: Py_BuildValue released the bytes, even on failure */
+    self->bytes = self->requests = 0;
     self->unsampled_requests = self->unsampled_block_refs = 0;
-    self->bytes = 0;
     self->next = monotonic_s() + self->period_s;
-    return out;
-fail:
-    Py_XDECREF(fresh);
-    Py_XDECREF(refs);
-    return NULL;
+    return drained;
 }
 
 static int
@@ -228,28 +381,22 @@ Recorder_init(Recorder *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "sample must be callable");
         return -1;
     }
-    if ((size_t)max_requests > PY_SSIZE_T_MAX / sizeof(Py_ssize_t)) {
+    /* The allocation first: a failure leaves the object as it was. */
+    Py_ssize_t first = max_bytes < FIRST_ALLOCATION ? max_bytes : FIRST_ALLOCATION;
+    char *held = PyMem_Malloc((size_t)first);
+    if (held == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    /* Every allocation first: a failure leaves the object as it was. */
-    Py_ssize_t *counts = PyMem_Malloc((size_t)max_requests * sizeof(Py_ssize_t));
-    PyObject *held = PyList_New(0);
-    if (counts == NULL || held == NULL) {
-        PyMem_Free(counts);
-        Py_XDECREF(held);
-        PyErr_NoMemory();
-        return -1;
-    }
-    PyMem_Free(self->refs);
-    self->refs = counts;
-    Py_XSETREF(self->sampled, held);
+    PyMem_Free(self->held);
+    self->held = held;
+    self->allocated = first;
+    self->bytes = self->requests = 0;
     Py_XSETREF(self->sample, Py_NewRef(sample));
     self->max_bytes = max_bytes;
     self->max_requests = max_requests;
     self->max_request_blocks = max_request_blocks;
     self->period_s = period_s;
-    self->bytes = 0;
     self->shed_requests = self->shed_block_refs = 0;
     self->unsampled_requests = self->unsampled_block_refs = 0;
     self->next = monotonic_s() + period_s;
@@ -261,7 +408,6 @@ static int
 Recorder_traverse(Recorder *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->sample);
-    Py_VISIT(self->sampled);
     return 0;
 }
 
@@ -269,7 +415,6 @@ static int
 Recorder_clear_refs(Recorder *self)
 {
     Py_CLEAR(self->sample);
-    Py_CLEAR(self->sampled);
     return 0;
 }
 
@@ -278,7 +423,7 @@ Recorder_dealloc(Recorder *self)
 {
     PyObject_GC_UnTrack(self);
     Recorder_clear_refs(self);
-    PyMem_Free(self->refs);
+    PyMem_Free(self->held);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -286,8 +431,8 @@ static PyMethodDef Recorder_methods[] = {
     {"due", (PyCFunction)Recorder_due, METH_NOARGS,
      "A frame is due: its period passed, or the hold is half full."},
     {"drain", (PyCFunction)Recorder_drain, METH_NOARGS,
-     "Everything held (block counts, sampled hashes, unsampled requests and block refs), and "
-     "start over (the period too)."},
+     "Everything held (the held requests as one msgpack array, their count, the unsampled "
+     "requests and block refs), and start over (the period too)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -297,7 +442,7 @@ static PyMemberDef Recorder_members[] = {
     {"max_requests", T_PYSSIZET, offsetof(Recorder, max_requests), READONLY, NULL},
     {"max_request_blocks", T_PYSSIZET, offsetof(Recorder, max_request_blocks), READONLY, NULL},
     {"period_s", T_DOUBLE, offsetof(Recorder, period_s), READONLY, NULL},
-    {"bytes", T_PYSSIZET, offsetof(Recorder, bytes), READONLY, "Bytes of hashes held."},
+    {"bytes", T_PYSSIZET, offsetof(Recorder, bytes), READONLY, "Bytes of msgpack held."},
     {"shed_requests", T_LONGLONG, offsetof(Recorder, shed_requests), READONLY,
      "Requests shed whole since the start."},
     {"shed_block_refs", T_LONGLONG, offsetof(Recorder, shed_block_refs), READONLY,

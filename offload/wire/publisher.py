@@ -41,7 +41,7 @@ from offload.wire.framing import (
 )
 from offload.wire.kv_events import KVEventBatch, encode_batch, to_kv_events
 from offload.wire.log_limit import LogLimiter
-from offload.wire.sample_frame import SampleFrame, encode_sample_frame
+from offload.wire.sample_frame import SendableSampleFrame, encode_sample_frame
 from offload.wire.stats_frame import StatsFrame, encode_stats_frame
 from offload.wire.zmq_held import PayloadKey, ZmqHeld
 
@@ -84,7 +84,7 @@ class Publisher(Closeable):
         """Queue a stats frame; never waits."""
 
     @abstractmethod
-    def publish_sample(self, frame: SampleFrame) -> None:
+    def publish_sample(self, frame: SendableSampleFrame) -> None:
         """Queue a sample frame (offload/wire/sample_frame.py); never waits."""
 
 
@@ -108,7 +108,7 @@ class NullPublisher(Publisher):
     def publish_stats(self, frame: StatsFrame) -> None:
         pass
 
-    def publish_sample(self, frame: SampleFrame) -> None:
+    def publish_sample(self, frame: SendableSampleFrame) -> None:
         pass
 
     def close(self) -> None:
@@ -313,7 +313,7 @@ class EventPublisher(Publisher):
         """Queue a stats frame for its own topic."""
         self._dropped_stats += self._enqueue(self._pending_stats, frame)
 
-    def publish_sample(self, frame: SampleFrame) -> None:
+    def publish_sample(self, frame: SendableSampleFrame) -> None:
         """Encode and queue a sample frame for its own topic, the oldest dropped past the bound."""
         if self._closed:
             raise RuntimeError("publisher is closed")

@@ -19,13 +19,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+import msgspec
+
 from offload.base import BlockHash
-from offload.wire.sample_frame import (
-    MAX_FRAME_REQUESTS,
-    MAX_REQUEST_BLOCKS,
-    SampledRequest,
-    SampleFrame,
-)
+from offload.wire.sample_frame import MAX_FRAME_REQUESTS, MAX_REQUEST_BLOCKS, PackedSampleFrame
 from offload.wire.sample_recorder import SampleRecorder, check_limits
 from offload.wire.stats_frame import WorkerConfig
 
@@ -43,7 +40,7 @@ class Sampler(Protocol):
 
 
 class SampleBuffer:
-    """Sampled requests since the last frame, at most ``max_bytes`` of hashes.
+    """Sampled requests since the last frame, at most ``max_bytes`` of their msgpack.
 
     Called from one thread (the worker's scheduler step): ``add`` per
     request, ``due`` and ``take`` per step. ``add(block_hashes)`` takes one
@@ -87,19 +84,19 @@ class SampleBuffer:
     def shed_block_refs(self) -> int:
         return self._recorder.shed_block_refs
 
-    def take(self, engine_id: str, rank: int, config: WorkerConfig) -> SampleFrame | None:
+    def take(self, engine_id: str, rank: int, config: WorkerConfig) -> PackedSampleFrame | None:
         """Everything held as one frame, and start over; None when nothing was added."""
-        refs, sampled, unsampled_requests, unsampled_block_refs = self._recorder.drain()
-        if not sampled and not unsampled_requests:
+        requests, held, unsampled_requests, unsampled_block_refs = self._recorder.drain()
+        if not held and not unsampled_requests:
             return None
-        return SampleFrame(
+        return PackedSampleFrame(
             ts=time.time(),
             engine_id=engine_id,
             rank=rank,
             config=config,
             rate=self.sampler.rate,
             seed=self.sampler.seed,
-            requests=list(map(SampledRequest, refs, sampled)),
+            requests=msgspec.Raw(requests),
             unsampled_requests=unsampled_requests,
             unsampled_block_refs=unsampled_block_refs,
             shed_requests=self.shed_requests,

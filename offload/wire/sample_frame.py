@@ -60,22 +60,16 @@ class SampledRequest(msgspec.Struct, array_like=True, frozen=True, gc=False):
     ``sampled`` lists its sampled blocks in prompt order; ``block_refs`` is
     how many blocks the request named in all (sampled or not). Not tracked by
     the garbage collector (``gc=False``: an int and a list of hashes can form no
-    cycle), so the worker's sample, one of these per sampled request, adds no
-    collector work to the scheduler's thread.
+    cycle), so a decoded frame, one of these per sampled request, adds no
+    collector work to the reader's ingest thread.
     """
 
     block_refs: Annotated[int, msgspec.Meta(ge=1, le=MAX_REQUEST_BLOCKS)]
     sampled: Annotated[list[BlockHash], msgspec.Meta(min_length=1, max_length=MAX_REQUEST_BLOCKS)]
 
 
-class SampleFrame(msgspec.Struct, kw_only=True, frozen=True):
-    """The sampled references of one worker since its previous sample frame.
-
-    ``shed_requests`` and ``shed_block_refs`` are cumulative: requests the
-    worker left out of the sample because its buffer was full (they are in
-    no frame, not even in ``unsampled_*``, so the sample stays a sample of
-    the requests it counts).
-    """
+class _FrameFields(msgspec.Struct, kw_only=True, frozen=True):
+    """What every sample frame carries beside its requests (``SampleFrame`` says what)."""
 
     version: int = SAMPLE_SCHEMA_VERSION
     ts: Finite
@@ -84,13 +78,24 @@ class SampleFrame(msgspec.Struct, kw_only=True, frozen=True):
     config: WorkerConfig
     rate: _Rate
     seed: Annotated[int, msgspec.Meta(ge=0, le=MAX_SEED)]
-    requests: Annotated[list[SampledRequest], msgspec.Meta(max_length=MAX_FRAME_REQUESTS)] = (
-        msgspec.field(default_factory=list)
-    )
     unsampled_requests: _Count = 0
     unsampled_block_refs: _Count = 0
     shed_requests: _Count = 0
     shed_block_refs: _Count = 0
+
+
+class SampleFrame(_FrameFields, kw_only=True, frozen=True):
+    """The sampled references of one worker since its previous sample frame, as read.
+
+    ``shed_requests`` and ``shed_block_refs`` are cumulative: requests the
+    worker left out of the sample because its buffer was full (they are in
+    no frame, not even in ``unsampled_*``, so the sample stays a sample of
+    the requests it counts).
+    """
+
+    requests: Annotated[list[SampledRequest], msgspec.Meta(max_length=MAX_FRAME_REQUESTS)] = (
+        msgspec.field(default_factory=list)
+    )
 
     @property
     def block_refs(self) -> int:
@@ -102,6 +107,14 @@ class SampleFrame(msgspec.Struct, kw_only=True, frozen=True):
         return sum(map(len, map(_SAMPLED, self.requests)))
 
 
+class PackedSampleFrame(_FrameFields, kw_only=True, frozen=True):
+    """A sample frame as a worker writes it: ``requests`` is already the msgpack array of its
+    requests (the worker's recorder writes each request as it holds it), spliced into the
+    payload unchanged. The payload reads back as a ``SampleFrame``."""
+
+    requests: msgspec.Raw
+
+
 # A request's fields, for passes over a frame's requests at C speed (the ingest thread's).
 _BLOCK_REFS: Final = attrgetter("block_refs")
 _SAMPLED: Final = attrgetter("sampled")
@@ -111,7 +124,11 @@ _ENCODER = msgspec.msgpack.Encoder()
 _FRAME_DECODER = msgspec.msgpack.Decoder(SampleFrame)
 
 
-def encode_sample_frame(frame: SampleFrame) -> bytes:
+SendableSampleFrame = SampleFrame | PackedSampleFrame
+"""What ``encode_sample_frame`` writes: a frame built whole, or one a worker packed."""
+
+
+def encode_sample_frame(frame: SendableSampleFrame) -> bytes:
     """The msgpack payload of one frame (a map; each request a two-element array)."""
     return _ENCODER.encode(frame)
 

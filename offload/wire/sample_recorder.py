@@ -2,20 +2,22 @@
 
 ``SampleBuffer`` (sample_buffer.py) frames what a recorder holds; the
 recorder is the part the scheduler's thread pays on every request: it calls
-the sampler's test on the request's hashes, keeps the sampled ones with the
-request's block count, counts the requests none of whose blocks was
+the sampler's test on the request's hashes, writes the sampled ones with the
+request's block count as msgpack (``[block_refs, [hash, ...]]``, the form
+a frame carries them in), counts the requests none of whose blocks was
 sampled, and sheds a request whole (its blocks and its count) when it would
 overflow the bytes, the requests or the blocks per request a frame may hold.
 ``due`` says a frame should be taken: its period passed, or the hold is half
-full.
+full. Holding bytes, not objects, leaves nothing for the garbage collector
+to walk while a frame waits, and nothing to build or encode when it leaves.
 
 A Python function call on that thread costs several times the work it wraps
 (the interpreter's frame, and each attribute it reads), so the form in use
 is C (``_sample_recorder.c``, built by ``pip install`` where a C compiler
 is): the recorder itself is what the worker calls, the test is called from
-C, and the block counts sit in a C array. ``PySampleRecorder`` keeps the
-same contract where kvscope was installed without a compiler; tests hold
-both forms to the same sequences.
+C, and the msgpack is written in C. ``PySampleRecorder`` keeps the same
+contract, byte for byte, where kvscope was installed without a compiler;
+tests hold both forms to the same sequences.
 """
 
 from __future__ import annotations
@@ -25,16 +27,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from offload.base import BlockHash
+import msgspec
 
-INT_HASH_BYTES: Final = 9
-"""The most bytes msgpack spends on an int hash: what a held int hash is counted as."""
+from offload.base import BlockHash
 
 Sampling = Callable[[Sequence[BlockHash]], list[BlockHash]]
 """The sampler's test: one request's hashes -> the sampled ones, in order (a new list)."""
-Drained = tuple[list[int], list[list[BlockHash]], int, int]
-"""What ``drain`` hands over: the held requests' block counts and sampled hashes (parallel
-lists), and the requests and block references of the requests with nothing sampled."""
+Drained = tuple[bytes, int, int, int]
+"""What ``drain`` hands over: the held requests as one msgpack array of ``[block_refs,
+[hash, ...]]``, their count, and the requests and block references of the requests with
+nothing sampled."""
+TOO_WIDE: Final = "a block hash must be an int from -2**63 to 2**64 - 1 to be framed"
+"""The OverflowError's message for an int hash msgpack cannot carry."""
 
 
 def check_limits(
@@ -58,14 +62,12 @@ _INT: Final = frozenset({int})
 _BYTES: Final = (bytes, bytearray)
 
 
-def _priced(sampled: Sequence[BlockHash]) -> int:
-    """About what the hashes take in a frame: ints by count, bytes by size (msgpack: + 2);
-    a TypeError naming another type, or a mix of the two (a frame may carry neither)."""
+def _check_one_type(sampled: Sequence[BlockHash]) -> None:
+    """A TypeError naming a hash that is neither an int nor bytes, or a mix of the two (a
+    frame may carry neither)."""
     kinds = set(map(type, sampled))
-    if kinds <= _INT:
-        return INT_HASH_BYTES * len(sampled)
-    if all(issubclass(kind, _BYTES) for kind in kinds):
-        return sum(map(len, sampled)) + 2 * len(sampled)  # type: ignore[arg-type]
+    if kinds <= _INT or all(issubclass(kind, _BYTES) for kind in kinds):
+        return
     first = type(sampled[0])
     if first is int:
         odd = next(type(h) for h in sampled if type(h) is not int)
@@ -77,16 +79,34 @@ def _priced(sampled: Sequence[BlockHash]) -> int:
     )
 
 
+def _plain_bytes(value: object) -> bytes:
+    """A bytes subclass's instance as plain bytes (msgspec encodes only bytes and bytearray)."""
+    if isinstance(value, _BYTES):
+        return bytes(value)
+    raise TypeError(f"cannot frame a block hash of type {type(value).__name__}")
+
+
+_ENCODE: Final = msgspec.msgpack.Encoder(enc_hook=_plain_bytes).encode
+
+
+def array_header(length: int) -> bytes:
+    """The msgpack header of an array of ``length`` items (fixarray, array16 or array32)."""
+    if length < 16:
+        return bytes([0x90 | length])
+    if length < 2**16:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
+
+
 class PySampleRecorder:
     """The recorder in Python: called with one request's hashes, it holds their sample."""
 
     __slots__ = (
+        "_held",
         "_next",
-        "_refs",
-        "_sampled",
+        "_requests",
         "_unsampled_block_refs",
         "_unsampled_requests",
-        "bytes",
         "max_bytes",
         "max_request_blocks",
         "max_requests",
@@ -110,14 +130,18 @@ class PySampleRecorder:
         self.max_requests = max_requests
         self.max_request_blocks = max_request_blocks
         self.period_s = float(period_s)
-        self.bytes = 0
         self.shed_requests = 0
         self.shed_block_refs = 0
-        self._refs: list[int] = []
-        self._sampled: list[list[BlockHash]] = []
+        self._held = bytearray()
+        self._requests = 0
         self._unsampled_requests = 0
         self._unsampled_block_refs = 0
         self._next = time.monotonic() + self.period_s
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of msgpack held."""
+        return len(self._held)
 
     def __call__(self, block_hashes: Sequence[BlockHash]) -> None:
         """One request's references to the tier, in prompt order."""
@@ -128,32 +152,40 @@ class PySampleRecorder:
                 self._unsampled_requests += 1
                 self._unsampled_block_refs += refs
             return
-        size = _priced(sampled)
+        _check_one_type(sampled)
+        try:
+            request = _ENCODE((refs, sampled))
+        except OverflowError:
+            raise OverflowError(TOO_WIDE) from None
         if (
             refs > self.max_request_blocks
-            or self.bytes + size > self.max_bytes
-            or len(self._sampled) >= self.max_requests
+            or len(self._held) + len(request) > self.max_bytes
+            or self._requests >= self.max_requests
         ):
             self.shed_requests += 1
             self.shed_block_refs += refs
             return
-        self._refs.append(refs)
-        self._sampled.append(sampled)
-        self.bytes += size
+        self._held += request
+        self._requests += 1
 
     def due(self) -> bool:
         """A frame is due: its period passed, or the hold is half full."""
         return (
             time.monotonic() >= self._next
-            or 2 * self.bytes >= self.max_bytes
-            or 2 * len(self._sampled) >= self.max_requests
+            or 2 * len(self._held) >= self.max_bytes
+            or 2 * self._requests >= self.max_requests
         )
 
     def drain(self) -> Drained:
         """Everything held, and start over (the period too)."""
-        held = (self._refs, self._sampled, self._unsampled_requests, self._unsampled_block_refs)
-        self._refs, self._sampled = [], []
-        self._unsampled_requests = self._unsampled_block_refs = self.bytes = 0
+        held = (
+            array_header(self._requests) + self._held,
+            self._requests,
+            self._unsampled_requests,
+            self._unsampled_block_refs,
+        )
+        self._held = bytearray()
+        self._requests = self._unsampled_requests = self._unsampled_block_refs = 0
         self._next = time.monotonic() + self.period_s
         return held
 

@@ -31,7 +31,7 @@ from offload.telemetry import metrics as m
 from offload.wire.framing import DEFAULT_SAMPLE_TOPIC
 from offload.wire.publisher import EventPublisher
 from offload.wire.sample_buffer import SampleBuffer
-from offload.wire.sample_frame import encode_sample_frame
+from offload.wire.sample_frame import SampleFrame, decode_sample_frame, encode_sample_frame
 from offload.wire.stats_frame import StatsFrame, WorkerConfig
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import RawPublisher, wait_connected
@@ -48,17 +48,6 @@ def trace() -> list[list[int]]:
     return [list(r) for r in load_trace(bundled_trace_path())[:REQUESTS]]
 
 
-def sample_frames(requests: Sequence[Sequence[int]], capacity: int) -> list:
-    buffer = SampleBuffer(SpatialSampler(RATE))
-    config = WorkerConfig(policy="lru", capacity_blocks=capacity, block_size=16)
-    out = []
-    for start in range(0, len(requests), PER_FRAME):
-        for request in requests[start : start + PER_FRAME]:
-            buffer.add(request)
-        out.append(buffer.take("e0", 0, config))
-    return out
-
-
 def frames(requests: Sequence[Sequence[int]], capacity: int, policy: str = "lru") -> list[bytes]:
     """The sample frames a worker with this tier sends for ``requests``, as payloads."""
     buffer = SampleBuffer(SpatialSampler(RATE))
@@ -71,6 +60,11 @@ def frames(requests: Sequence[Sequence[int]], capacity: int, policy: str = "lru"
         assert frame is not None
         payloads.append(encode_sample_frame(frame))
     return payloads
+
+
+def sample_frames(requests: Sequence[Sequence[int]], capacity: int) -> list[SampleFrame]:
+    """Those frames as the sidecar reads them."""
+    return list(map(decode_sample_frame, frames(requests, capacity)))
 
 
 def test_kvscopes_publisher_feeds_the_curve_on_the_sample_topic(trace) -> None:

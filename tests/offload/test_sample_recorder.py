@@ -1,13 +1,15 @@
 """The worker's hold of the sample: what it keeps, sheds and counts, in both forms.
 
 The sampler's test is the real one (SpatialSampler); the C recorder and the
-Python one get the same sequences and must hold the same things.
+Python one get the same sequences and must hold the same bytes, which must
+be msgspec's own encoding of the held requests.
 """
 
 from __future__ import annotations
 
-import gc
+import sys
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,6 +29,16 @@ def recorder(form: type, max_bytes: int = 1000, max_requests: int = 100,
     return form(KEEP_ALL, max_bytes, max_requests, max_request_blocks, period_s)
 
 
+def packed(*requests: tuple[int, list]) -> bytes:
+    """msgspec's msgpack of held requests, each (block_refs, sampled hashes)."""
+    return msgspec.msgpack.encode([list(request) for request in requests])
+
+
+def size(block_refs: int, sampled: list) -> int:
+    """The bytes one held request takes: its msgpack, [block_refs, [hash, ...]]."""
+    return len(msgspec.msgpack.encode([block_refs, sampled]))
+
+
 def counters(held) -> tuple[int, int, int]:
     return held.bytes, held.shed_requests, held.shed_block_refs
 
@@ -44,49 +56,81 @@ def test_sampled_requests_are_held_with_their_block_counts(form: type) -> None:
     for request in requests:
         held(request)
     held([])  # no blocks: counts nothing
-    refs, sampled, unsampled_requests, unsampled_block_refs = held.drain()
+    requests_msgpack, count, unsampled_requests, unsampled_block_refs = held.drain()
     kept = [sampler.sample(r) for r in requests]
-    assert sampled == [k for k in kept if k] and refs == [40] * len(sampled)
+    assert msgspec.msgpack.decode(requests_msgpack) == [[40, k] for k in kept if k]
+    assert count == len(kept) - kept.count([]) > 0
     assert unsampled_requests == kept.count([]) and unsampled_block_refs == 40 * kept.count([])
-    assert held.bytes == 0 and held.drain() == ([], [], 0, 0), "drained: it starts over"
+    assert held.bytes == 0 and held.drain() == (packed(), 0, 0, 0), "drained: it starts over"
 
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_request_that_would_overflow_a_bound_is_shed_whole_and_counted(form: type) -> None:
-    held = recorder(form, max_bytes=9 * 10, max_requests=3, max_request_blocks=5)
+    budget = size(4, [1, 2, 3, 4]) + size(5, [5, 6, 7, 8, 9]) + size(1, [14])
+    held = recorder(form, max_bytes=budget, max_request_blocks=5)
     held([1, 2, 3, 4, 5, 6])  # more blocks than a request may list
     assert counters(held) == (0, 1, 6)
     held([1, 2, 3, 4])
-    held([5, 6, 7, 8, 9, 10, 11][:5])  # 4 + 5 int hashes fit in 90 bytes...
-    held([12, 13])  # ...two more do not
-    assert counters(held) == (81, 2, 8)
-    held([14])  # the third request fits
-    held([15])  # a fourth is one request too many
-    assert counters(held) == (90, 3, 9)
-    refs, sampled, _, _ = held.drain()
-    assert refs == [4, 5, 1] and sampled == [[1, 2, 3, 4], [5, 6, 7, 8, 9], [14]]
-    assert counters(held) == (0, 3, 9), "shed counts are cumulative across frames"
+    held([5, 6, 7, 8, 9])
+    held([300, 301])  # over the bytes left by one (ints from 128 take two bytes)
+    assert counters(held) == (budget - size(1, [14]), 2, 8)
+    held([14])  # fits exactly
+    assert counters(held) == (budget, 2, 8)
+    assert held.drain() == (packed((4, [1, 2, 3, 4]), (5, [5, 6, 7, 8, 9]), (1, [14])), 3, 0, 0)
+    held([7])
+    assert counters(held) == (size(1, [7]), 2, 8), "shed counts are cumulative across frames"
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_bytes_hashes_are_priced_by_their_size(form: type) -> None:
-    held = recorder(form, max_bytes=2 * 34 + 1)
-    held([b"x" * 32, b"y" * 32])
-    assert held.bytes == 68
-    held([b"z"])  # 3 bytes: over by 2
-    assert counters(held) == (68, 1, 1)
+def test_a_request_past_the_requests_a_frame_may_hold_is_shed(form: type) -> None:
+    held = recorder(form, max_requests=2)
+    for request in ([1], [2], [3, 4]):
+        held(request)
+    assert counters(held) == (2 * size(1, [1]), 1, 2)
+    assert held.drain() == (packed((1, [1]), (1, [2])), 2, 0, 0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_bytes_held_are_the_requests_msgpack(form: type) -> None:
+    held = recorder(form, max_bytes=size(2, [b"x" * 32, b"y" * 32]) + size(1, [b"z"]) - 1)
+    held([b"x" * 32, bytearray(b"y" * 32)])
+    assert held.bytes == size(2, [b"x" * 32, b"y" * 32]) == 71
+    held([b"z"])  # one byte over
+    assert counters(held) == (71, 1, 1)
+    long = b"w" * 300  # bin16: a longer length field
+    roomy = recorder(form, max_bytes=10**6, max_request_blocks=5000)
+    wide = [-1, -33, -129, -40_000, -(2**40), 2**64 - 1]
+    for request in ([long], wide, list(range(4000))):  # the last outgrows the first allocation
+        roomy(request)
+    assert roomy.drain()[0] == packed((1, [long]), (6, wide), (4000, list(range(4000))))
+
+
+class _Key(bytes):
+    """A bytes subclass, as a caller's own hash type might be."""
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_hashes_are_held_as_bytes_not_as_references(form: type) -> None:
+    """The hold keeps no hash object alive, so a frame's wait costs the collector nothing; a
+    bytes subclass's hashes are framed as plain bytes."""
+    key = _Key(b"k" * 8)
+    before = sys.getrefcount(key)
+    held = recorder(form)
+    held([key, b"j" * 8])
+    assert sys.getrefcount(key) == before
+    assert held.drain()[0] == packed((2, [b"k" * 8, b"j" * 8]))
 
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_frame_is_due_when_half_full_or_when_its_period_passed(form: type) -> None:
-    held = recorder(form, max_bytes=36, max_requests=4)
+    held = recorder(form, max_bytes=2 * size(14, list(range(14))), max_requests=4)
     assert not held.due()
     held([1])
     assert not held.due()
     held([2])  # two of four requests
     assert held.due()
     held.drain()
-    held([1, 2])  # 18 of 36 bytes
+    held(list(range(14)))  # half the bytes
     assert held.due()
     held.drain()
     assert not held.due(), "a drain starts the period over"
@@ -104,7 +148,7 @@ def test_a_bad_hash_changes_nothing_held(form: type) -> None:
     with pytest.raises(TypeError, match="cannot sample a block hash of type str"):
         held([*request, "abc"])
     assert counters(held) == before
-    assert held.drain() == ([20], [sample(request)], 0, 0)
+    assert held.drain() == (packed((20, sample(request))), 1, 0, 0)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -121,7 +165,19 @@ def test_a_request_a_frame_could_not_carry_is_refused_by_its_types(
     held([1, 2])
     with pytest.raises(TypeError, match=f"all ints or all bytes: found {named}$"):
         held(request_hashes)
-    assert counters(held) == (18, 0, 0) and held.drain() == ([2], [[1, 2]], 0, 0)
+    assert counters(held) == (size(2, [1, 2]), 0, 0)
+    assert held.drain() == (packed((2, [1, 2])), 1, 0, 0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("wide", [2**64, -(2**63) - 1, 2**200])
+def test_an_int_hash_msgpack_cannot_carry_is_refused(form: type, wide: int) -> None:
+    held = recorder(form)
+    held([1, 2])
+    with pytest.raises(OverflowError, match=r"from -2\*\*63 to 2\*\*64 - 1"):
+        held([3, wide])
+    assert counters(held) == (size(2, [1, 2]), 0, 0)
+    assert held.drain() == (packed((2, [1, 2])), 1, 0, 0)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -141,15 +197,24 @@ def test_a_bad_limit_is_refused_by_name(form: type, limits: tuple, named: str) -
 
 
 one_type_requests = st.one_of(
-    st.lists(st.lists(st.integers(0, 2**64), max_size=12), max_size=30),
-    st.lists(st.lists(st.binary(max_size=40), max_size=12), max_size=30),
+    st.lists(st.lists(st.integers(-(2**64), 2**64), max_size=12), max_size=30),
+    st.lists(st.lists(st.binary(max_size=300), max_size=12), max_size=30),
 )
+
+
+def _outcome(held, request: list) -> str | None:
+    """The error's type a request raised, or None."""
+    try:
+        held(request)
+    except (TypeError, OverflowError) as error:
+        return type(error).__name__
+    return None
 
 
 @given(
     one_type_requests,
     st.sets(st.integers(0, 29)),
-    st.integers(1, 200),
+    st.integers(1, 400),
     st.integers(1, 6),
     st.integers(1, 10),
     st.sampled_from([0.3, 1.0]),
@@ -161,26 +226,9 @@ def test_the_c_and_python_recorders_hold_the_same(
     sample = SpatialSampler(rate).sample
     forms = [form(sample, max_bytes, max_requests, max_request_blocks, HOUR) for form in FORMS]
     for index, request in enumerate(requests):
-        for held in forms:
-            held(request)
+        assert _outcome(forms[0], request) == _outcome(forms[1], request)
         assert counters(forms[0]) == counters(forms[1])
         assert forms[0].due() == forms[1].due()
         if index in drains:
             assert forms[0].drain() == forms[1].drain()
     assert forms[0].drain() == forms[1].drain()
-
-
-class _Key(bytes):
-    """A bytes subclass: its instances may refer to other objects."""
-
-
-def test_the_c_recorder_leaves_hashes_that_refer_to_nothing_out_of_the_collectors_walks() -> None:
-    """A held list of exact ints or exact bytes can be in no reference cycle, so the garbage
-    collector is spared it; a list holding a subclass's instances stays tracked."""
-    if SampleRecorder is PySampleRecorder:
-        pytest.skip("no C form built")
-    held = recorder(SampleRecorder)
-    for request in ([1, 2], [b"a" * 8], [_Key(b"b" * 8)]):
-        held(request)
-    _, sampled, _, _ = held.drain()
-    assert [gc.is_tracked(hashes) for hashes in sampled] == [False, False, True]
