@@ -75,17 +75,11 @@ table_has(const Generations *self, const Table *table, Py_hash_t hash)
     }
 }
 
-/* Place hash, whose home slot is slot, in table (of mask + 1 slots); returns 1 when it was not
- * held before. Hash 0 cannot sit in a slot, so a flag holds it. */
+/* Place a non-zero hash, whose home slot is slot, among slots (mask + 1 of them); returns 1
+ * when it was not held before. */
 static inline int
-table_put(Table *table, size_t mask, size_t slot, Py_hash_t hash)
+slots_put(Py_hash_t *slots, size_t mask, size_t slot, Py_hash_t hash)
 {
-    if (hash == 0) {
-        int fresh = !table->zero;
-        table->zero = 1;
-        return fresh;
-    }
-    Py_hash_t *slots = table->slots;
     Py_hash_t held;
     while ((held = slots[slot]) != 0) {
         if (held == hash)
@@ -189,15 +183,30 @@ Generations_add(Generations *self, PyObject *block_hashes)
             homes[j] = slot_of(self, hashes[j]);
             PREFETCH(&table->slots[homes[j]]);
         }
+        /* The slots and the count in locals too: a store into the slots (Py_hash_t, the count's
+         * own type) would otherwise make the compiler reload both for every hash. */
+        Py_hash_t *slots = table->slots;
+        Py_ssize_t used = table->used;
         for (Py_ssize_t j = 0; j < count; j++) {
-            if (table_put(table, mask, homes[j], hashes[j]) && ++table->used >= horizon) {
+            int fresh;
+            if (hashes[j] == 0) { /* hash value 0 cannot sit in a slot: a flag holds it */
+                fresh = !table->zero;
+                table->zero = 1;
+            } else {
+                fresh = slots_put(slots, mask, homes[j], hashes[j]);
+            }
+            if (fresh && ++used >= horizon) {
                 /* This generation is full: it becomes the old one, the one before it is dropped. */
+                table->used = used;
                 int oldest = 1 - self->newest;
                 table_empty(self, &self->tables[oldest]);
                 self->newest = oldest;
                 table = &self->tables[oldest];
+                slots = table->slots;
+                used = 0;
             }
         }
+        table->used = used;
     }
     Py_DECREF(seq);
     Py_RETURN_NONE;
