@@ -1,6 +1,7 @@
-"""The C forms of three hot-path structures, built where a C compiler is (pyproject.toml holds
+"""The C forms of four hot-path structures, built where a C compiler is (pyproject.toml holds
 everything else). Each is optional: without a compiler, pip still installs kvscope and the
-Python forms beside them serve (offload/cpu/miss_attribution.py, offload/insight/sampling.py,
+Python forms beside them serve (offload/cpu/miss_attribution.py,
+offload/cpu/policies/offer_history.py, offload/insight/sampling.py,
 offload/wire/sample_recorder.py)."""
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
         Extension(
             "offload.cpu._miss_attribution",
             ["offload/cpu/_miss_attribution.c"],
+            optional=True,
+            **READS_INTS,
+        ),
+        Extension(
+            "offload.cpu.policies._offer_history",
+            ["offload/cpu/policies/_offer_history.c"],
             optional=True,
             **READS_INTS,
         ),

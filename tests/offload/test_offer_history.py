@@ -1,0 +1,101 @@
+"""The admission gate's memory in both forms: the C one and the Python one hold the same.
+
+tests/offload/test_admission.py holds the rule itself through the form in use;
+here both forms get the same scripted and random sequences.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from offload.cpu.policies.offer_history import (
+    OFFERS_PER_SLOT,
+    PROVEN_OFFERS,
+    BaseOfferHistory,
+    OfferHistory,
+    PyOfferHistory,
+)
+from tests.support.native import require_a_build_toolchain
+
+FORMS = [BaseOfferHistory, PyOfferHistory]
+
+
+def test_the_c_form_is_built_where_it_can_be() -> None:
+    require_a_build_toolchain()
+    assert BaseOfferHistory is not PyOfferHistory
+    assert isinstance(OfferHistory(2), BaseOfferHistory)
+    assert OfferHistory(2).limit == OFFERS_PER_SLOT * 2
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_offers_are_counted_and_the_least_recently_offered_forgotten(form: type) -> None:
+    history = form(3, PROVEN_OFFERS)
+    assert history.admit(["a", "b"], 1, free=0, oldest=1) == ([], 2)  # never offered before
+    assert history.admit(["a"], 5, free=0, oldest=1) == (["a"], 0)  # offered at 1 >= oldest
+    assert history.admit(["a"], 9, free=0, oldest=100) == (["a"], 0)  # the third offer: proven
+    history.admit(["c", "d"], 10, free=0, oldest=None)  # "b", offered least recently, goes
+    assert len(history) == 3
+    assert history.admit(["b"], 11, free=0, oldest=0) == ([], 1)  # forgotten: a first offer
+    assert history.admit(["a"], 12, free=0, oldest=100) == ([], 1)  # forgotten in its turn
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_blocks_are_told_apart_by_equality_not_by_their_hash(form: type) -> None:
+    """-1 and -2 share a Python hash; equal ints or bytes built apart are one block."""
+    history = form(10, PROVEN_OFFERS)
+    history.admit([-1, 2**70, b"key" * 12], 1, free=0, oldest=None)
+    assert history.admit([-2], 2, free=0, oldest=0) == ([], 1)  # never offered itself
+    assert history.admit([-1, 2**70 + int("0"), bytes(b"key" * 12)], 3, free=0, oldest=1) == (
+        [-1, 2**70, b"key" * 12],
+        0,
+    )
+    assert len(history) == 4
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_an_unhashable_block_is_a_type_error(form: type) -> None:
+    history = form(10, PROVEN_OFFERS)
+    with pytest.raises(TypeError, match="unhashable"):
+        history.admit([1, [2]], 1, free=5, oldest=None)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_clear_forgets_every_offer_and_the_limit_stays(form: type) -> None:
+    history = form(4, PROVEN_OFFERS)
+    history.admit([1, 2, 3], 1, free=0, oldest=None)
+    history.clear()
+    assert len(history) == 0 and history.limit == 4
+    assert history.admit([1], 2, free=0, oldest=0) == ([], 1)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(("limit", "proven"), [(-1, 3), (5, 0)])
+def test_a_bad_size_is_refused(form: type, limit: int, proven: int) -> None:
+    with pytest.raises(ValueError, match="limit must be >= 0 and proven_offers >= 1"):
+        form(limit, proven)
+
+
+keys = st.one_of(st.integers(-40, 40), st.binary(min_size=1, max_size=3))
+calls = st.lists(
+    st.tuples(
+        st.lists(keys, max_size=12),
+        st.integers(0, 3),  # time passing before the call
+        st.integers(0, 6),  # free slots
+        st.one_of(st.none(), st.integers(-5, 5)),  # how far back the horizon reaches
+    ),
+    max_size=40,
+)
+
+
+@given(calls, st.integers(0, 30), st.integers(1, 4))
+def test_the_c_and_python_forms_hold_the_same(calls: list, limit: int, proven: int) -> None:
+    histories = [form(limit, proven) for form in FORMS]
+    now = 0
+    for block_hashes, step, free, back in calls:
+        now += step
+        oldest = None if back is None else now - back + 0.5
+        results = [history.admit(block_hashes, now, free, oldest) for history in histories]
+        assert results[0] == results[1]
+        assert len(histories[0]) == len(histories[1]) <= limit
