@@ -1,4 +1,4 @@
-/* An exact int's value read straight from the object, for the C forms on the worker's hot path.
+/* An exact int's value read straight from the object, for the C forms on the hot paths.
  *
  * Block hashes are often small ints (trace ids), and a call through the C API for each one
  * (PyLong_AsLongLong, PyObject_Hash) costs more than the work done with it. A value that does
@@ -39,6 +39,17 @@ small_int(PyObject *object, int64_t *value)
         return 0;
     }
 #endif
+}
+
+/* A key's Python hash value; a non-negative int below 2**61 - 1 is its own, read without a call.
+ * -1 with an exception for an unhashable key. */
+static inline Py_hash_t
+hash_of(PyObject *key)
+{
+    int64_t value;
+    if (small_int(key, &value) && value >= 0 && value < ((int64_t)1 << 61) - 1)
+        return (Py_hash_t)value;
+    return PyObject_Hash(key);
 }
 
 #endif

@@ -29,16 +29,6 @@
 #endif
 #define LOOKAHEAD 16 /* hashes whose slots are fetched before the first of them is placed */
 
-/* A key's Python hash value; a non-negative int below 2**61 - 1 is its own, read without a call. */
-static inline Py_hash_t
-hash_of(PyObject *key)
-{
-    int64_t value;
-    if (small_int(key, &value) && value >= 0)
-        return (Py_hash_t)value;
-    return PyObject_Hash(key);
-}
-
 typedef struct {
     Py_hash_t *slots; /* 0 marks an empty slot */
     Py_ssize_t used;

@@ -44,16 +44,6 @@ typedef struct {
     long long proven; /* offers after which a block is admitted whatever its gap */
 } History;
 
-/* A key's Python hash; a non-negative int below 2**61 - 1 is its own, read without a call. */
-static inline Py_hash_t
-hash_of(PyObject *key)
-{
-    int64_t value;
-    if (small_int(key, &value) && value >= 0)
-        return (Py_hash_t)value;
-    return PyObject_Hash(key);
-}
-
 static inline size_t
 home_of(const History *self, Py_hash_t hash)
 {
