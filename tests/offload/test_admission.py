@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from offload import CPUOffloadingManager
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
-from offload.cpu.policies.miniature import CANDIDATES, MODEL_TURNOVERS, Miniature
+from offload.cpu.policies.miniature import CANDIDATES, MODEL_TURNOVERS, Candidate, Miniature
 from offload.cpu.policies.offer_history import (
     OFFERS_PER_SLOT,
     PROVEN_OFFERS,
@@ -12,6 +12,7 @@ from offload.cpu.policies.offer_history import (
     earns_a_slot,
 )
 from offload.cpu.policies.residency import ResidencyAge
+from offload.sim.workload import run_request as replay
 from offload.telemetry import metrics as m
 from tests.offload.test_manager_metrics import scrape
 
@@ -71,6 +72,20 @@ def test_a_block_offered_again_within_the_horizon_is_admitted() -> None:
     assert store(manager, [7]) == [7]  # offered again at once: well within the horizon
     assert manager.lookup([7]) == 1
     assert policy.residency.age is not None
+
+
+def test_under_a_continuing_leader_a_request_whose_head_is_held_stores_its_new_blocks() -> None:
+    manager, policy = gated(4)
+    continuing = Candidate(2, 0.25, True)
+    policy.duel.models = [Miniature(policy.capacity, continuing)]
+    policy.duel.leader = continuing
+    full_with_a_residency(manager, 4)
+    assert store(manager, [7]) == []  # starts cold: the gate refuses a first offer
+    head = next(iter(policy.blocks))
+    replay(manager, [head, 8])  # the head hits: 8 continues a held chain
+    assert manager.lookup([head, 8]) == 2
+    replay(manager, [9, 10])  # a cold request still meets the gate
+    assert manager.lookup([9]) == 0
 
 
 def test_the_tier_refuses_nothing_before_it_has_turned_over_after_the_models() -> None:

@@ -59,6 +59,18 @@ def test_a_gated_model_refuses_first_offers_once_it_has_turned_over() -> None:
     assert 5 in model
 
 
+def test_a_model_admitting_continuations_gates_only_requests_that_start_cold() -> None:
+    continuing, gated = Miniature(2, Candidate(2, 0.0, True)), Miniature(2, Candidate(2, 0.0))
+    for model in (continuing, gated):
+        model.run([1, 2], 1.0)
+        model.run([3, 4], 1.0)  # a turnover: the residency is known, the gate is on
+        model.run([5, 6], 1.0)  # starts cold: refused by both
+        assert 5 not in model
+        model.run([3, 7], 1.0)  # 3 is held: the request continues a held chain
+    assert 7 in continuing  # admitted at its first offer
+    assert 7 not in gated  # the plain gate waits for a second offer
+
+
 def scan_after_reuse(model: Miniature) -> None:
     """Blocks 1-2 stored and reused, then one-off prompts that fill the rest twice over."""
     model.run([1, 2], 1.0)

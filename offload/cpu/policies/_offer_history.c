@@ -3,7 +3,7 @@
  * offload/cpu/policies/offer_history.py states the contract (what an offer
  * records, the reuse-horizon rule, the least recently offered forgotten first)
  * and holds its Python form; this is the same contract without the
- * interpreter's cost per offered block, which the gated tier and two of its
+ * interpreter's cost per offered block, which the gated tier and its gated
  * models pay on every store. Tests hold both forms to the same sequences.
  *
  * The blocks sit in an array of entries, linked from the most recently offered

@@ -11,10 +11,12 @@ whatever its gap.
 
 Which horizon pays depends on the workload: where sessions come back soon,
 refusing first offers loses a turn of hits, and admitting everything is
-best. Either way a protected segment (SLRU) keeps blocks reused since their
-store apart, so blocks not reused churn only the probation segment; its
-share is the candidate's. So the tier runs as the candidate (a horizon, or
-admit everything, each with its protected share) whose miniature model has
+best; where only the requests that continue a held chain come back soon,
+gating the others and admitting theirs is. Either way a protected segment
+(SLRU) keeps blocks reused since their store apart, so blocks not reused
+churn only the probation segment; its share is the candidate's. So the tier
+runs as the candidate (a horizon, or admit everything, each with its
+protected share) whose miniature model has
 had the most recent hits (``MiniatureDuel``): it follows the best candidate
 instead of betting on one.
 
@@ -69,6 +71,9 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self.duel = MiniatureDuel(capacity)
         self._touched: list[BlockHash] | None = None
         """The last touch's request, fed to the models with the store that follows it."""
+        self._continues = False
+        """That request's head was held when it was touched: its store continues a chain the
+        tier holds. A caller that never touches (vLLM 0.33's connector) leaves it False."""
         self._protected: OrderedDict[BlockHash, int] = OrderedDict()
         """Resident blocks reused since their store -> rank, oldest first; they are
         in none of the LRU's tables (the probation segment)."""
@@ -79,6 +84,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         block_hashes = list(block_hashes)
         self._feed_touched()
         self._touched = block_hashes
+        self._continues = bool(block_hashes) and block_hashes[0] in self.blocks
         self._promote(block_hashes, None)
 
     def insert(
@@ -119,12 +125,17 @@ class GatedLRUCachePolicy(LRUCachePolicy):
 
     def admit(self, block_hashes: list[BlockHash], free: int) -> list[BlockHash]:
         # A request that hit was touched whole; one that did not is offered whole.
+        continues = self._touched is not None and self._continues
         request, self._touched = self._touched or block_hashes, None
         self._follow(request)
-        horizon = self.duel.leader.horizon
+        leader = self.duel.leader
         now = self._order
         age = self.residency.age
-        oldest = None if age is None or horizon is None else now - horizon * age
+        oldest = (
+            None
+            if age is None or leader.horizon is None or (continues and leader.admit_continuations)
+            else now - leader.horizon * age
+        )
         admitted, refused = self.offers.admit(block_hashes, now, free, oldest)
         # Refused blocks were seen too: they advance the clock as stored ones do.
         self._order = now + refused

@@ -39,12 +39,17 @@ class Candidate(NamedTuple):
     protected_share: float
     """Share of the slots that blocks reused since their store may hold, safe from
     eviction while others remain (SLRU's protected segment); 0 is plain LRU."""
+    admit_continuations: bool = False
+    """Admit a store's blocks whatever the horizon when its request's head was held: the
+    request continues a chain the tier serves (a live conversation, say), so what it adds
+    is the next turn's prefix."""
 
 
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate(2, 0.25),
     Candidate(None, 0.5),
     Candidate(1, 0.25),
+    Candidate(2, 0.25, True),
 )
 """The first leads until a model has hits: the gate's reasoned default (a block
 back within two residencies would likely still be resident). Admit everything
@@ -53,7 +58,12 @@ only the other half (SLRU's split, Karedla et al., 1994). The gates protect a
 quarter: what they admit was offered before, so fewer one-offs churn
 probation, but a block reused since its store still outlives one that was
 not; half would hold blocks past their reuse that the gate's newer
-admissions need room for."""
+admissions need room for. The last gates only requests that start cold: one
+whose head was held continues a chain in use, and where such chains come
+back before the gate's second offer would, refusing their new blocks loses
+a turn of hits each time; where they come back late (a conversation trace
+whose sessions outlast the tier), storing them evicts what would have been
+reused, and the duel leaves it."""
 MODEL_SLOTS = 256
 """Sampled slots a model keeps at least (when the tier has that many): enough
 for its hit count to rank horizons, few enough that its cost stays small."""
@@ -131,21 +141,21 @@ class Miniature:
         self.hits = self.hits * decay + hit
         clock = self.clock
         segment = protected if self.protected_slots else probation
+        absent = []  # the blocks not held, tail first: all behind the hits
         for block_hash in reversed(request):
             if block_hash in protected:
                 protected.move_to_end(block_hash)
             elif block_hash in probation:
                 del probation[block_hash]
             else:
+                absent.append(block_hash)
                 continue
             clock += 1
             segment[block_hash] = clock
         if len(protected) > self.protected_slots:  # a call only when there is work
             demote_overflow(protected, probation, self.protected_slots, clock)
-        offered = list(
-            dict.fromkeys([h for h in request[hit:] if h not in probation and h not in protected])
-        )
-        new = self._admit(offered, clock)
+        offered = list(dict.fromkeys(reversed(absent)))
+        new = self._admit(offered, clock, hit > 0)
         clock += len(offered)  # refused blocks were seen too, as in the tier
         if len(new) > self.slots:
             new = []  # the tier cannot make that much room: it refuses the store
@@ -162,13 +172,17 @@ class Miniature:
             demote_last(probation, new[-1])
         self.clock = clock
 
-    def _admit(self, new: list[BlockHash], now: int) -> list[BlockHash]:
-        """The tier's admission rule at this model's horizon (see GatedLRUCachePolicy)."""
-        horizon = self.candidate.horizon
-        if horizon is None:
+    def _admit(self, new: list[BlockHash], now: int, continues: bool) -> list[BlockHash]:
+        """The tier's admission rule at this model's horizon (see GatedLRUCachePolicy);
+        ``continues``: the request's head was held, so its store continues a held chain."""
+        candidate = self.candidate
+        if candidate.horizon is None:
             return new
         age = self.residency.age
-        oldest = None if age is None else now - horizon * age
+        if age is None or (continues and candidate.admit_continuations):
+            oldest = None
+        else:
+            oldest = now - candidate.horizon * age
         return self.offers.admit(new, now, self.slots - len(self), oldest)[0]
 
     def clear(self) -> None:

@@ -6,7 +6,7 @@ gate therefore needs the time of a block's previous offer and how many offers
 it has had, kept for a bounded number of recent blocks so its memory is a
 fixed function of the tier's size.
 
-The gated tier and two of its models offer every block of every store, so
+The gated tier and its gated models offer every block of every store, so
 the form in use is C (``_offer_history.c``, built by ``pip install`` where a
 C compiler is): one call per store, the blocks found in a table of their own
 with the recency order in C. ``PyOfferHistory`` keeps the same contract where
