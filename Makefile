@@ -28,7 +28,7 @@ $(VENDOR_STAMP): package.json package-lock.json
 vendor: $(VENDOR_STAMP)
 
 # setup.py and the C sources too: the editable install builds the C forms in place.
-$(STAMP): pyproject.toml setup.py $(wildcard offload/*/*.c offload/*/*/*.c) offload/small_int.h
+$(STAMP): pyproject.toml setup.py $(wildcard offload/*.h offload/*/*.c offload/*/*/*.c)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,worker]'

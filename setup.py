@@ -6,8 +6,11 @@ offload/wire/sample_recorder.py)."""
 
 from setuptools import Extension, setup
 
-# Each reads ints through offload/small_int.h, and is rebuilt when it changes.
-READS_INTS = {"include_dirs": ["offload"], "depends": ["offload/small_int.h"]}
+# Each includes offload's shared headers, and is rebuilt when one changes.
+SHARED_HEADERS = {
+    "include_dirs": ["offload"],
+    "depends": ["offload/small_int.h", "offload/sample_select.h"],
+}
 
 setup(
     ext_modules=[
@@ -15,25 +18,25 @@ setup(
             "offload.cpu._miss_attribution",
             ["offload/cpu/_miss_attribution.c"],
             optional=True,
-            **READS_INTS,
+            **SHARED_HEADERS,
         ),
         Extension(
             "offload.cpu.policies._offer_history",
             ["offload/cpu/policies/_offer_history.c"],
             optional=True,
-            **READS_INTS,
+            **SHARED_HEADERS,
         ),
         Extension(
             "offload.insight._sample_test",
             ["offload/insight/_sample_test.c"],
             optional=True,
-            **READS_INTS,
+            **SHARED_HEADERS,
         ),
         Extension(
             "offload.wire._sample_recorder",
             ["offload/wire/_sample_recorder.c"],
             optional=True,
-            **READS_INTS,
+            **SHARED_HEADERS,
         ),
     ]
 )

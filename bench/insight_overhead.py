@@ -17,8 +17,9 @@ vLLM's 36-byte keys, and, in the same loop, a bare copy of each request's
 hashes and the cheapest test a comprehension can make (the interpreter's
 floors, so a loaded machine shows as both growing). Which form of the test,
 the recorder and the attribution ran (C, or Python where no compiler built
-them) is printed with the figures, and the headline per request too (the
-trace's requests average 24 blocks). Prints one JSON line; never asserts on time.
+them), and whether the recorder ran the test's selection in C, are printed
+with the figures, and the headline per request too (the trace's requests
+average 24 blocks). Prints one JSON line; never asserts on time.
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def main() -> None:
             "attribution": _form(MissAttribution, PyMissAttribution),
             "sampling": _form(SampleTest, PySampleTest),
             "sample_recorder": _form(SampleRecorder, PySampleRecorder),
+            "test_in_recorder": SampleRecorder(sampler.sample, 1, 1, 1, 1.0).selects_in_c,
         },
         "insight_ns_per_block": round(insight_ns, 1),
         "insight_ns_per_request": round(insight_ns * refs / len(requests)),

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "structmember.h"
+#include "sample_select.h"
 #include "small_int.h"
 
 /* x modulo prime without a divide: Barrett reduction by inverse = floor(2**64 / prime). The
@@ -95,46 +96,61 @@ typedef struct {
     vectorcallfunc vectorcall;
 } SampleTest;
 
+/* The hashes that pass, in order, into kept (sample_select.h). */
+static Py_ssize_t
+SampleTest_select(PyObject *callable, PyObject *const *items, Py_ssize_t n, PyObject **kept)
+{
+    const SampleTest *self = (const SampleTest *)callable;
+    if (self->prime == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "SampleTest.__init__ was not called");
+        return -1;
+    }
+    const uint64_t prime = self->prime, inverse = self->inverse;
+    const uint64_t multiplier = self->multiplier, threshold = self->threshold;
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t residue;
+        if (residue_of(items[i], prime, inverse, &residue) < 0)
+            return -1;
+        /* residue and multiplier are below 2**32: the product fits in 64 bits */
+        if (reduce(residue * multiplier, prime, inverse) < threshold)
+            kept[count++] = items[i];
+    }
+    return count;
+}
+
+#define STACK_HASHES 64 /* a request of at most this many hashes needs no allocation */
+
 /* test(hashes): the hashes that pass, in order (a new list). */
 static PyObject *
 SampleTest_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    SampleTest *self = (SampleTest *)callable;
     if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) {
         PyErr_SetString(PyExc_TypeError, "a sample test takes one sequence of block hashes");
-        return NULL;
-    }
-    if (self->prime == 0) {
-        PyErr_SetString(PyExc_RuntimeError, "SampleTest.__init__ was not called");
         return NULL;
     }
     PyObject *seq = PySequence_Fast(args[0], "block hashes must be a sequence");
     if (seq == NULL)
         return NULL;
-    PyObject *kept = PyList_New(0);
-    if (kept == NULL) {
-        Py_DECREF(seq);
-        return NULL;
-    }
-    const uint64_t prime = self->prime, inverse = self->inverse;
-    const uint64_t multiplier = self->multiplier, threshold = self->threshold;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t residue;
-        if (residue_of(items[i], prime, inverse, &residue) < 0)
-            goto fail;
-        /* residue and multiplier are below 2**32: the product fits in 64 bits */
-        if (reduce(residue * multiplier, prime, inverse) < threshold &&
-            PyList_Append(kept, items[i]) < 0)
-            goto fail;
+    PyObject *on_stack[STACK_HASHES];
+    PyObject **kept = n <= STACK_HASHES ? on_stack : PyMem_Malloc((size_t)n * sizeof(PyObject *));
+    PyObject *out = NULL;
+    if (kept == NULL) {
+        PyErr_NoMemory();
+        goto done;
     }
+    Py_ssize_t count = SampleTest_select(callable, items, n, kept);
+    if (count < 0 || (out = PyList_New(count)) == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < count; j++)
+        PyList_SET_ITEM(out, j, Py_NewRef(kept[j]));
+done:
+    if (kept != on_stack)
+        PyMem_Free(kept);
     Py_DECREF(seq);
-    return kept;
-fail:
-    Py_DECREF(seq);
-    Py_DECREF(kept);
-    return NULL;
+    return out;
 }
 
 static int
@@ -191,6 +207,15 @@ PyInit__sample_test(void)
 {
     if (PyType_Ready(&SampleTestType) < 0)
         return NULL;
+    /* The selection for C callers, on the type: every test offers it (sample_select.h). */
+    PyObject *select = PyCapsule_New((void *)SampleTest_select, SAMPLE_SELECT_CAPSULE, NULL);
+    if (select == NULL)
+        return NULL;
+    int added = PyDict_SetItemString(SampleTestType.tp_dict, SAMPLE_SELECT_ATTRIBUTE, select);
+    Py_DECREF(select);
+    if (added < 0)
+        return NULL;
+    PyType_Modified(&SampleTestType);
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

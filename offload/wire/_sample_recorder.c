@@ -17,13 +17,15 @@
 #include <string.h>
 #include <time.h>
 #include "structmember.h"
+#include "sample_select.h"
 #include "small_int.h"
 
 #define FIRST_ALLOCATION 4096 /* bytes the buffer starts at; it doubles up to max_bytes */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *sample; /* the test: hashes -> a new list of the sampled ones */
+    PyObject *sample;     /* the test: hashes -> a new list of the sampled ones */
+    sample_select select; /* its C selection, when it offers one; NULL: it is called */
     char *held;       /* the held requests' msgpack, back to back; NULL before __init__ */
     Py_ssize_t bytes, allocated, requests; /* its length, its capacity, the requests in it */
     Py_ssize_t max_bytes, max_requests, max_request_blocks;
@@ -183,10 +185,8 @@ mixed(PyObject *odd, PyObject *first)
 /* The msgpack size of one held request, [block_refs, [hash, ...]]; -1 with a TypeError naming
  * a type a frame cannot carry (or a mix of ints and bytes), or an OverflowError. */
 static Py_ssize_t
-request_size(Py_ssize_t refs, PyObject *sampled)
+request_size(Py_ssize_t refs, PyObject *const *items, Py_ssize_t n)
 {
-    Py_ssize_t n = PyList_GET_SIZE(sampled);
-    PyObject **items = PySequence_Fast_ITEMS(sampled);
     Py_ssize_t size = 1 + int_size((uint64_t)refs, 0) + header_size(n);
     uint64_t value;
     int negative;
@@ -220,10 +220,8 @@ request_size(Py_ssize_t refs, PyObject *sampled)
 
 /* Write a request request_size has passed: its checks hold, so nothing here fails. */
 static char *
-put_request(char *out, Py_ssize_t refs, PyObject *sampled)
+put_request(char *out, Py_ssize_t refs, PyObject *const *items, Py_ssize_t n)
 {
-    Py_ssize_t n = PyList_GET_SIZE(sampled);
-    PyObject **items = PySequence_Fast_ITEMS(sampled);
     *out++ = (char)0x92;
     out = put_int(out, (uint64_t)refs, 0);
     out = put_header(out, n, 0);
@@ -267,6 +265,61 @@ make_room(Recorder *self, Py_ssize_t size)
     return 0;
 }
 
+/* Hold one request of refs references whose n sampled hashes are sampled (or count it); NULL
+ * with an exception for hashes a frame cannot carry (nothing held changes). */
+static PyObject *
+hold(Recorder *self, Py_ssize_t refs, PyObject *const *sampled, Py_ssize_t n)
+{
+    if (n == 0) {
+        if (refs) {
+            self->unsampled_requests++;
+            self->unsampled_block_refs += refs;
+        }
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t size = request_size(refs, sampled, n);
+    if (size < 0)
+        return NULL;
+    if (refs > self->max_request_blocks || size > self->max_bytes - self->bytes ||
+        self->requests >= self->max_requests) {
+        self->shed_requests++;
+        self->shed_block_refs += refs;
+        Py_RETURN_NONE;
+    }
+    if (make_room(self, size) < 0)
+        return NULL;
+    put_request(self->held + self->bytes, refs, sampled, n);
+    self->bytes += size;
+    self->requests++;
+    Py_RETURN_NONE;
+}
+
+#define STACK_HASHES 64 /* a request of at most this many hashes needs no allocation */
+
+/* The request through the test's C selection (sample_select.h): no list between the two. */
+static PyObject *
+record_selected(Recorder *self, PyObject *hashes)
+{
+    PyObject *seq = PySequence_Fast(hashes, "block hashes must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *on_stack[STACK_HASHES];
+    PyObject **kept = n <= STACK_HASHES ? on_stack : PyMem_Malloc((size_t)n * sizeof(PyObject *));
+    PyObject *out = NULL;
+    if (kept == NULL) {
+        PyErr_NoMemory();
+    } else {
+        Py_ssize_t count = self->select(self->sample, PySequence_Fast_ITEMS(seq), n, kept);
+        if (count >= 0)
+            out = hold(self, n, kept, count);
+        if (kept != on_stack)
+            PyMem_Free(kept);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
 /* recorder(hashes): one request's references to the tier, in prompt order. */
 static PyObject *
 Recorder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -278,45 +331,22 @@ Recorder_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
     }
     if (recorder_ready(self) < 0)
         return NULL;
+    if (self->select != NULL)
+        return record_selected(self, args[0]);
     PyObject *sampled = PyObject_Vectorcall(self->sample, args, 1, NULL);
     if (sampled == NULL)
         return NULL;
+    PyObject *out = NULL;
     if (!PyList_CheckExact(sampled)) {
         PyErr_Format(PyExc_TypeError, "the sample test returned a %.100s, not a list",
                      Py_TYPE(sampled)->tp_name);
-        goto fail;
+    } else {
+        Py_ssize_t refs = PyObject_Size(args[0]);
+        if (refs >= 0)
+            out = hold(self, refs, PySequence_Fast_ITEMS(sampled), PyList_GET_SIZE(sampled));
     }
-    Py_ssize_t refs = PyObject_Size(args[0]);
-    if (refs < 0)
-        goto fail;
-    if (PyList_GET_SIZE(sampled) == 0) {
-        if (refs) {
-            self->unsampled_requests++;
-            self->unsampled_block_refs += refs;
-        }
-        Py_DECREF(sampled);
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t size = request_size(refs, sampled);
-    if (size < 0)
-        goto fail;
-    if (refs > self->max_request_blocks || size > self->max_bytes - self->bytes ||
-        self->requests >= self->max_requests) {
-        self->shed_requests++;
-        self->shed_block_refs += refs;
-        Py_DECREF(sampled);
-        Py_RETURN_NONE;
-    }
-    if (make_room(self, size) < 0)
-        goto fail;
-    put_request(self->held + self->bytes, refs, sampled);
-    self->bytes += size;
-    self->requests++;
     Py_DECREF(sampled);
-    Py_RETURN_NONE;
-fail:
-    Py_DECREF(sampled);
-    return NULL;
+    return out;
 }
 
 static PyObject *
@@ -347,6 +377,22 @@ Recorder_drain(Recorder *self, PyObject *Py_UNUSED(ignored))
     self->unsampled_requests = self->unsampled_block_refs = 0;
     self->next = monotonic_s() + self->period_s;
     return drained;
+}
+
+/* The test's C selection, when it offers one (sample_select.h); NULL otherwise. */
+static sample_select
+offered_selection(PyObject *sample)
+{
+    PyObject *capsule = PyObject_GetAttrString(sample, SAMPLE_SELECT_ATTRIBUTE);
+    if (capsule == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    sample_select select = PyCapsule_IsValid(capsule, SAMPLE_SELECT_CAPSULE)
+                               ? (sample_select)PyCapsule_GetPointer(capsule, SAMPLE_SELECT_CAPSULE)
+                               : NULL;
+    Py_DECREF(capsule);
+    return select;
 }
 
 static int
@@ -393,6 +439,7 @@ Recorder_init(Recorder *self, PyObject *args, PyObject *kwds)
     self->allocated = first;
     self->bytes = self->requests = 0;
     Py_XSETREF(self->sample, Py_NewRef(sample));
+    self->select = offered_selection(sample);
     self->max_bytes = max_bytes;
     self->max_requests = max_requests;
     self->max_request_blocks = max_request_blocks;
@@ -426,6 +473,18 @@ Recorder_dealloc(Recorder *self)
     PyMem_Free(self->held);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+static PyObject *
+Recorder_selects_in_c(Recorder *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->select != NULL);
+}
+
+static PyGetSetDef Recorder_getset[] = {
+    {"selects_in_c", (getter)Recorder_selects_in_c, NULL,
+     "The recorder runs its test's C selection, with no list between them.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 static PyMethodDef Recorder_methods[] = {
     {"due", (PyCFunction)Recorder_due, METH_NOARGS,
@@ -466,6 +525,7 @@ static PyTypeObject RecorderType = {
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
     .tp_methods = Recorder_methods,
     .tp_members = Recorder_members,
+    .tp_getset = Recorder_getset,
 };
 
 static struct PyModuleDef module = {

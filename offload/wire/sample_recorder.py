@@ -15,9 +15,11 @@ A Python function call on that thread costs several times the work it wraps
 (the interpreter's frame, and each attribute it reads), so the form in use
 is C (``_sample_recorder.c``, built by ``pip install`` where a C compiler
 is): the recorder itself is what the worker calls, the test is called from
-C, and the msgpack is written in C. ``PySampleRecorder`` keeps the same
-contract, byte for byte, where kvscope was installed without a compiler;
-tests hold both forms to the same sequences.
+C (through its C selection, with no list between the two, when the test
+offers one: ``offload/sample_select.h``), and the msgpack is written in C.
+``PySampleRecorder`` keeps the same contract, byte for byte, where kvscope
+was installed without a compiler; tests hold both forms to the same
+sequences.
 """
 
 from __future__ import annotations
@@ -142,6 +144,11 @@ class PySampleRecorder:
     def bytes(self) -> int:
         """Bytes of msgpack held."""
         return len(self._held)
+
+    @property
+    def selects_in_c(self) -> bool:
+        """The C form's choice; this form always calls the test."""
+        return False
 
     def __call__(self, block_hashes: Sequence[BlockHash]) -> None:
         """One request's references to the tier, in prompt order."""

@@ -48,6 +48,26 @@ def test_the_c_recorder_is_built_where_it_can_be() -> None:
     assert SampleRecorder is not PySampleRecorder
 
 
+def test_the_c_recorder_runs_a_c_tests_selection_and_calls_any_other_test() -> None:
+    """The C test offers its selection in C (offload/sample_select.h); a wrapper around the
+    same test does not, so the recorder calls it: both hold the same bytes."""
+    if SampleRecorder is PySampleRecorder:
+        pytest.skip("no C form built")
+    test = SpatialSampler(0.3).sample
+    selecting = SampleRecorder(test, 10**6, 100, 100, HOUR)
+    calling = SampleRecorder(lambda hashes: test(hashes), 10**6, 100, 100, HOUR)
+    assert selecting.selects_in_c and not calling.selects_in_c
+    assert not PySampleRecorder(test, 10**6, 100, 100, HOUR).selects_in_c
+    requests = [list(range(start, start + 100)) for start in range(0, 3000, 100)]
+    requests += [[b"k%d" % i for i in range(start, start + 7)] for start in range(0, 70, 7)]
+    for request in requests:
+        selecting(request)
+        calling(request)
+    assert selecting.drain() == calling.drain()
+    with pytest.raises(TypeError, match="cannot sample a block hash of type str"):
+        selecting([1, "a"])
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_sampled_requests_are_held_with_their_block_counts(form: type) -> None:
     sampler = SpatialSampler(0.25)
