@@ -84,6 +84,7 @@ calls = st.lists(
         st.integers(0, 3),  # time passing before the call
         st.integers(0, 6),  # free slots
         st.one_of(st.none(), st.integers(-5, 5)),  # how far back the horizon reaches
+        st.integers(0, 9),  # 0: both forget everything first
     ),
     max_size=40,
 )
@@ -93,7 +94,10 @@ calls = st.lists(
 def test_the_c_and_python_forms_hold_the_same(calls: list, limit: int, proven: int) -> None:
     histories = [form(limit, proven) for form in FORMS]
     now = 0
-    for block_hashes, step, free, back in calls:
+    for block_hashes, step, free, back, clear in calls:
+        if clear == 0:
+            for history in histories:
+                history.clear()
         now += step
         oldest = None if back is None else now - back + 0.5
         results = [history.admit(block_hashes, now, free, oldest) for history in histories]

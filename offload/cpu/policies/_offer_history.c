@@ -66,7 +66,11 @@ find(const History *self, PyObject *key, Py_hash_t hash, size_t *slot)
         if (entry->hash == hash) {
             if (entry->key == key)
                 return index;
-            int equal = PyObject_RichCompareBool(entry->key, key, Py_EQ);
+            /* A key's __eq__ may run Python code: the held key stays alive through it, as a
+             * dict keeps its own. */
+            PyObject *held = Py_NewRef(entry->key);
+            int equal = PyObject_RichCompareBool(held, key, Py_EQ);
+            Py_DECREF(held);
             if (equal < 0)
                 return -2;
             if (equal)
@@ -182,10 +186,12 @@ forget_oldest(History *self)
     }
     self->slots[hole] = NONE;
     unlink_entry(self, index);
-    Py_CLEAR(entry->key);
+    PyObject *key = entry->key;
+    entry->key = NULL;
     entry->newer = self->free;
     self->free = index;
     self->count--;
+    Py_DECREF(key); /* last: a key's finalizer may run Python code, which finds all in order */
 }
 
 /* Record an offer of key at now: *previous_time and *previous_offers receive the last one,
@@ -323,15 +329,21 @@ fail:
     return NULL;
 }
 
+/* Forget every block. The entries leave the object before their keys are released: a key's
+ * finalizer may run Python code, which then finds an empty history, not a half-cleared one. */
 static void
 history_empty(History *self)
 {
-    for (Py_ssize_t i = 0; i < self->high; i++)
-        Py_CLEAR(self->entries[i].key);
+    Entry *entries = self->entries;
+    Py_ssize_t high = self->high;
+    self->entries = NULL;
+    self->allocated = self->high = self->count = 0;
+    self->newest = self->oldest = self->free = NONE;
     for (size_t i = 0; i <= self->mask && self->slots != NULL; i++)
         self->slots[i] = NONE;
-    self->high = self->count = 0;
-    self->newest = self->oldest = self->free = NONE;
+    for (Py_ssize_t i = 0; i < high; i++)
+        Py_XDECREF(entries[i].key);
+    PyMem_Free(entries);
 }
 
 static PyObject *
