@@ -20,4 +20,26 @@
 typedef Py_ssize_t (*sample_select)(PyObject *test, PyObject *const *items, Py_ssize_t n,
                                     PyObject **kept);
 
+#define SELECT_ON_STACK 64 /* a request of at most this many hashes needs no allocation */
+
+/* Room for what a selection of n hashes may keep: on_stack (SELECT_ON_STACK slots) when they
+ * fit, else the heap; NULL with a MemoryError. select_room_free gives it back. */
+static inline PyObject **
+select_room(PyObject **on_stack, Py_ssize_t n)
+{
+    if (n <= SELECT_ON_STACK)
+        return on_stack;
+    PyObject **room = PyMem_Malloc((size_t)n * sizeof(PyObject *));
+    if (room == NULL)
+        PyErr_NoMemory();
+    return room;
+}
+
+static inline void
+select_room_free(PyObject **room, PyObject **on_stack)
+{
+    if (room != on_stack)
+        PyMem_Free(room);
+}
+
 #endif

@@ -119,8 +119,6 @@ SampleTest_select(PyObject *callable, PyObject *const *items, Py_ssize_t n, PyOb
     return count;
 }
 
-#define STACK_HASHES 64 /* a request of at most this many hashes needs no allocation */
-
 /* test(hashes): the hashes that pass, in order (a new list). */
 static PyObject *
 SampleTest_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -134,21 +132,16 @@ SampleTest_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, 
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *on_stack[STACK_HASHES];
-    PyObject **kept = n <= STACK_HASHES ? on_stack : PyMem_Malloc((size_t)n * sizeof(PyObject *));
+    PyObject *on_stack[SELECT_ON_STACK];
+    PyObject **kept = select_room(on_stack, n);
     PyObject *out = NULL;
-    if (kept == NULL) {
-        PyErr_NoMemory();
-        goto done;
+    if (kept != NULL) {
+        Py_ssize_t count = SampleTest_select(callable, items, n, kept);
+        if (count >= 0 && (out = PyList_New(count)) != NULL)
+            for (Py_ssize_t j = 0; j < count; j++)
+                PyList_SET_ITEM(out, j, Py_NewRef(kept[j]));
+        select_room_free(kept, on_stack);
     }
-    Py_ssize_t count = SampleTest_select(callable, items, n, kept);
-    if (count < 0 || (out = PyList_New(count)) == NULL)
-        goto done;
-    for (Py_ssize_t j = 0; j < count; j++)
-        PyList_SET_ITEM(out, j, Py_NewRef(kept[j]));
-done:
-    if (kept != on_stack)
-        PyMem_Free(kept);
     Py_DECREF(seq);
     return out;
 }

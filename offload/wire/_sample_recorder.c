@@ -294,8 +294,6 @@ hold(Recorder *self, Py_ssize_t refs, PyObject *const *sampled, Py_ssize_t n)
     Py_RETURN_NONE;
 }
 
-#define STACK_HASHES 64 /* a request of at most this many hashes needs no allocation */
-
 /* The request through the test's C selection (sample_select.h): no list between the two. */
 static PyObject *
 record_selected(Recorder *self, PyObject *hashes)
@@ -304,17 +302,14 @@ record_selected(Recorder *self, PyObject *hashes)
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject *on_stack[STACK_HASHES];
-    PyObject **kept = n <= STACK_HASHES ? on_stack : PyMem_Malloc((size_t)n * sizeof(PyObject *));
+    PyObject *on_stack[SELECT_ON_STACK];
+    PyObject **kept = select_room(on_stack, n);
     PyObject *out = NULL;
-    if (kept == NULL) {
-        PyErr_NoMemory();
-    } else {
+    if (kept != NULL) {
         Py_ssize_t count = self->select(self->sample, PySequence_Fast_ITEMS(seq), n, kept);
         if (count >= 0)
             out = hold(self, n, kept, count);
-        if (kept != on_stack)
-            PyMem_Free(kept);
+        select_room_free(kept, on_stack);
     }
     Py_DECREF(seq);
     return out;

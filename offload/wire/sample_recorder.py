@@ -91,7 +91,7 @@ def _plain_bytes(value: object) -> bytes:
 _ENCODE: Final = msgspec.msgpack.Encoder(enc_hook=_plain_bytes).encode
 
 
-def array_header(length: int) -> bytes:
+def _array_header(length: int) -> bytes:
     """The msgpack header of an array of ``length`` items (fixarray, array16 or array32)."""
     if length < 16:
         return bytes([0x90 | length])
@@ -186,7 +186,7 @@ class PySampleRecorder:
     def drain(self) -> Drained:
         """Everything held, and start over (the period too)."""
         held = (
-            array_header(self._requests) + self._held,
+            _array_header(self._requests) + self._held,
             self._requests,
             self._unsampled_requests,
             self._unsampled_block_refs,
