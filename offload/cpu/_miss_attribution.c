@@ -11,6 +11,13 @@
  * kept alive. Two different hashes with equal hash values read as one (a 1 in
  * 2**64 chance for vLLM's digests; never for ints from 0 to 2**61 - 2, whose
  * hash is themselves).
+ *
+ * A table larger than the caches makes each probe wait on memory, and a store's evictions
+ * and a lookup's miss each probe right after they are known. So both wait for the next call
+ * with their slots asked for: an added hash is placed once WAITING newer ones are, or when
+ * anything reads the generations; a miss's reason is found when it settles (its next call
+ * into the attribution, or a read of the counts). The manager adds to the memories only
+ * through stored(), which settles first, so a miss still reads what was remembered at it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,14 +27,14 @@
 #include "structmember.h"
 #include "small_int.h"
 
-/* A table probe that misses the caches costs far more than the probe itself, so the hot paths
- * ask for their slots ahead (a hint: nothing where the compiler has no such builtin). */
+/* Asking for a slot's line ahead of its probe (a hint: nothing where the compiler has no such
+ * builtin). */
 #if defined(__GNUC__)
 #define PREFETCH(address) __builtin_prefetch(address)
 #else
 #define PREFETCH(address) ((void)(address))
 #endif
-#define LOOKAHEAD 16 /* hashes whose slots are fetched before the first of them is placed */
+#define WAITING 64 /* added hashes that wait to be placed, their slots asked for */
 
 typedef struct {
     Py_hash_t *slots; /* 0 marks an empty slot */
@@ -42,13 +49,16 @@ typedef struct {
     size_t mask; /* slots - 1 */
     Table tables[2];
     int newest; /* the index of the generation being filled */
+    Py_hash_t waiting[WAITING]; /* added hashes whose slots were asked for, not placed yet */
+    int waiting_count;
 } Generations;
 
-static size_t
-slot_of(const Generations *self, Py_hash_t hash)
+/* A hash's home slot in a table of 2**(64 - shift) slots. Fibonacci hashing: sequential ids
+ * spread over the table. */
+static inline size_t
+home_slot(Py_hash_t hash, int shift)
 {
-    /* Fibonacci hashing: sequential ids spread over the table. */
-    return (size_t)(((uint64_t)hash * 0x9E3779B97F4A7C15ULL) >> self->shift);
+    return (size_t)(((uint64_t)hash * 0x9E3779B97F4A7C15ULL) >> shift);
 }
 
 static int
@@ -56,7 +66,7 @@ table_has(const Generations *self, const Table *table, Py_hash_t hash)
 {
     if (hash == 0)
         return table->zero;
-    for (size_t i = slot_of(self, hash);; i = (i + 1) & self->mask) {
+    for (size_t i = home_slot(hash, self->shift);; i = (i + 1) & self->mask) {
         Py_hash_t held = table->slots[i];
         if (held == hash)
             return 1;
@@ -125,6 +135,7 @@ Generations_init(Generations *self, PyObject *args, PyObject *kwds)
     self->shift = 64 - bits;
     self->mask = ((size_t)1 << bits) - 1;
     self->newest = 0;
+    self->waiting_count = 0;
     return 0;
 }
 
@@ -145,66 +156,83 @@ check_ready(const Generations *self)
     return -1;
 }
 
+/* Place the waiting hashes, oldest first, so the generations hold all that was added. */
+static void
+place_waiting(Generations *self)
+{
+    /* The geometry, the slots and the count in locals: a store into the slots (Py_hash_t, the
+     * count's own type) would otherwise make the compiler reload them all for every hash. */
+    const size_t mask = self->mask;
+    const Py_ssize_t horizon = self->horizon;
+    const int shift = self->shift;
+    Table *table = &self->tables[self->newest];
+    Py_hash_t *slots = table->slots;
+    Py_ssize_t used = table->used;
+    for (int i = 0; i < self->waiting_count; i++) {
+        Py_hash_t hash = self->waiting[i];
+        int fresh;
+        if (hash == 0) { /* hash value 0 cannot sit in a slot: a flag holds it */
+            fresh = !table->zero;
+            table->zero = 1;
+        } else {
+            fresh = slots_put(slots, mask, home_slot(hash, shift), hash);
+        }
+        if (fresh && ++used >= horizon) {
+            /* This generation is full: it becomes the old one, the one before it is dropped. */
+            table->used = used;
+            int oldest = 1 - self->newest;
+            table_empty(self, &self->tables[oldest]);
+            self->newest = oldest;
+            table = &self->tables[oldest];
+            slots = table->slots;
+            used = 0;
+        }
+    }
+    table->used = used;
+    self->waiting_count = 0;
+}
+
+/* Remember the n hashes in items; 0, or -1 with an exception (an unhashable hash: the hashes
+ * before it stay remembered). Each waits, its slot asked for, to be placed later. */
+static int
+generations_add(Generations *self, PyObject *const *items, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_hash_t hash = hash_of(items[i]);
+        if (hash == -1)
+            return -1;
+        if (self->waiting_count == WAITING)
+            place_waiting(self);
+        self->waiting[self->waiting_count++] = hash;
+        PREFETCH(&self->tables[self->newest].slots[home_slot(hash, self->shift)]);
+    }
+    return 0;
+}
+
+/* Remember the hashes of any iterable. */
+static int
+generations_add_all(Generations *self, PyObject *block_hashes)
+{
+    PyObject *seq = PySequence_Fast(block_hashes, "block hashes must be iterable");
+    if (seq == NULL)
+        return -1;
+    int status = generations_add(self, PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq));
+    Py_DECREF(seq);
+    return status;
+}
+
 static PyObject *
 Generations_add(Generations *self, PyObject *block_hashes)
 {
-    if (check_ready(self) < 0)
+    if (check_ready(self) < 0 || generations_add_all(self, block_hashes) < 0)
         return NULL;
-    PyObject *seq = PySequence_Fast(block_hashes, "block hashes must be iterable");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    /* The geometry in locals: the stores into a table would otherwise make the compiler
-     * reload it from the object for every hash. */
-    const size_t mask = self->mask;
-    const Py_ssize_t horizon = self->horizon;
-    Py_hash_t hashes[LOOKAHEAD];
-    size_t homes[LOOKAHEAD];
-    for (Py_ssize_t start = 0; start < n; start += LOOKAHEAD) {
-        Py_ssize_t count = n - start < LOOKAHEAD ? n - start : LOOKAHEAD;
-        Table *table = &self->tables[self->newest];
-        for (Py_ssize_t j = 0; j < count; j++) {
-            hashes[j] = hash_of(items[start + j]);
-            if (hashes[j] == -1) {
-                Py_DECREF(seq);
-                return NULL;
-            }
-            homes[j] = slot_of(self, hashes[j]);
-            PREFETCH(&table->slots[homes[j]]);
-        }
-        /* The slots and the count in locals too: a store into the slots (Py_hash_t, the count's
-         * own type) would otherwise make the compiler reload both for every hash. */
-        Py_hash_t *slots = table->slots;
-        Py_ssize_t used = table->used;
-        for (Py_ssize_t j = 0; j < count; j++) {
-            int fresh;
-            if (hashes[j] == 0) { /* hash value 0 cannot sit in a slot: a flag holds it */
-                fresh = !table->zero;
-                table->zero = 1;
-            } else {
-                fresh = slots_put(slots, mask, homes[j], hashes[j]);
-            }
-            if (fresh && ++used >= horizon) {
-                /* This generation is full: it becomes the old one, the one before it is dropped. */
-                table->used = used;
-                int oldest = 1 - self->newest;
-                table_empty(self, &self->tables[oldest]);
-                self->newest = oldest;
-                table = &self->tables[oldest];
-                slots = table->slots;
-                used = 0;
-            }
-        }
-        table->used = used;
-    }
-    Py_DECREF(seq);
     Py_RETURN_NONE;
 }
 
 static void
 generations_empty(Generations *self)
 {
+    self->waiting_count = 0;
     table_empty(self, &self->tables[0]);
     table_empty(self, &self->tables[1]);
 }
@@ -222,15 +250,16 @@ Generations_clear(Generations *self, PyObject *Py_UNUSED(ignored))
 static void
 generations_prefetch(const Generations *generations, Py_hash_t hash)
 {
-    size_t slot = slot_of(generations, hash);
+    size_t slot = home_slot(hash, generations->shift);
     for (int t = 0; t < 2; t++)
         if (generations->tables[t].used)
             PREFETCH(&generations->tables[t].slots[slot]);
 }
 
 static int
-generations_has(const Generations *generations, Py_hash_t hash)
+generations_has(Generations *generations, Py_hash_t hash)
 {
+    place_waiting(generations);
     const Table *tables = generations->tables;
     return (tables[0].used && table_has(generations, &tables[0], hash)) ||
            (tables[1].used && table_has(generations, &tables[1], hash));
@@ -244,13 +273,13 @@ Generations_contains(Generations *self, PyObject *key)
     Py_hash_t hash = hash_of(key);
     if (hash == -1)
         return -1;
-    generations_prefetch(self, hash);
     return generations_has(self, hash);
 }
 
 static Py_ssize_t
 Generations_len(Generations *self)
 {
+    place_waiting(self);
     return self->tables[0].used + self->tables[1].used;
 }
 
@@ -288,7 +317,7 @@ static PyTypeObject GenerationsType = {
 
 /* ---- MissAttribution ------------------------------------------------------------------ */
 
-enum { COLD, EVICTED, NOT_ADMITTED, IN_FLIGHT, PREFIX_LOST, REASONS };
+enum { COLD, EVICTED, NOT_ADMITTED, IN_FLIGHT, PREFIX_LOST, REASONS, UNSETTLED = -1 };
 static const char *const REASON_NAMES[REASONS] = {
     "cold", "evicted", "not_admitted", "in_flight", "prefix_lost"};
 
@@ -299,7 +328,8 @@ typedef struct {
     long long lookups[REASONS];
     long long blocks[REASONS];
     PyObject *pending_hash; /* the last miss's break block, NULL when none is pending */
-    int pending_reason;
+    Py_hash_t pending_value; /* its hash value, which its reason is found by */
+    int pending_reason;      /* UNSETTLED until the miss settles */
     long long pending_lost;
 } Attribution;
 
@@ -384,11 +414,27 @@ attribution_ready(const Attribution *self)
     return -1;
 }
 
+/* Find the pending miss's reason and count its lookup, if not done yet (its slots were asked
+ * for at the miss). */
+static void
+settle(Attribution *self)
+{
+    if (self->pending_hash == NULL || self->pending_reason != UNSETTLED)
+        return;
+    Py_hash_t hash = self->pending_value;
+    int reason = generations_has(self->evicted, hash)   ? EVICTED
+                 : generations_has(self->refused, hash) ? NOT_ADMITTED
+                                                        : COLD;
+    self->lookups[reason]++;
+    self->pending_reason = reason;
+}
+
 /* Charge the pending miss's blocks, all to its reason. */
 static void
 flush_pending(Attribution *self)
 {
     if (self->pending_hash != NULL) {
+        settle(self);
         self->blocks[self->pending_reason] += self->pending_lost;
         Py_CLEAR(self->pending_hash);
     }
@@ -422,47 +468,70 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     int in_flight = PyObject_IsTrue(in_flight_arg);
     if (in_flight < 0)
         return NULL;
-    int reason = IN_FLIGHT;
+    Py_hash_t hash = 0;
     if (!in_flight) {
-        Py_hash_t hash = hash_of(block_hash);
+        hash = hash_of(block_hash);
         if (hash == -1)
             return NULL;
+    }
+    flush_pending(self);
+    if (in_flight) {
+        self->lookups[IN_FLIGHT]++;
+    } else {
         generations_prefetch(self->evicted, hash);
         generations_prefetch(self->refused, hash);
-        reason = generations_has(self->evicted, hash)   ? EVICTED
-                 : generations_has(self->refused, hash) ? NOT_ADMITTED
-                                                        : COLD;
     }
-    self->lookups[reason]++;
-    flush_pending(self);
     Py_INCREF(block_hash);
     self->pending_hash = block_hash;
-    self->pending_reason = reason;
+    self->pending_value = hash;
+    self->pending_reason = in_flight ? IN_FLIGHT : UNSETTLED;
     self->pending_lost = lost;
     Py_RETURN_NONE;
 }
 
-/* store_from(first, held) */
-static PyObject *
-Attribution_store_from(Attribution *self, PyObject *const *args, Py_ssize_t nargs)
+/* Split the pending (settled) miss's blocks when a store starts at its break: the held ones are
+ * those it lost behind the break. 0, or -1 with an exception (a hash whose compare raised). */
+static int
+split_pending(Attribution *self, PyObject *first, long long held)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "store_from() takes (first, held)");
-        return NULL;
-    }
     if (self->pending_hash == NULL)
-        Py_RETURN_NONE;
-    int same = PyObject_RichCompareBool(self->pending_hash, args[0], Py_EQ);
+        return 0;
+    int same = PyObject_RichCompareBool(self->pending_hash, first, Py_EQ);
     if (same <= 0)
-        return same < 0 ? NULL : Py_NewRef(Py_None);
-    long long held = PyLong_AsLongLong(args[1]);
-    if (held == -1 && PyErr_Occurred())
-        return NULL;
+        return same;
     long long lost = self->pending_lost;
     long long behind = held < lost - 1 ? held : lost - 1;
     self->blocks[self->pending_reason] += lost - behind;
     self->blocks[PREFIX_LOST] += behind;
     Py_CLEAR(self->pending_hash);
+    return 0;
+}
+
+/* stored(requested, held, refused, evicted): one call per store, the manager's only one. */
+static PyObject *
+Attribution_stored(Attribution *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "stored() takes (requested, held, refused, evicted)");
+        return NULL;
+    }
+    if (attribution_ready(self) < 0)
+        return NULL;
+    long long held = PyLong_AsLongLong(args[1]);
+    if (held == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *requested = PySequence_Fast(args[0], "requested must be a sequence of hashes");
+    if (requested == NULL)
+        return NULL;
+    settle(self); /* by what was remembered at the miss, before this store's refusals and evictions */
+    int status = generations_add_all(self->refused, args[2]);
+    if (status == 0)
+        status = generations_add_all(self->evicted, args[3]);
+    if (status == 0 && PySequence_Fast_GET_SIZE(requested) > 0)
+        status = split_pending(self, PySequence_Fast_ITEMS(requested)[0], held);
+    Py_DECREF(requested);
+    if (status < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -505,6 +574,7 @@ counts_dict(const long long *counts)
 static PyObject *
 Attribution_lookups(Attribution *self, void *Py_UNUSED(closure))
 {
+    settle(self);
     return counts_dict(self->lookups);
 }
 
@@ -525,8 +595,8 @@ Attribution_remembered(Attribution *self, void *Py_UNUSED(closure))
 static PyMethodDef Attribution_methods[] = {
     {"miss", (PyCFunction)(void (*)(void))Attribution_miss, METH_FASTCALL | METH_KEYWORDS,
      "Charge a lookup that stopped at block_hash, losing lost blocks from it on."},
-    {"store_from", (PyCFunction)(void (*)(void))Attribution_store_from, METH_FASTCALL,
-     "A store starts at first and found held of its blocks already held."},
+    {"stored", (PyCFunction)(void (*)(void))Attribution_stored, METH_FASTCALL,
+     "A store of requested found held of them already held; refused and evicted these."},
     {"flush", (PyCFunction)Attribution_flush, METH_NOARGS,
      "Charge the pending miss's blocks, all to its reason."},
     {"reset", (PyCFunction)Attribution_reset, METH_NOARGS,

@@ -164,45 +164,49 @@ class CPUOffloadingManager(OffloadingManager):
         stats.store_requested_blocks += len(requested)
         held = len(requested) - len(to_store)
         stats.store_skipped_blocks += held
-        if requested and self._attributing:
-            self.misses.store_from(requested[0], held)
-        if not to_store:
-            return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
-        pool = self.pool
-        admitted = self.policy.admit(to_store, pool.num_free)
-        if admitted is not to_store:
-            # Refused before any room is made: a block not worth a slot evicts nothing.
-            stats.store_not_admitted_blocks += len(to_store) - len(admitted)
-            if self._attributing:
-                kept = set(admitted)
-                self.misses.refused.add([h for h in to_store if h not in kept])
-            to_store = admitted
+        evicted_hashes: list[BlockHash] = []
+        refused: Sequence[BlockHash] = ()
+        try:
             if not to_store:
                 return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
-        shortfall = len(to_store) - pool.num_free
-        evicted_hashes: list[BlockHash] = []
-        self._moves += 1
-        try:
-            if shortfall > 0:
-                evicted = self.policy.evict(shortfall, {*requested, *offered})
-                if evicted is None:
-                    stats.store_refused_calls += 1
-                    stats.store_refused_blocks += len(to_store)
-                    return None
-                hashes, freed = zip(*evicted, strict=True)
-                evicted_hashes = list(hashes)
+            pool = self.pool
+            admitted = self.policy.admit(to_store, pool.num_free)
+            if admitted is not to_store:
+                # Refused before any room is made: a block not worth a slot evicts nothing.
+                stats.store_not_admitted_blocks += len(to_store) - len(admitted)
                 if self._attributing:
-                    self.misses.evicted.add(evicted_hashes)
-                stats.evicted_capacity_blocks += shortfall
-                stats.dead_write_blocks += shortfall - sum(map(_loaded, freed))
-                pool.free(freed)
-                if self._events is not None:
-                    event = OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, True)
-                    self._events.append(event)
-            blocks = pool.allocate(len(to_store))
-            self.policy.insert(to_store, blocks, request)
-        finally:
+                    kept = set(admitted)
+                    refused = [h for h in to_store if h not in kept]
+                to_store = admitted
+                if not to_store:
+                    return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
+            shortfall = len(to_store) - pool.num_free
             self._moves += 1
+            try:
+                if shortfall > 0:
+                    evicted = self.policy.evict(shortfall, {*requested, *offered})
+                    if evicted is None:
+                        stats.store_refused_calls += 1
+                        stats.store_refused_blocks += len(to_store)
+                        return None
+                    hashes, freed = zip(*evicted, strict=True)
+                    evicted_hashes = list(hashes)
+                    stats.evicted_capacity_blocks += shortfall
+                    stats.dead_write_blocks += shortfall - sum(map(_loaded, freed))
+                    pool.free(freed)
+                    if self._events is not None:
+                        event = OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, True)
+                        self._events.append(event)
+                blocks = pool.allocate(len(to_store))
+                self.policy.insert(to_store, blocks, request)
+            finally:
+                self._moves += 1
+        finally:
+            if self._attributing:
+                # One call per store, whichever way it ends: the store's start and
+                # what it found held split the last miss; what it refused and evicted
+                # is remembered.
+                self.misses.stored(requested, held, refused, evicted_hashes)
         stats.store_admitted_blocks += len(to_store)
         if self._events is not None:
             if to_store[-1] == requested[len(to_store) - 1]:

@@ -28,8 +28,8 @@ with the default horizon of ``HORIZON_CAPACITIES`` tiers, a block evicted
 and asked for again within several tiers' worth of evictions is charged to
 eviction.
 
-The manager calls this on every missed lookup, every store and every
-eviction batch, so the form in use is C (``_miss_attribution.c``, built by
+The manager calls this on every missed lookup and once per store (with
+that store's evictions), so the form in use is C (``_miss_attribution.c``, built by
 ``pip install`` where a C compiler is): fixed tables of the hashes' hash
 values, one probe per block, and counters in C. The Python forms here
 (``PyGenerations``, ``PyMissAttribution``) keep the same contract where
@@ -39,7 +39,7 @@ times the cost; tests hold both forms to the same sequences.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, Literal
 
 from offload.base import BlockHash
@@ -118,14 +118,24 @@ class PyMissAttribution:
         self.flush()
         self._pending = (reason, block_hash, lost)
 
-    def store_from(self, first: BlockHash, held: int) -> None:
-        """A store starts at ``first`` and found ``held`` of its blocks already held.
+    def stored(
+        self,
+        requested: Sequence[BlockHash],
+        held: int,
+        refused: Iterable[BlockHash],
+        evicted: Iterable[BlockHash],
+    ) -> None:
+        """A store of ``requested`` (a chain's blocks, in order) found ``held`` of them
+        already held; admission refused ``refused`` and ``evicted`` left for room (the
+        manager's one call per store).
 
         When it starts at the last miss's break, those held blocks are the ones
         that miss lost behind it: ``prefix_lost``; the rest go to its reason.
         """
+        self.refused.add(refused)
+        self.evicted.add(evicted)
         pending = self._pending
-        if pending is None or pending[1] != first:
+        if pending is None or not requested or pending[1] != requested[0]:
             return
         reason, _block_hash, lost = pending
         behind = min(held, lost - 1)

@@ -147,7 +147,13 @@ def test_stored_events_name_each_runs_parent() -> None:
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("miss"), st.integers(0, 30), st.integers(1, 9), st.booleans()),
-        st.tuples(st.just("store_from"), st.integers(0, 30), st.integers(0, 9)),
+        st.tuples(
+            st.just("stored"),
+            st.lists(st.integers(0, 30), max_size=3),
+            st.integers(0, 9),
+            st.lists(st.integers(0, 30), max_size=1),
+            st.lists(st.integers(0, 30), max_size=1),
+        ),
         st.tuples(st.just("evicted"), st.lists(st.integers(0, 30), max_size=6)),
         st.tuples(st.just("refused"), st.lists(st.integers(0, 30), max_size=6)),
         st.tuples(st.just("reset")),
@@ -166,14 +172,14 @@ def test_the_two_forms_count_alike(script: list[tuple], capacity: int) -> None:
             match step:
                 case ("miss", block_hash, lost, in_flight):
                     attribution.miss(block_hash, lost, in_flight)
-                case ("store_from", first, held):
-                    attribution.store_from(first, held)
+                case ("stored", requested, held, refused, evicted):
+                    attribution.stored(requested, held, refused, evicted)
                 case ("evicted", hashes):
                     for block_hash in hashes:  # one at a time: both forms turn alike
-                        attribution.evicted.add([block_hash])
+                        attribution.stored([], 0, [], [block_hash])
                 case ("refused", hashes):
                     for block_hash in hashes:
-                        attribution.refused.add([block_hash])
+                        attribution.stored([], 0, [block_hash], [])
                 case ("reset",):
                     attribution.reset()
         c, python = forms
@@ -267,3 +273,17 @@ def test_the_c_form_keys_an_int_by_its_python_hash_on_every_path(key: int) -> No
     assert hash(key) in remembered  # the same hash value
     other = hash(key) + 3  # -1 and -2 share a hash value: step past both
     assert hash(other) != hash(key) and other not in remembered
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+def test_a_miss_is_charged_by_what_was_remembered_at_it(form: type) -> None:
+    """The store after a miss may refuse or evict its break block: that miss stays cold
+    (the C form finds a miss's reason later, when it settles, and must still agree)."""
+    attribution = form(4, 1)
+    attribution.miss(7, 3, False)
+    attribution.stored([7, 8, 9], 1, [7], [])  # 9 was held; 7 is refused now
+    assert attribution.lookups["cold"] == 1 and attribution.lookups["not_admitted"] == 0
+    assert attribution.blocks["cold"] == 2 and attribution.blocks["prefix_lost"] == 1
+    attribution.miss(7, 1, False)
+    attribution.stored([], 0, [], [7])  # evicted after it was refused: the miss came first
+    assert attribution.lookups["not_admitted"] == 1 and attribution.lookups["evicted"] == 0
