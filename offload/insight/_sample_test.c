@@ -96,7 +96,30 @@ typedef struct {
     vectorcallfunc vectorcall;
 } SampleTest;
 
-/* The hashes that pass, in order, into kept (sample_select.h). */
+/* The hashes from items[start] on that pass, after the count already kept: any hash type. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static Py_ssize_t
+select_any(const SampleTest *self, PyObject *const *items, Py_ssize_t start, Py_ssize_t n,
+           PyObject **kept, Py_ssize_t count)
+{
+    const uint64_t prime = self->prime, inverse = self->inverse;
+    for (Py_ssize_t i = start; i < n; i++) {
+        uint64_t residue;
+        if (residue_of(items[i], prime, inverse, &residue) < 0)
+            return -1;
+        /* residue and multiplier are below 2**32: the product fits in 64 bits */
+        if (reduce(residue * self->multiplier, prime, inverse) < self->threshold)
+            kept[count++] = items[i];
+    }
+    return count;
+}
+
+/* The hashes that pass, in order, into kept (sample_select.h). A trace's ids, small ints below
+ * the prime, are their own residues: this loop takes only those, and hands the rest of the
+ * request to select_any at the first other hash, so it calls nothing and keeps its constants
+ * in registers. */
 static Py_ssize_t
 SampleTest_select(PyObject *callable, PyObject *const *items, Py_ssize_t n, PyObject **kept)
 {
@@ -109,11 +132,10 @@ SampleTest_select(PyObject *callable, PyObject *const *items, Py_ssize_t n, PyOb
     const uint64_t multiplier = self->multiplier, threshold = self->threshold;
     Py_ssize_t count = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t residue;
-        if (residue_of(items[i], prime, inverse, &residue) < 0)
-            return -1;
-        /* residue and multiplier are below 2**32: the product fits in 64 bits */
-        if (reduce(residue * multiplier, prime, inverse) < threshold)
+        int64_t value;
+        if (!small_int(items[i], &value) || value < 0 || (uint64_t)value >= prime)
+            return select_any(self, items, i, n, kept, count);
+        if (reduce((uint64_t)value * multiplier, prime, inverse) < threshold)
             kept[count++] = items[i];
     }
     return count;
