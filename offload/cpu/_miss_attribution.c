@@ -197,16 +197,29 @@ place_waiting(Generations *self)
 static int
 generations_add(Generations *self, PyObject *const *items, Py_ssize_t n)
 {
+    /* The slots the hashes are asked for in, and the count, in locals: a store into waiting
+     * (Py_hash_t) would otherwise make the compiler reload them for every hash. */
+    const int shift = self->shift;
+    const Py_hash_t *slots = self->tables[self->newest].slots;
+    int count = self->waiting_count;
+    int status = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_hash_t hash = hash_of(items[i]);
-        if (hash == -1)
-            return -1;
-        if (self->waiting_count == WAITING)
+        if (hash == -1) {
+            status = -1;
+            break;
+        }
+        if (count == WAITING) {
+            self->waiting_count = count;
             place_waiting(self);
-        self->waiting[self->waiting_count++] = hash;
-        PREFETCH(&self->tables[self->newest].slots[home_slot(hash, self->shift)]);
+            slots = self->tables[self->newest].slots;
+            count = 0;
+        }
+        self->waiting[count++] = hash;
+        PREFETCH(&slots[home_slot(hash, shift)]);
     }
-    return 0;
+    self->waiting_count = count;
+    return status;
 }
 
 /* Remember the hashes of any iterable. */
@@ -440,7 +453,7 @@ flush_pending(Attribution *self)
     }
 }
 
-/* miss(block_hash, lost, in_flight) */
+/* miss(block_hashes, hits, in_flight) */
 static PyObject *
 Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -450,29 +463,40 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
         PyObject *name = PyTuple_GET_ITEM(kwnames, k);
         if (in_flight_arg != NULL || !PyUnicode_Check(name) ||
             PyUnicode_CompareWithASCIIString(name, "in_flight") != 0) {
-            PyErr_SetString(PyExc_TypeError, "miss() takes (block_hash, lost, in_flight)");
+            PyErr_SetString(PyExc_TypeError, "miss() takes (block_hashes, hits, in_flight)");
             return NULL;
         }
         in_flight_arg = args[nargs + k];
     }
     if (nargs < 2 || nargs > 3 || in_flight_arg == NULL) {
-        PyErr_SetString(PyExc_TypeError, "miss() takes (block_hash, lost, in_flight)");
+        PyErr_SetString(PyExc_TypeError, "miss() takes (block_hashes, hits, in_flight)");
         return NULL;
     }
     if (attribution_ready(self) < 0)
         return NULL;
-    PyObject *block_hash = args[0];
-    long long lost = PyLong_AsLongLong(args[1]);
-    if (lost == -1 && PyErr_Occurred())
+    Py_ssize_t hits = PyLong_AsSsize_t(args[1]);
+    if (hits == -1 && PyErr_Occurred())
         return NULL;
     int in_flight = PyObject_IsTrue(in_flight_arg);
     if (in_flight < 0)
         return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "block_hashes must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t length = PySequence_Fast_GET_SIZE(seq);
+    if (hits < 0 || hits >= length) {
+        PyErr_Format(PyExc_ValueError,
+                     "a missed lookup needs 0 <= hits < len(block_hashes), got %zd of %zd", hits,
+                     length);
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject *block_hash = Py_NewRef(PySequence_Fast_ITEMS(seq)[hits]);
+    Py_DECREF(seq);
     Py_hash_t hash = 0;
-    if (!in_flight) {
-        hash = hash_of(block_hash);
-        if (hash == -1)
-            return NULL;
+    if (!in_flight && (hash = hash_of(block_hash)) == -1) {
+        Py_DECREF(block_hash);
+        return NULL;
     }
     flush_pending(self);
     if (in_flight) {
@@ -481,11 +505,10 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
         generations_prefetch(self->evicted, hash);
         generations_prefetch(self->refused, hash);
     }
-    Py_INCREF(block_hash);
     self->pending_hash = block_hash;
     self->pending_value = hash;
     self->pending_reason = in_flight ? IN_FLIGHT : UNSETTLED;
-    self->pending_lost = lost;
+    self->pending_lost = length - hits;
     Py_RETURN_NONE;
 }
 
@@ -594,7 +617,7 @@ Attribution_remembered(Attribution *self, void *Py_UNUSED(closure))
 
 static PyMethodDef Attribution_methods[] = {
     {"miss", (PyCFunction)(void (*)(void))Attribution_miss, METH_FASTCALL | METH_KEYWORDS,
-     "Charge a lookup that stopped at block_hash, losing lost blocks from it on."},
+     "Charge a lookup of block_hashes that found the first hits and stopped at the next."},
     {"stored", (PyCFunction)(void (*)(void))Attribution_stored, METH_FASTCALL,
      "A store of requested found held of them already held; refused and evicted these."},
     {"flush", (PyCFunction)Attribution_flush, METH_NOARGS,

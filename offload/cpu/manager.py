@@ -93,7 +93,7 @@ class CPUOffloadingManager(OffloadingManager):
             block = get(block_hash)
             if block is None or block.ref < 0:
                 if self._attributing:
-                    self.misses.miss(block_hash, len(block_hashes) - hits, block is not None)
+                    self.misses.miss(block_hashes, hits, block is not None)
                 break
             hits += 1
         stats = self.stats

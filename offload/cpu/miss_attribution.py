@@ -46,6 +46,7 @@ from offload.base import BlockHash
 
 Reason = Literal["cold", "evicted", "not_admitted", "in_flight", "prefix_lost"]
 REASONS: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted", "in_flight", "prefix_lost")
+_MISS_HITS = "a missed lookup needs 0 <= hits < len(block_hashes), got {hits} of {length}"
 HORIZON_CAPACITIES: Final = 4
 """Generations hold this many tiers' worth of hashes: the hit-ratio curve asks what a tier
 up to 8x larger would hit, and two generations of 4x cover that reuse distance."""
@@ -99,12 +100,17 @@ class PyMissAttribution:
         """Hashes held to tell evicted and refused blocks from cold ones (the memory cost)."""
         return len(self.evicted) + len(self.refused)
 
-    def miss(self, block_hash: BlockHash, lost: int, in_flight: bool) -> None:
-        """Charge a lookup that stopped at ``block_hash``, losing ``lost`` blocks from it on.
+    def miss(self, block_hashes: Sequence[BlockHash], hits: int, in_flight: bool) -> None:
+        """Charge a lookup of ``block_hashes`` that found the first ``hits`` and stopped at
+        the next: it lost that block and every one after it.
 
-        ``in_flight``: the block is held but still being written (the caller's lookup
-        already found out, so the tier is not asked again).
+        ``in_flight``: the block it stopped at is held but still being written (the
+        caller's lookup already found out, so the tier is not asked again).
         """
+        if not 0 <= hits < len(block_hashes):
+            raise ValueError(_MISS_HITS.format(hits=hits, length=len(block_hashes)))
+        block_hash = block_hashes[hits]
+        lost = len(block_hashes) - hits
         reason: Reason
         if in_flight:
             reason = "in_flight"

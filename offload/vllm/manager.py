@@ -103,7 +103,7 @@ class KVScopeManager(OffloadingManager):
         stats.lookup_blocks += 1
         if block is None:
             # vLLM asks key by key and stops at the first miss: this one decides the loss.
-            self.core.misses.miss(key, 1, in_flight=False)
+            self.core.misses.miss((key,), 0, in_flight=False)
             return LookupResult.MISS
         if block.ref < 0:
             return LookupResult.HIT_PENDING

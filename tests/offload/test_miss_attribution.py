@@ -146,7 +146,9 @@ def test_stored_events_name_each_runs_parent() -> None:
 
 operations = st.lists(
     st.one_of(
-        st.tuples(st.just("miss"), st.integers(0, 30), st.integers(1, 9), st.booleans()),
+        st.tuples(
+            st.just("miss"), st.integers(0, 3), st.integers(0, 30), st.integers(1, 9), st.booleans()
+        ),
         st.tuples(
             st.just("stored"),
             st.lists(st.integers(0, 30), max_size=3),
@@ -170,8 +172,8 @@ def test_the_two_forms_count_alike(script: list[tuple], capacity: int) -> None:
     for step in script:
         for attribution in forms:
             match step:
-                case ("miss", block_hash, lost, in_flight):
-                    attribution.miss(block_hash, lost, in_flight)
+                case ("miss", hits, block_hash, lost, in_flight):
+                    attribution.miss([-1] * hits + [block_hash] * lost, hits, in_flight)
                 case ("stored", requested, held, refused, evicted):
                     attribution.stored(requested, held, refused, evicted)
                 case ("evicted", hashes):
@@ -280,10 +282,21 @@ def test_a_miss_is_charged_by_what_was_remembered_at_it(form: type) -> None:
     """The store after a miss may refuse or evict its break block: that miss stays cold
     (the C form finds a miss's reason later, when it settles, and must still agree)."""
     attribution = form(4, 1)
-    attribution.miss(7, 3, False)
+    attribution.miss([7, 8, 9], 0, False)
     attribution.stored([7, 8, 9], 1, [7], [])  # 9 was held; 7 is refused now
     assert attribution.lookups["cold"] == 1 and attribution.lookups["not_admitted"] == 0
     assert attribution.blocks["cold"] == 2 and attribution.blocks["prefix_lost"] == 1
-    attribution.miss(7, 1, False)
+    attribution.miss([6, 7], 1, False)
     attribution.stored([], 0, [], [7])  # evicted after it was refused: the miss came first
     assert attribution.lookups["not_admitted"] == 1 and attribution.lookups["evicted"] == 0
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+@pytest.mark.parametrize("hits", [-1, 2, 3])
+def test_a_miss_past_its_lookup_is_refused_and_changes_nothing(form: type, hits: int) -> None:
+    attribution = form(4, 1)
+    attribution.miss([5, 6], 1, False)
+    with pytest.raises(ValueError, match=rf"0 <= hits < len\(block_hashes\), got {hits} of 2"):
+        attribution.miss([7, 8], hits, False)
+    attribution.flush()
+    assert attribution.lookups["cold"] == 1 and attribution.blocks["cold"] == 1
