@@ -156,6 +156,8 @@ def test_a_frame_is_due_when_half_full_or_when_its_period_passed(form: type) -> 
     assert not held.due(), "a drain starts the period over"
     quick = recorder(form, period_s=0.001)
     wait_until(quick.due, "the period passes")
+    with pytest.raises(TypeError, match="takes"):
+        held.due(1)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("form", FORMS)
