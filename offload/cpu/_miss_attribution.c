@@ -192,44 +192,30 @@ place_waiting(Generations *self)
     self->waiting_count = 0;
 }
 
-/* Remember the n hashes in items; 0, or -1 with an exception (an unhashable hash: the hashes
- * before it stay remembered). Each waits, its slot asked for, to be placed later. */
-static int
-generations_add(Generations *self, PyObject *const *items, Py_ssize_t n)
-{
-    /* The slots the hashes are asked for in, and the count, in locals: a store into waiting
-     * (Py_hash_t) would otherwise make the compiler reload them for every hash. */
-    const int shift = self->shift;
-    const Py_hash_t *slots = self->tables[self->newest].slots;
-    int count = self->waiting_count;
-    int status = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_hash_t hash = hash_of(items[i]);
-        if (hash == -1) {
-            status = -1;
-            break;
-        }
-        if (count == WAITING) {
-            self->waiting_count = count;
-            place_waiting(self);
-            slots = self->tables[self->newest].slots;
-            count = 0;
-        }
-        self->waiting[count++] = hash;
-        PREFETCH(&slots[home_slot(hash, shift)]);
-    }
-    self->waiting_count = count;
-    return status;
-}
-
-/* Remember the hashes of any iterable. */
+/* Remember the hashes of any iterable; 0, or -1 with an exception (an unhashable hash: the
+ * hashes before it stay remembered). Each waits, its slot asked for, to be placed later. A key's
+ * __hash__ may run Python code, even code that changes the list or adds to these generations, so
+ * each item is read afresh and held while it is hashed, and nothing is kept in locals across it. */
 static int
 generations_add_all(Generations *self, PyObject *block_hashes)
 {
     PyObject *seq = PySequence_Fast(block_hashes, "block hashes must be iterable");
     if (seq == NULL)
         return -1;
-    int status = generations_add(self, PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq));
+    int status = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *key = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        Py_hash_t hash = hash_of(key);
+        Py_DECREF(key);
+        if (hash == -1) {
+            status = -1;
+            break;
+        }
+        if (self->waiting_count == WAITING)
+            place_waiting(self);
+        self->waiting[self->waiting_count++] = hash;
+        PREFETCH(&self->tables[self->newest].slots[home_slot(hash, self->shift)]);
+    }
     Py_DECREF(seq);
     return status;
 }
@@ -518,16 +504,24 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     Py_RETURN_NONE;
 }
 
-/* Split the pending (settled) miss's blocks when a store starts at its break: the held ones are
- * those it lost behind the break. 0, or -1 with an exception (a hash whose compare raised). */
+/* Split the pending miss's blocks when a store starts at its break: the held ones are those it
+ * lost behind the break. 0, or -1 with an exception (a hash whose compare raised). */
 static int
 split_pending(Attribution *self, PyObject *first, long long held)
 {
     if (self->pending_hash == NULL)
         return 0;
-    int same = PyObject_RichCompareBool(self->pending_hash, first, Py_EQ);
-    if (same <= 0)
-        return same;
+    settle(self); /* a key's __hash__ in this store may have made a new miss */
+    /* Both held through the compare, whose __eq__ may run Python code (even a miss, which
+     * replaces the pending one: then this store splits nothing). */
+    PyObject *pending = Py_NewRef(self->pending_hash);
+    Py_INCREF(first);
+    int same = PyObject_RichCompareBool(pending, first, Py_EQ);
+    Py_DECREF(first);
+    int replaced = self->pending_hash != pending;
+    Py_DECREF(pending);
+    if (same <= 0 || replaced)
+        return same < 0 ? -1 : 0;
     long long lost = self->pending_lost;
     long long behind = held < lost - 1 ? held : lost - 1;
     self->blocks[self->pending_reason] += lost - behind;

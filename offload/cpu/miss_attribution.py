@@ -143,6 +143,8 @@ class PyMissAttribution:
         pending = self._pending
         if pending is None or not requested or pending[1] != requested[0]:
             return
+        if self._pending is not pending:  # the compare ran code that made another miss
+            return
         reason, _block_hash, lost = pending
         behind = min(held, lost - 1)
         self._pending = None

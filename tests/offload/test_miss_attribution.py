@@ -300,3 +300,39 @@ def test_a_miss_past_its_lookup_is_refused_and_changes_nothing(form: type, hits:
         attribution.miss([7, 8], hits, False)
     attribution.flush()
     assert attribution.lookups["cold"] == 1 and attribution.blocks["cold"] == 1
+
+
+class _Meddler:
+    """A key whose hash and equality run Python code against the attribution holding it."""
+
+    def __init__(self, attribution: object, victim: list[object]) -> None:
+        self.attribution = attribution
+        self.victim = victim
+
+    def __hash__(self) -> int:
+        self.victim.clear()  # the list being added from
+        self.attribution.stored([], 0, [], list(range(100, 140)))  # type: ignore[attr-defined]
+        return 11
+
+    def __eq__(self, other: object) -> bool:
+        self.attribution.miss([12345], 0, False)  # type: ignore[attr-defined]
+        return True
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+def test_keys_that_run_code_while_hashed_or_compared_corrupt_nothing(form: type) -> None:
+    """A key's __hash__ empties the list being added and adds to the same memory; its __eq__
+    makes another miss mid-store. Every count stays whole and the memory still answers."""
+    attribution = form(4, 16)
+    evicted: list[object] = []
+    meddler = _Meddler(attribution, evicted)
+    evicted += [meddler, 1, 2, 3]
+    attribution.stored([], 0, [], evicted)
+    attribution.miss([meddler], 0, False)
+    twin = _Meddler(attribution, [])
+    attribution.stored([twin, 9], 1, [], [])  # the split's compare makes a new miss
+    attribution.flush()
+    assert all(count >= 0 for count in attribution.lookups.values())
+    assert sum(attribution.lookups.values()) == 2  # each miss once
+    assert sum(attribution.blocks.values()) == 2  # each lost one block, charged once
+    assert attribution.remembered >= 40
