@@ -29,9 +29,10 @@ and asked for again within several tiers' worth of evictions is charged to
 eviction.
 
 The manager calls this on every missed lookup and once per store (with
-that store's evictions), so the form in use is C (``_miss_attribution.c``, built by
-``pip install`` where a C compiler is): fixed tables of the hashes' hash
-values, one probe per block, and counters in C. The Python forms here
+that store's refusals and evictions), so the form in use is C
+(``_miss_attribution.c``, built by ``pip install`` where a C compiler
+is): fixed tables of the hashes' hash values, one probe per block, and
+counters in C. The Python forms here
 (``PyGenerations``, ``PyMissAttribution``) keep the same contract where
 kvscope was installed without a compiler (the sidecar image), at several
 times the cost; tests hold both forms to the same sequences.
