@@ -41,15 +41,31 @@ small_int(PyObject *object, int64_t *value)
 #endif
 }
 
-/* A key's Python hash value; a non-negative int below 2**61 - 1 is its own, read without a call.
- * -1 with an exception for an unhashable key. */
+/* A non-negative int below 2**61 - 1 is its own Python hash value: 1 and the value, read without
+ * a call (so no Python code runs); 0 for any other key. */
+static inline int
+own_hash(PyObject *key, Py_hash_t *hash)
+{
+    int64_t value;
+    if (!small_int(key, &value) || value < 0 || value >= ((int64_t)1 << 61) - 1)
+        return 0;
+    *hash = (Py_hash_t)value;
+    return 1;
+}
+
+/* A key's Python hash value; -1 with an exception for an unhashable key. A key that is not its
+ * own hash takes PyObject_Hash, whose __hash__ may run Python code: the key is held through it,
+ * since that code may drop the caller's reference. */
 static inline Py_hash_t
 hash_of(PyObject *key)
 {
-    int64_t value;
-    if (small_int(key, &value) && value >= 0 && value < ((int64_t)1 << 61) - 1)
-        return (Py_hash_t)value;
-    return PyObject_Hash(key);
+    Py_hash_t hash;
+    if (own_hash(key, &hash))
+        return hash;
+    Py_INCREF(key);
+    hash = PyObject_Hash(key);
+    Py_DECREF(key);
+    return hash;
 }
 
 #endif

@@ -193,29 +193,42 @@ place_waiting(Generations *self)
 }
 
 /* Remember the hashes of any iterable; 0, or -1 with an exception (an unhashable hash: the
- * hashes before it stay remembered). Each waits, its slot asked for, to be placed later. A key's
- * __hash__ may run Python code, even code that changes the list or adds to these generations, so
- * each item is read afresh and held while it is hashed, and nothing is kept in locals across it. */
+ * hashes before it stay remembered). Each waits, its slot asked for, to be placed later. */
 static int
 generations_add_all(Generations *self, PyObject *block_hashes)
 {
     PyObject *seq = PySequence_Fast(block_hashes, "block hashes must be iterable");
     if (seq == NULL)
         return -1;
+    /* The count and the slots in locals: a store into waiting (Py_hash_t) would otherwise make
+     * the compiler reload them for every hash. A key that is not its own hash runs __hash__,
+     * which may run Python code, even code that changes the list or adds to these generations:
+     * around it the count is published and everything read afresh, the list's items too. */
+    int count = self->waiting_count;
+    const Py_hash_t *slots = self->tables[self->newest].slots;
     int status = 0;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        PyObject *key = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        Py_hash_t hash = hash_of(key);
-        Py_DECREF(key);
-        if (hash == -1) {
-            status = -1;
-            break;
+        Py_hash_t hash;
+        if (!own_hash(PySequence_Fast_GET_ITEM(seq, i), &hash)) {
+            self->waiting_count = count;
+            hash = hash_of(PySequence_Fast_GET_ITEM(seq, i));
+            count = self->waiting_count;
+            slots = self->tables[self->newest].slots;
+            if (hash == -1) {
+                status = -1;
+                break;
+            }
         }
-        if (self->waiting_count == WAITING)
+        if (count == WAITING) {
+            self->waiting_count = count;
             place_waiting(self);
-        self->waiting[self->waiting_count++] = hash;
-        PREFETCH(&self->tables[self->newest].slots[home_slot(hash, self->shift)]);
+            slots = self->tables[self->newest].slots;
+            count = 0;
+        }
+        self->waiting[count++] = hash;
+        PREFETCH(&slots[home_slot(hash, self->shift)]);
     }
+    self->waiting_count = count;
     Py_DECREF(seq);
     return status;
 }
