@@ -170,7 +170,7 @@ class CPUOffloadingManager(OffloadingManager):
             if not to_store:
                 return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
             pool = self.pool
-            admitted = self.policy.admit(to_store, pool.num_free)
+            admitted = self.policy.admit(to_store, pool.num_free, request)
             if admitted is not to_store:
                 # Refused before any room is made: a block not worth a slot evicts nothing.
                 stats.store_not_admitted_blocks += len(to_store) - len(admitted)

@@ -210,7 +210,7 @@ class KVScopeManager(OffloadingManager):
         access.finished = True
         if self._sampling:
             self._record(access.take_references())
-        self.core.policy.finish(access.prompt_order(), access.reused)
+        self.core.policy.finish(access.prompt_order(), access.reused, access.recency)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         """Ship the step's events and the sample (when due) to kvscope's publisher, and

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from offload import CPUOffloadingManager
-from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
+from offload.cpu.policies.gated_lru import MET_CAPACITIES, MET_REQUESTS, GatedLRUCachePolicy
 from offload.cpu.policies.miniature import CANDIDATES, MODEL_TURNOVERS, Candidate, Miniature
 from offload.cpu.policies.offer_history import (
     OFFERS_PER_SLOT,
@@ -12,6 +12,7 @@ from offload.cpu.policies.offer_history import (
     earns_a_slot,
 )
 from offload.cpu.policies.residency import ResidencyAge
+from offload.cpu.request_recency import RequestRecency
 from offload.sim.workload import run_request as replay
 from offload.telemetry import metrics as m
 from tests.offload.test_manager_metrics import scrape
@@ -173,3 +174,59 @@ def test_a_refusal_refuses_the_rest_of_the_chain_but_every_offer_is_remembered()
     history = OfferHistory(4)
     assert history.admit(["x", "y", "z"], 20, free=1, oldest=0) == (["x"], 2)  # a free slot
     assert history.admit(["y", "z"], 21, free=0, oldest=20) == (["y", "z"], 0)
+
+
+def _named(manager: CPUOffloadingManager, hashes: list, request: RequestRecency) -> None:
+    """As vLLM 0.33's connector runs a request: it names the request and never touches.
+    The request loads its hits, then offers the rest; the policy is told of each."""
+    hits = manager.lookup(hashes)
+    if hits:
+        manager.prepare_load(hashes[:hits])
+        manager.policy.observe(hashes[:hits], request)
+        manager.complete_load(hashes[:hits])
+    manager.policy.observe(hashes[hits:], request)
+    out = manager.prepare_store(hashes[hits:], request)
+    assert out is not None
+    manager.complete_store(out.block_hashes_to_store)
+
+
+def test_a_caller_that_never_touches_feeds_the_models_what_each_request_met() -> None:
+    """The models see a request whole, its loads first, as a touching caller shows it: here
+    the second request's hits reach them, so every model counts them."""
+    manager, policy = gated(64)
+    _named(manager, list(range(8)), RequestRecency(lambda _: None))
+    assert all(model.hits == 0 for model in policy.duel.models)
+    _named(manager, [*range(8), 100, 101], RequestRecency(lambda _: None))
+    assert all(model.hits == 8 for model in policy.duel.models)
+    assert not policy._met and policy._met_blocks == 0
+
+
+def test_a_request_that_only_loads_reaches_the_models_when_it_finishes() -> None:
+    manager, policy = gated(64)
+    _named(manager, list(range(8)), RequestRecency(lambda _: None))
+    reader = RequestRecency(lambda _: None)
+    assert manager.lookup(list(range(8))) == 8
+    policy.observe(list(range(8)), reader)  # loaded whole: nothing to store
+    assert all(model.hits == 0 for model in policy.duel.models)
+    policy.finish(list(range(8)), set(range(8)), reader)
+    assert all(model.hits == 8 for model in policy.duel.models)
+    assert not policy._met
+
+
+def test_what_waits_for_the_models_is_bounded_in_requests_and_blocks() -> None:
+    """Requests that meet blocks and never store or finish: the oldest go to the models
+    early, so at most MET_REQUESTS requests and MET_CAPACITIES tiers' worth of blocks wait
+    (beyond one request's own)."""
+    _, policy = gated(MET_REQUESTS)  # room for the blocks: the count of requests binds
+    for number in range(MET_REQUESTS + 10):
+        policy.observe([number], RequestRecency(lambda _: None))
+    assert len(policy._met) == MET_REQUESTS
+    capacity = 8
+    _, policy = gated(capacity)
+    for number in range(50):
+        policy.observe(list(range(number * 5, number * 5 + 5)), RequestRecency(lambda _: None))
+        assert policy._met_blocks <= MET_CAPACITIES * capacity
+    assert policy._met_blocks == sum(len(met[1]) for met in policy._met.values())
+    big = list(range(1000, 1000 + 3 * MET_CAPACITIES * capacity))
+    policy.observe(big, RequestRecency(lambda _: None))  # one request alone may hold more
+    assert policy._met_blocks == len(big) and len(policy._met) == 1

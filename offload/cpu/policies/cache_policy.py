@@ -39,15 +39,19 @@ class CachePolicy(ABC):
         policy may order the blocks by their place in its prompt.
         """
 
-    def admit(self, block_hashes: list[BlockHash], free: int) -> list[BlockHash]:
+    def admit(
+        self, block_hashes: list[BlockHash], free: int, request: RequestRecency | None = None
+    ) -> list[BlockHash]:
         """Of the new blocks offered for storing, those worth a slot, in offer order.
 
         ``block_hashes`` are not resident, deduplicated, in the order of the
-        prompt; ``free`` slots are empty now. The manager stores only what
-        this returns and counts the rest as not admitted: a refused block is
-        never stored, so it never evicts anything and no event names it. Called
-        once per store, whatever its size. The default admits every block
-        (and returns the same list, so the manager's check costs nothing).
+        prompt; ``free`` slots are empty now; ``request``, when the engine
+        names one, is the storing request (the one ``observe`` was told of).
+        The manager stores only what this returns and counts the rest as not
+        admitted: a refused block is never stored, so it never evicts anything
+        and no event names it. Called once per store, whatever its size. The
+        default admits every block (and returns the same list, so the
+        manager's check costs nothing).
         """
         return block_hashes
 
@@ -64,13 +68,18 @@ class CachePolicy(ABC):
         """
         return
 
-    def finish(self, block_hashes: Sequence[BlockHash], reused: Container[BlockHash]) -> None:
+    def finish(
+        self,
+        block_hashes: Sequence[BlockHash],
+        reused: Container[BlockHash],
+        request: RequestRecency | None = None,
+    ) -> None:
         """A request ended having used these blocks, head of its prompt first.
 
         ``reused`` are those it found already stored, as opposed to the ones
-        it stored itself. The default counts a use of the reused ones only,
-        so a block's own store is never taken for its reuse (ARC's second
-        sighting).
+        it stored itself; ``request`` is the one ``observe`` was told of. The
+        default counts a use of the reused ones only, so a block's own store
+        is never taken for its reuse (ARC's second sighting).
         """
         self.touch([block_hash for block_hash in block_hashes if block_hash in reused])
 

@@ -58,6 +58,13 @@ from offload.cpu.policies.offer_history import OfferHistory
 from offload.cpu.policies.residency import ResidencyAge
 from offload.cpu.request_recency import RequestRecency
 
+MET_REQUESTS = 4096
+"""Running requests whose met blocks wait for their next store, at most (vLLM runs a few
+hundred at once); past it, or past ``MET_CAPACITIES`` tiers' worth of blocks, the oldest
+request's blocks go to the models early."""
+MET_CAPACITIES = 4
+"""Tiers' worth of blocks ``_met`` holds, at most (beyond a single request's own)."""
+
 
 class GatedLRUCachePolicy(LRUCachePolicy):
     """SLRU behind a reuse-horizon gate, or admitting everything; see the module docstring."""
@@ -73,7 +80,14 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         """The last touch's request, fed to the models with the store that follows it."""
         self._continues = False
         """That request's head was held when it was touched: its store continues a chain the
-        tier holds. A caller that never touches (vLLM 0.33's connector) leaves it False."""
+        tier holds."""
+        self._met: OrderedDict[RequestRecency, tuple[bool, list[BlockHash]]] = OrderedDict()
+        """For a caller that never touches but names requests (vLLM 0.33's connector): per
+        running request, whether the first block it met was held, and the blocks it met since
+        its last store, in the order met (loads, then offers), for the models at its next store
+        or its end; least recently met first."""
+        self._met_blocks = 0
+        """Blocks in ``_met``."""
         self._protected: OrderedDict[BlockHash, int] = OrderedDict()
         """Resident blocks reused since their store -> rank, oldest first; they are
         in none of the LRU's tables (the probation segment)."""
@@ -110,24 +124,57 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         super().insert(block_hashes[::-1], blocks[::-1])
         demote_last(self._used, block_hashes[-1])
 
-    def finish(self, block_hashes: Sequence[BlockHash], reused: Container[BlockHash]) -> None:
+    def finish(
+        self,
+        block_hashes: Sequence[BlockHash],
+        reused: Container[BlockHash],
+        request: RequestRecency | None = None,
+    ) -> None:
         """The request's use, for the tier's recency only: its blocks were already seen.
 
         Only the blocks it found stored were reused: the ones it stored itself
-        stay in probation.
+        stay in probation. What it met since its last store goes to the models.
         """
+        met = self._take_met(request)
+        if met is not None:
+            self._follow(met[1])
         self._promote(block_hashes, reused)
 
     def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
-        """As the LRU, for probation blocks: a protected block keeps its segment's order."""
+        """As the LRU, for probation blocks: a protected block keeps its segment's order.
+
+        The blocks also wait, in the order met, for the models (see ``_met``).
+        """
+        block_hashes = list(block_hashes)
         protected = self._protected
         super().observe([h for h in block_hashes if h not in protected], request)
+        waiting = self._met
+        met = waiting.pop(request, None)
+        if met is None:
+            met = (bool(block_hashes) and block_hashes[0] in self.blocks, [])
+        met[1].extend(block_hashes)
+        waiting[request] = met
+        self._met_blocks += len(block_hashes)
+        limit = MET_CAPACITIES * self.capacity
+        while len(waiting) > MET_REQUESTS or (self._met_blocks > limit and len(waiting) > 1):
+            oldest = waiting.popitem(last=False)[1][1]
+            self._met_blocks -= len(oldest)
+            self._follow(oldest)
 
-    def admit(self, block_hashes: list[BlockHash], free: int) -> list[BlockHash]:
-        # A request that hit was touched whole; one that did not is offered whole.
-        continues = self._touched is not None and self._continues
-        request, self._touched = self._touched or block_hashes, None
-        self._follow(request)
+    def admit(
+        self, block_hashes: list[BlockHash], free: int, request: RequestRecency | None = None
+    ) -> list[BlockHash]:
+        # A request that hit was touched whole, or met its blocks by loads and offers that
+        # named it; one that did neither is offered whole.
+        met = self._take_met(request)
+        if self._touched is not None:
+            continues, stream = self._continues, self._touched
+            self._touched = None
+        elif met is not None:
+            continues, stream = met
+        else:
+            continues, stream = False, block_hashes
+        self._follow(stream)
         leader = self.duel.leader
         now = self._order
         age = self.residency.age
@@ -172,8 +219,17 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self.residency.clear()
         self.duel.clear()
         self._touched = None
+        self._met.clear()
+        self._met_blocks = 0
         self._protected.clear()
         self._protected_slots = 0
+
+    def _take_met(self, request: RequestRecency | None) -> tuple[bool, list[BlockHash]] | None:
+        """The request's wait in ``_met``, ended (None: it has none)."""
+        met = None if request is None else self._met.pop(request, None)
+        if met is not None:
+            self._met_blocks -= len(met[1])
+        return met
 
     def _feed_touched(self) -> None:
         """A touched request that stored nothing still counts in the models."""

@@ -87,7 +87,12 @@ class LRUCachePolicy(CachePolicy):
         if placed:
             self._compact()
 
-    def finish(self, block_hashes: Sequence[BlockHash], reused: Container[BlockHash]) -> None:
+    def finish(
+        self,
+        block_hashes: Sequence[BlockHash],
+        reused: Container[BlockHash],
+        request: RequestRecency | None = None,
+    ) -> None:
         """Every block the request met counts as used, the head of its prompt newest."""
         self.touch(block_hashes)
 
