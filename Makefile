@@ -69,6 +69,7 @@ bench: $(VLLM_STAMP) $(VENDOR_STAMP)
 	$(BIN)/python -m bench.policy_hit_ratio
 	$(BIN)/python -m bench.hot_path
 	$(BIN)/python -m bench.vllm_race
+	$(BIN)/python -m bench.vllm_connector_hits
 	$(BIN)/python -m bench.telemetry_overhead
 	$(BIN)/python -m bench.transfer_cpu
 	$(BIN)/python -m bench.sidecar_ingest
