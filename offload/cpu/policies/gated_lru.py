@@ -33,9 +33,12 @@ over the probation segment, the protected one's oldest only when probation
 has no idle block. The clock is the LRU's own order, which every touched,
 stored or refused block advances. Memory beyond the LRU's: the offer
 history, at most ``OFFERS_PER_SLOT * capacity`` hashes, a few numbers, the
-protected segment (resident blocks only, moved out of the LRU's tables), and
-the miniatures, whose size does not grow with the tier (see
-``MiniatureDuel``).
+protected segment (resident blocks only, moved out of the LRU's tables), the
+miniatures, whose size does not grow with the tier (see
+``MiniatureDuel``), and, for a caller that names requests but never touches
+(vLLM 0.33's connector), what running requests met since their last store:
+at most ``MET_REQUESTS`` requests and ``MET_CAPACITIES`` tiers' worth of
+blocks beyond one request's own.
 """
 
 from __future__ import annotations
