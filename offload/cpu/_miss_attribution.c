@@ -434,12 +434,10 @@ settle(Attribution *self)
     if (self->pending_hash == NULL || self->pending_reason != UNSETTLED)
         return;
     Py_hash_t hash = self->pending_value;
-    /* Its slots again (the work since the miss may have pushed them out of the caches), and the
-     * waiting hashes placed while they come. */
+    /* Its slots again (the work since the miss may have pushed them out of the caches): each
+     * probe places its memory's waiting hashes first, while they come. */
     generations_prefetch(self->evicted, hash);
     generations_prefetch(self->refused, hash);
-    place_waiting(self->evicted);
-    place_waiting(self->refused);
     int reason = generations_has(self->evicted, hash)   ? EVICTED
                  : generations_has(self->refused, hash) ? NOT_ADMITTED
                                                         : COLD;
