@@ -3,6 +3,8 @@ and the tier running as the leader (a gate, or SLRU's protected segment)."""
 
 from __future__ import annotations
 
+from math import inf
+
 from offload import CPUOffloadingManager
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.miniature import (
@@ -69,6 +71,53 @@ def test_a_model_admitting_continuations_gates_only_requests_that_start_cold() -
         model.run([3, 7], 1.0)  # 3 is held: the request continues a held chain
     assert 7 in continuing  # admitted at its first offer
     assert 7 not in gated  # the plain gate waits for a second offer
+
+
+def test_an_unbounded_gate_admits_a_second_offer_whatever_its_gap() -> None:
+    """vLLM's reuse filter as a candidate: a block comes back after many turnovers, long
+    past any residency horizon; only the unbounded gate stores it at its second offer."""
+    unbounded, gated = Miniature(2, Candidate(inf, 0.0)), Miniature(2, Candidate(2, 0.0))
+    for model in (unbounded, gated):
+        model.run([1, 2], 1.0)
+        model.run([3, 4], 1.0)  # a turnover: the residency is known, the gate is on
+        model.run([5], 1.0)  # a first offer: refused by both
+        for start in range(100, 160, 2):  # pairs offered once each, on and on: all refused
+            model.run([start, start + 1], 1.0)
+        assert 5 not in model and 100 not in model
+        model.run([5], 1.0)  # offered again, 31 stores later
+    assert 5 in unbounded
+    assert 5 not in gated  # its previous offer lies far outside two residency ages
+
+
+def test_the_tier_follows_the_reuse_filter_where_documents_return_after_turnovers() -> None:
+    """Four documents, each back after 40 one-off prompts (ten tiers' worth of blocks): the
+    horizon gates refuse their second offers, admit-all has evicted them, so only storing
+    at the second offer whatever the gap (vLLM's reuse filter) serves them a round early,
+    and the duel follows it."""
+    manager = CPUOffloadingManager(16, 64, "gated")
+    documents = [list(range(start, start + 8)) for start in range(100, 500, 100)]
+    one_offs = iter(range(10_000, 1_000_000, 16))
+    served = []
+    for _ in range(6):
+        hits = 0
+        for document in documents:
+            hits += replay(manager, document)
+            for _ in range(10):
+                start = next(one_offs)
+                replay(manager, list(range(start, start + 16)))
+        served.append(hits)
+    assert manager.policy.duel.leader.horizon == inf
+    assert served[0] == 0 and all(hits >= 3 * 8 for hits in served[3:])
+
+
+def test_a_candidates_oldest_admitted_offer() -> None:
+    assert Candidate(2, 0.0).oldest_offer(100, 10.0, False) == 80  # two residency ages back
+    assert Candidate(inf, 0.0).oldest_offer(100, 10.0, False) == -inf  # any gap remembered
+    assert Candidate(inf, 0.0).oldest_offer(100, 0.0, False) == -inf  # even at an age of 0
+    assert Candidate(2, 0.0).oldest_offer(100, None, False) is None  # the fill: no gate yet
+    assert Candidate(None, 0.5).oldest_offer(100, 10.0, False) is None  # no gate at all
+    assert Candidate(2, 0.0, True).oldest_offer(100, 10.0, True) is None  # continues a chain
+    assert Candidate(2, 0.0, True).oldest_offer(100, 10.0, False) == 80  # starts cold
 
 
 def scan_after_reuse(model: Miniature) -> None:

@@ -178,14 +178,8 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         else:
             continues, stream = False, block_hashes
         self._follow(stream)
-        leader = self.duel.leader
         now = self._order
-        age = self.residency.age
-        oldest = (
-            None
-            if age is None or leader.horizon is None or (continues and leader.admit_continuations)
-            else now - leader.horizon * age
-        )
+        oldest = self.duel.leader.oldest_offer(now, self.residency.age, continues)
         admitted, refused = self.offers.admit(block_hashes, now, free, oldest)
         # Refused blocks were seen too: they advance the clock as stored ones do.
         self._order = now + refused

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from math import sqrt
+from math import inf, sqrt
 from typing import NamedTuple
 
 from offload.base import BlockHash
@@ -34,8 +34,9 @@ from offload.cpu.policies.residency import ResidencyAge
 class Candidate(NamedTuple):
     """One way to run the tier: its admission horizon and its protected share."""
 
-    horizon: int | None
-    """Reuse horizon in residency ages; None admits every block."""
+    horizon: float | None
+    """Reuse horizon in residency ages; ``inf``: any gap the offer history remembers (vLLM's
+    reuse filter); None admits every block."""
     protected_share: float
     """Share of the slots that blocks reused since their store may hold, safe from
     eviction while others remain (SLRU's protected segment); 0 is plain LRU."""
@@ -44,12 +45,24 @@ class Candidate(NamedTuple):
     request continues a chain the tier serves (a live conversation, say), so what it adds
     is the next turn's prefix."""
 
+    def oldest_offer(self, now: int, age: float | None, continues: bool) -> float | None:
+        """The earliest previous offer that earns a block a slot at ``now``; None admits
+        every block: this candidate has no gate, the tier has no residency age yet (it
+        is still filling), or the request continues a held chain and this candidate
+        admits such requests' blocks."""
+        if self.horizon is None or age is None or (continues and self.admit_continuations):
+            return None
+        if self.horizon == inf:
+            return -inf
+        return now - self.horizon * age
+
 
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate(2, 0.25),
     Candidate(None, 0.5),
     Candidate(1, 0.25),
     Candidate(2, 0.25, True),
+    Candidate(inf, 0.25),
 )
 """The first leads until a model has hits: the gate's reasoned default (a block
 back within two residencies would likely still be resident). Admit everything
@@ -58,12 +71,16 @@ only the other half (SLRU's split, Karedla et al., 1994). The gates protect a
 quarter: what they admit was offered before, so fewer one-offs churn
 probation, but a block reused since its store still outlives one that was
 not; half would hold blocks past their reuse that the gate's newer
-admissions need room for. The last gates only requests that start cold: one
+admissions need room for. The fourth gates only requests that start cold: one
 whose head was held continues a chain in use, and where such chains come
 back before the gate's second offer would, refusing their new blocks loses
 a turn of hits each time; where they come back late (a conversation trace
 whose sessions outlast the tier), storing them evicts what would have been
-reused, and the duel leaves it."""
+reused, and the duel leaves it. The last stores a block at its second offer
+whatever the gap, as vLLM's reuse filter does: where documents come back
+several times, each long after the tier would have evicted it, the short
+horizons refuse their second offers and admit-everything has evicted them;
+without it the duel could not follow that filter where it is the best."""
 MODEL_SLOTS = 256
 """Sampled slots a model keeps at least (when the tier has that many): enough
 for its hit count to rank horizons, few enough that its cost stays small."""
@@ -163,8 +180,11 @@ class Miniature:
         if excess > 0:
             # As the tier times an eviction: the oldest block's age, weighed by the count.
             oldest = next(iter((probation or protected).values()))
-            for _ in range(excess):
-                (probation or protected).popitem(last=False)
+            from_probation = min(excess, len(probation))
+            for _ in range(from_probation):
+                probation.popitem(False)
+            for _ in range(excess - from_probation):
+                protected.popitem(False)
             self.residency.observe(clock - oldest, excess)
         for block_hash in reversed(new):  # head newest, as the tier ranks a stored run
             probation[block_hash] = clock
@@ -178,11 +198,7 @@ class Miniature:
         candidate = self.candidate
         if candidate.horizon is None:
             return new
-        age = self.residency.age
-        if age is None or (continues and candidate.admit_continuations):
-            oldest = None
-        else:
-            oldest = now - candidate.horizon * age
+        oldest = candidate.oldest_offer(now, self.residency.age, continues)
         return self.offers.admit(new, now, self.slots - len(self), oldest)[0]
 
     def clear(self) -> None:
