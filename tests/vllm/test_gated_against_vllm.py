@@ -12,6 +12,7 @@ counts are compared exactly: no timing is involved.
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,12 @@ PEER_CONFIGURATIONS = (("lru", 1), ("lru", 2), ("arc", 1))
 """vLLM's (policy, store_threshold): threshold 2 is its reuse filter."""
 
 
-def halves() -> list[list[list[int]]]:
+@cache
+def halves() -> tuple[list[list[int]], list[list[int]]]:
+    """The trace's two halves, read once for every cell."""
     requests = load_trace(TRACE)
     middle = len(requests) // 2
-    return [requests[:middle], requests[middle:]]
+    return requests[:middle], requests[middle:]
 
 
 @pytest.mark.parametrize("capacity", [1000, 2000, 4000])
