@@ -25,18 +25,18 @@ SLRU = Candidate(None, 0.5)
 
 def test_a_model_counts_the_leading_run_only() -> None:
     model = Miniature(8, LRU)
-    model.run([1, 2, 3], 1.0)
-    model.run([4], 1.0)
-    model.run([1, 9, 3], 1.0)  # 3 is held, but behind the missing 9 no lookup reaches it
+    model.run([1, 2, 3], 1.0, False)
+    model.run([4], 1.0, False)
+    model.run([1, 9, 3], 1.0, False)  # 3 is held, but behind the missing 9 no lookup reaches it
     assert model.hits == 1
-    model.run([1, 9, 3], 1.0)
+    model.run([1, 9, 3], 1.0, False)
     assert model.hits == 1 + 3
 
 
 def test_a_model_evicts_the_oldest_and_its_last_stored_block_first() -> None:
     model = Miniature(3, LRU)
-    model.run([1, 2], 1.0)
-    model.run([5, 6], 1.0)  # 6 ends a prompt: first to go; 2 likewise, and older
+    model.run([1, 2], 1.0, False)
+    model.run([5, 6], 1.0, False)  # 6 ends a prompt: first to go; 2 likewise, and older
     assert list(model.probation) == [6, 1, 5]
 
 
@@ -52,25 +52,37 @@ def test_the_tier_evicts_a_stored_run_tail_first() -> None:
 
 def test_a_gated_model_refuses_first_offers_once_it_has_turned_over() -> None:
     model = Miniature(2, Candidate(2, 0.0))
-    model.run([1, 2], 1.0)  # free slots: admitted
-    model.run([3, 4], 1.0)  # full, and no residency known yet: admitted, a turnover evicted
+    model.run([1, 2], 1.0, False)  # free slots: admitted
+    model.run([3, 4], 1.0, False)  # full, and no residency known yet: admitted, a turnover evicted
     assert model.residency.turnovers == MODEL_TURNOVERS and model.residency.age is not None
-    model.run([5, 6], 1.0)  # first offers: refused, the chain stops at 5
+    model.run([5, 6], 1.0, False)  # first offers: refused, the chain stops at 5
     assert 5 not in model and 6 not in model
-    model.run([5], 1.0)  # offered again at once: within the horizon
+    model.run([5], 1.0, False)  # offered again at once: within the horizon
     assert 5 in model
 
 
 def test_a_model_admitting_continuations_gates_only_requests_that_start_cold() -> None:
     continuing, gated = Miniature(2, Candidate(2, 0.0, True)), Miniature(2, Candidate(2, 0.0))
     for model in (continuing, gated):
-        model.run([1, 2], 1.0)
-        model.run([3, 4], 1.0)  # a turnover: the residency is known, the gate is on
-        model.run([5, 6], 1.0)  # starts cold: refused by both
+        model.run([1, 2], 1.0, False)
+        model.run([3, 4], 1.0, False)  # a turnover: the residency is known, the gate is on
+        model.run([5, 6], 1.0, False)  # starts cold: refused by both
         assert 5 not in model
-        model.run([3, 7], 1.0)  # 3 is held: the request continues a held chain
+        model.run([3, 7], 1.0, True)  # 3 is held: the request continues a held chain
     assert 7 in continuing  # admitted at its first offer
     assert 7 not in gated  # the plain gate waits for a second offer
+
+
+def test_a_model_takes_the_tiers_verdict_that_a_request_continues() -> None:
+    """The model sees a sample: a request's held head (a shared system prompt, say) may lie
+    outside it. Whether the request continues is the tier's call, not the model's."""
+    model = Miniature(2, Candidate(2, 0.0, True))
+    model.run([1, 2], 1.0, False)
+    model.run([3, 4], 1.0, False)  # a turnover: the residency is known, the gate is on
+    model.run([5, 6], 1.0, True)  # nothing of it held here, but the tier held its head
+    assert 5 in model and 6 in model
+    model.run([8, 9], 1.0, False)  # cold in the tier: the gate refuses a first offer
+    assert 8 not in model
 
 
 def test_an_unbounded_gate_admits_a_second_offer_whatever_its_gap() -> None:
@@ -78,13 +90,13 @@ def test_an_unbounded_gate_admits_a_second_offer_whatever_its_gap() -> None:
     past any residency horizon; only the unbounded gate stores it at its second offer."""
     unbounded, gated = Miniature(2, Candidate(inf, 0.0)), Miniature(2, Candidate(2, 0.0))
     for model in (unbounded, gated):
-        model.run([1, 2], 1.0)
-        model.run([3, 4], 1.0)  # a turnover: the residency is known, the gate is on
-        model.run([5], 1.0)  # a first offer: refused by both
+        model.run([1, 2], 1.0, False)
+        model.run([3, 4], 1.0, False)  # a turnover: the residency is known, the gate is on
+        model.run([5], 1.0, False)  # a first offer: refused by both
         for start in range(100, 160, 2):  # pairs offered once each, on and on: all refused
-            model.run([start, start + 1], 1.0)
+            model.run([start, start + 1], 1.0, False)
         assert 5 not in model and 100 not in model
-        model.run([5], 1.0)  # offered again, 31 stores later
+        model.run([5], 1.0, False)  # offered again, 31 stores later
     assert 5 in unbounded
     assert 5 not in gated  # its previous offer lies far outside two residency ages
 
@@ -122,10 +134,10 @@ def test_a_candidates_oldest_admitted_offer() -> None:
 
 def scan_after_reuse(model: Miniature) -> None:
     """Blocks 1-2 stored and reused, then one-off prompts that fill the rest twice over."""
-    model.run([1, 2], 1.0)
-    model.run([1, 2], 1.0)
+    model.run([1, 2], 1.0, False)
+    model.run([1, 2], 1.0, False)
     for start in (100, 200):
-        model.run(list(range(start, start + model.slots - 2)), 1.0)
+        model.run(list(range(start, start + model.slots - 2)), 1.0, False)
 
 
 def test_a_protected_segment_keeps_reused_blocks_through_a_scan() -> None:
@@ -155,14 +167,14 @@ def hot_set_and_one_offs() -> list[list[int]]:
 def test_the_duel_follows_admit_all_when_first_offers_come_back() -> None:
     duel = MiniatureDuel(16)
     for request in quick_returns():
-        duel.run(request)
+        duel.run(request, False)
     assert duel.leader.horizon is None
 
 
 def test_the_duel_follows_a_gate_when_first_offers_never_come_back() -> None:
     duel = MiniatureDuel(24)
     for request in hot_set_and_one_offs():
-        duel.run(request)
+        duel.run(request, False)
     assert duel.leader.horizon is not None
 
 
@@ -192,7 +204,7 @@ def test_model_memory_does_not_grow_with_the_tier() -> None:
 def test_models_stay_within_their_bounds() -> None:
     duel = MiniatureDuel(8)
     for start in range(0, 20 * OFFERS_PER_SLOT * 8, 5):
-        duel.run(list(range(start, start + 5)))
+        duel.run(list(range(start, start + 5)), False)
         for model in duel.models:
             assert len(model) <= model.slots
             assert len(model.protected) <= model.protected_slots
@@ -203,10 +215,10 @@ def test_the_duel_keeps_its_leader_while_the_lead_is_noise() -> None:
     duel = MiniatureDuel(16)
     leader, challenger = duel.models[0], duel.models[1]
     leader.hits, challenger.hits = 100.0, 110.0  # within sqrt(210): noise
-    duel.run([10**9])  # a request no model holds: the counts only decay
+    duel.run([10**9], False)  # a request no model holds: the counts only decay
     assert duel.leader == leader.candidate
     challenger.hits = 130.0  # beyond the noise of the two counts
-    duel.run([10**9 + 1])
+    duel.run([10**9 + 1], False)
     assert duel.leader == challenger.candidate
 
 

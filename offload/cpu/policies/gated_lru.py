@@ -140,7 +140,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         """
         met = self._take_met(request)
         if met is not None:
-            self._follow(met[1])
+            self._follow(met[1], met[0])
         self._promote(block_hashes, reused)
 
     def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
@@ -160,9 +160,9 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self._met_blocks += len(block_hashes)
         limit = MET_CAPACITIES * self.capacity
         while len(waiting) > MET_REQUESTS or (self._met_blocks > limit and len(waiting) > 1):
-            oldest = waiting.popitem(last=False)[1][1]
+            held, oldest = waiting.popitem(last=False)[1]
             self._met_blocks -= len(oldest)
-            self._follow(oldest)
+            self._follow(oldest, held)
 
     def admit(
         self, block_hashes: list[BlockHash], free: int, request: RequestRecency | None = None
@@ -177,7 +177,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
             continues, stream = met
         else:
             continues, stream = False, block_hashes
-        self._follow(stream)
+        self._follow(stream, continues)
         now = self._order
         oldest = self.duel.leader.oldest_offer(now, self.residency.age, continues)
         admitted, refused = self.offers.admit(block_hashes, now, free, oldest)
@@ -231,12 +231,12 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     def _feed_touched(self) -> None:
         """A touched request that stored nothing still counts in the models."""
         if self._touched is not None:
-            self._follow(self._touched)
+            self._follow(self._touched, self._continues)
             self._touched = None
 
-    def _follow(self, request: list[BlockHash]) -> None:
+    def _follow(self, request: list[BlockHash], continues: bool) -> None:
         """Feed one request to the models and take the leader's protected share."""
-        self.duel.run(request)
+        self.duel.run(request, continues)
         self._protected_slots = int(self.duel.leader.protected_share * self.capacity)
 
     def _promote(self, block_hashes: list[BlockHash], reused: Container[BlockHash] | None) -> None:

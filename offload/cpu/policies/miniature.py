@@ -147,8 +147,14 @@ class Miniature:
     def __contains__(self, block_hash: object) -> bool:
         return block_hash in self.probation or block_hash in self.protected
 
-    def run(self, request: Sequence[BlockHash], decay: float) -> None:
-        """One request's sampled blocks, head first: its lookup, touch and store."""
+    def run(self, request: Sequence[BlockHash], decay: float, continues: bool) -> None:
+        """One request's sampled blocks, head first: its lookup, touch and store.
+
+        ``continues`` is the tier's verdict (the request's first block was held), not the
+        model's: a sample may leave out a request's head, and a shared system prompt left
+        out would make every request look cold to the model while the tier sees each one
+        continue, so the model would rank a candidate the tier does not run.
+        """
         probation, protected = self.probation, self.protected
         hit = 0
         for block_hash in request:
@@ -172,7 +178,7 @@ class Miniature:
         if len(protected) > self.protected_slots:  # a call only when there is work
             demote_overflow(protected, probation, self.protected_slots, clock)
         offered = list(dict.fromkeys(reversed(absent)))
-        new = self._admit(offered, clock, hit > 0)
+        new = self._admit(offered, clock, continues)
         clock += len(offered)  # refused blocks were seen too, as in the tier
         if len(new) > self.slots:
             new = []  # the tier cannot make that much room: it refuses the store
@@ -232,8 +238,9 @@ class MiniatureDuel:
         self._decay_per_block = 1.0 / (WINDOW_CAPACITIES * slots)
         self.leader: Candidate = CANDIDATES[0]
 
-    def run(self, request: Sequence[BlockHash]) -> None:
-        """Feed one request (head first) to every model and follow the leader."""
+    def run(self, request: Sequence[BlockHash], continues: bool) -> None:
+        """Feed one request (head first) to every model and follow the leader;
+        ``continues``: its first block was held in the tier."""
         mask = self._mask
         if mask:
             request = [h for h in request if (hash(h) * _MIX >> 32) & mask == 0]
@@ -242,7 +249,7 @@ class MiniatureDuel:
         decay = max(0.0, 1.0 - len(request) * self._decay_per_block)
         leader = None
         for model in self.models:
-            model.run(request, decay)
+            model.run(request, decay, continues)
             if model.candidate == self.leader:
                 leader = model
         best = max(self.models, key=_hits)
