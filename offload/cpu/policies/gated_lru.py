@@ -235,7 +235,8 @@ class GatedLRUCachePolicy(LRUCachePolicy):
             self._touched = None
 
     def _follow(self, request: list[BlockHash], continues: bool) -> None:
-        """Feed one request to the models and take the leader's protected share."""
+        """Feed one request to the models and take the leader's protected share;
+        ``continues``: its first block was held here (the models' sample may omit it)."""
         self.duel.run(request, continues)
         self._protected_slots = int(self.duel.leader.protected_share * self.capacity)
 
