@@ -18,13 +18,21 @@ optimum itself (no policy can meet it there).
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.tooling.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
+from bench.tooling.common import (
+    CAPACITIES,
+    best_replay,
+    emit,
+    named_traces,
+    peer_python,
+    run_peer,
+    trace,
+)
 from offload.cpu.policies.registry import policy_names
-from offload.sim.mooncake import load_trace
 from offload.sim.optimum import offline_hits
 
 PEER_ROWS = (("lru", 1), ("lru", 2), ("arc", 1))
@@ -41,20 +49,24 @@ def _target(optimum: float, peer: float) -> tuple[str, float]:
     return "1.25x strongest peer", OVER_PEER * peer
 
 
-def _workloads(paths: list[Path], halves: bool, scratch: Path) -> list[tuple[str, Path]]:
-    """(name, file) per trace and, with ``halves``, per half (written to ``scratch``)."""
-    named = [("bundled", trace()[0]), *((path.name, path) for path in paths)]
+def _workloads(
+    traces: list[tuple[Path, list[list[int]]]], halves: bool, scratch: Path
+) -> list[tuple[str, Path, list[list[int]]]]:
+    """(name, file, requests) per trace and, with ``halves``, per half (written to
+    ``scratch``: the peer reads a file)."""
+    named = [("bundled", *trace()), *((path.name, path, requests) for path, requests in traces)]
     if not halves:
         return named
-    out: list[tuple[str, Path]] = []
-    for name, path in named:
-        out.append((name, path))
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        middle = len(lines) // 2
-        for label, part in (("first-half", lines[:middle]), ("second-half", lines[middle:])):
+    out: list[tuple[str, Path, list[list[int]]]] = []
+    for name, path, requests in named:
+        out.append((name, path, requests))
+        middle = len(requests) // 2
+        for label, part in (("first-half", requests[:middle]), ("second-half", requests[middle:])):
             half = scratch / f"{len(out)}-{label}.jsonl"
-            half.write_text("\n".join(part) + "\n", encoding="utf-8")
-            out.append((f"{name}:{label}", half))
+            half.write_text(
+                "".join(json.dumps({"hash_ids": r}) + "\n" for r in part), encoding="utf-8"
+            )
+            out.append((f"{name}:{label}", half, part))
     return out
 
 
@@ -80,10 +92,10 @@ def main() -> None:
         "--peer-python", type=Path, help="an interpreter with vllm 0.33.0 (default: the peer venv)"
     )
     args = parser.parse_args()
+    traces = named_traces(parser, args.traces)
     python = None if args.no_peer else (args.peer_python or peer_python())
     with tempfile.TemporaryDirectory() as scratch:
-        for name, path in _workloads(args.traces, args.halves, Path(scratch)):
-            requests = load_trace(path)
+        for name, path, requests in _workloads(traces, args.halves, Path(scratch)):
             block_refs = sum(len(r) for r in requests)
             for capacity in CAPACITIES:
                 bound = offline_hits(requests, capacity) / block_refs

@@ -22,10 +22,11 @@ from typing import Any
 
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 
-from bench.tooling.common import CAPACITIES, emit, trace
+from bench.tooling.common import CAPACITIES, emit, named_traces, trace
 from bench.tooling.vllm_config import kvscope_manager
 from offload.cpu.manager import CPUOffloadingManager
-from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE, load_trace
+from offload.cpu.policies.registry import policy_names
+from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE
 from offload.sim.workload import run_request
 
 
@@ -68,10 +69,10 @@ def _ratios(requests: list[list[int]], policy: str, capacity: int) -> tuple[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="*", type=Path, help="more Mooncake traces")
-    parser.add_argument("--policy", default="gated")
+    parser.add_argument("--policy", default="gated", choices=policy_names())
     args = parser.parse_args()
     workloads = [("bundled", trace()[1])]
-    workloads += [(str(path), load_trace(path)) for path in args.traces]
+    workloads += [(str(path), requests) for path, requests in named_traces(parser, args.traces)]
     for name, requests in workloads:
         for capacity in CAPACITIES:
             connector, replay = _ratios(requests, args.policy, capacity)

@@ -6,14 +6,21 @@ the peer in the same process run, on the same trace, with the same replay.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from offload import CPUOffloadingManager
-from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE, bundled_trace_path, load_trace
+from offload.sim.mooncake import (
+    BUNDLED_TRACE_BLOCK_SIZE,
+    TraceError,
+    bundled_trace_path,
+    load_trace,
+)
 from offload.sim.workload import WorkloadResult, run_workload
 
 CAPACITIES = (1000, 2000, 4000)
@@ -24,6 +31,24 @@ def trace() -> tuple[Path, list[list[int]]]:
     """The bundled conversation trace and its requests."""
     path = bundled_trace_path()
     return path, load_trace(path)
+
+
+def named_traces(
+    parser: argparse.ArgumentParser, paths: Sequence[Path]
+) -> list[tuple[Path, list[list[int]]]]:
+    """Every trace named on the command line, with its requests, all read before any run.
+
+    A file that cannot be read ends the benchmark at once with the parser's
+    usage error (exit 2) naming its file and line, not with a traceback after
+    minutes spent on the traces before it.
+    """
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append((path, load_trace(path)))
+        except TraceError as exc:
+            parser.error(str(exc))
+    return loaded
 
 
 def best_replay(

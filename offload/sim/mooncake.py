@@ -17,6 +17,10 @@ BUNDLED_TRACE_BLOCK_SIZE = 512
 """Tokens per block of the bundled trace: one hash id stands for 512 tokens."""
 
 
+_MAX_HASH_ID = (1 << 64) - 1
+"""Mooncake's hash ids are unsigned 64-bit block ids; vLLM's keys carry them as 8 bytes."""
+
+
 class TraceError(ValueError):
     """A trace that cannot be read; the message names the file and line."""
 
@@ -53,9 +57,11 @@ def _parse_request(line: str, where: str) -> list[int]:
         raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
     if not isinstance(record, dict):
         raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    hash_ids = record.get("hash_ids")
-    if not isinstance(hash_ids, list):
+    if "hash_ids" not in record:
         raise TraceError(f"{where}: missing 'hash_ids' list")
-    if not all(type(h) is int for h in hash_ids):
-        raise TraceError(f"{where}: 'hash_ids' must hold integers only")
+    hash_ids = record["hash_ids"]
+    if not isinstance(hash_ids, list):
+        raise TraceError(f"{where}: 'hash_ids' must be a list, got {type(hash_ids).__name__}")
+    if not all(type(h) is int and 0 <= h <= _MAX_HASH_ID for h in hash_ids):
+        raise TraceError(f"{where}: 'hash_ids' must hold integers from 0 to 2**64 - 1 only")
     return hash_ids

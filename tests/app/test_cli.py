@@ -53,9 +53,11 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
     [
         (None, ["--capacity", "10"], "trace file not found"),
         ('{"hash_ids": [1, 2]}\nnot json\n', [], ":2: not valid JSON"),
-        ('{"hash_ids": [1, "x"]}\n', [], ":1: 'hash_ids' must hold integers only"),
+        ('{"hash_ids": [1, "x"]}\n', [], ":1: 'hash_ids' must hold integers from 0 to 2**64 - 1"),
+        ('{"hash_ids": [1, -2]}\n', [], ":1: 'hash_ids' must hold integers from 0 to 2**64 - 1"),
         ("[1, 2]\n", [], ":1: expected a JSON object"),
         ('{"input_length": 3}\n', [], ":1: missing 'hash_ids' list"),
+        ('{"hash_ids": "0 1 2"}\n', [], ":1: 'hash_ids' must be a list, got str"),
         ("\n\n", [], "holds no requests"),
         ('{"hash_ids": [1]}\n', ["--capacity", "0"], "capacity must be at least 1"),
         ('{"hash_ids": [1]}\n', ["--capacity", "many"], "capacity must be a whole number"),

@@ -1,0 +1,66 @@
+"""The benchmarks that take trace files read them all before running anything.
+
+A bad trace named after good ones used to end the run with a traceback once
+the ones before it (and the bundled trace, minutes of replays) had run; now it
+is the parser's one-line error, exit 2, before any figure is printed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", f"bench.{module}", *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+
+
+def modules() -> list[str]:
+    names = ["policy_hit_ratio --no-peer"]
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return names
+    return [*names, "vllm_connector_hits"]
+
+
+@pytest.mark.parametrize("command", modules())
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "trace file not found"),
+        ('{"hash_ids": [0, 1]}\n{"hash_ids": [0, 18446744073709551616]}\n', ":2: 'hash_ids' must"),
+        ('{"hash_ids": "0 1"}\n', ":1: 'hash_ids' must be a list, got str"),
+    ],
+)
+def test_a_bad_trace_stops_the_benchmark_before_it_runs(
+    tmp_path: Path, command: str, content: str | None, message: str
+) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"hash_ids": [0, 1, 2]}\n')
+    bad = tmp_path / "bad.jsonl"
+    if content is not None:
+        bad.write_text(content)
+    module, *flags = command.split()
+    result = bench(module, *flags, str(good), str(bad))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr
+    assert str(bad) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_the_connector_benchmark_names_the_policies_it_knows() -> None:
+    pytest.importorskip("vllm")
+    result = bench("vllm_connector_hits", "--policy", "mru")
+    assert result.returncode == 2
+    assert "invalid choice: 'mru'" in result.stderr
+    assert "gated" in result.stderr
