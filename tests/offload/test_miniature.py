@@ -211,15 +211,38 @@ def test_models_stay_within_their_bounds() -> None:
             assert len(model.offers) <= model.offers.limit
 
 
+def model_of(duel: MiniatureDuel, candidate: Candidate) -> Miniature:
+    return next(model for model in duel.models if model.candidate == candidate)
+
+
 def test_the_duel_keeps_its_leader_while_the_lead_is_noise() -> None:
     duel = MiniatureDuel(16)
-    leader, challenger = duel.models[0], duel.models[1]
+    leader = model_of(duel, duel.leader)
+    challenger = model_of(duel, Candidate(1, 0.25))  # another gate
     leader.hits, challenger.hits = 100.0, 110.0  # within sqrt(210): noise
     duel.run([10**9], False)  # a request no model holds: the counts only decay
     assert duel.leader == leader.candidate
     challenger.hits = 130.0  # beyond the noise of the two counts
     duel.run([10**9 + 1], False)
     assert duel.leader == challenger.candidate
+
+
+def test_admit_everything_takes_over_from_a_gate_only_beyond_three_times_the_noise() -> None:
+    """Leaving a gate floods the tier, which no switch back undoes: the lead must be
+    FLOOD_NOISE (3) times the noise. Leaving admit-everything for a gate needs once the noise."""
+    duel = MiniatureDuel(16)
+    gate = model_of(duel, duel.leader)
+    everything = model_of(duel, Candidate(None, 0.5))
+    assert gate.candidate.horizon is not None
+    gate.hits, everything.hits = 100.0, 140.0  # 40: 2.6 times sqrt(240)
+    duel.run([10**9], False)
+    assert duel.leader == gate.candidate
+    everything.hits = 160.0  # 60: 3.8 times sqrt(260)
+    duel.run([10**9 + 1], False)
+    assert duel.leader == everything.candidate
+    gate.hits = 185.0  # back to the gate: 25 ahead, 1.4 times sqrt(345)
+    duel.run([10**9 + 2], False)
+    assert duel.leader == gate.candidate
 
 
 def slru_tier(capacity: int) -> tuple[CPUOffloadingManager, GatedLRUCachePolicy]:

@@ -97,6 +97,14 @@ its residency age is the steady state's, not the fill's. The tier waits one
 more (``GatedLRUCachePolicy``): by the time it could refuse a block, the gate
 models have refused blocks for a whole turnover, so where refusing loses
 (sessions that return at once), the duel has already left the gate."""
+FLOOD_NOISE = 3.0
+"""Times the noise by which admit-everything must lead to take over from a gate (any other
+change needs a lead of once the noise). Leaving a gate floods the tier: what it then stores
+evicts the selection the gate built, which no switch back restores, while leaving
+admit-everything for a gate only starts refusing. And the evidence against a gate comes
+first: just after the models' gates start refusing, they show the cost (refused blocks that
+return soon) before the gain (what their selection keeps), so a few whole-prefix hits could
+otherwise tip the tier into flooding for a whole window of hits."""
 _MIX = 0x9E3779B97F4A7C15
 """Fibonacci hashing's multiplier: spreads consecutive ids over the sample."""
 
@@ -221,8 +229,9 @@ class MiniatureDuel:
 
     The tier changes candidate only when another model is ahead by more than
     the noise of two hit counts (the square root of their sum, a count's
-    standard deviation): a change costs the tier more than either model
-    shows, since the segment or the gate it drops is rebuilt only over time.
+    standard deviation), ``FLOOD_NOISE`` times that from a gate to
+    admit-everything: a change costs the tier more than either model shows,
+    since the segment or the gate it drops is rebuilt only over time.
 
     Memory: ``len(CANDIDATES)`` models of at most ``2 * MODEL_SLOTS`` slots
     each, whatever the tier's capacity.
@@ -253,7 +262,16 @@ class MiniatureDuel:
             if model.candidate == self.leader:
                 leader = model
         best = max(self.models, key=_hits)
-        if leader is None or best.hits - leader.hits > sqrt(best.hits + leader.hits):
+        if leader is None:
+            self.leader = best.candidate
+            return
+        lead = best.hits - leader.hits
+        if lead <= 0:
+            return
+        noise = sqrt(best.hits + leader.hits)
+        if best.candidate.horizon is None and leader.candidate.horizon is not None:
+            noise *= FLOOD_NOISE
+        if lead > noise:
             self.leader = best.candidate
 
     def clear(self) -> None:
