@@ -265,13 +265,10 @@ class MiniatureDuel:
         if leader is None:
             self.leader = best.candidate
             return
-        lead = best.hits - leader.hits
-        if lead <= 0:
-            return
         noise = sqrt(best.hits + leader.hits)
         if best.candidate.horizon is None and leader.candidate.horizon is not None:
             noise *= FLOOD_NOISE
-        if lead > noise:
+        if best.hits - leader.hits > noise:
             self.leader = best.candidate
 
     def clear(self) -> None:
