@@ -53,8 +53,9 @@ def test_the_tier_evicts_a_stored_run_tail_first() -> None:
 def test_a_gated_model_refuses_first_offers_once_it_has_turned_over() -> None:
     model = Miniature(2, Candidate(2, 0.0))
     model.run([1, 2], 1.0, False)  # free slots: admitted
+    assert model.age is None
     model.run([3, 4], 1.0, False)  # full, and no residency known yet: admitted, a turnover evicted
-    assert model.residency.turnovers == MODEL_TURNOVERS and model.residency.age is not None
+    assert MODEL_TURNOVERS == 1 and model.age is not None
     model.run([5, 6], 1.0, False)  # first offers: refused, the chain stops at 5
     assert 5 not in model and 6 not in model
     model.run([5], 1.0, False)  # offered again at once: within the horizon

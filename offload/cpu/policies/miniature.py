@@ -50,11 +50,18 @@ class Candidate(NamedTuple):
         every block: this candidate has no gate, the tier has no residency age yet (it
         is still filling), or the request continues a held chain and this candidate
         admits such requests' blocks."""
-        if self.horizon is None or age is None or (continues and self.admit_continuations):
-            return None
-        if self.horizon == inf:
-            return -inf
-        return now - self.horizon * age
+        return oldest_offer(self.horizon, self.admit_continuations, now, age, continues)
+
+
+def oldest_offer(
+    horizon: float | None, admit_continuations: bool, now: int, age: float | None, continues: bool
+) -> float | None:
+    """A gate's earliest previous offer that earns a block a slot (``Candidate.oldest_offer``)."""
+    if horizon is None or age is None or (continues and admit_continuations):
+        return None
+    if horizon == inf:
+        return -inf
+    return now - horizon * age
 
 
 CANDIDATES: tuple[Candidate, ...] = (
@@ -117,17 +124,20 @@ def sampling_rate(capacity: int) -> int:
     return rate
 
 
-class Miniature:
-    """A hash-only model of the tier run as one candidate.
+class PyMiniature:
+    """A hash-only model of the tier, in Python: ``slots`` blocks, SLRU with
+    ``protected_slots`` protected, behind a reuse gate of ``horizon`` residency ages (None:
+    no gate) that lets a continuing request's blocks through if ``admit_continuations``.
 
     Memory: at most ``slots`` resident hashes (probation and protected
-    together) and ``OFFERS_PER_SLOT * slots`` remembered offers.
+    together) and what ``offers`` (its offer history) remembers.
     """
 
     __slots__ = (
-        "candidate",
+        "admit_continuations",
         "clock",
         "hits",
+        "horizon",
         "offers",
         "probation",
         "protected",
@@ -136,18 +146,39 @@ class Miniature:
         "slots",
     )
 
-    def __init__(self, slots: int, candidate: Candidate) -> None:
-        self.slots = max(1, slots)
-        self.candidate = candidate
-        self.protected_slots = int(candidate.protected_share * self.slots)
+    def __init__(
+        self,
+        slots: int,
+        horizon: float | None,
+        protected_slots: int,
+        admit_continuations: bool,
+        offers: OfferHistory,
+        turnovers: int,
+    ) -> None:
+        if slots < 1 or not 0 <= protected_slots <= slots or turnovers < 0:
+            raise ValueError(
+                "slots must be >= 1, protected_slots in [0, slots] and turnovers >= 0, "
+                f"got {slots}, {protected_slots} and {turnovers}"
+            )
+        if horizon is not None and not horizon > 0:
+            raise ValueError(f"horizon must be None or > 0, got {horizon!r}")
+        self.slots = slots
+        self.horizon = horizon
+        self.protected_slots = protected_slots
+        self.admit_continuations = admit_continuations
         self.probation: OrderedDict[BlockHash, int] = OrderedDict()
         """Blocks not reused since their store, oldest first: evicted first."""
         self.protected: OrderedDict[BlockHash, int] = OrderedDict()
         """Blocks reused since their store, oldest first (empty in plain LRU)."""
-        self.offers = OfferHistory(self.slots)
-        self.residency = ResidencyAge(self.slots, MODEL_TURNOVERS)
+        self.offers = offers
+        self.residency = ResidencyAge(slots, turnovers)
         self.clock = 0
         self.hits = 0.0
+
+    @property
+    def age(self) -> float | None:
+        """The residency age; None until the model turned over."""
+        return self.residency.age
 
     def __len__(self) -> int:
         return len(self.probation) + len(self.protected)
@@ -209,10 +240,11 @@ class Miniature:
     def _admit(self, new: list[BlockHash], now: int, continues: bool) -> list[BlockHash]:
         """The tier's admission rule at this model's horizon (see GatedLRUCachePolicy);
         ``continues``: the request's head was held, so its store continues a held chain."""
-        candidate = self.candidate
-        if candidate.horizon is None:
+        if self.horizon is None:
             return new
-        oldest = candidate.oldest_offer(now, self.residency.age, continues)
+        oldest = oldest_offer(
+            self.horizon, self.admit_continuations, now, self.residency.age, continues
+        )
         return self.offers.admit(new, now, self.slots - len(self), oldest)[0]
 
     def clear(self) -> None:
@@ -222,6 +254,43 @@ class Miniature:
         self.residency.clear()
         self.clock = 0
         self.hits = 0.0
+
+
+def py_sampled(block_hashes: Sequence[BlockHash], mask: int) -> list[BlockHash]:
+    """The blocks the models see: those whose mixed hash has no bit of ``mask`` set."""
+    return [h for h in block_hashes if (hash(h) * _MIX >> 32) & mask == 0]
+
+
+try:
+    from offload.cpu.policies._miniature import Miniature as BaseMiniature
+    from offload.cpu.policies._miniature import sampled
+except ImportError:  # installed without a C compiler
+    BaseMiniature = PyMiniature  # type: ignore[misc,assignment]
+    sampled = py_sampled
+"""The forms in use: C where they were built (``_miniature.c``, the same model and sample
+without the interpreter's cost per block, which every request pays in each model)."""
+
+
+class Miniature(BaseMiniature):
+    """A hash-only model of the tier run as one candidate, in ``slots`` sampled slots.
+
+    Memory: at most ``slots`` resident hashes (probation and protected
+    together) and ``OFFERS_PER_SLOT * slots`` remembered offers.
+    """
+
+    __slots__ = ("candidate",)
+
+    def __init__(self, slots: int, candidate: Candidate) -> None:
+        slots = max(1, slots)
+        super().__init__(
+            slots,
+            candidate.horizon,
+            int(candidate.protected_share * slots),
+            candidate.admit_continuations,
+            OfferHistory(slots),
+            MODEL_TURNOVERS,
+        )
+        self.candidate = candidate
 
 
 class MiniatureDuel:
@@ -250,9 +319,8 @@ class MiniatureDuel:
     def run(self, request: Sequence[BlockHash], continues: bool) -> None:
         """Feed one request (head first) to every model and follow the leader;
         ``continues``: its first block was held in the tier."""
-        mask = self._mask
-        if mask:
-            request = [h for h in request if (hash(h) * _MIX >> 32) & mask == 0]
+        if self._mask:
+            request = sampled(request, self._mask)
             if not request:
                 return
         decay = max(0.0, 1.0 - len(request) * self._decay_per_block)

@@ -1,0 +1,200 @@
+"""A miniature model in both forms: the C one and the Python one hold the same.
+
+tests/offload/test_miniature.py holds what a model does through the form in use; here both
+forms get the same scripted and random requests, and keys that run code against the model.
+"""
+
+from __future__ import annotations
+
+from math import inf
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from offload.cpu.policies.miniature import (
+    BaseMiniature,
+    Candidate,
+    Miniature,
+    PyMiniature,
+    py_sampled,
+    sampled,
+)
+from offload.cpu.policies.offer_history import (
+    OFFERS_PER_SLOT,
+    PROVEN_OFFERS,
+    BaseOfferHistory,
+    PyOfferHistory,
+)
+from tests.support.native import require_a_build_toolchain
+
+FORMS = [(BaseMiniature, BaseOfferHistory), (PyMiniature, PyOfferHistory)]
+
+
+def model_of(
+    form: tuple[type, type],
+    slots: int,
+    horizon: float | None,
+    protected_slots: int = 0,
+    admit_continuations: bool = False,
+    turnovers: int = 1,
+) -> PyMiniature:
+    """A model of the form, with an offer history of the same form."""
+    model_type, history_type = form
+    offers = history_type(OFFERS_PER_SLOT * slots, PROVEN_OFFERS)
+    return model_type(slots, horizon, protected_slots, admit_continuations, offers, turnovers)
+
+
+def state_of(model: PyMiniature) -> tuple:
+    return (
+        model.hits,
+        list(model.probation),
+        list(model.protected),
+        model.age,
+        len(model),
+        len(model.offers),
+    )
+
+
+def test_the_c_form_is_built_where_it_can_be() -> None:
+    require_a_build_toolchain()
+    assert BaseMiniature is not PyMiniature and sampled is not py_sampled
+    assert isinstance(Miniature(4, Candidate(2, 0.25)), BaseMiniature)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_scripted_run_stores_touches_protects_and_evicts(form: tuple[type, type]) -> None:
+    model = model_of(form, 4, None, protected_slots=2)
+    model.run([1, 2, 3], 1.0, False)
+    assert list(model.probation) == [3, 2, 1]  # head newest, the run's last block oldest
+    model.run([1, 2], 0.5, False)  # both held: a hit of 2, reused into protected
+    assert model.hits == 2.0
+    assert list(model.protected) == [2, 1] and list(model.probation) == [3]
+    model.run([7, 8, 9], 1.0, False)  # room for 3: 3 goes first, then protected's oldest
+    assert 3 not in model and 2 not in model and 1 in model
+    assert len(model) == 4 and model.age is None  # half a turnover evicted: no age yet
+    model.run([10, 11], 1.0, False)
+    assert model.age is not None
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_repeated_block_in_a_request_is_offered_once(form: tuple[type, type]) -> None:
+    model = model_of(form, 8, None)
+    model.run([5, 6, 5, 6, 7], 1.0, False)
+    assert sorted(model.probation) == [5, 6, 7] and len(model) == 3
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_bad_size_or_horizon_is_refused_by_name(form: tuple[type, type]) -> None:
+    with pytest.raises(ValueError, match="slots must be >= 1"):
+        model_of(form, 0, None)
+    with pytest.raises(ValueError, match="protected_slots in"):
+        model_of(form, 4, None, protected_slots=5)
+    with pytest.raises(ValueError, match="horizon must be None or > 0"):
+        model_of(form, 4, 0.0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_an_unhashable_block_is_a_type_error_and_the_model_still_runs(
+    form: tuple[type, type],
+) -> None:
+    model = model_of(form, 4, 2)
+    model.run([1, 2], 1.0, False)
+    with pytest.raises(TypeError, match="unhashable"):
+        model.run([1, [3]], 1.0, False)
+    model.run([1, 2], 1.0, False)
+    assert 1 in model and 2 in model and len(model) == 2
+
+
+class _Meddler:
+    """A key whose hash runs the model holding it, or whose equality raises."""
+
+    model: object = None
+
+    def __init__(self, raise_on_eq: bool) -> None:
+        self.raise_on_eq = raise_on_eq
+
+    def __hash__(self) -> int:
+        if not self.raise_on_eq:
+            self.model.run([1], 1.0, False)  # type: ignore[attr-defined]
+        return 3
+
+    def __eq__(self, other: object) -> bool:
+        if self.raise_on_eq:
+            raise ArithmeticError("no comparing")
+        return self is other
+
+
+def test_the_c_form_refuses_a_call_back_from_a_keys_hash_and_stays_whole() -> None:
+    require_a_build_toolchain()
+    model = model_of(FORMS[0], 4, None)
+    _Meddler.model = model
+    with pytest.raises(RuntimeError, match="called back while it runs a request"):
+        model.run([_Meddler(False)], 1.0, False)
+    model.run([1, 2], 1.0, False)
+    assert len(model) == 2
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_key_whose_equality_raises_leaves_the_model_whole(form: tuple[type, type]) -> None:
+    model = model_of(form, 4, None, protected_slots=2)
+    model.run([3, 4], 1.0, False)  # 3 hashes as the meddler does: a compare follows
+    with pytest.raises(ArithmeticError, match="no comparing"):
+        model.run([_Meddler(True), 4], 1.0, False)
+    assert len(model) == len(model.probation) + len(model.protected) <= model.slots
+    model.run([3, 4], 1.0, False)
+    assert 3 in model and 4 in model
+
+
+keys = st.one_of(st.integers(-20, 60), st.binary(min_size=1, max_size=2))
+requests = st.lists(
+    st.tuples(
+        st.lists(keys, max_size=10),
+        st.sampled_from([1.0, 0.9, 0.5]),  # decay
+        st.booleans(),  # the tier held the head
+        st.integers(0, 30),  # 0: both clear first
+    ),
+    max_size=60,
+)
+
+
+@given(
+    requests,
+    st.integers(1, 12),
+    st.sampled_from([None, 1, 2, inf]),
+    st.floats(0.0, 1.0),
+    st.booleans(),
+    st.integers(0, 2),
+)
+def test_the_c_and_python_forms_hold_the_same(
+    calls: list,
+    slots: int,
+    horizon: float | None,
+    protected_share: float,
+    admit_continuations: bool,
+    turnovers: int,
+) -> None:
+    models = [
+        model_of(form, slots, horizon, int(protected_share * slots), admit_continuations, turnovers)
+        for form in FORMS
+    ]
+    for request, decay, continues, clear in calls:
+        for model in models:
+            if clear == 0:
+                model.clear()
+            model.run(request, decay, continues)
+        assert state_of(models[0]) == state_of(models[1])
+        assert len(models[0]) <= slots and len(models[0].protected) <= models[0].protected_slots
+
+
+@given(
+    st.lists(st.one_of(st.integers(-(2**70), 2**70), st.binary(max_size=4), st.text(max_size=3))),
+    st.sampled_from([0, 1, 3, 15, 2**20 - 1, 2**31 - 1]),
+)
+def test_both_forms_sample_the_same_blocks(block_hashes: list, mask: int) -> None:
+    assert sampled(block_hashes, mask) == py_sampled(block_hashes, mask)
+
+
+def test_a_sample_of_a_quarter_keeps_about_a_quarter_of_sequential_ids() -> None:
+    kept = sampled(range(40_000), 3)
+    assert 9_000 < len(kept) < 11_000 and kept == sorted(kept)
