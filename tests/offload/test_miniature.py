@@ -3,12 +3,13 @@ and the tier running as the leader (a gate, or SLRU's protected segment)."""
 
 from __future__ import annotations
 
-from math import inf
+from math import inf, sqrt
 
 from offload import CPUOffloadingManager
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.miniature import (
     CANDIDATES,
+    FLOOD_TURNOVERS,
     MODEL_SLOTS,
     MODEL_TURNOVERS,
     Candidate,
@@ -244,6 +245,29 @@ def test_admit_everything_takes_over_from_a_gate_only_beyond_three_times_the_noi
     gate.hits = 185.0  # back to the gate: 25 ahead, 1.4 times sqrt(345)
     duel.run([10**9 + 2], False)
     assert duel.leader == gate.candidate
+
+
+def test_admit_everything_takes_over_from_a_gate_once_its_lead_beyond_the_noise_lasts() -> None:
+    """A lead of once to three times the noise that lasts FLOOD_TURNOVERS model turnovers is
+    the workload's; one that dips to the noise must start again."""
+    duel = MiniatureDuel(16)  # no sampling: one model slot per tier slot
+    slots = duel.models[0].slots
+    gate = model_of(duel, duel.leader)
+    everything = model_of(duel, Candidate(None, 0.5))
+    unseen = iter(range(10**9, 2 * 10**9))  # requests no model holds: the counts only decay
+    gate.hits, everything.hits = 100.0, 125.0  # 25: 1.7 times sqrt(225)
+    for _ in range(FLOOD_TURNOVERS * slots // 2):
+        duel.run([next(unseen)], False)
+    assert duel.leader == gate.candidate
+    everything.hits = gate.hits  # the lead dips to nothing: it must last afresh
+    duel.run([next(unseen)], False)
+    everything.hits = gate.hits + 1.7 * sqrt(2 * gate.hits)
+    duel.run([next(unseen)], False)  # the lead starts here
+    for _ in range(FLOOD_TURNOVERS * slots - 1):
+        duel.run([next(unseen)], False)
+        assert duel.leader == gate.candidate
+    duel.run([next(unseen)], False)  # it has lasted FLOOD_TURNOVERS turnovers
+    assert duel.leader == everything.candidate
 
 
 def slru_tier(capacity: int) -> tuple[CPUOffloadingManager, GatedLRUCachePolicy]:

@@ -112,6 +112,12 @@ admit-everything for a gate only starts refusing. And the evidence against a gat
 first: just after the models' gates start refusing, they show the cost (refused blocks that
 return soon) before the gain (what their selection keeps), so a few whole-prefix hits could
 otherwise tip the tier into flooding for a whole window of hits."""
+FLOOD_TURNOVERS = WINDOW_CAPACITIES // 4
+"""Model turnovers for which admit-everything leading a gate by more than once the noise
+takes over all the same: a lead that lasts a quarter of the window the hits count over is
+the workload's, not the gates' start-up cost (which shows for a turnover or so), and where
+admit-everything is right (sessions that come back at once) waiting for three times the noise
+leaves the tier gated, refusing what comes back, for thousands of requests."""
 _MIX = 0x9E3779B97F4A7C15
 """Fibonacci hashing's multiplier: spreads consecutive ids over the sample."""
 
@@ -299,22 +305,38 @@ class MiniatureDuel:
     The tier changes candidate only when another model is ahead by more than
     the noise of two hit counts (the square root of their sum, a count's
     standard deviation), ``FLOOD_NOISE`` times that from a gate to
-    admit-everything: a change costs the tier more than either model shows,
-    since the segment or the gate it drops is rebuilt only over time.
+    admit-everything unless that lead beyond the noise has lasted
+    ``FLOOD_TURNOVERS`` model turnovers: a change costs the tier more than
+    either model shows, since the segment or the gate it drops is rebuilt
+    only over time.
 
     Memory: ``len(CANDIDATES)`` models of at most ``2 * MODEL_SLOTS`` slots
     each, whatever the tier's capacity.
     """
 
-    __slots__ = ("_decay_per_block", "_mask", "leader", "models")
+    __slots__ = (
+        "_decay_per_block",
+        "_flood_since",
+        "_mask",
+        "_references",
+        "_slots",
+        "leader",
+        "models",
+    )
 
     def __init__(self, capacity: int) -> None:
         rate = sampling_rate(capacity)
         self._mask = rate - 1
         slots = max(1, capacity // rate)
         self.models = [Miniature(slots, candidate) for candidate in CANDIDATES]
+        self._slots = slots
         self._decay_per_block = 1.0 / (WINDOW_CAPACITIES * slots)
         self.leader: Candidate = CANDIDATES[0]
+        self._references = 0
+        """Sampled blocks run so far: the models' clock for how long a lead lasts."""
+        self._flood_since: int | None = None
+        """Since when (in ``_references``) admit-everything has led the gate the tier
+        follows by more than the noise; None while it does not."""
 
     def run(self, request: Sequence[BlockHash], continues: bool) -> None:
         """Feed one request (head first) to every model and follow the leader;
@@ -323,6 +345,7 @@ class MiniatureDuel:
             request = sampled(request, self._mask)
             if not request:
                 return
+        self._references += len(request)
         decay = max(0.0, 1.0 - len(request) * self._decay_per_block)
         leader = None
         for model in self.models:
@@ -333,16 +356,28 @@ class MiniatureDuel:
         if leader is None:
             self.leader = best.candidate
             return
-        noise = sqrt(best.hits + leader.hits)
-        if best.candidate.horizon is None and leader.candidate.horizon is not None:
-            noise *= FLOOD_NOISE
-        if best.hits - leader.hits > noise:
+        lead, noise = best.hits - leader.hits, sqrt(best.hits + leader.hits)
+        if best.candidate.horizon is not None or leader.candidate.horizon is None:
+            self._flood_since = None
+            switch = lead > noise
+        elif lead <= noise:
+            self._flood_since = None
+            switch = False
+        else:
+            if self._flood_since is None:
+                self._flood_since = self._references
+            lasted = self._references - self._flood_since >= FLOOD_TURNOVERS * self._slots
+            switch = lasted or lead > FLOOD_NOISE * noise
+        if switch:
             self.leader = best.candidate
+            self._flood_since = None
 
     def clear(self) -> None:
         for model in self.models:
             model.clear()
         self.leader = CANDIDATES[0]
+        self._references = 0
+        self._flood_since = None
 
 
 def demote_overflow(
