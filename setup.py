@@ -1,7 +1,7 @@
 """The C forms of five hot-path structures, built where a C compiler is (pyproject.toml holds
 everything else). Each is optional: without a compiler, pip still installs kvscope and the
 Python forms beside them serve (offload/cpu/miss_attribution.py,
-offload/cpu/policies/offer_history.py, offload/cpu/policies/miniature.py,
+offload/cpu/policies/offer_history.py, offload/cpu/policies/miniature_model.py,
 offload/insight/sampling.py, offload/wire/sample_recorder.py)."""
 
 from setuptools import Extension, setup

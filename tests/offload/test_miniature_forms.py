@@ -12,14 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from offload.cpu.policies.miniature import (
-    BaseMiniature,
-    Candidate,
-    Miniature,
-    PyMiniature,
-    py_sampled,
-    sampled,
-)
+from offload.cpu.policies.miniature import Candidate, Miniature
+from offload.cpu.policies.miniature_model import BaseMiniature, PyMiniature, py_sampled, sampled
 from offload.cpu.policies.offer_history import (
     OFFERS_PER_SLOT,
     PROVEN_OFFERS,

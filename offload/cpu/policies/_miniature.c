@@ -1,8 +1,8 @@
 /* A miniature model of the tier in C: Miniature(slots, horizon, protected_slots,
  * admit_continuations, offers, turnovers).
  *
- * offload/cpu/policies/miniature.py states what a model does with a request (its lookup, touch
- * and store, and the admission rule of its candidate) and holds its Python form; this is the
+ * offload/cpu/policies/miniature_model.py states what a model does with a request (its lookup,
+ * touch and store, and the admission rule of its candidate) and holds its Python form; this is the
  * same model without the interpreter's cost per block, which the gated tier pays on every
  * request in each of its models. Tests hold both forms to the same sequences.
  *
@@ -24,7 +24,7 @@
 #include "small_int.h"
 
 enum { PROBATION = 0, PROTECTED = 1 }; /* an entry's segment, in its count */
-#define SAMPLE_MIX 0x9E3779B97F4A7C15ULL /* miniature.py's _MIX */
+#define SAMPLE_MIX 0x9E3779B97F4A7C15ULL /* miniature_model.py's _MIX */
 
 typedef struct {
     PyObject_HEAD
@@ -470,8 +470,8 @@ segment_keys(Model *self, const KeyList *list)
     if (keys == NULL)
         return NULL;
     const KeyEntry *entries = self->table.entries;
-    Py_ssize_t j = 0;
-    for (Py_ssize_t index = list->end[OLDEST]; index != KEY_NONE; index = entries[index].toward[NEWEST])
+    Py_ssize_t j = 0, index = list->end[OLDEST];
+    for (; index != KEY_NONE; index = entries[index].toward[NEWEST])
         PyList_SET_ITEM(keys, j++, Py_NewRef(entries[index].key));
     return keys;
 }

@@ -51,12 +51,8 @@ from offload.base import BlockHash
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import take_idle
 from offload.cpu.policies.lru import _POSITION_BITS, LRUCachePolicy
-from offload.cpu.policies.miniature import (
-    MODEL_TURNOVERS,
-    MiniatureDuel,
-    demote_last,
-    demote_overflow,
-)
+from offload.cpu.policies.miniature import MODEL_TURNOVERS, MiniatureDuel
+from offload.cpu.policies.miniature_model import demote_last, demote_overflow
 from offload.cpu.policies.offer_history import OfferHistory
 from offload.cpu.policies.residency import ResidencyAge
 from offload.cpu.request_recency import RequestRecency
