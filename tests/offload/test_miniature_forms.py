@@ -129,6 +129,30 @@ def test_the_c_form_refuses_a_call_back_from_a_keys_hash_and_stays_whole() -> No
     assert len(model) == 2
 
 
+class _Finalizer:
+    """A key whose finalizer runs the model that held it."""
+
+    def __init__(self, model: object, refused: list[str]) -> None:
+        self.model, self.refused = model, refused
+
+    def __del__(self) -> None:
+        try:
+            self.model.run([1], 1.0, False)  # type: ignore[attr-defined]
+        except RuntimeError as error:
+            self.refused.append(str(error))
+
+
+def test_the_c_form_refuses_a_call_back_while_init_drops_its_blocks() -> None:
+    require_a_build_toolchain()
+    model = model_of(FORMS[0], 4, None)
+    refused: list[str] = []
+    model.run([_Finalizer(model, refused)], 1.0, False)
+    model.__init__(4, None, 0, False, model.offers, 1)  # type: ignore[misc]
+    assert len(model) == 0 and refused == [
+        "Miniature called back while it runs a request (from a key's __hash__, __eq__ or finalizer)"
+    ]
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_a_key_whose_equality_raises_leaves_the_model_whole(form: tuple[type, type]) -> None:
     model = model_of(form, 4, None, protected_slots=2)

@@ -41,7 +41,7 @@ typedef struct {
     long long turnovers, evicted;
     int has_average, has_age;
     double average, age;
-    int running; /* a request is being run: a call back into the model is refused */
+    int running; /* a request runs, or __init__ drops the blocks: a call back is refused */
 } Model;
 
 static PyObject *admit_name; /* "admit", interned */
@@ -402,8 +402,10 @@ Model_init(Model *self, PyObject *args, PyObject *kwds)
     KeyTable table;
     if (key_table_init(&table) < 0)
         return -1;
+    self->running = 1; /* a key's finalizer may call back while the old blocks go */
     self->probation = self->protected = EMPTY_KEY_LIST;
     key_table_free(&self->table);
+    self->running = 0;
     self->table = table;
     Py_XSETREF(self->offers, Py_NewRef(offers));
     self->slots = slots;
