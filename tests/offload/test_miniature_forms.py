@@ -6,6 +6,7 @@ forms get the same scripted and random requests, and keys that run code against 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import inf
 
 import pytest
@@ -130,27 +131,29 @@ def test_the_c_form_refuses_a_call_back_from_a_keys_hash_and_stays_whole() -> No
 
 
 class _Finalizer:
-    """A key whose finalizer runs the model that held it."""
+    """A key whose finalizer runs the structure that held it."""
 
-    def __init__(self, model: object, refused: list[str]) -> None:
-        self.model, self.refused = model, refused
+    def __init__(self, run: Callable[[], object]) -> None:
+        self.run = run
 
     def __del__(self) -> None:
-        try:
-            self.model.run([1], 1.0, False)  # type: ignore[attr-defined]
-        except RuntimeError as error:
-            self.refused.append(str(error))
+        self.run()
 
 
-def test_the_c_form_refuses_a_call_back_while_init_drops_its_blocks() -> None:
+def test_a_keys_finalizer_finds_a_reinitialised_model_whole_and_new() -> None:
     require_a_build_toolchain()
     model = model_of(FORMS[0], 4, None)
-    refused: list[str] = []
-    model.run([_Finalizer(model, refused)], 1.0, False)
+    model.run([_Finalizer(lambda: model.run([1], 1.0, False))], 1.0, False)
     model.__init__(4, None, 0, False, model.offers, 1)  # type: ignore[misc]
-    assert len(model) == 0 and refused == [
-        "Miniature called back while it runs a request (from a key's __hash__, __eq__ or finalizer)"
-    ]
+    assert list(model.probation) == [1]  # the finalizer's request, in the new model
+
+
+def test_a_keys_finalizer_finds_a_reinitialised_history_whole_and_new() -> None:
+    require_a_build_toolchain()
+    history = BaseOfferHistory(8, PROVEN_OFFERS)
+    history.admit([_Finalizer(lambda: history.admit([1], 2, 0, None))], 1, 0, None)
+    history.__init__(8, PROVEN_OFFERS)  # type: ignore[misc]
+    assert len(history) == 1 and history.admit([1], 3, 0, 1.5) == ([1], 0)  # offered at 2
 
 
 @pytest.mark.parametrize("form", FORMS)

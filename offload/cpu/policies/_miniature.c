@@ -41,7 +41,7 @@ typedef struct {
     long long turnovers, evicted;
     int has_average, has_age;
     double average, age;
-    int running; /* a request runs, or __init__ drops the blocks: a call back is refused */
+    int running; /* a request is being run: a call back into the model is refused */
 } Model;
 
 static PyObject *admit_name; /* "admit", interned */
@@ -402,12 +402,11 @@ Model_init(Model *self, PyObject *args, PyObject *kwds)
     KeyTable table;
     if (key_table_init(&table) < 0)
         return -1;
-    self->running = 1; /* a key's finalizer may call back while the old blocks go */
-    self->probation = self->protected = EMPTY_KEY_LIST;
-    key_table_free(&self->table);
-    self->running = 0;
+    KeyTable old = self->table; /* slots NULL before the first __init__ */
+    PyObject *old_offers = self->offers;
     self->table = table;
-    Py_XSETREF(self->offers, Py_NewRef(offers));
+    self->probation = self->protected = EMPTY_KEY_LIST;
+    self->offers = Py_NewRef(offers);
     self->slots = slots;
     self->protected_slots = protected_slots;
     self->gated = horizon != Py_None;
@@ -417,6 +416,9 @@ Model_init(Model *self, PyObject *args, PyObject *kwds)
     self->clock = self->evicted = 0;
     self->has_average = self->has_age = 0;
     self->hits = 0.0;
+    /* Last: a key's finalizer may call back, and finds the model whole and new. */
+    key_table_free(&old);
+    Py_XDECREF(old_offers);
     return 0;
 }
 

@@ -191,11 +191,13 @@ History_init(History *self, PyObject *args, PyObject *kwds)
     KeyTable table;
     if (key_table_init(&table) < 0)
         return -1;
-    self->recency = EMPTY_KEY_LIST;
-    key_table_free(&self->table);
+    KeyTable old = self->table; /* slots NULL before the first __init__ */
     self->table = table;
+    self->recency = EMPTY_KEY_LIST;
     self->limit = limit;
     self->proven = proven;
+    /* Last: a key's finalizer may call back, and finds the history whole and new. */
+    key_table_free(&old);
     return 0;
 }
 
