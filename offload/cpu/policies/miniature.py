@@ -160,7 +160,6 @@ class MiniatureDuel:
         "_flood_since",
         "_mask",
         "_references",
-        "_slots",
         "leader",
         "models",
     )
@@ -170,7 +169,6 @@ class MiniatureDuel:
         self._mask = rate - 1
         slots = max(1, capacity // rate)
         self.models = [Miniature(slots, candidate) for candidate in CANDIDATES]
-        self._slots = slots
         self._decay_per_block = 1.0 / (WINDOW_CAPACITIES * slots)
         self.leader: Candidate = CANDIDATES[0]
         self._references = 0
@@ -207,7 +205,7 @@ class MiniatureDuel:
         else:
             if self._flood_since is None:
                 self._flood_since = self._references
-            lasted = self._references - self._flood_since >= FLOOD_TURNOVERS * self._slots
+            lasted = self._references - self._flood_since >= FLOOD_TURNOVERS * best.slots
             switch = lasted or lead > FLOOD_NOISE * noise
         if switch:
             self.leader = best.candidate
