@@ -45,13 +45,15 @@ typedef struct {
     Py_ssize_t free;   /* the first free entry below high */
 } KeyTable;
 
+/* Fibonacci hashing's multiplier (miniature_model.py's _MIX): spreads sequential ids. */
+#define FIBONACCI_MIX 0x9E3779B97F4A7C15ULL
+
 static const KeyList EMPTY_KEY_LIST = {{KEY_NONE, KEY_NONE}, 0};
 
 static inline size_t
 key_home(const KeyTable *table, Py_hash_t hash)
 {
-    /* Fibonacci hashing: sequential ids spread over the table. */
-    return (size_t)(((uint64_t)hash * 0x9E3779B97F4A7C15ULL) >> table->shift);
+    return (size_t)(((uint64_t)hash * FIBONACCI_MIX) >> table->shift);
 }
 
 /* size empty slots (KEY_NONE), for PyMem_Free; NULL with a MemoryError. */

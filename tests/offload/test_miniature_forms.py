@@ -26,7 +26,7 @@ from tests.support.native import require_a_build_toolchain
 FORMS = [(BaseMiniature, BaseOfferHistory), (PyMiniature, PyOfferHistory)]
 
 
-def model_of(
+def new_model(
     form: tuple[type, type],
     slots: int,
     horizon: float | None,
@@ -59,7 +59,7 @@ def test_the_c_form_is_built_where_it_can_be() -> None:
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_scripted_run_stores_touches_protects_and_evicts(form: tuple[type, type]) -> None:
-    model = model_of(form, 4, None, protected_slots=2)
+    model = new_model(form, 4, None, protected_slots=2)
     model.run([1, 2, 3], 1.0, False)
     assert list(model.probation) == [3, 2, 1]  # head newest, the run's last block oldest
     model.run([1, 2], 0.5, False)  # both held: a hit of 2, reused into protected
@@ -74,7 +74,7 @@ def test_a_scripted_run_stores_touches_protects_and_evicts(form: tuple[type, typ
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_repeated_block_in_a_request_is_offered_once(form: tuple[type, type]) -> None:
-    model = model_of(form, 8, None)
+    model = new_model(form, 8, None)
     model.run([5, 6, 5, 6, 7], 1.0, False)
     assert sorted(model.probation) == [5, 6, 7] and len(model) == 3
 
@@ -82,18 +82,18 @@ def test_a_repeated_block_in_a_request_is_offered_once(form: tuple[type, type]) 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_bad_size_or_horizon_is_refused_by_name(form: tuple[type, type]) -> None:
     with pytest.raises(ValueError, match="slots must be >= 1"):
-        model_of(form, 0, None)
+        new_model(form, 0, None)
     with pytest.raises(ValueError, match="protected_slots in"):
-        model_of(form, 4, None, protected_slots=5)
+        new_model(form, 4, None, protected_slots=5)
     with pytest.raises(ValueError, match="horizon must be None or > 0"):
-        model_of(form, 4, 0.0)
+        new_model(form, 4, 0.0)
 
 
 @pytest.mark.parametrize("form", FORMS)
 def test_an_unhashable_block_is_a_type_error_and_the_model_still_runs(
     form: tuple[type, type],
 ) -> None:
-    model = model_of(form, 4, 2)
+    model = new_model(form, 4, 2)
     model.run([1, 2], 1.0, False)
     with pytest.raises(TypeError, match="unhashable"):
         model.run([1, [3]], 1.0, False)
@@ -122,7 +122,7 @@ class _Meddler:
 
 def test_the_c_form_refuses_a_call_back_from_a_keys_hash_and_stays_whole() -> None:
     require_a_build_toolchain()
-    model = model_of(FORMS[0], 4, None)
+    model = new_model(FORMS[0], 4, None)
     _Meddler.model = model
     with pytest.raises(RuntimeError, match="called back while it runs a request"):
         model.run([_Meddler(False)], 1.0, False)
@@ -142,7 +142,7 @@ class _Finalizer:
 
 def test_a_keys_finalizer_finds_a_reinitialised_model_whole_and_new() -> None:
     require_a_build_toolchain()
-    model = model_of(FORMS[0], 4, None)
+    model = new_model(FORMS[0], 4, None)
     model.run([_Finalizer(lambda: model.run([1], 1.0, False))], 1.0, False)
     model.__init__(4, None, 0, False, model.offers, 1)  # type: ignore[misc]
     assert list(model.probation) == [1]  # the finalizer's request, in the new model
@@ -158,7 +158,7 @@ def test_a_keys_finalizer_finds_a_reinitialised_history_whole_and_new() -> None:
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_key_whose_equality_raises_leaves_the_model_whole(form: tuple[type, type]) -> None:
-    model = model_of(form, 4, None, protected_slots=2)
+    model = new_model(form, 4, None, protected_slots=2)
     model.run([3, 4], 1.0, False)  # 3 hashes as the meddler does: a compare follows
     with pytest.raises(ArithmeticError, match="no comparing"):
         model.run([_Meddler(True), 4], 1.0, False)
@@ -195,8 +195,9 @@ def test_the_c_and_python_forms_hold_the_same(
     admit_continuations: bool,
     turnovers: int,
 ) -> None:
+    protected_slots = int(protected_share * slots)
     models = [
-        model_of(form, slots, horizon, int(protected_share * slots), admit_continuations, turnovers)
+        new_model(form, slots, horizon, protected_slots, admit_continuations, turnovers)
         for form in FORMS
     ]
     for request, decay, continues, clear in calls:

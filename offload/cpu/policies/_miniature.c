@@ -24,7 +24,6 @@
 #include "small_int.h"
 
 enum { PROBATION = 0, PROTECTED = 1 }; /* an entry's segment, in its count */
-#define SAMPLE_MIX 0x9E3779B97F4A7C15ULL /* miniature_model.py's _MIX */
 
 typedef struct {
     PyObject_HEAD
@@ -107,7 +106,7 @@ first_of_each(PyObject *const *items, const Py_hash_t *hashes, Py_ssize_t *order
     Py_ssize_t kept = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         Py_ssize_t item = order[j];
-        size_t i = (size_t)(((uint64_t)hashes[item] * SAMPLE_MIX) >> 32) & (size - 1);
+        size_t i = (size_t)(((uint64_t)hashes[item] * FIBONACCI_MIX) >> 32) & (size - 1);
         int repeated = 0;
         for (; seen[i] != KEY_NONE && !repeated; i = (i + 1) & (size - 1)) {
             Py_ssize_t other = seen[i];
@@ -203,34 +202,31 @@ store(Model *self, PyObject *new, long long clock)
 }
 
 /* One request's blocks (a tuple), head first, their hashes given: its lookup, touch and
- * store. -1 with an exception; the state stays whole (what was done before stays done). */
+ * store; where has room for n indices. -1 with an exception; the state stays whole (what was
+ * done before stays done). */
 static int
 run_request(Model *self, PyObject *const *items, const Py_hash_t *hashes, Py_ssize_t n,
-            double decay, int continues, Py_ssize_t *absent)
+            double decay, int continues, Py_ssize_t *where)
 {
     KeyTable *table = &self->table;
-    Py_ssize_t hit = 0;
-    for (; hit < n; hit++) {
+    /* Each block's entry, found once: the touch below moves entries between lists but adds
+     * or removes none, and no call back can change the table meanwhile. */
+    for (Py_ssize_t i = 0; i < n; i++) {
         size_t slot;
-        Py_ssize_t index = key_table_find(table, items[hit], hashes[hit], &slot);
-        if (index == -2)
+        where[i] = key_table_find(table, items[i], hashes[i], &slot);
+        if (where[i] == -2)
             return -1;
-        if (index == KEY_NONE)
-            break;
     }
+    Py_ssize_t hit = 0;
+    while (hit < n && where[hit] != KEY_NONE)
+        hit++;
     double kept = self->hits * decay;
     self->hits = kept + (double)hit;
     KeyList *segment = self->protected_slots ? &self->protected : &self->probation;
-    Py_ssize_t missing = 0;
-    for (Py_ssize_t i = n - 1; i >= 0; i--) {
-        size_t slot;
-        Py_ssize_t index = key_table_find(table, items[i], hashes[i], &slot);
-        if (index == -2)
-            return -1;
-        if (index == KEY_NONE) {
-            absent[missing++] = i;
+    for (Py_ssize_t i = n - 1; i >= 0; i--) { /* tail first, so the head ends newest */
+        Py_ssize_t index = where[i];
+        if (index == KEY_NONE)
             continue;
-        }
         KeyEntry *entry = &table->entries[index];
         key_list_unlink(table, entry->count == PROTECTED ? &self->protected : &self->probation,
                         index);
@@ -245,11 +241,11 @@ run_request(Model *self, PyObject *const *items, const Py_hash_t *hashes, Py_ssi
         table->entries[index].count = PROBATION;
         key_list_push(table, &self->probation, index, NEWEST);
     }
-    for (Py_ssize_t j = 0; j < missing / 2; j++) { /* head first */
-        Py_ssize_t swap = absent[j];
-        absent[j] = absent[missing - 1 - j];
-        absent[missing - 1 - j] = swap;
-    }
+    Py_ssize_t *absent = where; /* the missing blocks' positions, head first, in place */
+    Py_ssize_t missing = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (where[i] == KEY_NONE)
+            absent[missing++] = i;
     missing = first_of_each(items, hashes, absent, missing);
     if (missing < 0)
         return -1;
@@ -311,15 +307,15 @@ Model_run(Model *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyTuple_GET_SIZE(request);
     PyObject *const *items = &PyTuple_GET_ITEM(request, 0);
     Py_hash_t hashes_on_stack[ON_STACK];
-    Py_ssize_t absent_on_stack[ON_STACK];
+    Py_ssize_t where_on_stack[ON_STACK];
     Py_hash_t *hashes = hashes_on_stack;
-    Py_ssize_t *absent = absent_on_stack;
+    Py_ssize_t *where = where_on_stack;
     if (n > ON_STACK) {
         hashes = PyMem_Malloc((size_t)n * sizeof(Py_hash_t));
-        absent = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+        where = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
     }
     int status = -1;
-    if (hashes == NULL || absent == NULL) {
+    if (hashes == NULL || where == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -328,12 +324,12 @@ Model_run(Model *self, PyObject *const *args, Py_ssize_t nargs)
     for (; i < n && (hashes[i] = hash_of(items[i])) != -1; i++)
         ;
     if (i == n)
-        status = run_request(self, items, hashes, n, decay, continues, absent);
+        status = run_request(self, items, hashes, n, decay, continues, where);
     self->running = 0;
 done:
     if (n > ON_STACK) {
         PyMem_Free(hashes);
-        PyMem_Free(absent);
+        PyMem_Free(where);
     }
     Py_DECREF(request);
     if (status < 0)
@@ -573,7 +569,7 @@ sampled(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; kept != NULL && i < PyTuple_GET_SIZE(blocks); i++) {
         PyObject *key = PyTuple_GET_ITEM(blocks, i);
         Py_hash_t hash = hash_of(key);
-        if (hash == -1 || (((uint64_t)hash * SAMPLE_MIX >> 32 & mask) == 0 &&
+        if (hash == -1 || (((uint64_t)hash * FIBONACCI_MIX >> 32 & mask) == 0 &&
                            PyList_Append(kept, key) < 0))
             Py_CLEAR(kept);
     }
