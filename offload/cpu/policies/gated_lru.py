@@ -30,15 +30,18 @@ models refuse first, and the tier follows their verdict, not a guess.
 
 Eviction is the LRU's (tail of a chain before its head, a stored run's too)
 over the probation segment, the protected one's oldest only when probation
-has no idle block. The clock is the LRU's own order, which every touched,
-stored or refused block advances. Memory beyond the LRU's: the offer
-history, at most ``OFFERS_PER_SLOT * capacity`` hashes, a few numbers, the
-protected segment (resident blocks only, moved out of the LRU's tables), the
-miniatures, whose size does not grow with the tier (see
-``MiniatureDuel``), and, for a caller that names requests but never touches
-(vLLM 0.33's connector), what running requests met since their last store:
-at most ``MET_REQUESTS`` requests and ``MET_CAPACITIES`` tiers' worth of
-blocks beyond one request's own.
+has no idle block; within the protected segment, a block on a shared prefix
+(``SharedPrefixes``) goes back to probation first only once it is
+``SHARED_AGE_FACTOR`` times older than the others. The clock is the LRU's own
+order, which every touched, stored or refused block advances. Memory beyond
+the LRU's: the offer history, at most ``OFFERS_PER_SLOT * capacity`` hashes,
+a few numbers, the protected segment and what ``SharedPrefixes`` learnt
+(resident blocks only; the segment's are moved out of the LRU's tables), the
+miniatures, whose size does not grow with the tier (see ``MiniatureDuel``),
+and, for a caller that names requests but never touches (vLLM 0.33's
+connector), what running requests met since their last store: at most
+``MET_REQUESTS`` requests and ``MET_CAPACITIES`` tiers' worth of blocks beyond
+one request's own.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from offload.cpu.policies.miniature import MODEL_TURNOVERS, MiniatureDuel
 from offload.cpu.policies.miniature_model import demote_last, demote_overflow
 from offload.cpu.policies.offer_history import OfferHistory
 from offload.cpu.policies.residency import ResidencyAge
+from offload.cpu.policies.shared_prefix import SharedPrefixes
 from offload.cpu.request_recency import RequestRecency
 
 MET_REQUESTS = 4096
@@ -63,6 +67,11 @@ hundred at once); past it, or past ``MET_CAPACITIES`` tiers' worth of blocks, th
 request's blocks go to the models early."""
 MET_CAPACITIES = 4
 """Tiers' worth of blocks ``_met`` holds, at most (beyond a single request's own)."""
+SHARED_AGE_FACTOR = 8
+"""A protected block on a shared prefix goes back to probation before the other protected
+blocks only once it is this many times older than their oldest: it serves every chain that
+branches below it, but a prefix that none has used for that long (a document gone out of use)
+should not hold its slot for ever."""
 
 
 class GatedLRUCachePolicy(LRUCachePolicy):
@@ -92,6 +101,10 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         in none of the LRU's tables (the probation segment)."""
         self._protected_slots = 0
         """The leader's protected share of the capacity, in slots."""
+        self._shared: OrderedDict[BlockHash, int] = OrderedDict()
+        """Protected blocks on a shared prefix -> rank, oldest first; they outlast the
+        rest of the protected segment (``SHARED_AGE_FACTOR``)."""
+        self.shared_prefixes = SharedPrefixes()
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         block_hashes = list(block_hashes)
@@ -145,8 +158,10 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         The blocks also wait, in the order met, for the models (see ``_met``).
         """
         block_hashes = list(block_hashes)
-        protected = self._protected
-        super().observe([h for h in block_hashes if h not in protected], request)
+        protected, shared = self._protected, self._shared
+        super().observe(
+            [h for h in block_hashes if h not in protected and h not in shared], request
+        )
         waiting = self._met
         met = waiting.pop(request, None)
         if met is None:
@@ -185,12 +200,23 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self, n: int, protected: Container[BlockHash]
     ) -> list[tuple[BlockHash, Block]] | None:
         evicted = self._evict_probation(n, protected)
-        if evicted is None and self._protected and self._release_protected(n, protected):
+        if (
+            evicted is None
+            and (self._protected or self._shared)
+            and self._release_protected(n, protected)
+        ):
             evicted = self._evict_probation(n, protected)
+        if evicted:
+            for block_hash, _ in evicted:
+                self.shared_prefixes.forget(block_hash)
         return evicted
 
     def remove(self, block_hash: BlockHash) -> Block:
-        if self._protected.pop(block_hash, None) is None:
+        self.shared_prefixes.forget(block_hash)
+        if (
+            self._protected.pop(block_hash, None) is None
+            and self._shared.pop(block_hash, None) is None
+        ):
             return super().remove(block_hash)
         return self.blocks.pop(block_hash)
 
@@ -216,6 +242,8 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self._met_blocks = 0
         self._protected.clear()
         self._protected_slots = 0
+        self._shared.clear()
+        self.shared_prefixes.clear()
 
     def _take_met(self, request: RequestRecency | None) -> tuple[bool, list[BlockHash]] | None:
         """The request's wait in ``_met``, ended (None: it has none)."""
@@ -242,14 +270,26 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         ``reused`` (None: every resident block) are those that count as reused;
         the others only move to probation's newest end. A block still being
         written has not been used yet. The chain is walked tail first, so its
-        head ends newest, as in the LRU.
+        head ends newest, as in the LRU. Reused blocks on a shared prefix
+        (``SharedPrefixes``) join ``_shared`` instead, which outlasts the rest of
+        the protected segment (``_demote_overflow``).
         """
         used, placed, protected, resident = self._used, self._placed, self._protected, self.blocks
+        shared, branching = self._shared, self.shared_prefixes
+        hit = 0
+        for block_hash in block_hashes:
+            if not _counts_as_reused(resident.get(block_hash), block_hash, reused):
+                break
+            hit += 1
+        branching.note_hit(block_hashes, hit)
         order = self._order
         for block_hash in reversed(block_hashes):
             if block_hash in protected:
-                protected.move_to_end(block_hash)
-                segment = protected
+                del protected[block_hash]
+                segment = shared if block_hash in branching else protected
+            elif block_hash in shared:
+                del shared[block_hash]
+                segment = shared
             elif block_hash in used:
                 del used[block_hash]
                 segment = used
@@ -258,18 +298,27 @@ class GatedLRUCachePolicy(LRUCachePolicy):
                 segment = used
             else:
                 continue
-            if (
-                segment is used
-                and resident[block_hash].ref >= 0
-                and (reused is None or block_hash in reused)
-            ):
-                segment = protected
+            if segment is used and _counts_as_reused(resident[block_hash], block_hash, reused):
+                segment = shared if block_hash in branching else protected
             order += 1
             segment[block_hash] = order << _POSITION_BITS
         self._order = order
-        demote_overflow(protected, used, self._protected_slots, order << _POSITION_BITS)
+        self._demote_overflow(order << _POSITION_BITS)
         if placed:
             self._compact()
+
+    def _demote_overflow(self, rank: int) -> None:
+        """SLRU's demotion (``demote_overflow``) over both protected parts: the oldest of
+        ``_protected`` leaves first unless ``_shared``'s oldest is over ``SHARED_AGE_FACTOR``
+        times older."""
+        protected, shared = self._protected, self._shared
+        for _ in range(len(protected) + len(shared) - self._protected_slots):
+            segment = protected if protected else shared
+            if protected and shared:
+                age = rank - next(iter(protected.values()))
+                if rank - next(iter(shared.values())) > SHARED_AGE_FACTOR * age:
+                    segment = shared
+            demote_overflow(segment, self._used, len(segment) - 1, rank)
 
     def _release_protected(self, n: int, protected: Container[BlockHash]) -> bool:
         """Move protected blocks to probation's eviction end so that n idle blocks can leave.
@@ -284,14 +333,24 @@ class GatedLRUCachePolicy(LRUCachePolicy):
             for block_hash in chain(self._used, self._placed)
             if resident[block_hash].ref == 0 and block_hash not in protected
         )
-        oldest_first = {block_hash: resident[block_hash] for block_hash in self._protected}
+        oldest_first = {
+            block_hash: resident[block_hash] for block_hash in chain(self._protected, self._shared)
+        }
         released = take_idle(oldest_first, protected, n - idle)
         if len(released) < n - idle:
             return False
         used = self._used
         floor = next(iter(used.values()), self._order << _POSITION_BITS)
         for block_hash, _ in released:
-            del self._protected[block_hash]
+            if self._protected.pop(block_hash, None) is None:
+                del self._shared[block_hash]
             used[block_hash] = floor
             used.move_to_end(block_hash, last=False)
         return True
+
+
+def _counts_as_reused(
+    block: Block | None, block_hash: BlockHash, reused: Container[BlockHash] | None
+) -> bool:
+    """The block is resident, written, and among ``reused`` (None: every resident block)."""
+    return block is not None and block.ref >= 0 and (reused is None or block_hash in reused)
