@@ -275,18 +275,18 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         the protected segment (``_demote_overflow``).
         """
         used, placed, protected, resident = self._used, self._placed, self._protected, self.blocks
-        shared, branching = self._shared, self.shared_prefixes
+        shared, prefixes = self._shared, self.shared_prefixes
         hit = 0
         for block_hash in block_hashes:
             if not _counts_as_reused(resident.get(block_hash), block_hash, reused):
                 break
             hit += 1
-        branching.note_hit(block_hashes, hit)
+        prefixes.note_hit(block_hashes, hit)
         order = self._order
         for block_hash in reversed(block_hashes):
             if block_hash in protected:
                 del protected[block_hash]
-                segment = shared if block_hash in branching else protected
+                segment = shared if block_hash in prefixes else protected
             elif block_hash in shared:
                 del shared[block_hash]
                 segment = shared
@@ -299,7 +299,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
             else:
                 continue
             if segment is used and _counts_as_reused(resident[block_hash], block_hash, reused):
-                segment = shared if block_hash in branching else protected
+                segment = shared if block_hash in prefixes else protected
             order += 1
             segment[block_hash] = order << _POSITION_BITS
         self._order = order
