@@ -55,7 +55,7 @@ from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import take_idle
 from offload.cpu.policies.lru import _POSITION_BITS, LRUCachePolicy
 from offload.cpu.policies.miniature import MODEL_TURNOVERS, MiniatureDuel
-from offload.cpu.policies.miniature_model import demote_last, demote_overflow
+from offload.cpu.policies.miniature_model import demote_last
 from offload.cpu.policies.offer_history import OfferHistory
 from offload.cpu.policies.residency import ResidencyAge
 from offload.cpu.policies.shared_prefix import SharedPrefixes
@@ -213,10 +213,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
 
     def remove(self, block_hash: BlockHash) -> Block:
         self.shared_prefixes.forget(block_hash)
-        if (
-            self._protected.pop(block_hash, None) is None
-            and self._shared.pop(block_hash, None) is None
-        ):
+        if not self._unprotect(block_hash):
             return super().remove(block_hash)
         return self.blocks.pop(block_hash)
 
@@ -308,9 +305,9 @@ class GatedLRUCachePolicy(LRUCachePolicy):
             self._compact()
 
     def _demote_overflow(self, rank: int) -> None:
-        """SLRU's demotion (``demote_overflow``) over both protected parts: the oldest of
-        ``_protected`` leaves first unless ``_shared``'s oldest is over ``SHARED_AGE_FACTOR``
-        times older."""
+        """SLRU's demotion over both protected parts, one block at a time to probation's
+        newest end at ``rank``: the oldest of ``_protected`` leaves first unless ``_shared``'s
+        oldest is over ``SHARED_AGE_FACTOR`` times older."""
         protected, shared = self._protected, self._shared
         for _ in range(len(protected) + len(shared) - self._protected_slots):
             segment = protected if protected else shared
@@ -318,7 +315,15 @@ class GatedLRUCachePolicy(LRUCachePolicy):
                 age = rank - next(iter(protected.values()))
                 if rank - next(iter(shared.values())) > SHARED_AGE_FACTOR * age:
                     segment = shared
-            demote_overflow(segment, self._used, len(segment) - 1, rank)
+            block_hash, _ = segment.popitem(last=False)
+            self._used[block_hash] = rank
+
+    def _unprotect(self, block_hash: BlockHash) -> bool:
+        """Take the block out of whichever protected part holds it; False: neither does."""
+        return (
+            self._protected.pop(block_hash, None) is not None
+            or self._shared.pop(block_hash, None) is not None
+        )
 
     def _release_protected(self, n: int, protected: Container[BlockHash]) -> bool:
         """Move protected blocks to probation's eviction end so that n idle blocks can leave.
@@ -342,8 +347,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         used = self._used
         floor = next(iter(used.values()), self._order << _POSITION_BITS)
         for block_hash, _ in released:
-            if self._protected.pop(block_hash, None) is None:
-                del self._shared[block_hash]
+            self._unprotect(block_hash)
             used[block_hash] = floor
             used.move_to_end(block_hash, last=False)
         return True
