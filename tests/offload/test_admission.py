@@ -201,6 +201,18 @@ def test_a_caller_that_never_touches_feeds_the_models_what_each_request_met() ->
     assert not policy._met and policy._met_blocks == 0
 
 
+def test_a_cold_store_after_a_request_that_hit_whole_reaches_the_models_as_itself() -> None:
+    """A request found whole stores nothing, so its touch is still pending when the next
+    request, which hit nothing and so was never touched, stores: the models must see both."""
+    manager, policy = gated(64)
+    replay(manager, list(range(8)))
+    replay(manager, list(range(8)))  # every block hit: touched, nothing stored
+    replay(manager, [20, 21, 22])  # nothing hit: not touched, stored whole
+    for model in policy.duel.models:
+        assert 7 < model.hits <= 8  # the whole hit, decayed by the three blocks after it
+        assert all(block_hash in model for block_hash in (20, 21, 22))
+
+
 def test_a_request_that_only_loads_reaches_the_models_when_it_finishes() -> None:
     manager, policy = gated(64)
     _named(manager, list(range(8)), RequestRecency(lambda _: None))

@@ -181,6 +181,9 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         # A request that hit was touched whole, or met its blocks by loads and offers that
         # named it; one that did neither is offered whole.
         met = self._take_met(request)
+        if self._touched is not None and block_hashes and block_hashes[0] not in self._touched:
+            # The touched request was found whole and stored nothing: this store is another's.
+            self._feed_touched()
         if self._touched is not None:
             continues, stream = self._continues, self._touched
             self._touched = None
