@@ -42,6 +42,9 @@ class Profile:
     """Sessions that may still continue; the oldest is dropped beyond this."""
     turn_blocks: tuple[int, int]
     """New blocks per turn, inclusive range."""
+    repeat: float = 0.0
+    """A request resends a prompt of the catalogue (the first ``documents`` prompts sent)
+    exactly, partial block and all, once the catalogue is full."""
 
 
 PROFILES: dict[str, Profile] = {
@@ -49,6 +52,7 @@ PROFILES: dict[str, Profile] = {
     "rag": Profile(0.5, 0.02, 0.8, 2, 300, 0.9, 200, (2, 6)),
     "agent": Profile(0.15, 0.01, 0.3, 8, 40, 1.2, 60, (1, 4)),
     "scan": Profile(0.3, 0.25, 0.2, 3, 80, 1.0, 300, (1, 10)),
+    "repeat": Profile(0.5, 0.02, 0.3, 4, 400, 0.8, 200, (2, 8), repeat=0.6),
 }
 
 
@@ -77,8 +81,12 @@ def generate(profile: Profile, requests: int, seed: int) -> Iterator[list[int]]:
     systems = [ids.take(rng.randint(1, 6)) for _ in range(profile.system_prompts)]
     documents = [ids.take(rng.randint(4, 30)) for _ in range(profile.documents)]
     sessions: list[list[int]] = []  # most recently active last; each ends in a partial block
+    catalogue: list[list[int]] = []
     low, high = profile.turn_blocks
     for _ in range(requests):
+        if len(catalogue) == profile.documents and rng.random() < profile.repeat:
+            yield list(catalogue[_zipf_pick(rng, len(catalogue), profile.zipf)])
+            continue
         draw = rng.random()
         if draw < profile.scan:
             yield ids.take(rng.randint(40, 200))
@@ -95,6 +103,8 @@ def generate(profile: Profile, requests: int, seed: int) -> Iterator[list[int]]:
         sessions.append(chain)
         if len(sessions) > profile.active_sessions:
             sessions.pop(0)
+        if profile.repeat and len(catalogue) < profile.documents:
+            catalogue.append(list(chain))
         yield list(chain)
 
 
