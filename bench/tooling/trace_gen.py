@@ -84,7 +84,8 @@ def generate(profile: Profile, requests: int, seed: int) -> Iterator[list[int]]:
     catalogue: list[list[int]] = []
     low, high = profile.turn_blocks
     for _ in range(requests):
-        if len(catalogue) == profile.documents and rng.random() < profile.repeat:
+        full = profile.repeat and len(catalogue) == profile.documents
+        if full and rng.random() < profile.repeat:
             yield list(catalogue[_zipf_pick(rng, len(catalogue), profile.zipf)])
             continue
         draw = rng.random()
