@@ -51,6 +51,17 @@ def test_the_tier_evicts_a_stored_run_tail_first() -> None:
     assert manager.lookup([1]) == 1
 
 
+def test_a_prompt_sent_again_keeps_its_last_block_in_line() -> None:
+    manager = CPUOffloadingManager(16, 4, "gated")
+    replay(manager, [1, 2])  # 2 ends the prompt: ranked first to go
+    replay(manager, [3, 4, 5])  # room for one: 2 leaves; 5 is now first to go
+    assert manager.lookup([1, 2]) == 1
+    replay(manager, [1, 2])  # sent again: 5 leaves for 2, which ended a store before
+    out = manager.prepare_store([9])
+    assert out is not None
+    assert out.block_hashes_evicted == [4]  # the other run's tail, not the resent prompt's end
+
+
 def test_a_gated_model_refuses_first_offers_once_it_has_turned_over() -> None:
     model = Miniature(2, Candidate(2, 0.0))
     model.run([1, 2], 1.0, False)  # free slots: admitted

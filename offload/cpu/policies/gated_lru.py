@@ -37,6 +37,7 @@ order, which every touched, stored or refused block advances. Memory beyond
 the LRU's: the offer history, at most ``OFFERS_PER_SLOT * capacity`` hashes,
 a few numbers, the protected segment and what ``SharedPrefixes`` learnt
 (resident blocks only; the segment's are moved out of the LRU's tables), the
+last blocks of the latest ``capacity`` stores (``PromptEnds``), the
 miniatures, whose size does not grow with the tier (see ``MiniatureDuel``),
 and, for a caller that names requests but never touches (vLLM 0.33's
 connector), what running requests met since their last store: at most
@@ -57,6 +58,7 @@ from offload.cpu.policies.lru import _POSITION_BITS, LRUCachePolicy
 from offload.cpu.policies.miniature import MODEL_TURNOVERS, MiniatureDuel
 from offload.cpu.policies.miniature_model import demote_last
 from offload.cpu.policies.offer_history import OfferHistory
+from offload.cpu.policies.prompt_ends import PromptEnds
 from offload.cpu.policies.residency import ResidencyAge
 from offload.cpu.policies.shared_prefix import SharedPrefixes
 from offload.cpu.request_recency import RequestRecency
@@ -105,6 +107,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         """Protected blocks on a shared prefix -> rank, oldest first; they outlast the
         rest of the protected segment (``SHARED_AGE_FACTOR``)."""
         self.shared_prefixes = SharedPrefixes()
+        self.prompt_ends = PromptEnds(capacity)
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         block_hashes = list(block_hashes)
@@ -126,15 +129,18 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         would strand the rest of the run where no lookup reaches it. A store
         ends where its prompt ends, in a block the next turn sees under a new
         hash (a partial block, completed later): it is the block least likely
-        to be loaded, so it goes to the eviction end. A store that names its
-        request is ranked by the request instead (vLLM's connector, which
-        never stores a partial block).
+        to be loaded, so it goes to the eviction end, unless a recent store
+        ended in it too (``PromptEnds``): then the prompt was sent again, and
+        will be again. A store that names its request is ranked by the
+        request instead (vLLM's connector, which never stores a partial
+        block).
         """
         if request is not None:
             super().insert(block_hashes, blocks, request)
             return
         super().insert(block_hashes[::-1], blocks[::-1])
-        demote_last(self._used, block_hashes[-1])
+        if not self.prompt_ends.ended_before(block_hashes[-1]):
+            demote_last(self._used, block_hashes[-1])
 
     def finish(
         self,
@@ -244,6 +250,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self._protected_slots = 0
         self._shared.clear()
         self.shared_prefixes.clear()
+        self.prompt_ends.clear()
 
     def _take_met(self, request: RequestRecency | None) -> tuple[bool, list[BlockHash]] | None:
         """The request's wait in ``_met``, ended (None: it has none)."""
