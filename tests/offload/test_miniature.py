@@ -17,6 +17,7 @@ from offload.cpu.policies.miniature import (
     MiniatureDuel,
     sampling_rate,
 )
+from offload.cpu.policies.miniature_model import sampled
 from offload.cpu.policies.offer_history import OFFERS_PER_SLOT
 from offload.sim.workload import run_request as replay
 
@@ -256,6 +257,43 @@ def test_admit_everything_takes_over_from_a_gate_only_beyond_three_times_the_noi
     gate.hits = 185.0  # back to the gate: 25 ahead, 1.4 times sqrt(345)
     duel.run([10**9 + 2], False)
     assert duel.leader == gate.candidate
+
+
+def test_the_unbounded_gate_takes_over_from_a_horizon_only_beyond_three_times_the_noise() -> None:
+    """It stores every block offered twice, however long ago: leaving a horizon for it floods
+    the tier as admit-everything does. Going back, or between horizons, needs once the noise."""
+    duel = MiniatureDuel(16)
+    bounded = model_of(duel, duel.leader)
+    unbounded = model_of(duel, Candidate(inf, 0.25))
+    shorter = model_of(duel, Candidate(1, 0.25))
+    assert bounded.candidate.horizon == 2
+    bounded.hits, unbounded.hits = 100.0, 140.0  # 40: 2.6 times sqrt(240)
+    duel.run([10**9], False)
+    assert duel.leader == bounded.candidate
+    unbounded.hits = 160.0  # 60: 3.8 times sqrt(260)
+    duel.run([10**9 + 1], False)
+    assert duel.leader == unbounded.candidate
+    shorter.hits = 185.0  # back to a horizon: 25 ahead, 1.4 times sqrt(345)
+    duel.run([10**9 + 2], False)
+    assert duel.leader == shorter.candidate
+
+
+def test_openness_ranks_a_horizon_below_none_below_admitting_everything() -> None:
+    assert [Candidate(h, 0.25).openness for h in (1, 2, inf, None)] == [0, 0, 1, 2]
+    assert Candidate(2, 0.25, True).openness == Candidate(2, 0.25).openness
+
+
+def test_a_sampled_model_demotes_a_stored_block_only_where_the_prompt_ends() -> None:
+    duel = MiniatureDuel(4 * MODEL_SLOTS)  # one block in four
+    mask = sampling_rate(4 * MODEL_SLOTS) - 1
+    assert mask == 3
+    ends = [b for b in range(10**6, 10**6 + 200) if sampled([b], mask)]
+    middles = [b for b in range(2 * 10**6, 2 * 10**6 + 200) if not sampled([b], mask)]
+    model = duel.models[1]  # admit-everything: every block is stored
+    assert model.candidate.horizon is None
+    duel.run([ends[0], ends[1]], False)  # the prompt ends in a sampled block
+    duel.run([ends[2], ends[3], middles[0]], False)  # it ends in a block the sample leaves out
+    assert list(model.probation) == [ends[1], ends[0], ends[3], ends[2]]
 
 
 def test_admit_everything_takes_over_from_a_gate_once_its_lead_beyond_the_noise_lasts() -> None:

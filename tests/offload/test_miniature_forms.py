@@ -73,6 +73,18 @@ def test_a_scripted_run_stores_touches_protects_and_evicts(form: tuple[type, typ
 
 
 @pytest.mark.parametrize("form", FORMS)
+def test_a_sample_without_the_requests_end_demotes_nothing(form: tuple[type, type]) -> None:
+    ends, middle = new_model(form, 8, None), new_model(form, 8, None)
+    for request in ([1, 2], [5, 6]):
+        ends.run(request, 1.0, False)
+        middle.run(request, 1.0, False, False)  # each request went on, unsampled
+    assert list(ends.probation) == [6, 2, 1, 5]  # 6 ended the prompt: first to go
+    assert list(middle.probation) == [2, 1, 6, 5]  # 6 stands where the tier keeps it
+    with pytest.raises(TypeError, match="run"):
+        middle.run([1], 1.0, False, True, None)
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_a_repeated_block_in_a_request_is_offered_once(form: tuple[type, type]) -> None:
     model = new_model(form, 8, None)
     model.run([5, 6, 5, 6, 7], 1.0, False)
@@ -173,6 +185,7 @@ requests = st.lists(
         st.lists(keys, max_size=10),
         st.sampled_from([1.0, 0.9, 0.5]),  # decay
         st.booleans(),  # the tier held the head
+        st.booleans(),  # the sample holds the request's end
         st.integers(0, 30),  # 0: both clear first
     ),
     max_size=60,
@@ -200,11 +213,11 @@ def test_the_c_and_python_forms_hold_the_same(
         new_model(form, slots, horizon, protected_slots, admit_continuations, turnovers)
         for form in FORMS
     ]
-    for request, decay, continues, clear in calls:
+    for request, decay, continues, ends, clear in calls:
         for model in models:
             if clear == 0:
                 model.clear()
-            model.run(request, decay, continues)
+            model.run(request, decay, continues, ends)
         assert state_of(models[0]) == state_of(models[1])
         assert len(models[0]) <= slots and len(models[0].protected) <= models[0].protected_slots
 

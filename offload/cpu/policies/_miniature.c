@@ -168,9 +168,9 @@ admitted(Model *self, PyObject *offered, long long now, int continues)
 }
 
 /* Store the blocks of new (tail first, so the head is newest), the chain's last block then
- * ranked as probation's oldest; -1 with an exception (a key's hash, memory). */
+ * ranked as probation's oldest if demote; -1 with an exception (a key's hash, memory). */
 static int
-store(Model *self, PyObject *new, long long clock)
+store(Model *self, PyObject *new, long long clock, int demote)
 {
     KeyTable *table = &self->table;
     Py_ssize_t n = PyList_GET_SIZE(new), last = KEY_NONE;
@@ -192,7 +192,7 @@ store(Model *self, PyObject *new, long long clock)
         if (j == n - 1)
             last = index;
     }
-    if (last != KEY_NONE) {
+    if (last != KEY_NONE && demote) {
         long long oldest = table->entries[self->probation.end[OLDEST]].time;
         key_list_unlink(table, &self->probation, last);
         key_list_push(table, &self->probation, last, OLDEST);
@@ -202,11 +202,11 @@ store(Model *self, PyObject *new, long long clock)
 }
 
 /* One request's blocks (a tuple), head first, their hashes given: its lookup, touch and
- * store; where has room for n indices. -1 with an exception; the state stays whole (what was
- * done before stays done). */
+ * store, its last stored block demoted if ends (see the Python form); where has room for n
+ * indices. -1 with an exception; the state stays whole (what was done before stays done). */
 static int
 run_request(Model *self, PyObject *const *items, const Py_hash_t *hashes, Py_ssize_t n,
-            double decay, int continues, Py_ssize_t *where)
+            double decay, int continues, int ends, Py_ssize_t *where)
 {
     KeyTable *table = &self->table;
     /* Each block's entry, found once: the touch below moves entries between lists but adds
@@ -278,19 +278,19 @@ run_request(Model *self, PyObject *const *items, const Py_hash_t *hashes, Py_ssi
             evict_oldest(self, &self->protected);
         observe_eviction(self, self->clock - oldest, excess);
     }
-    int status = store(self, new, self->clock);
+    int status = store(self, new, self->clock, ends);
     Py_DECREF(new);
     return status;
 }
 
 #define ON_STACK 64 /* a request of at most this many blocks needs no allocation */
 
-/* run(request, decay, continues) */
+/* run(request, decay, continues, ends=True) */
 static PyObject *
 Model_run(Model *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "run() takes (request, decay, continues)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run() takes (request, decay, continues[, ends])");
         return NULL;
     }
     if (model_ready(self) < 0)
@@ -300,6 +300,9 @@ Model_run(Model *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     int continues = PyObject_IsTrue(args[2]);
     if (continues < 0)
+        return NULL;
+    int ends = nargs == 4 ? PyObject_IsTrue(args[3]) : 1;
+    if (ends < 0)
         return NULL;
     PyObject *request = PySequence_Tuple(args[0]);
     if (request == NULL)
@@ -324,7 +327,7 @@ Model_run(Model *self, PyObject *const *args, Py_ssize_t nargs)
     for (; i < n && (hashes[i] = hash_of(items[i])) != -1; i++)
         ;
     if (i == n)
-        status = run_request(self, items, hashes, n, decay, continues, where);
+        status = run_request(self, items, hashes, n, decay, continues, ends, where);
     self->running = 0;
 done:
     if (n > ON_STACK) {

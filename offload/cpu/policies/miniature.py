@@ -46,6 +46,16 @@ class Candidate(NamedTuple):
     request continues a chain the tier serves (a live conversation, say), so what it adds
     is the next turn's prefix."""
 
+    @property
+    def openness(self) -> int:
+        """How much of what it is offered this candidate may store, as a rank: 0 for a
+        gate with a horizon, 1 for the gate without one (every second offer), 2 for
+        admitting everything. Moving to a more open candidate floods the tier
+        (``FLOOD_NOISE``)."""
+        if self.horizon is None:
+            return 2
+        return 1 if self.horizon == inf else 0
+
     def oldest_offer(self, now: int, age: float | None, continues: bool) -> float | None:
         """The earliest previous offer that earns a block a slot at ``now``; None admits
         every block: this candidate has no gate, the tier has no residency age yet (it
@@ -95,15 +105,18 @@ more (``GatedLRUCachePolicy``): by the time it could refuse a block, the gate
 models have refused blocks for a whole turnover, so where refusing loses
 (sessions that return at once), the duel has already left the gate."""
 FLOOD_NOISE = 3.0
-"""Times the noise by which admit-everything must lead to take over from a gate (any other
-change needs a lead of once the noise). Leaving a gate floods the tier: what it then stores
-evicts the selection the gate built, which no switch back restores, while leaving
-admit-everything for a gate only starts refusing. And the evidence against a gate comes
-first: just after the models' gates start refusing, they show the cost (refused blocks that
-return soon) before the gain (what their selection keeps), so a few whole-prefix hits could
-otherwise tip the tier into flooding for a whole window of hits."""
+"""Times the noise by which a more open candidate (``Candidate.openness``: admit-everything
+over any gate, the gate without a horizon over one with) must lead to take over (any other
+change needs a lead of once the noise). Opening the gate floods the tier: what it then
+stores (every block, or every block offered twice however long ago) evicts the selection
+the stricter gate built, which no switch back restores, while a stricter gate only starts
+refusing. A workload whose phases favour each in turn shows this most: the open candidate's
+model leads through one phase, and the tier, flooded, pays in the next. And the evidence
+against a gate comes first: just after the models' gates start refusing, they show the cost
+(refused blocks that return soon) before the gain (what their selection keeps), so a few
+whole-prefix hits could otherwise tip the tier into flooding for a whole window of hits."""
 FLOOD_TURNOVERS = WINDOW_CAPACITIES // 4
-"""Model turnovers for which admit-everything leading a gate by more than once the noise
+"""Model turnovers for which a more open candidate leading by more than once the noise
 takes over all the same: a lead that lasts a quarter of the window the hits count over is
 the workload's, not the gates' start-up cost (which shows for a turnover or so), and where
 admit-everything is right (sessions that come back at once) waiting for three times the noise
@@ -145,11 +158,10 @@ class MiniatureDuel:
 
     The tier changes candidate only when another model is ahead by more than
     the noise of two hit counts (the square root of their sum, a count's
-    standard deviation), ``FLOOD_NOISE`` times that from a gate to
-    admit-everything unless that lead beyond the noise has lasted
-    ``FLOOD_TURNOVERS`` model turnovers: a change costs the tier more than
-    either model shows, since the segment or the gate it drops is rebuilt
-    only over time.
+    standard deviation), ``FLOOD_NOISE`` times that to a more open candidate
+    unless that lead beyond the noise has lasted ``FLOOD_TURNOVERS`` model
+    turnovers: a change costs the tier more than either model shows, since
+    the segment or the gate it drops is rebuilt only over time.
 
     Memory: ``len(CANDIDATES)`` models of at most ``2 * MODEL_SLOTS`` slots
     each, whatever the tier's capacity.
@@ -174,13 +186,15 @@ class MiniatureDuel:
         self._references = 0
         """Sampled blocks run so far: the models' clock for how long a lead lasts."""
         self._flood_since: int | None = None
-        """Since when (in ``_references``) admit-everything has led the gate the tier
-        follows by more than the noise; None while it does not."""
+        """Since when (in ``_references``) a more open candidate has led the one the tier
+        follows by more than the noise; None while none does."""
 
     def run(self, request: Sequence[BlockHash], continues: bool) -> None:
         """Feed one request (head first) to every model and follow the leader;
         ``continues``: its first block was held in the tier."""
+        ends = True
         if self._mask:
+            ends = bool(request) and bool(sampled(request[-1:], self._mask))
             request = sampled(request, self._mask)
             if not request:
                 return
@@ -188,7 +202,7 @@ class MiniatureDuel:
         decay = max(0.0, 1.0 - len(request) * self._decay_per_block)
         leader = None
         for model in self.models:
-            model.run(request, decay, continues)
+            model.run(request, decay, continues, ends)
             if model.candidate == self.leader:
                 leader = model
         best = max(self.models, key=_hits)
@@ -196,7 +210,7 @@ class MiniatureDuel:
             self.leader = best.candidate
             return
         lead, noise = best.hits - leader.hits, sqrt(best.hits + leader.hits)
-        if best.candidate.horizon is not None or leader.candidate.horizon is None:
+        if best.candidate.openness <= leader.candidate.openness:
             self._flood_since = None
             switch = lead > noise
         elif lead <= noise:

@@ -95,13 +95,21 @@ class PyMiniature:
     def __contains__(self, block_hash: object) -> bool:
         return block_hash in self.probation or block_hash in self.protected
 
-    def run(self, request: Sequence[BlockHash], decay: float, continues: bool) -> None:
+    def run(
+        self, request: Sequence[BlockHash], decay: float, continues: bool, ends: bool = True
+    ) -> None:
         """One request's sampled blocks, head first: its lookup, touch and store.
 
         ``continues`` is the tier's verdict (the request's first block was held), not the
         model's: a sample may leave out a request's head, and a shared system prompt left
         out would make every request look cold to the model while the tier sees each one
         continue, so the model would rank a candidate the tier does not run.
+
+        ``ends``: the sample holds the request's last block. Only then is the last block
+        the model stores the one the tier ranks oldest (``demote_last``); otherwise it
+        stands in the middle of the tier's stored run, which the tier keeps as long as the
+        rest, and demoting it would cost the model one of the few blocks it samples of
+        every stored request, a loss the tier does not have.
         """
         probation, protected = self.probation, self.protected
         hit = 0
@@ -142,7 +150,7 @@ class PyMiniature:
             self.residency.observe(clock - oldest, excess)
         for block_hash in reversed(new):  # head newest, as the tier ranks a stored run
             probation[block_hash] = clock
-        if new:
+        if new and ends:
             demote_last(probation, new[-1])
         self.clock = clock
 
