@@ -194,7 +194,7 @@ class MiniatureDuel:
         ``continues``: its first block was held in the tier."""
         ends = True
         if self._mask:
-            ends = bool(request) and bool(sampled(request[-1:], self._mask))
+            ends = bool(sampled(request[-1:], self._mask))
             request = sampled(request, self._mask)
             if not request:
                 return
