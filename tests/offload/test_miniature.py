@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from math import inf, sqrt
 
+import pytest
+
 from offload import CPUOffloadingManager
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.miniature import (
@@ -241,41 +243,33 @@ def test_the_duel_keeps_its_leader_while_the_lead_is_noise() -> None:
     assert duel.leader == challenger.candidate
 
 
-def test_admit_everything_takes_over_from_a_gate_only_beyond_three_times_the_noise() -> None:
-    """Leaving a gate floods the tier, which no switch back undoes: the lead must be
-    FLOOD_NOISE (3) times the noise. Leaving admit-everything for a gate needs once the noise."""
+@pytest.mark.parametrize(
+    ("opener", "stricter"),
+    [
+        (Candidate(None, 0.5), CANDIDATES[0]),  # admit everything, then back to the gate
+        (Candidate(inf, 0.25), Candidate(1, 0.25)),  # no horizon, then a horizon again
+    ],
+)
+def test_a_more_open_candidate_takes_over_only_beyond_three_times_the_noise(
+    opener: Candidate, stricter: Candidate
+) -> None:
+    """Opening the gate (to admit everything, or to no horizon: every block offered twice,
+    however long ago) floods the tier, which no switch back undoes: the lead must be
+    FLOOD_NOISE (3) times the noise. A stricter gate needs once the noise."""
     duel = MiniatureDuel(16)
     gate = model_of(duel, duel.leader)
-    everything = model_of(duel, Candidate(None, 0.5))
-    assert gate.candidate.horizon is not None
-    gate.hits, everything.hits = 100.0, 140.0  # 40: 2.6 times sqrt(240)
+    flood = model_of(duel, opener)
+    back = model_of(duel, stricter)
+    assert gate.candidate.horizon == 2
+    gate.hits, flood.hits = 100.0, 140.0  # 40: 2.6 times sqrt(240)
     duel.run([10**9], False)
     assert duel.leader == gate.candidate
-    everything.hits = 160.0  # 60: 3.8 times sqrt(260)
+    flood.hits = 160.0  # 60: 3.8 times sqrt(260)
     duel.run([10**9 + 1], False)
-    assert duel.leader == everything.candidate
-    gate.hits = 185.0  # back to the gate: 25 ahead, 1.4 times sqrt(345)
+    assert duel.leader == opener
+    back.hits = 185.0  # back to a stricter gate: 25 ahead, 1.4 times sqrt(345)
     duel.run([10**9 + 2], False)
-    assert duel.leader == gate.candidate
-
-
-def test_the_unbounded_gate_takes_over_from_a_horizon_only_beyond_three_times_the_noise() -> None:
-    """It stores every block offered twice, however long ago: leaving a horizon for it floods
-    the tier as admit-everything does. Going back, or between horizons, needs once the noise."""
-    duel = MiniatureDuel(16)
-    bounded = model_of(duel, duel.leader)
-    unbounded = model_of(duel, Candidate(inf, 0.25))
-    shorter = model_of(duel, Candidate(1, 0.25))
-    assert bounded.candidate.horizon == 2
-    bounded.hits, unbounded.hits = 100.0, 140.0  # 40: 2.6 times sqrt(240)
-    duel.run([10**9], False)
-    assert duel.leader == bounded.candidate
-    unbounded.hits = 160.0  # 60: 3.8 times sqrt(260)
-    duel.run([10**9 + 1], False)
-    assert duel.leader == unbounded.candidate
-    shorter.hits = 185.0  # back to a horizon: 25 ahead, 1.4 times sqrt(345)
-    duel.run([10**9 + 2], False)
-    assert duel.leader == shorter.candidate
+    assert duel.leader == stricter
 
 
 def test_openness_ranks_a_horizon_below_none_below_admitting_everything() -> None:
