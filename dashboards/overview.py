@@ -207,6 +207,29 @@ def _why() -> list[Panel]:
             percent=True,
         ),
         timeseries_panel(
+            "Admission candidates (gated)",
+            "Under the gated policy: the recent hit ratio of the tier's small model of each "
+            "admission candidate (a hash sample of the traffic, at the same share of the "
+            "capacity), and the candidate the tier runs as. Read it as: which admission rule "
+            "pays on this traffic, and by how much. Healthy: the followed candidate at or "
+            "near the top; another far ahead for long means a switch is pending (the tier "
+            "waits for a lead beyond chance). No data under other policies.",
+            "percentunit",
+            Query(
+                f"max by (candidate) "
+                f"({series('kvscope_admission_candidate_hit_ratio', TIER)})",
+                "{{candidate}}",
+            ),
+            Query(
+                f"max by (candidate) "
+                f"({series('kvscope_admission_candidate_hit_ratio', TIER)} "
+                f"and on (engine, rank, medium, candidate) "
+                f"({series('kvscope_admission_candidate_followed', TIER)} == 1))",
+                "followed: {{candidate}}",
+            ),
+            percent=True,
+        ),
+        timeseries_panel(
             "Efficiency against the optimum",
             "The tier's policy's hits over those of a clairvoyant cache of the same size "
             "(farthest next use, with bypass), both replayed by the sidecar from empty over "

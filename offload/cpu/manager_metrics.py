@@ -8,6 +8,7 @@ every scrape and stats frame.
 from __future__ import annotations
 
 from offload.cpu.manager import CPUOffloadingManager
+from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.telemetry import metrics as m
 from offload.telemetry.metrics import Snapshot
 
@@ -59,6 +60,15 @@ def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
     add(m.BLOCKS_PINNED, stats.loads_in_flight, medium=medium, reason="load")
     add(m.BLOCKS_PINNED, stats.stores_in_flight, medium=medium, reason="store")
     add(m.INVARIANT_VIOLATIONS, len(manager.live_invariant_violations()), medium=medium)
+    if isinstance(manager.policy, GatedLRUCachePolicy):
+        duel = manager.policy.duel
+        leader = duel.leader
+        for candidate, hit_ratio in duel.hit_ratios():
+            label = candidate.label
+            add(m.ADMISSION_CANDIDATE_HIT_RATIO, hit_ratio, medium=medium, candidate=label)
+            followed = 1.0 if candidate == leader else 0.0
+            add(m.ADMISSION_CANDIDATE_FOLLOWED, followed, medium=medium, candidate=label)
+        add(m.ADMISSION_CANDIDATE_SWITCHES_TOTAL, duel.switches, medium=medium)
     snap.add_histogram(
         m.MANAGER_OPERATION_DURATION_SECONDS,
         stats.prepare_store_seconds,

@@ -164,6 +164,27 @@ INVARIANT_VIOLATIONS = _spec(
     "check in turn); 0 when healthy.",
     "medium",
 )
+ADMISSION_CANDIDATE_HIT_RATIO = _spec(
+    "kvscope_admission_candidate_hit_ratio",
+    "gauge",
+    "The gated policy's miniature model of each admission candidate: its recent hit ratio "
+    "over a hash sample of the traffic (what the tier would hit running as that candidate).",
+    "medium",
+    "candidate",
+)
+ADMISSION_CANDIDATE_FOLLOWED = _spec(
+    "kvscope_admission_candidate_followed",
+    "gauge",
+    "1 for the admission candidate the gated policy runs as, 0 for the others.",
+    "medium",
+    "candidate",
+)
+ADMISSION_CANDIDATE_SWITCHES_TOTAL = _spec(
+    "kvscope_admission_candidate_switches_total",
+    "counter",
+    "Times the gated policy changed the admission candidate it runs as.",
+    "medium",
+)
 MANAGER_OPERATION_DURATION_SECONDS = _spec(
     "kvscope_manager_operation_duration_seconds",
     "histogram",
@@ -249,6 +270,9 @@ SPECS: dict[str, MetricSpec] = {
         BLOCKS_CAPACITY,
         BLOCKS_PINNED,
         INVARIANT_VIOLATIONS,
+        ADMISSION_CANDIDATE_HIT_RATIO,
+        ADMISSION_CANDIDATE_FOLLOWED,
+        ADMISSION_CANDIDATE_SWITCHES_TOTAL,
         MANAGER_OPERATION_DURATION_SECONDS,
         TRANSFER_JOBS_SUBMITTED_TOTAL,
         TRANSFER_JOBS_TOTAL,

@@ -9,6 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from offload import CPUOffloadingManager
 from offload.cpu.manager_metrics import manager_snapshot
+from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
+from offload.cpu.policies.miniature import CANDIDATES
 from offload.sim.workload import run_request
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import MANAGER_OPERATION_DURATION_SECONDS, SPECS, Snapshot
@@ -221,9 +223,9 @@ def test_extra_labels_name_the_worker_on_every_series() -> None:
         SnapshotCollector(lambda: [(manager_snapshot(manager), {"engine": "e0", "rank": "3"})])
     )
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))
-    worker_parts = ("kvscope_transfer", "kvscope_publisher")
+    elsewhere = ("kvscope_transfer", "kvscope_publisher", "kvscope_admission_candidate")
     assert {family.name for family in families} == {
-        name.removesuffix("_total") for name in SPECS if not name.startswith(worker_parts)
+        name.removesuffix("_total") for name in SPECS if not name.startswith(elsewhere)
     }
     for family in families:
         for sample in family.samples:
@@ -243,3 +245,39 @@ def test_clear_keeps_blocks_in_use_and_reports_the_rest() -> None:
     manager.complete_store([3])
     assert manager.lookup([1, 3]) == 2
     assert manager.invariant_violations() == []
+
+
+def test_a_gated_tier_exports_its_candidates_and_which_one_it_runs_as() -> None:
+    manager = CPUOffloadingManager(16, 16, "gated")
+    policy = manager.policy
+    assert isinstance(policy, GatedLRUCachePolicy)
+    s = scrape(manager)  # before any request: every candidate at 0, the default followed
+    labels = [candidate.label for candidate in CANDIDATES]
+    assert len(set(labels)) == len(CANDIDATES)
+    for label in labels:
+        assert s[("kvscope_admission_candidate_hit_ratio", ("candidate", label))] == 0
+        followed = s[("kvscope_admission_candidate_followed", ("candidate", label))]
+        assert followed == (1 if label == CANDIDATES[0].label else 0)
+    assert s[("kvscope_admission_candidate_switches_total",)] == 0
+    for block in range(400):  # each prompt opens with the previous one's new block
+        run_request(manager, [block, block + 1])
+    s = scrape(manager)
+    ratios = {
+        label: s[("kvscope_admission_candidate_hit_ratio", ("candidate", label))]
+        for label in labels
+    }
+    assert ratios["admit_all"] > ratios["horizon_2"]  # first offers come back at once
+    assert all(0 <= ratio <= 1 for ratio in ratios.values())
+    followed = [
+        label
+        for label in labels
+        if s[("kvscope_admission_candidate_followed", ("candidate", label))]
+    ]
+    assert followed == [policy.duel.leader.label] == ["admit_all"]
+    assert s[("kvscope_admission_candidate_switches_total",)] == policy.duel.switches >= 1
+
+
+def test_other_policies_export_no_candidates() -> None:
+    for policy in ("lru", "arc"):
+        s = scrape(CPUOffloadingManager(16, 4, policy))
+        assert not [key for key in s if key[0].startswith("kvscope_admission_candidate")]

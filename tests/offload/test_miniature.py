@@ -352,3 +352,19 @@ def test_a_finished_request_protects_only_the_blocks_it_found_stored() -> None:
     for start in (100, 200):  # one-off prompts: room for them only in probation
         replay(manager, list(range(start, start + 5)))
     assert 1 in policy.blocks and 2 in policy.blocks and 3 not in policy.blocks
+
+
+def test_the_duel_reports_each_candidates_recent_hit_ratio_and_its_switches() -> None:
+    duel = MiniatureDuel(16)
+    assert [ratio for _, ratio in duel.hit_ratios()] == [0.0] * len(CANDIDATES)
+    for request in quick_returns():
+        duel.run(request, False)
+    ratios = dict(duel.hit_ratios())
+    assert list(ratios) == list(CANDIDATES)
+    # Every prompt but the first finds its first block stored: at most half of all blocks.
+    assert 0 < ratios[Candidate(None, 0.5)] <= 0.5
+    assert ratios[Candidate(None, 0.5)] > ratios[CANDIDATES[0]]
+    assert duel.switches >= 1 and duel.leader.horizon is None
+    duel.clear()
+    assert duel.switches == 0
+    assert [ratio for _, ratio in duel.hit_ratios()] == [0.0] * len(CANDIDATES)

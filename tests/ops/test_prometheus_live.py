@@ -67,8 +67,9 @@ def config_for(target: str, tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[str]:
-    """One live demo for the module: its base URL."""
-    with running_demo(rate=300) as base:
+    """One live demo for the module, under the gated policy, whose admission candidates
+    have a panel of their own: its base URL."""
+    with running_demo(rate=300, policy="gated") as base:
         yield base
 
 

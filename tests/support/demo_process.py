@@ -12,16 +12,21 @@ from contextlib import contextmanager
 
 @contextmanager
 def running_demo(
-    rate: int, stop: signal.Signals = signal.SIGINT, sigint_ignored: bool = False
+    rate: int,
+    stop: signal.Signals = signal.SIGINT,
+    sigint_ignored: bool = False,
+    policy: str | None = None,
 ) -> Iterator[str]:
     """`kvscope demo` as a user runs it, in its own process; yields its base URL.
 
     On exit it is stopped with ``stop`` (Ctrl-C's SIGINT, or a container's
     SIGTERM) and must exit cleanly. ``sigint_ignored`` starts it as a shell's
-    background job is started: with SIGINT ignored from birth.
+    background job is started: with SIGINT ignored from birth. ``policy``: its
+    ``--policy`` (None: the demo's default).
     """
+    chosen = [] if policy is None else ["--policy", policy]
     demo = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "demo", "--port", "0", "--rate", str(rate)],
+        [sys.executable, "-m", "app.cli", "demo", "--port", "0", "--rate", str(rate), *chosen],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=_ignore_sigint if sigint_ignored else None,
     )  # fmt: skip

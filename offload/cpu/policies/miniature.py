@@ -47,6 +47,17 @@ class Candidate(NamedTuple):
     is the next turn's prefix."""
 
     @property
+    def label(self) -> str:
+        """The candidate's name in metrics: ``admit_all``, ``reuse_filter`` (no horizon: a
+        second offer at any gap, as vLLM's filter), or ``horizon_<ages>`` with
+        ``_continuations`` where continuing requests' blocks pass."""
+        if self.horizon is None:
+            return "admit_all"
+        if self.horizon == inf:
+            return "reuse_filter"
+        return f"horizon_{self.horizon:g}" + ("_continuations" if self.admit_continuations else "")
+
+    @property
     def openness(self) -> int:
         """How much of what it is offered this candidate may store, as a rank: 0 for a
         gate with a horizon, 1 for the gate without one (every second offer), 2 for
@@ -171,9 +182,11 @@ class MiniatureDuel:
         "_decay_per_block",
         "_flood_since",
         "_mask",
+        "_recent_references",
         "_references",
         "leader",
         "models",
+        "switches",
     )
 
     def __init__(self, capacity: int) -> None:
@@ -188,6 +201,10 @@ class MiniatureDuel:
         self._flood_since: int | None = None
         """Since when (in ``_references``) a more open candidate has led the one the tier
         follows by more than the noise; None while none does."""
+        self._recent_references = 0.0
+        """Sampled blocks run, decayed as the models' hits are: their hit counts' denominator."""
+        self.switches = 0
+        """Times the tier changed the candidate it follows."""
 
     def run(self, request: Sequence[BlockHash], continues: bool) -> None:
         """Feed one request (head first) to every model and follow the leader;
@@ -200,6 +217,7 @@ class MiniatureDuel:
                 return
         self._references += len(request)
         decay = max(0.0, 1.0 - len(request) * self._decay_per_block)
+        self._recent_references = self._recent_references * decay + len(request)
         leader = None
         for model in self.models:
             model.run(request, decay, continues, ends)
@@ -224,6 +242,16 @@ class MiniatureDuel:
         if switch:
             self.leader = best.candidate
             self._flood_since = None
+            self.switches += 1
+
+    def hit_ratios(self) -> list[tuple[Candidate, float]]:
+        """Each candidate's recent hit ratio in its model (0 before any request): what the
+        tier would hit, running as that candidate, over the window the duel weighs."""
+        references = self._recent_references
+        return [
+            (model.candidate, model.hits / references if references else 0.0)
+            for model in self.models
+        ]
 
     def clear(self) -> None:
         for model in self.models:
@@ -231,6 +259,8 @@ class MiniatureDuel:
         self.leader = CANDIDATES[0]
         self._references = 0
         self._flood_since = None
+        self._recent_references = 0.0
+        self.switches = 0
 
 
 def _hits(model: Miniature) -> float:
