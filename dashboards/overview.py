@@ -216,8 +216,7 @@ def _why() -> list[Panel]:
             "waits for a lead beyond chance). No data under other policies.",
             "percentunit",
             Query(
-                f"max by (candidate) "
-                f"({series('kvscope_admission_candidate_hit_ratio', TIER)})",
+                f"max by (candidate) ({series('kvscope_admission_candidate_hit_ratio', TIER)})",
                 "{{candidate}}",
             ),
             Query(
