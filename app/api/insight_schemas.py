@@ -15,6 +15,7 @@ from app.state.insight_queue import ShadowQueue
 from app.state.insight_verdicts import (
     Verdict,
     admission_verdict,
+    candidate_verdict,
     curve_verdicts,
     optimum_verdict,
     stranded_verdicts,
@@ -229,6 +230,15 @@ class PublisherInsightInfo(BaseModel):
         description="Blocks lookups lost, by reason (cold, evicted, not_admitted, in_flight, "
         "prefix_lost), from the worker's latest stats frame; null before one carries them.",
     )
+    admission_candidates: dict[str, float] | None = Field(
+        default=None,
+        description="Under the gated policy, each admission candidate's recent hit ratio in "
+        "its model (what the tier would hit admitting as that candidate), from the worker's "
+        "latest stats frame; null under other policies.",
+    )
+    admission_followed: str | None = Field(
+        default=None, description="Under the gated policy, the candidate the tier admits as."
+    )
     verdicts: list[VerdictInfo]
 
     @classmethod
@@ -254,6 +264,11 @@ class PublisherInsightInfo(BaseModel):
             *curve_verdicts(curve, policy, simulated),
             *optimum_verdict(result),
             *admission_verdict(dead_ratio),
+            *(
+                candidate_verdict(worker.admission_hit_ratios, worker.admission_followed)
+                if worker is not None
+                else []
+            ),
             *stranded_verdicts(stranded),
         ]
         return cls(
@@ -281,6 +296,12 @@ class PublisherInsightInfo(BaseModel):
             ),
             efficiency=None if result is None else result.efficiency,
             miss_reasons=worker.miss_blocks if worker is not None and worker.miss_blocks else None,
+            admission_candidates=(
+                worker.admission_hit_ratios
+                if worker is not None and worker.admission_hit_ratios
+                else None
+            ),
+            admission_followed=None if worker is None else worker.admission_followed,
             verdicts=[VerdictInfo.of(v) for v in verdicts],
         )
 

@@ -135,6 +135,26 @@ def admission_verdict(dead_write_ratio: float | None) -> list[Verdict]:
     ]
 
 
+def candidate_verdict(hit_ratios: Mapping[str, float], followed: str | None) -> list[Verdict]:
+    """Under the gated policy: the admission candidate the tier runs as, against the best
+    of its models over the recent window."""
+    if followed is None or followed not in hit_ratios:
+        return []
+    best = max(hit_ratios, key=hit_ratios.__getitem__)
+    points = 100 * (hit_ratios[best] - hit_ratios[followed])
+    if best == followed or points < POLICY_POINTS:
+        text = (
+            f"the tier admits as {followed}, at or near the best of its admission candidates "
+            "over the recent window"
+        )
+        return [Verdict("admission", text, points=0.0)]
+    text = (
+        f"the tier admits as {followed}; admitting as {best} would add {_points(points)} over "
+        "the recent window in its model (the tier switches once the lead is beyond chance)"
+    )
+    return [Verdict("admission", text, points=points)]
+
+
 def stranded_verdicts(stranded: Mapping[str, int]) -> list[Verdict]:
     """Blocks held where no prefix lookup reaches them: capacity spent on nothing."""
     return [

@@ -6,6 +6,7 @@ consecutive frames of one publisher whoever reads it and however often.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -36,6 +37,10 @@ class WorkerStats:
     transfer_bytes_per_s: dict[str, float] = field(default_factory=dict)
     transfer_latency_s: dict[tuple[str, str], float] = field(default_factory=dict)
     """(direction, quantile) -> seconds, over the jobs finished between the two frames."""
+    admission_hit_ratios: dict[str, float] = field(default_factory=dict)
+    """Under the gated policy: each admission candidate's recent hit ratio in its model."""
+    admission_followed: str | None = None
+    """Under the gated policy: the candidate the tier runs as."""
 
     @classmethod
     def between(cls, previous: StatsFrame | None, frame: StatsFrame) -> WorkerStats:
@@ -54,6 +59,7 @@ class WorkerStats:
                 per_s = _rate(moved.get(direction, 0.0), value, seconds)
                 if per_s is not None:
                     transfer[direction] = per_s
+        followed = _candidates(frame, m.ADMISSION_CANDIDATE_FOLLOWED)
         return cls(
             lookup_hit_blocks=int(_total(frame, m.LOOKUP_HIT_BLOCKS_TOTAL)),
             lookup_blocks=int(_total(frame, m.LOOKUP_BLOCKS_TOTAL)),
@@ -74,6 +80,8 @@ class WorkerStats:
             evictions_per_s=rate(m.EVICTED_BLOCKS_TOTAL),
             transfer_bytes_per_s=transfer,
             transfer_latency_s={} if previous is None else _latency(previous, frame),
+            admission_hit_ratios=_candidates(frame, m.ADMISSION_CANDIDATE_HIT_RATIO),
+            admission_followed=next((name for name, on in followed.items() if on == 1), None),
         )
 
 
@@ -107,6 +115,24 @@ def _durations(frame: StatsFrame) -> dict[str, HistogramSnapshot]:
     for histogram in frame.histograms:
         if histogram.name == m.TRANSFER_DURATION_SECONDS.name:
             found.setdefault(histogram.labels.get("direction", ""), histogram)
+    return found
+
+
+CANDIDATE_NAME: Final = re.compile(r"[a-z0-9_]{1,64}")
+"""An admission candidate's name as kvscope writes them (``Candidate.label``); others are
+not shown (the sentence a verdict builds from it is read by people and pages)."""
+
+
+def _candidates(frame: StatsFrame, spec: m.MetricSpec) -> dict[str, float]:
+    """A per-candidate gauge in 0..1, the first medium's value each; a candidate whose name
+    or value is not one kvscope sends is left out."""
+    found: dict[str, float] = {}
+    for sample in frame.gauges:
+        if sample.name != spec.name:
+            continue
+        name = sample.labels.get("candidate", "")
+        if CANDIDATE_NAME.fullmatch(name) and 0 <= sample.value <= 1:  # NaN fails too
+            found.setdefault(name, sample.value)
     return found
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import msgspec
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,11 +23,15 @@ from app.settings import SidecarSettings
 from app.state.insight import PublisherInsight
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
+from offload import CPUOffloadingManager
+from offload.cpu.manager_metrics import manager_snapshot
+from offload.cpu.policies.miniature import CANDIDATES
 from offload.insight.curve import DEFAULT_MULTIPLES
 from offload.insight.estimator import CurveEstimator
 from offload.insight.sampling import SpatialSampler
 from offload.insight.window_optimum import MIN_WINDOW_REFS, WINDOW_CAPACITIES, WindowOptimum
 from offload.sim.mooncake import bundled_trace_path, load_trace
+from offload.sim.workload import run_request
 from offload.telemetry import metrics as m
 from offload.wire.framing import DEFAULT_SAMPLE_TOPIC
 from offload.wire.publisher import EventPublisher
@@ -343,3 +348,66 @@ def test_insight_settings_are_bounded_and_policies_checked_by_name(monkeypatch) 
     monkeypatch.setenv("KVSCOPE_INSIGHT_CPU_SHARE", "0.5")
     config = SidecarSettings(connect=["tcp://127.0.0.1:1"]).insight_config()
     assert (config.policies, config.cpu_share) == (("arc",), 0.5)
+
+
+def _gated_worker_stats(requests: list[list[int]], **gauges: float) -> WorkerStats:
+    """WorkerStats from the stats frame of a real gated tier after ``requests``, with
+    ``gauges`` (candidate -> hit ratio) written over its candidates' ratios where given."""
+    manager = CPUOffloadingManager(16, 16, "gated")
+    for request in requests:
+        run_request(manager, request)
+    snapshot = manager_snapshot(manager)
+    snapshot.gauges = [
+        msgspec.structs.replace(sample, value=gauges[sample.labels["candidate"]])
+        if sample.name == m.ADMISSION_CANDIDATE_HIT_RATIO.name
+        and sample.labels["candidate"] in gauges
+        else sample
+        for sample in snapshot.gauges
+    ]
+    config = WorkerConfig(policy="gated", capacity_blocks=16, block_size=16)
+    frame = StatsFrame(
+        ts=1.0, engine_id="e", rank=0, config=config,
+        counters=snapshot.counters, gauges=snapshot.gauges,
+    )  # fmt: skip
+    return WorkerStats.between(None, frame)
+
+
+def _insight_of(worker: WorkerStats) -> dict:
+    settings = SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    state = SidecarState.from_settings(settings)
+    (publisher,) = state.publishers.values()
+    publisher.worker = worker
+    with TestClient(create_app(settings, state), base_url="http://localhost") as http:
+        (shown,) = http.get("/api/v1/insight").json()["publishers"]
+    return shown
+
+
+def test_a_gated_workers_admission_candidates_reach_the_api_with_a_verdict() -> None:
+    quick = [[block, block + 1] for block in range(400)]  # first offers come back at once
+    shown = _insight_of(_gated_worker_stats(quick))
+    candidates = shown["admission_candidates"]
+    assert set(candidates) == {candidate.label for candidate in CANDIDATES}
+    assert shown["admission_followed"] == "admit_all"
+    assert candidates["admit_all"] == max(candidates.values()) > 0
+    (verdict,) = [v for v in shown["verdicts"] if v["kind"] == "admission"]
+    assert verdict["text"].startswith("the tier admits as admit_all, at or near the best")
+    # The duel's models say another candidate leads by 3 points: the verdict names the gain.
+    ahead = _insight_of(_gated_worker_stats(quick, horizon_1=candidates["admit_all"] + 0.03))
+    (verdict,) = [v for v in ahead["verdicts"] if v["kind"] == "admission"]
+    assert "admitting as horizon_1 would add ~3.0 points" in verdict["text"]
+    assert verdict["points"] == pytest.approx(3.0)
+
+
+def test_candidates_a_worker_could_not_have_sent_are_left_out() -> None:
+    worker = _gated_worker_stats([[1, 2]], horizon_1=float("nan"), horizon_2=1.5)
+    assert "horizon_1" not in worker.admission_hit_ratios
+    assert "horizon_2" not in worker.admission_hit_ratios
+    # The followed one (the default, horizon_2) has no ratio left: no verdict from it.
+    shown = _insight_of(worker)
+    assert shown["admission_followed"] == "horizon_2"
+    assert not [v for v in shown["verdicts"] if v["kind"] == "admission"]
+
+
+def test_other_policies_show_no_admission_candidates() -> None:
+    shown = _insight_of(WorkerStats())
+    assert shown["admission_candidates"] is None and shown["admission_followed"] is None
