@@ -9,6 +9,8 @@ popular), then a session's own history. Sessions are multi-turn: a later turn
 repeats the earlier prompt and appends new blocks, and the last block of a
 prompt is partial, so the next turn sees it under a new hash. Scans are long
 one-off prompts. Profiles weigh these differently; the seed fixes everything.
+The ``random`` profile draws the weights themselves from the seed: a mix that
+no policy was designed on, for checking one against workloads nobody chose.
 """
 
 from __future__ import annotations
@@ -54,6 +56,28 @@ PROFILES: dict[str, Profile] = {
     "scan": Profile(0.3, 0.25, 0.2, 3, 80, 1.0, 300, (1, 10)),
     "repeat": Profile(0.5, 0.02, 0.3, 4, 400, 0.8, 200, (2, 8), repeat=0.6),
 }
+
+
+RANDOM = "random"
+"""The profile name whose mix is drawn from the seed (``random_profile``)."""
+
+
+def random_profile(seed: int) -> Profile:
+    """A mix drawn from ``seed``, each weight over the range the named profiles span and
+    beyond: from nearly all continuing sessions to mostly new ones, no scans to many,
+    sessions that come back soon to thousands that may, and resent prompts or none."""
+    rng = random.Random(f"profile-{seed}")
+    return Profile(
+        new_session=round(rng.uniform(0.05, 0.7), 2),
+        scan=rng.choice((0.0, 0.01, 0.05, 0.15, 0.3)),
+        document=round(rng.uniform(0.0, 0.9), 2),
+        system_prompts=rng.randint(1, 10),
+        documents=rng.choice((10, 40, 100, 300, 1000)),
+        zipf=round(rng.uniform(0.6, 1.4), 2),
+        active_sessions=rng.choice((30, 100, 300, 1000, 3000)),
+        turn_blocks=rng.choice(((1, 4), (1, 8), (2, 6), (4, 16), (1, 30))),
+        repeat=rng.choice((0.0, 0.0, 0.0, 0.3, 0.7)),
+    )
 
 
 class _Ids:
@@ -124,11 +148,18 @@ def write_trace(profile: Profile, requests: int, seed: int, out: TextIO) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="chat")
+    parser.add_argument("--profile", choices=[*sorted(PROFILES), RANDOM], default="chat")
     parser.add_argument("--requests", type=int, default=8000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    write_trace(PROFILES[args.profile], args.requests, args.seed, sys.stdout)
+    if args.requests < 1:
+        parser.error("--requests must be positive")
+    if args.profile == RANDOM:
+        profile = random_profile(args.seed)
+        print(profile, file=sys.stderr)
+    else:
+        profile = PROFILES[args.profile]
+    write_trace(profile, args.requests, args.seed, sys.stdout)
 
 
 if __name__ == "__main__":
