@@ -80,6 +80,11 @@ def random_profile(seed: int) -> Profile:
     )
 
 
+def profile_named(name: str, seed: int) -> Profile:
+    """The profile ``--profile name`` runs: a named one, or the mix ``seed`` draws."""
+    return random_profile(seed) if name == RANDOM else PROFILES[name]
+
+
 class _Ids:
     """Fresh block hashes, counted up from zero."""
 
@@ -154,11 +159,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.requests < 1:
         parser.error("--requests must be positive")
+    profile = profile_named(args.profile, args.seed)
     if args.profile == RANDOM:
-        profile = random_profile(args.seed)
         print(profile, file=sys.stderr)
-    else:
-        profile = PROFILES[args.profile]
     write_trace(profile, args.requests, args.seed, sys.stdout)
 
 

@@ -12,19 +12,26 @@ import io
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from bench.tooling.trace_gen import PROFILES, RANDOM, generate, random_profile, write_trace
+from bench.tooling.trace_gen import (
+    PROFILES,
+    RANDOM,
+    generate,
+    profile_named,
+    random_profile,
+    write_trace,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _trace(profile_name: str, seed: int, requests: int = 400) -> list[dict]:
-    profile = random_profile(seed) if profile_name == RANDOM else PROFILES[profile_name]
     out = io.StringIO()
-    write_trace(profile, requests, seed, out)
+    write_trace(profile_named(profile_name, seed), requests, seed, out)
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
@@ -47,10 +54,7 @@ def test_a_session_turn_extends_its_previous_prompt_without_its_partial_block() 
     # Without resends, a prompt's last block is partial: no other request holds it,
     # and a later turn of the same session repeats every block before it.
     requests = list(generate(PROFILES["chat"], 600, seed=2))
-    holders: dict[int, int] = {}
-    for request in requests:
-        for block in set(request):
-            holders[block] = holders.get(block, 0) + 1
+    holders = Counter(block for request in requests for block in set(request))
     assert all(holders[request[-1]] == 1 for request in requests)
     continued = sum(
         any(
