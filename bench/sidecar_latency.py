@@ -236,6 +236,15 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return cuts[49], cuts[98]
 
 
+def latency_fields(bench: str, path: str, samples: list[float]) -> dict[str, object]:
+    """The fields every endpoint's record starts with: which, how many, p50, p99, max (ms)."""
+    p50, p99 = percentiles(samples)
+    return {
+        "bench": bench, "endpoint": path, "requests": len(samples),
+        "p50_ms": round(p50, 2), "p99_ms": round(p99, 2), "max_ms": round(max(samples), 2),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests")
@@ -261,12 +270,9 @@ def main() -> None:
     ingested = (events_after - events_before) * BLOCKS_PER_EVENT
     bound_p99 = percentiles(timings[BOUND])[1]
     for path in ENDPOINTS:
-        p50, p99 = percentiles(timings[path])
+        p99 = percentiles(timings[path])[1]
         emit(
-            {
-                "bench": "sidecar_latency", "endpoint": path, "requests": rounds,
-                "p50_ms": round(p50, 2), "p99_ms": round(p99, 2),
-                "max_ms": round(max(timings[path]), 2),
+            latency_fields("sidecar_latency", path, timings[path]) | {
                 "p99_over_bound": round(p99 / bound_p99, 2),
                 "tracked_blocks": [before["tracked_blocks"], after["tracked_blocks"]],
                 "block_events_ingested": ingested,

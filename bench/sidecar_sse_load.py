@@ -41,6 +41,7 @@ from bench.sidecar_latency import (
     ENDPOINTS,
     STOP_TIMEOUT_S,
     TICK_S,
+    latency_fields,
     measure,
     percentiles,
     sidecar_process,
@@ -178,12 +179,9 @@ def main() -> None:
             received = counts.recv() if counts.poll(CONNECT_TIMEOUT_S) else []
     ingested = events_after - events_before
     for path in ENDPOINTS:
-        p50, p99 = percentiles(timings[path])
+        p99 = percentiles(timings[path])[1]
         emit(
-            {
-                "bench": "sidecar_sse_load", "endpoint": path, "requests": rounds,
-                "p50_ms": round(p50, 2), "p99_ms": round(p99, 2),
-                "max_ms": round(max(timings[path]), 2),
+            latency_fields("sidecar_sse_load", path, timings[path]) | {
                 "target_p99_ms": TARGET_P99_MS,
                 "p99_over_target": round(p99 / TARGET_P99_MS, 3),
                 "target_met": p99 < TARGET_P99_MS,
