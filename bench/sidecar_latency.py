@@ -139,10 +139,15 @@ def feeder_process(events_per_s: int) -> Iterator[tuple[SpawnProcess, EventType,
         yield process, go, endpoint, replay_endpoint
     finally:
         stop.set()
-        process.join(STOP_TIMEOUT_S)
-        if process.is_alive():
-            process.kill()
-            process.join()
+        join_or_kill(process)
+
+
+def join_or_kill(process: SpawnProcess) -> None:
+    """Wait for a process told to stop; kill it if it outlives ``STOP_TIMEOUT_S``."""
+    process.join(STOP_TIMEOUT_S)
+    if process.is_alive():
+        process.kill()
+        process.join()
 
 
 def log_tail(log: IO[str]) -> str:

@@ -39,8 +39,8 @@ from bench.sidecar_latency import (
     BLOCK_SIZE,
     BLOCKS_PER_EVENT,
     ENDPOINTS,
-    STOP_TIMEOUT_S,
     TICK_S,
+    join_or_kill,
     latency_fields,
     measure,
     percentiles,
@@ -122,10 +122,7 @@ def spawned(target: object, *args: object) -> Iterator[tuple[EventType, Connecti
         yield stop, receiver
     finally:
         stop.set()
-        process.join(STOP_TIMEOUT_S)
-        if process.is_alive():
-            process.kill()
-            process.join()
+        join_or_kill(process)
 
 
 def sidecar_metric(http: httpx.Client, name: str) -> float:
