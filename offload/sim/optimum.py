@@ -45,10 +45,25 @@ def next_uses(requests: Sequence[Sequence[Hashable]]) -> list[list[float]]:
 
 
 def offline_hits(
-    requests: Sequence[Sequence[Hashable]], capacity: int, progress: Progress | None = None
+    requests: Sequence[Sequence[Hashable]],
+    capacity: int,
+    progress: Progress | None = None,
+    *,
+    stored_from: int = 1,
 ) -> int:
-    """Prefix hits of the canonical replay under farthest-next-use with bypass."""
+    """Prefix hits of the canonical replay under farthest-next-use with bypass.
+
+    ``stored_from`` > 1 bounds the policies that never store a block before
+    its ``stored_from``-th reference (2: every gate that refuses first offers,
+    vLLM's reuse filter among them): until then, a block is bypassed whatever
+    its next use. In a prefix-closed trace a block's parent has been named at
+    least as often as the block, so the rule never holds a block without its
+    parent, and the schedule is still the best of those policies'.
+    """
+    if stored_from < 1:
+        raise ValueError(f"stored_from must be at least 1, got {stored_from}")
     nexts = next_uses(requests)
+    named: dict[Hashable, int] = {}  # block -> references so far, while stored_from > 1
     resident: dict[Hashable, tuple[float, int]] = {}  # block -> (next use, depth)
     # Max-heap by (next use, depth), lazily invalidated: an entry is current while
     # it equals the block's resident key.
@@ -68,6 +83,10 @@ def offline_hits(
                 resident[h] = (use, depth)
                 heapq.heappush(farthest, (-use, -depth, order, h))
                 continue
+            if stored_from > 1:
+                named[h] = times = named.get(h, 0) + 1
+                if times < stored_from:
+                    continue
             if use == NEVER:
                 continue
             if len(resident) >= capacity:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,37 +19,24 @@ from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.policies.registry import policy_names
 from offload.sim.optimum import offline_hits, prefix_conflict
 from offload.sim.workload import run_workload
+from tests.support.traces import prefix_closed_traces
 
 
-@st.composite
-def prefix_closed_traces(draw: st.DrawFn, requests: int, depth: int) -> list[list[int]]:
-    """Paths from the roots of a random forest: each request follows or grows a branch."""
-    children: dict[int | None, list[int]] = {}
-    trace = []
-    for _ in range(draw(st.integers(1, requests))):
-        node: int | None = None
-        path = []
-        for _ in range(draw(st.integers(1, depth))):
-            kids = children.setdefault(node, [])
-            if kids and draw(st.booleans()):
-                node = draw(st.sampled_from(kids))
-            else:
-                node = sum(map(len, children.values()))
-                kids.append(node)
-            path.append(node)
-        trace.append(path)
-    return trace
-
-
-def exhaustive_optimum(requests: Sequence[Sequence[int]], capacity: int) -> int:
+def exhaustive_optimum(
+    requests: Sequence[Sequence[int]], capacity: int, stored_from: int = 1
+) -> int:
     """Most prefix hits over every schedule: after each request, keep any subset of
-    what was held and what it named, of at most ``capacity`` blocks."""
+    what was held and what it named, of at most ``capacity`` blocks; a block not held
+    joins only once it has been named ``stored_from`` times."""
     best = {frozenset(): 0}
+    named: dict[int, int] = {}
     for request in requests:
+        for h in request:
+            named[h] = named.get(h, 0) + 1
         following: dict[frozenset[int], int] = {}
         for held, hits in best.items():
             run = next((i for i, h in enumerate(request) if h not in held), len(request))
-            pool = sorted(held | set(request))
+            pool = sorted(held | {h for h in request if named[h] >= stored_from})
             for size in range(min(capacity, len(pool)) + 1):
                 for kept in itertools.combinations(pool, size):
                     key = frozenset(kept)
@@ -64,6 +52,30 @@ def test_opt_equals_an_exhaustive_search_on_small_prefix_closed_traces(
 ) -> None:
     assert prefix_conflict(trace) is None
     assert offline_hits(trace, capacity) == exhaustive_optimum(trace, capacity)
+
+
+@settings(max_examples=150, deadline=None)
+@given(prefix_closed_traces(requests=6, depth=3), st.integers(1, 3), st.integers(2, 3))
+def test_opt_storing_from_a_later_reference_equals_the_search_under_that_rule(
+    trace: list[list[int]], capacity: int, stored_from: int
+) -> None:
+    """The bound on gates that refuse first offers: the best schedule that never stores a
+    block before its ``stored_from``-th reference, and never above the unrestricted one."""
+    bound = offline_hits(trace, capacity, stored_from=stored_from)
+    assert bound == exhaustive_optimum(trace, capacity, stored_from)
+    assert bound <= offline_hits(trace, capacity)
+
+
+def test_a_block_named_once_is_never_stored_under_a_second_reference_rule() -> None:
+    trace = [[0, 1], [0, 1], [0, 1]]
+    assert offline_hits(trace, 2) == 4
+    assert offline_hits(trace, 2, stored_from=2) == 2  # stored at the second, hit at the third
+    assert offline_hits(trace, 2, stored_from=3) == 0
+
+
+def test_storing_from_below_the_first_reference_is_refused() -> None:
+    with pytest.raises(ValueError, match="stored_from must be at least 1, got 0"):
+        offline_hits([[0]], 1, stored_from=0)
 
 
 @settings(max_examples=150, deadline=None)
