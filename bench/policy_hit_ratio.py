@@ -10,10 +10,10 @@ per (trace, capacity, row). Rows: the offline optimum, and the best schedule
 that never stores a block at its first offer (``optimum-second-offer``: the
 most that vLLM's reuse filter or any gate refusing first offers could hit);
 vLLM 0.33.0's LRU, its LRU with the reuse filter (store_threshold=2) and its
-ARC, each in the same run; every kvscope policy, with its ratio to the strongest peer row, its
-fraction of the optimum, and the issue's target for that cell: 1.25x the
-strongest peer row, or 90% of the optimum where that row is already within
-90% of it; ``target_reachable`` is false where 1.25x the peer lies above the
+ARC, each in the same run; every kvscope policy, with its ratio to the
+strongest peer row, its fraction of the optimum, and the issue's target for
+that cell: 1.25x the strongest peer row, or 90% of the optimum where that row
+is already within 90% of it; ``target_reachable`` is false where 1.25x the peer lies above the
 optimum itself (no policy can meet it there).
 """
 

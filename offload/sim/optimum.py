@@ -63,7 +63,7 @@ def offline_hits(
     if stored_from < 1:
         raise ValueError(f"stored_from must be at least 1, got {stored_from}")
     nexts = next_uses(requests)
-    named: dict[Hashable, int] = {}  # block -> references so far, while stored_from > 1
+    named: dict[Hashable, int] = {}  # block -> times named while not held (stored_from > 1)
     resident: dict[Hashable, tuple[float, int]] = {}  # block -> (next use, depth)
     # Max-heap by (next use, depth), lazily invalidated: an entry is current while
     # it equals the block's resident key.
