@@ -1,9 +1,11 @@
 """The transfer backend over a real CUDA KV cache and a pinned host tier.
 
 A stream and a host worker per direction, an event recorded on the caller's
-stream at ``submit`` that the job's copies wait on, and bounded pinned
-staging: docs/ARCHITECTURE.md ("Transfer backend") says why each is there.
-Importing this module needs no CUDA; constructing the backend does.
+stream at ``submit`` that the job's copies wait on, and index kernels that
+reach the pinned tier through its device mapping (bounded pinned staging
+where the tier is pageable): docs/ARCHITECTURE.md ("Transfer backend") says
+why each is there. Importing this module needs no CUDA; constructing the
+backend does.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ JobHook = Callable[[int], None]
 
 STAGE_BYTES = 32 << 20
 """Bytes of rows (all planes together) one chunk moves, per direction and side:
-large enough that a chunk's DMA dwarfs its launch and event overheads."""
+large enough that a chunk's copy dwarfs its launch and event overheads."""
 
 ROW_DTYPES = (torch.int64, torch.int32, torch.int16)
 """Element types to move rows as, widest first: the host-side index kernels
@@ -54,9 +56,10 @@ class _Lane:
     direction: Direction
     stream: torch.cuda.Stream
     device_stage: torch.Tensor
-    host_stages: tuple[torch.Tensor, torch.Tensor]
-    """Two pinned buffers used in turn, so the host fills or drains one while the
-    DMA engine reads or writes the other."""
+    host_stages: tuple[torch.Tensor, ...]
+    """Where the tier is pageable, two pinned buffers used in turn, so the host
+    fills or drains one while the DMA engine reads or writes the other; none
+    where kernels reach the tier directly."""
     jobs: queue.SimpleQueue[_Job | None] = field(default_factory=queue.SimpleQueue)
     worker: threading.Thread | None = None
 
@@ -69,6 +72,8 @@ class CUDATransferBackend(TransferBackend):
     block. ``submit`` validates (``KVLayout.plan``), records the ordering
     event on the current stream and returns; the copy runs on the
     direction's stream, driven by that direction's worker thread.
+    ``zero_copy`` says whether the kernels read and write the pinned tier
+    in place (the normal case) or go through host staging (a pageable tier).
     """
 
     def __init__(
@@ -102,9 +107,20 @@ class CUDATransferBackend(TransferBackend):
         self.num_cpu_blocks = num_cpu_blocks
         shape = layout.cpu_shape(num_cpu_blocks)  # validates num_cpu_blocks
         self.pageable_fallback = False
-        self.cpu_tensors = self._allocate_tier(shape, allow_pageable)
-        # Both sides share the element type: a chunk is DMA'd between their staging as is.
+        with torch.cuda.device(device):  # pinned in the context the tier is mapped into
+            self.cpu_tensors = self._allocate_tier(shape, allow_pageable)
+        # Both sides share the element type: rows move between them (or their stages) as is.
         self._gpu_rows, self._cpu_rows = layout.wide_rows(self.cpu_tensors, ROW_DTYPES)
+        self._tier_on_device = (
+            None if self.pageable_fallback else _device_views(self._cpu_rows, device)
+        )
+        self.zero_copy = self._tier_on_device is not None
+        if not self.zero_copy and not self.pageable_fallback:
+            logger.warning(
+                "the pinned CPU tier is not mapped into %s's address space; "
+                "transfers go through host staging",
+                device,
+            )
         self._on_job_start = on_job_start
         self._book = JobBook()
         self.stats = self._book.stats
@@ -219,7 +235,11 @@ class CUDATransferBackend(TransferBackend):
         planes, row_elements = len(self._gpu_rows), rows.shape[1]
         rows_per_chunk = max(1, STAGE_BYTES // (planes * row_elements * rows.itemsize))
         numel = rows_per_chunk * planes * row_elements
-        host_stages = (self._host_stage(numel, rows.dtype), self._host_stage(numel, rows.dtype))
+        host_stages = (
+            ()
+            if self.zero_copy
+            else (self._host_stage(numel, rows.dtype), self._host_stage(numel, rows.dtype))
+        )
         stream = torch.cuda.Stream(self.device)
         # Allocated on the lane's stream, the only one that ever uses it, so the caching
         # allocator ties the block to that stream.
@@ -253,7 +273,9 @@ class CUDATransferBackend(TransferBackend):
             with torch.cuda.stream(lane.stream):
                 # Nothing of this job touches a GPU row before the caller's earlier work.
                 lane.stream.wait_event(job.ready)
-                if job.plan.direction is Direction.GPU_TO_CPU:
+                if self._tier_on_device is not None:
+                    self._copy_in_place(lane, job, self._tier_on_device)
+                elif job.plan.direction is Direction.GPU_TO_CPU:
                     self._store(lane, job)
                 else:
                     self._load(lane, job)
@@ -265,6 +287,31 @@ class CUDATransferBackend(TransferBackend):
             error = f"{type(exc).__name__}: {exc}"
             return job_result(job.job_id, job.plan, job.submitted, success=False, error=error)
         return job_result(job.job_id, job.plan, job.submitted, success=True, error=None)
+
+    def _copy_in_place(self, lane: _Lane, job: _Job, tier: list[torch.Tensor]) -> None:
+        """Source rows -> device stage (gather) -> destination rows (scatter), on the device.
+
+        The tier's device views let both kernels run on the lane's stream
+        whichever side the tier is on: the host never touches a row, and
+        nothing waits until the job's last kernel is queued.
+        """
+        plan = job.plan
+        to_cpu = plan.direction is Direction.GPU_TO_CPU
+        sources, targets = (self._gpu_rows, tier) if to_cpu else (tier, self._gpu_rows)
+        src_idx = plan.src_rows.to(self.device, non_blocking=True)  # queued on lane.stream
+        dst_idx = plan.dst_rows.to(self.device, non_blocking=True)
+        for start, count in _chunks(plan, lane, self._gpu_rows):
+            # Free to overwrite: its earlier readers are queued before this on the same stream.
+            stage = _stage_view(lane.device_stage, self._gpu_rows, count)
+            src_rows, dst_rows = src_idx[start : start + count], dst_idx[start : start + count]
+            for plane, (source, target) in enumerate(zip(sources, targets, strict=True)):
+                torch.index_select(source, 0, src_rows, out=stage[plane])
+                target.index_copy_(0, dst_rows, stage[plane])
+        done = torch.cuda.Event(blocking=True)
+        done.record(lane.stream)
+        self._publish_if_last(job, done, plan.src_rows.numel())
+        # Once it fires, a store's rows are visible to the host and a load's to every stream.
+        done.synchronize()
 
     def _store(self, lane: _Lane, job: _Job) -> None:
         """GPU rows -> device stage (gather) -> pinned stage (DMA) -> CPU tier (host scatter).
@@ -361,6 +408,38 @@ def _stage_view(stage: torch.Tensor, planes: list[torch.Tensor], count: int) -> 
     """The first ``count`` rows of every plane, as one contiguous (planes, count, row) view."""
     row_elements = planes[0].shape[1]
     return stage[: len(planes) * count * row_elements].view(len(planes), count, row_elements)
+
+
+class _MappedRows:
+    """Host rows described by the CUDA array interface, which torch wraps without copying.
+
+    The view torch makes keeps this object, and so the host tensor, alive.
+    """
+
+    def __init__(self, rows: torch.Tensor) -> None:
+        self.rows = rows
+        self.__cuda_array_interface__ = rows.numpy().__array_interface__
+
+
+def _device_views(host_rows: list[torch.Tensor], device: torch.device) -> list[torch.Tensor] | None:
+    """The pinned tier's rows as CUDA tensors over the same memory, or None if torch copies.
+
+    With unified addressing (every 64-bit CUDA platform), pinned host memory
+    is mapped into the device's address space at its host address, so
+    index kernels can gather from and scatter into it over the bus: the copy
+    engine's staging round trip and the host's share of the copy disappear.
+    A view at another address would be a copy, not the tier, so it is refused.
+    """
+    views = []
+    for rows in host_rows:
+        try:
+            view = torch.as_tensor(_MappedRows(rows), device=device)
+        except (RuntimeError, TypeError, ValueError):
+            return None
+        if view.data_ptr() != rows.data_ptr():
+            return None
+        views.append(view)
+    return views
 
 
 def _zeros(

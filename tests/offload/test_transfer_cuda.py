@@ -62,16 +62,31 @@ def busy_current_stream() -> None:
     torch.cuda._sleep(BUSY_CYCLES)
 
 
-def round_trip(layout: KVLayout, num_cpu_blocks: int, num_blocks: int, seed: int) -> None:
+STAGED = "staged"
+COPY_PATHS = ["zero_copy", STAGED]
+
+
+@pytest.fixture(params=COPY_PATHS)
+def copy_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test over both copy paths: index kernels on the device-mapped tier, and
+    host staging, forced by refusing the mapping as a platform without one would."""
+    if request.param == STAGED:
+        monkeypatch.setattr(cuda_backend_module, "_device_views", lambda *_: None)
+    return request.param
+
+
+def round_trip(
+    layout: KVLayout, num_cpu_blocks: int, num_blocks: int, seed: int, copy_path: str
+) -> None:
+    def pinned_backend(layout: KVLayout, num_cpu_blocks: int) -> CUDATransferBackend:
+        """A backend whose CPU tier is all pinned, as it must be where pinning works."""
+        backend = CUDATransferBackend(layout, num_cpu_blocks)
+        assert not backend.pageable_fallback
+        assert all(cpu.is_pinned() for cpu in backend.cpu_tensors)
+        assert backend.zero_copy is (copy_path != STAGED)
+        return backend
+
     kv_caches.round_trip(layout, pinned_backend, num_cpu_blocks, num_blocks, seed, timeout=60)
-
-
-def pinned_backend(layout: KVLayout, num_cpu_blocks: int) -> CUDATransferBackend:
-    """A backend whose CPU tier is all pinned, as it must be where pinning works."""
-    backend = CUDATransferBackend(layout, num_cpu_blocks)
-    assert not backend.pageable_fallback
-    assert all(cpu.is_pinned() for cpu in backend.cpu_tensors)
-    return backend
 
 
 # -- everywhere ------------------------------------------------------------------------
@@ -82,6 +97,20 @@ def test_construction_without_cuda_is_refused_clearly() -> None:
     layout = make_layout(device="cpu", num_gpu_blocks=4, geometry=(2, 1, 4))
     with pytest.raises(RuntimeError, match=r"needs a CUDA device.*is_available\(\) is False"):
         CUDATransferBackend(layout, 4)
+
+
+def test_the_mapped_rows_describe_the_host_rows_exactly() -> None:
+    """What torch wraps as the tier's device view: the same address, shape and byte strides."""
+    tier = torch.arange(2 * 6 * 4, dtype=torch.int32).view(2, 6, 4)
+    for rows in (tier[1], tier[:, 2:5].reshape(-1, 4), tier.view(torch.int64)[0, 1:, 1:]):
+        interface = cuda_backend_module._MappedRows(rows).__cuda_array_interface__
+        assert interface["data"] == (rows.data_ptr(), False)
+        assert tuple(interface["shape"]) == tuple(rows.shape)
+        contiguous = rows.is_contiguous()
+        strides = interface["strides"]
+        assert (strides is None) is contiguous
+        if not contiguous:
+            assert strides == tuple(s * rows.element_size() for s in rows.stride())
 
 
 def test_size_text() -> None:
@@ -99,9 +128,11 @@ def test_size_text() -> None:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.uint8])
 @pytest.mark.parametrize("factor", [1, 4])
 @pytest.mark.parametrize("order", list(KVOrder))
-def test_round_trip_is_byte_exact(order: KVOrder, factor: int, dtype: torch.dtype) -> None:
+def test_round_trip_is_byte_exact(
+    order: KVOrder, factor: int, dtype: torch.dtype, copy_path: str
+) -> None:
     layout = make_layout(num_layers=3, order=order, factor=factor, dtype=dtype, seed=factor)
-    round_trip(layout, num_cpu_blocks=8, num_blocks=3, seed=1)
+    round_trip(layout, num_cpu_blocks=8, num_blocks=3, seed=1, copy_path=copy_path)
 
 
 @gpu
@@ -109,22 +140,30 @@ def test_round_trip_is_byte_exact(order: KVOrder, factor: int, dtype: torch.dtyp
     ("dtype", "geometry"),
     [(torch.uint8, (1, 1, 3)), (torch.float16, (1, 1, 3)), (torch.float32, (3, 1, 1))],
 )
-def test_round_trip_rows_of_any_width(dtype: torch.dtype, geometry: tuple[int, int, int]) -> None:
-    round_trip(make_layout(dtype=dtype, geometry=geometry), num_cpu_blocks=8, num_blocks=4, seed=2)
+def test_round_trip_rows_of_any_width(
+    dtype: torch.dtype, geometry: tuple[int, int, int], copy_path: str
+) -> None:
+    layout = make_layout(dtype=dtype, geometry=geometry)
+    round_trip(layout, num_cpu_blocks=8, num_blocks=4, seed=2, copy_path=copy_path)
 
 
 @gpu
 @pytest.mark.parametrize("order", list(KVOrder))
-def test_round_trip_in_many_chunks(monkeypatch: pytest.MonkeyPatch, order: KVOrder) -> None:
+def test_round_trip_in_many_chunks(
+    monkeypatch: pytest.MonkeyPatch, order: KVOrder, copy_path: str
+) -> None:
     """A stage of a few rows forces many chunks, so every stage reuse is exercised."""
     monkeypatch.setattr(cuda_backend_module, "STAGE_BYTES", 1)  # one row per chunk
-    round_trip(make_layout(order=order, factor=2), num_cpu_blocks=12, num_blocks=7, seed=3)
+    layout = make_layout(order=order, factor=2)
+    round_trip(layout, num_cpu_blocks=12, num_blocks=7, seed=3, copy_path=copy_path)
     # Three rows of every plane (4 planes of 8 KiB rows, or 2 of 16 KiB): a last partial chunk.
     monkeypatch.setattr(cuda_backend_module, "STAGE_BYTES", 3 * 4 * 16 * 4 * 64 * 2)
-    round_trip(make_layout(order=order, factor=2), num_cpu_blocks=12, num_blocks=7, seed=4)
+    layout = make_layout(order=order, factor=2)
+    round_trip(layout, num_cpu_blocks=12, num_blocks=7, seed=4, copy_path=copy_path)
 
 
 @gpu
+@pytest.mark.usefixtures("copy_path")
 def test_store_reads_what_the_compute_stream_wrote_before_submit() -> None:
     """Blocks written by work queued before submit (still running) are what is stored."""
     layout = make_layout(num_gpu_blocks=8)
@@ -140,6 +179,7 @@ def test_store_reads_what_the_compute_stream_wrote_before_submit() -> None:
 
 
 @gpu
+@pytest.mark.usefixtures("copy_path")
 def test_load_waits_for_compute_and_stream_wait_orders_readers_after_it() -> None:
     """A load lands after earlier compute work; stream_wait makes later work see it."""
     layout = make_layout(num_gpu_blocks=8)
@@ -198,6 +238,7 @@ def test_stores_run_while_a_load_is_held() -> None:
 
 
 @gpu
+@pytest.mark.usefixtures("copy_path")
 def test_concurrent_loads_and_stores_are_all_exact() -> None:
     layout = make_layout(num_layers=2, factor=2, num_gpu_blocks=64, seed=9)
     order = layout.order
