@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a CUDA device:
     .venv/bin/python -m bench.transfer_cuda [--repeat N] [--budget-gib G] [--no-peer]
-                                            [--sizes KIB ...] [--batches N ...]
+                                            [--sizes KIB ...] [--batches N ...] [--layers L]
 Without CUDA it exits with status 2 and one line on stderr.
 
 One JSON line per (direction, offloaded block size, blocks per job), bench
@@ -56,13 +56,14 @@ LATENCY_BLOCK_BYTES, LATENCY_BLOCKS = MIB, 32
 POLL_INTERVAL_S = 50e-6
 BOUND, BACKEND, PEER = "bound", "backend", "peer"
 
-NUM_LAYERS = 2
+DEFAULT_LAYERS = 2
 GPU_GEOMETRY = (16, 8, 64)
-"""Tokens per GPU block, KV heads, head dim: with float16 K and V over two
-layers, a GPU block is 64 KiB (a 16 KiB page per layer and K or V), so
-block_size_factor = block bytes / 64 KiB, as in bench.transfer_cpu."""
+"""Tokens per GPU block, KV heads, head dim: with float16 K and V, a 16 KiB page
+per layer and K or V. Over the default two layers a GPU block is 64 KiB, so
+block_size_factor = block bytes / 64 KiB, as in bench.transfer_cpu; a model's
+dozens of layers (``--layers``) mean as many more pages, and kernel launches, per block."""
 DTYPE = torch.float16
-GPU_BLOCK_BYTES = NUM_LAYERS * 2 * math.prod(GPU_GEOMETRY) * DTYPE.itemsize  # 2: K and V
+LAYER_BLOCK_BYTES = 2 * math.prod(GPU_GEOMETRY) * DTYPE.itemsize  # 2: K and V
 
 PEER_MEMBER = "vllm/v1/kv_offload/cpu/swap_blocks_triton.py"
 PEER_MAX_CHUNK = 8192
@@ -180,16 +181,15 @@ def check_copy(
 class Fixture:
     """A GPU cache of random bytes, the backend with its pinned tier, and shuffled ids."""
 
-    def __init__(self, block_bytes: int, blocks: int) -> None:
-        factor = block_bytes // GPU_BLOCK_BYTES
+    def __init__(self, block_bytes: int, blocks: int, layers: int) -> None:
+        factor = block_bytes // (layers * LAYER_BLOCK_BYTES)
         num_gpu_blocks = blocks * factor
-        layer_block_bytes = GPU_BLOCK_BYTES // NUM_LAYERS
         self.gpu = [
-            torch.randint(0, 256, (num_gpu_blocks * layer_block_bytes,), dtype=torch.uint8)
+            torch.randint(0, 256, (num_gpu_blocks * LAYER_BLOCK_BYTES,), dtype=torch.uint8)
             .cuda()
             .view(DTYPE)
             .view(2, num_gpu_blocks, *GPU_GEOMETRY)
-            for _ in range(NUM_LAYERS)
+            for _ in range(layers)
         ]
         self.layout = KVLayout(self.gpu, factor)
         self.backend = CUDATransferBackend(self.layout, blocks)
@@ -288,9 +288,11 @@ def median_seconds(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def load_latency(repeat: int, peer: ModuleType | None) -> dict[str, Any]:
-    """One request's load (32 blocks of 1 MiB): submit until poll reports it, median seconds."""
-    fixture = Fixture(LATENCY_BLOCK_BYTES, LATENCY_BLOCKS)
+def load_latency(repeat: int, peer: ModuleType | None, layers: int) -> dict[str, Any]:
+    """One request's load (32 blocks of 1 MiB, or of one GPU block where that is larger):
+    submit until poll reports it, median seconds."""
+    block_bytes = max(LATENCY_BLOCK_BYTES, layers * LAYER_BLOCK_BYTES)
+    fixture = Fixture(block_bytes, LATENCY_BLOCKS, layers)
     direction = Direction.CPU_TO_GPU
     try:
         backend = fixture.backend
@@ -310,8 +312,9 @@ def load_latency(repeat: int, peer: ModuleType | None) -> dict[str, Any]:
         row: dict[str, Any] = {
             "bench": "transfer_cuda_latency",
             "direction": str(direction),
-            "block_bytes": LATENCY_BLOCK_BYTES,
+            "block_bytes": block_bytes,
             "blocks": LATENCY_BLOCKS,
+            "layers": layers,
             "median_s": round(statistics.median(samples), 7),
             "min_s": round(min(samples), 7),
             "max_s": round(max(samples), 7),
@@ -378,12 +381,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=list(BATCHES),
         help="blocks per job",
     )
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=DEFAULT_LAYERS,
+        help="layers of the GPU cache (K and V apart: two pages of 16 KiB each per block)",
+    )
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.layers < 1:
+        parser.error("--layers must be at least 1")
+    gpu_block_kib = args.layers * LAYER_BLOCK_BYTES // KIB
     for size in args.sizes:
-        if size * KIB % GPU_BLOCK_BYTES:
-            parser.error(f"--sizes: {size} KiB is not a multiple of {GPU_BLOCK_BYTES // KIB} KiB")
+        if size % gpu_block_kib:
+            parser.error(
+                f"--sizes: {size} KiB is not a multiple of the GPU block, {gpu_block_kib} KiB "
+                f"over {args.layers} layers"
+            )
     if any(b < 1 for b in args.batches):
         parser.error("--batches must be at least 1")
     return args
@@ -408,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget_gib * GIB
     for block_bytes, blocks in sweep([s * KIB for s in args.sizes], args.batches, budget):
         num_bytes = block_bytes * blocks
-        fixture = Fixture(block_bytes, blocks)
+        fixture = Fixture(block_bytes, blocks, args.layers)
         try:
             for direction in Direction:
                 info: dict[str, Any] = {}
@@ -422,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                     "direction": str(direction),
                     "block_bytes": block_bytes,
                     "blocks": blocks,
+                    "layers": args.layers,
                     "repeat": args.repeat,
                     "backend_gbps": round(backend_gbps, 3),
                     "bound_gbps": round(bound_gbps, 3),
@@ -441,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             fixture.close()
             del fixture
             release()
-    emit(load_latency(args.repeat, peer))
+    emit(load_latency(args.repeat, peer, args.layers))
     return 0
 
 
