@@ -3,6 +3,7 @@
 Run from the repository root on a machine with a CUDA device:
     .venv/bin/python -m bench.transfer_cuda [--repeat N] [--budget-gib G] [--no-peer]
                                             [--sizes KIB ...] [--batches N ...] [--layers L]
+                                            [--canonical]
 Without CUDA it exits with status 2 and one line on stderr.
 
 One JSON line per (direction, offloaded block size, blocks per job), bench
@@ -35,6 +36,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -43,7 +45,7 @@ import torch
 from bench.tooling.common import emit
 from bench.tooling.peer_env import VLLM_VERSION
 from bench.tooling.vllm_wheel import load_member, stand_in
-from offload.transfer import CUDATransferBackend, Direction, KVLayout, TransferPlan
+from offload.transfer import CUDATransferBackend, Direction, KVLayout, KVOrder, TransferPlan
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 BLOCK_BYTES = (64 * KIB, 256 * KIB, MIB, 4 * MIB)
@@ -64,6 +66,40 @@ block_size_factor = block bytes / 64 KiB, as in bench.transfer_cpu; a model's
 dozens of layers (``--layers``) mean as many more pages, and kernel launches, per block."""
 DTYPE = torch.float16
 LAYER_BLOCK_BYTES = 2 * math.prod(GPU_GEOMETRY) * DTYPE.itemsize  # 2: K and V
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """The GPU cache a run copies from and to: per-layer tensors, K and V apart, or the one
+    int8 tensor of whole pages that vLLM 0.33 hands its offloading worker (``--canonical``)."""
+
+    layers: int
+    canonical: bool
+
+    @property
+    def gpu_block_bytes(self) -> int:
+        return self.layers * LAYER_BLOCK_BYTES
+
+    def layout(self, num_gpu_blocks: int, factor: int) -> KVLayout:
+        """A cache of random bytes, on the device."""
+
+        def random_bytes(numel: int) -> torch.Tensor:
+            return torch.randint(0, 256, (numel,), dtype=torch.uint8).cuda()
+
+        if self.canonical:
+            page = random_bytes(num_gpu_blocks * self.gpu_block_bytes).view(torch.int8)
+            return KVLayout([page.view(num_gpu_blocks, -1)], factor, KVOrder.BLOCK_BYTES)
+        tensors = [
+            random_bytes(num_gpu_blocks * LAYER_BLOCK_BYTES)
+            .view(DTYPE)
+            .view(2, num_gpu_blocks, *GPU_GEOMETRY)
+            for _ in range(self.layers)
+        ]
+        return KVLayout(tensors, factor)
+
+    def fields(self) -> dict[str, Any]:
+        return {"layers": self.layers, "layout": "canonical" if self.canonical else "kv_first"}
+
 
 PEER_MEMBER = "vllm/v1/kv_offload/cpu/swap_blocks_triton.py"
 PEER_MAX_CHUNK = 8192
@@ -181,17 +217,11 @@ def check_copy(
 class Fixture:
     """A GPU cache of random bytes, the backend with its pinned tier, and shuffled ids."""
 
-    def __init__(self, block_bytes: int, blocks: int, layers: int) -> None:
-        factor = block_bytes // (layers * LAYER_BLOCK_BYTES)
+    def __init__(self, block_bytes: int, blocks: int, cache: CacheShape) -> None:
+        factor = block_bytes // cache.gpu_block_bytes
         num_gpu_blocks = blocks * factor
-        self.gpu = [
-            torch.randint(0, 256, (num_gpu_blocks * LAYER_BLOCK_BYTES,), dtype=torch.uint8)
-            .cuda()
-            .view(DTYPE)
-            .view(2, num_gpu_blocks, *GPU_GEOMETRY)
-            for _ in range(layers)
-        ]
-        self.layout = KVLayout(self.gpu, factor)
+        self.layout = cache.layout(num_gpu_blocks, factor)
+        self.gpu = list(self.layout.gpu_tensors)
         self.backend = CUDATransferBackend(self.layout, blocks)
         generator = torch.Generator().manual_seed(0)
         self.gpu_ids = torch.randperm(num_gpu_blocks, generator=generator).tolist()
@@ -288,11 +318,11 @@ def median_seconds(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def load_latency(repeat: int, peer: ModuleType | None, layers: int) -> dict[str, Any]:
+def load_latency(repeat: int, peer: ModuleType | None, cache: CacheShape) -> dict[str, Any]:
     """One request's load (32 blocks of 1 MiB, or of one GPU block where that is larger):
     submit until poll reports it, median seconds."""
-    block_bytes = max(LATENCY_BLOCK_BYTES, layers * LAYER_BLOCK_BYTES)
-    fixture = Fixture(block_bytes, LATENCY_BLOCKS, layers)
+    block_bytes = max(LATENCY_BLOCK_BYTES, cache.gpu_block_bytes)
+    fixture = Fixture(block_bytes, LATENCY_BLOCKS, cache)
     direction = Direction.CPU_TO_GPU
     try:
         backend = fixture.backend
@@ -314,7 +344,7 @@ def load_latency(repeat: int, peer: ModuleType | None, layers: int) -> dict[str,
             "direction": str(direction),
             "block_bytes": block_bytes,
             "blocks": LATENCY_BLOCKS,
-            "layers": layers,
+            **cache.fields(),
             "median_s": round(statistics.median(samples), 7),
             "min_s": round(min(samples), 7),
             "max_s": round(max(samples), 7),
@@ -387,6 +417,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_LAYERS,
         help="layers of the GPU cache (K and V apart: two pages of 16 KiB each per block)",
     )
+    parser.add_argument(
+        "--canonical",
+        action="store_true",
+        help="the GPU cache as one int8 tensor of whole pages, as vLLM 0.33 hands it over",
+    )
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -420,10 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         "vs_peer is backend / vLLM Triton kernel",
         file=sys.stderr,
     )
+    cache = CacheShape(args.layers, args.canonical)
     budget = args.budget_gib * GIB
     for block_bytes, blocks in sweep([s * KIB for s in args.sizes], args.batches, budget):
         num_bytes = block_bytes * blocks
-        fixture = Fixture(block_bytes, blocks, args.layers)
+        fixture = Fixture(block_bytes, blocks, cache)
         try:
             for direction in Direction:
                 info: dict[str, Any] = {}
@@ -437,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                     "direction": str(direction),
                     "block_bytes": block_bytes,
                     "blocks": blocks,
-                    "layers": args.layers,
+                    **cache.fields(),
                     "repeat": args.repeat,
                     "backend_gbps": round(backend_gbps, 3),
                     "bound_gbps": round(bound_gbps, 3),
@@ -457,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             fixture.close()
             del fixture
             release()
-    emit(load_latency(args.repeat, peer, args.layers))
+    emit(load_latency(args.repeat, peer, cache))
     return 0
 
 

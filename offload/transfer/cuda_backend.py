@@ -108,11 +108,14 @@ class CUDATransferBackend(TransferBackend):
         shape = layout.cpu_shape(num_cpu_blocks)  # validates num_cpu_blocks
         self.pageable_fallback = False
         with torch.cuda.device(device):  # pinned in the context the tier is mapped into
-            self.cpu_tensors = self._allocate_tier(shape, allow_pageable)
+            tier = self._allocate_tier(shape, allow_pageable)
+        self.cpu_tensors = list(tier.unbind(0))  # one per layer, views of the one allocation
         # Both sides share the element type: rows move between them (or their stages) as is.
         self._gpu_rows, self._cpu_rows = layout.wide_rows(self.cpu_tensors, ROW_DTYPES)
         self._tier_on_device = (
-            None if self.pageable_fallback else _device_views(self._cpu_rows, device)
+            None
+            if self.pageable_fallback
+            else _device_view(_tier_planes(tier, self._cpu_rows), device)
         )
         self.zero_copy = self._tier_on_device is not None
         if not self.zero_copy and not self.pageable_fallback:
@@ -202,14 +205,15 @@ class CUDATransferBackend(TransferBackend):
 
     # -- construction --------------------------------------------------------------------
 
-    def _allocate_tier(self, shape: tuple[int, ...], allow_pageable: bool) -> list[torch.Tensor]:
-        """The CPU tier, zero-filled (every page touched now), pinned unless allowed not to be."""
+    def _allocate_tier(self, shape: tuple[int, ...], allow_pageable: bool) -> torch.Tensor:
+        """The CPU tier, every layer of ``shape`` in one zero-filled tensor (every page touched
+        now), pinned unless allowed not to be."""
         layout = self.layout
         try:
             return _zeros(shape, layout.dtype, layout.num_layers, pin=True)
         except RuntimeError as exc:
-            # Layers pinned before the failure sit in torch's pinned-memory cache once freed;
-            # hand them back, or a pageable retry (or the rest of the process) starves.
+            # Pinned memory freed before the failure sits in torch's pinned-memory cache;
+            # hand it back, or a pageable retry (or the rest of the process) starves.
             empty_host_cache = getattr(torch.accelerator, "empty_host_cache", None)
             if empty_host_cache is not None:
                 with contextlib.suppress(Exception):
@@ -288,25 +292,22 @@ class CUDATransferBackend(TransferBackend):
             return job_result(job.job_id, job.plan, job.submitted, success=False, error=error)
         return job_result(job.job_id, job.plan, job.submitted, success=True, error=None)
 
-    def _copy_in_place(self, lane: _Lane, job: _Job, tier: list[torch.Tensor]) -> None:
+    def _copy_in_place(self, lane: _Lane, job: _Job, tier: torch.Tensor) -> None:
         """Source rows -> device stage (gather) -> destination rows (scatter), on the device.
 
-        The tier's device views let both kernels run on the lane's stream
+        The tier's device view lets both kernels run on the lane's stream
         whichever side the tier is on: the host never touches a row, and
         nothing waits until the job's last kernel is queued.
         """
         plan = job.plan
         to_cpu = plan.direction is Direction.GPU_TO_CPU
-        sources, targets = (self._gpu_rows, tier) if to_cpu else (tier, self._gpu_rows)
         src_idx = plan.src_rows.to(self.device, non_blocking=True)  # queued on lane.stream
         dst_idx = plan.dst_rows.to(self.device, non_blocking=True)
         for start, count in _chunks(plan, lane, self._gpu_rows):
             # Free to overwrite: its earlier readers are queued before this on the same stream.
             stage = _stage_view(lane.device_stage, self._gpu_rows, count)
-            src_rows, dst_rows = src_idx[start : start + count], dst_idx[start : start + count]
-            for plane, (source, target) in enumerate(zip(sources, targets, strict=True)):
-                torch.index_select(source, 0, src_rows, out=stage[plane])
-                target.index_copy_(0, dst_rows, stage[plane])
+            chunk = slice(start, start + count)
+            _move_rows(to_cpu, self._gpu_rows, tier, stage, src_idx[chunk], dst_idx[chunk])
         done = torch.cuda.Event(blocking=True)
         done.record(lane.stream)
         self._publish_if_last(job, done, plan.src_rows.numel())
@@ -397,6 +398,31 @@ class CUDATransferBackend(TransferBackend):
                 self._book.changed.notify_all()
 
 
+def _move_rows(
+    to_cpu: bool,
+    gpu_rows: list[torch.Tensor],
+    tier: torch.Tensor,
+    stage: torch.Tensor,
+    src_rows: torch.Tensor,
+    dst_rows: torch.Tensor,
+) -> None:
+    """Move one chunk of rows through ``stage`` (planes, rows, row), on the tensors' device.
+
+    The tier's side is one kernel for every plane at once, since its planes
+    lie evenly strided in one allocation (``_tier_planes``); over the bus,
+    where kernel boundaries cost the most, that is the only kernel. The
+    GPU's layers are separate tensors, one kernel each, in device memory.
+    """
+    if to_cpu:
+        for plane, source in enumerate(gpu_rows):
+            torch.index_select(source, 0, src_rows, out=stage[plane])
+        tier.index_copy_(1, dst_rows, stage)
+    else:
+        torch.index_select(tier, 1, src_rows, out=stage)
+        for plane, target in enumerate(gpu_rows):
+            target.index_copy_(0, dst_rows, stage[plane])
+
+
 def _chunks(plan: TransferPlan, lane: _Lane, planes: list[torch.Tensor]) -> list[tuple[int, int]]:
     """(first row, row count) of each chunk of a job: as many rows as the stage holds."""
     per_chunk = lane.device_stage.numel() // (len(planes) * planes[0].shape[1])
@@ -421,8 +447,8 @@ class _MappedRows:
         self.__cuda_array_interface__ = rows.numpy().__array_interface__
 
 
-def _device_views(host_rows: list[torch.Tensor], device: torch.device) -> list[torch.Tensor] | None:
-    """The pinned tier's rows as CUDA tensors over the same memory, or None if torch copies.
+def _device_view(host: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    """The pinned tier as a CUDA tensor over the same memory, or None if torch copies it.
 
     With unified addressing (every 64-bit CUDA platform), pinned host memory
     is mapped into the device's address space at its host address, so
@@ -430,22 +456,25 @@ def _device_views(host_rows: list[torch.Tensor], device: torch.device) -> list[t
     engine's staging round trip and the host's share of the copy disappear.
     A view at another address would be a copy, not the tier, so it is refused.
     """
-    views = []
-    for rows in host_rows:
-        try:
-            view = torch.as_tensor(_MappedRows(rows), device=device)
-        except (RuntimeError, TypeError, ValueError):
-            return None
-        if view.data_ptr() != rows.data_ptr():
-            return None
-        views.append(view)
-    return views
+    try:
+        view = torch.as_tensor(_MappedRows(host), device=device)
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    return view if view.data_ptr() == host.data_ptr() else None
 
 
-def _zeros(
-    shape: tuple[int, ...], dtype: torch.dtype, count: int, *, pin: bool
-) -> list[torch.Tensor]:
-    return [torch.zeros(shape, dtype=dtype, pin_memory=pin) for _ in range(count)]
+def _tier_planes(tier: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
+    """Every plane of the tier as one (planes, rows, row) view, typed like ``rows``.
+
+    ``rows`` lists the planes layer-major and K before V, the order in which
+    they lie in the tier's one allocation, so plane i of the view is row view i.
+    """
+    return tier.view(len(rows), rows[0].shape[0], -1).view(rows[0].dtype)
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, count: int, *, pin: bool) -> torch.Tensor:
+    """``count`` zeroed layers of ``shape``, stacked in one allocation."""
+    return torch.zeros((count, *shape), dtype=dtype, pin_memory=pin)
 
 
 def _size_text(num_bytes: int) -> str:

@@ -71,7 +71,7 @@ def copy_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Runs a test over both copy paths: index kernels on the device-mapped tier, and
     host staging, forced by refusing the mapping as a platform without one would."""
     if request.param == STAGED:
-        monkeypatch.setattr(cuda_backend_module, "_device_views", lambda *_: None)
+        monkeypatch.setattr(cuda_backend_module, "_device_view", lambda *_: None)
     return request.param
 
 
@@ -111,6 +111,65 @@ def test_the_mapped_rows_describe_the_host_rows_exactly() -> None:
         assert (strides is None) is contiguous
         if not contiguous:
             assert strides == tuple(s * rows.element_size() for s in rows.stride())
+
+
+@pytest.mark.parametrize("order", list(KVOrder))
+@pytest.mark.parametrize(
+    ("dtype", "geometry", "factor"),
+    [(torch.float16, (4, 2, 8), 1), (torch.float16, (4, 2, 8), 2), (torch.uint8, (1, 1, 3), 2)],
+)
+def test_the_zero_copy_kernels_move_every_plane_exactly(
+    order: KVOrder, dtype: torch.dtype, geometry: tuple[int, int, int], factor: int
+) -> None:
+    """The kernels the zero-copy path runs, here on CPU tensors: a store then a load through
+    the tier's one (planes, rows, row) view, in chunks of a staging buffer."""
+    layout = kv_caches.make_layout(
+        num_layers=3, order=order, factor=factor, dtype=dtype, geometry=geometry, seed=5
+    )
+    num_cpu_blocks, num_blocks = 6, 4
+    tier = cuda_backend_module._zeros(
+        layout.cpu_shape(num_cpu_blocks), dtype, layout.num_layers, pin=False
+    )
+    layers = list(tier.unbind(0))
+    gpu_rows, cpu_rows = layout.wide_rows(layers, cuda_backend_module.ROW_DTYPES)
+    planes = cuda_backend_module._tier_planes(tier, cpu_rows)
+    assert planes.shape[0] == len(cpu_rows)
+    for plane, rows in zip(planes, cpu_rows, strict=True):
+        assert (plane.data_ptr(), plane.shape, plane.stride()) == (
+            rows.data_ptr(),
+            rows.shape,
+            rows.stride(),
+        )
+    stage = torch.empty(len(gpu_rows) * 3 * gpu_rows[0].shape[1], dtype=gpu_rows[0].dtype)
+
+    def move(direction: Direction, src: list[int], dst: list[int]) -> None:
+        plan = layout.plan(direction, src, dst, num_cpu_blocks)
+        for start in range(0, plan.src_rows.numel(), 3):  # chunks of three rows, one partial
+            count = min(3, plan.src_rows.numel() - start)
+            chunk = slice(start, start + count)
+            cuda_backend_module._move_rows(
+                direction is GPU_TO_CPU,
+                gpu_rows,
+                planes,
+                cuda_backend_module._stage_view(stage, gpu_rows, count),
+                plan.src_rows[chunk],
+                plan.dst_rows[chunk],
+            )
+
+    gpu_from = [7, 1, 12, 4, 9, 0, 15, 3][: num_blocks * factor]
+    gpu_into = [20, 31, 18, 25, 22, 29, 17, 26][: num_blocks * factor]
+    cpu_blocks = [5, 0, 3, 2]
+    order_of = layout.order
+    originals = [blocks(t, order_of, gpu_from) for t in layout.gpu_tensors]
+    move(GPU_TO_CPU, gpu_from, cpu_blocks)
+    for layer, original in zip(layers, originals, strict=True):
+        assert torch.equal(
+            blocks(layer, order_of, kv_caches.cpu_rows(cpu_blocks, factor)), original
+        )
+    assert not blocks(layers[0], order_of, kv_caches.cpu_rows([1, 4], factor)).any()
+    move(CPU_TO_GPU, cpu_blocks, gpu_into)
+    for tensor, original in zip(layout.gpu_tensors, originals, strict=True):
+        assert torch.equal(blocks(tensor, order_of, gpu_into), original)
 
 
 def test_size_text() -> None:
