@@ -20,6 +20,9 @@ from the vLLM wheel at run time, never copied here), vs_peer backend / peer.
 Every figure is the median of --repeat runs, interleaved (bound, backend,
 peer, ...) so all are taken over the same stretch of a possibly shared
 machine; each side's first run is a warm-up that also checks the copied bytes.
+Each line names the GPU cache it ran on (layers, and layout: kv_first, or
+canonical for vLLM 0.33's one page tensor) and whether the backend ran
+zero_copy.
 
 One more line, bench "transfer_cuda_latency": the load of one request's worth
 of blocks (32 blocks of 1 MiB), submit until ``poll`` reports it, median. The

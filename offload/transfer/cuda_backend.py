@@ -34,7 +34,7 @@ STAGE_BYTES = 32 << 20
 large enough that a chunk's copy dwarfs its launch and event overheads."""
 
 ROW_DTYPES = (torch.int64, torch.int32, torch.int16)
-"""Element types to move rows as, widest first: the host-side index kernels
+"""Element types to move rows as, widest first: the index kernels (device and host)
 copy element by element, so wider elements mean fewer copies. Moving bits
 between same-typed tensors never changes them."""
 
