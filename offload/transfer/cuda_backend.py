@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from offload.transfer import host_tier
 from offload.transfer.backend import TransferBackend
 from offload.transfer.job import Direction, TransferResult
 from offload.transfer.job_book import JobBook, job_result
@@ -105,17 +106,16 @@ class CUDATransferBackend(TransferBackend):
         self.layout = layout
         self.device = device
         self.num_cpu_blocks = num_cpu_blocks
-        shape = layout.cpu_shape(num_cpu_blocks)  # validates num_cpu_blocks
-        self.pageable_fallback = False
         with torch.cuda.device(device):  # pinned in the context the tier is mapped into
-            tier = self._allocate_tier(shape, allow_pageable)
+            tier, pageable = host_tier.allocate(layout, num_cpu_blocks, allow_pageable)
+        self.pageable_fallback = pageable
         self.cpu_tensors = list(tier.unbind(0))  # one per layer, views of the one allocation
         # Both sides share the element type: rows move between them (or their stages) as is.
         self._gpu_rows, self._cpu_rows = layout.wide_rows(self.cpu_tensors, ROW_DTYPES)
         self._tier_on_device = (
             None
             if self.pageable_fallback
-            else _device_view(_tier_planes(tier, self._cpu_rows), device)
+            else host_tier.device_view(host_tier.planes(tier, self._cpu_rows), device)
         )
         self.zero_copy = self._tier_on_device is not None
         if not self.zero_copy and not self.pageable_fallback:
@@ -204,35 +204,6 @@ class CUDATransferBackend(TransferBackend):
             torch.cuda.current_stream(self.device).wait_event(done)
 
     # -- construction --------------------------------------------------------------------
-
-    def _allocate_tier(self, shape: tuple[int, ...], allow_pageable: bool) -> torch.Tensor:
-        """The CPU tier, every layer of ``shape`` in one zero-filled tensor (every page touched
-        now), pinned unless allowed not to be."""
-        layout = self.layout
-        try:
-            return _zeros(shape, layout.dtype, layout.num_layers, pin=True)
-        except RuntimeError as exc:
-            # Pinned memory freed before the failure sits in torch's pinned-memory cache;
-            # hand it back, or a pageable retry (or the rest of the process) starves.
-            empty_host_cache = getattr(torch.accelerator, "empty_host_cache", None)
-            if empty_host_cache is not None:
-                with contextlib.suppress(Exception):
-                    empty_host_cache()
-            total = self.num_cpu_blocks * layout.bytes_per_cpu_block
-            what = (
-                f"cannot pin {_size_text(total)} of host memory for {self.num_cpu_blocks} "
-                f"CPU blocks of {_size_text(layout.bytes_per_cpu_block)}"
-            )
-            if not allow_pageable:
-                raise RuntimeError(
-                    f"{what}; lower cpu_bytes_to_use or pass allow_pageable=True"
-                ) from exc
-            logger.warning(
-                "%s; allow_pageable=True, so the CPU tier falls back to pageable host memory",
-                what,
-            )
-        self.pageable_fallback = True
-        return _zeros(shape, layout.dtype, layout.num_layers, pin=False)
 
     def _make_lane(self, direction: Direction) -> _Lane:
         rows = self._gpu_rows[0]
@@ -409,7 +380,7 @@ def _move_rows(
     """Move one chunk of rows through ``stage`` (planes, rows, row), on the tensors' device.
 
     The tier's side is one kernel for every plane at once, since its planes
-    lie evenly strided in one allocation (``_tier_planes``); over the bus,
+    lie evenly strided in one allocation (``host_tier.planes``); over the bus,
     where kernel boundaries cost the most, that is the only kernel. The
     GPU's layers are separate tensors, one kernel each, in device memory.
     """
@@ -434,57 +405,3 @@ def _stage_view(stage: torch.Tensor, planes: list[torch.Tensor], count: int) -> 
     """The first ``count`` rows of every plane, as one contiguous (planes, count, row) view."""
     row_elements = planes[0].shape[1]
     return stage[: len(planes) * count * row_elements].view(len(planes), count, row_elements)
-
-
-class _MappedRows:
-    """Host rows described by the CUDA array interface, which torch wraps without copying.
-
-    The view torch makes keeps this object, and so the host tensor, alive.
-    """
-
-    def __init__(self, rows: torch.Tensor) -> None:
-        self.rows = rows
-        self.__cuda_array_interface__ = rows.numpy().__array_interface__
-
-
-def _device_view(host: torch.Tensor, device: torch.device) -> torch.Tensor | None:
-    """The pinned tier as a CUDA tensor over the same memory, or None if torch copies it.
-
-    With unified addressing (every 64-bit CUDA platform), pinned host memory
-    is mapped into the device's address space at its host address, so
-    index kernels can gather from and scatter into it over the bus: the copy
-    engine's staging round trip and the host's share of the copy disappear.
-    A view at another address would be a copy, not the tier, so it is refused.
-    """
-    try:
-        view = torch.as_tensor(_MappedRows(host), device=device)
-    except (RuntimeError, TypeError, ValueError):
-        return None
-    return view if view.data_ptr() == host.data_ptr() else None
-
-
-def _tier_planes(tier: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
-    """Every plane of the tier as one (planes, rows, row) view, typed like ``rows``.
-
-    ``rows`` lists the planes layer-major and K before V, the order in which
-    they lie in the tier's one allocation, so plane i of the view is row view i.
-    """
-    return tier.view(len(rows), rows[0].shape[0], -1).view(rows[0].dtype)
-
-
-def _zeros(shape: tuple[int, ...], dtype: torch.dtype, count: int, *, pin: bool) -> torch.Tensor:
-    """``count`` zeroed layers of ``shape``, stacked in one allocation."""
-    return torch.zeros((count, *shape), dtype=dtype, pin_memory=pin)
-
-
-def _size_text(num_bytes: int) -> str:
-    """Bytes in the largest binary unit that keeps the number at least 1, one decimal."""
-    if num_bytes < 1024:
-        return f"{num_bytes} B"
-    size = float(num_bytes)
-    units = ("KiB", "MiB", "GiB", "TiB", "PiB")
-    for unit in units:
-        size /= 1024
-        if size < 1024 or unit == units[-1]:
-            return f"{size:.1f} {unit}"
-    raise AssertionError("unreachable")

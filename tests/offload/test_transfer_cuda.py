@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
-from offload.transfer import Direction, KVLayout, KVOrder, TransferResult
+from offload.transfer import Direction, KVLayout, KVOrder, TransferResult, host_tier
 from offload.transfer import cuda_backend as cuda_backend_module
 from offload.transfer.cuda_backend import CUDATransferBackend
 from tests.support import kv_caches
@@ -71,7 +71,7 @@ def copy_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Runs a test over both copy paths: index kernels on the device-mapped tier, and
     host staging, forced by refusing the mapping as a platform without one would."""
     if request.param == STAGED:
-        monkeypatch.setattr(cuda_backend_module, "_device_view", lambda *_: None)
+        monkeypatch.setattr(host_tier, "device_view", lambda *_: None)
     return request.param
 
 
@@ -103,7 +103,7 @@ def test_the_mapped_rows_describe_the_host_rows_exactly() -> None:
     """What torch wraps as the tier's device view: the same address, shape and byte strides."""
     tier = torch.arange(2 * 6 * 4, dtype=torch.int32).view(2, 6, 4)
     for rows in (tier[1], tier[:, 2:5].reshape(-1, 4), tier.view(torch.int64)[0, 1:, 1:]):
-        interface = cuda_backend_module._MappedRows(rows).__cuda_array_interface__
+        interface = host_tier.MappedRows(rows).__cuda_array_interface__
         assert interface["data"] == (rows.data_ptr(), False)
         assert tuple(interface["shape"]) == tuple(rows.shape)
         contiguous = rows.is_contiguous()
@@ -127,12 +127,10 @@ def test_the_zero_copy_kernels_move_every_plane_exactly(
         num_layers=3, order=order, factor=factor, dtype=dtype, geometry=geometry, seed=5
     )
     num_cpu_blocks, num_blocks = 6, 4
-    tier = cuda_backend_module._zeros(
-        layout.cpu_shape(num_cpu_blocks), dtype, layout.num_layers, pin=False
-    )
+    tier = host_tier.zeros(layout.cpu_shape(num_cpu_blocks), dtype, layout.num_layers, pin=False)
     layers = list(tier.unbind(0))
     gpu_rows, cpu_rows = layout.wide_rows(layers, cuda_backend_module.ROW_DTYPES)
-    planes = cuda_backend_module._tier_planes(tier, cpu_rows)
+    planes = host_tier.planes(tier, cpu_rows)
     assert planes.shape[0] == len(cpu_rows)
     for plane, rows in zip(planes, cpu_rows, strict=True):
         assert (plane.data_ptr(), plane.shape, plane.stride()) == (
@@ -173,7 +171,7 @@ def test_the_zero_copy_kernels_move_every_plane_exactly(
 
 
 def test_size_text() -> None:
-    size_text = cuda_backend_module._size_text
+    size_text = host_tier.size_text
     assert size_text(5) == "5 B"
     assert size_text(3 << 20) == "3.0 MiB"
     assert size_text(12 << 30) == "12.0 GiB"
@@ -403,18 +401,18 @@ def test_unpinnable_tier_gives_a_clear_error() -> None:
 def test_allow_pageable_falls_back_and_still_copies_exactly(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real_zeros = cuda_backend_module._zeros
+    real_zeros = host_tier.zeros
 
     def no_pinning(*args: object, pin: bool) -> list[torch.Tensor]:
         if pin:
             raise RuntimeError("CUDA error: out of memory")
         return real_zeros(*args, pin=False)
 
-    monkeypatch.setattr(cuda_backend_module, "_zeros", no_pinning)
+    monkeypatch.setattr(host_tier, "zeros", no_pinning)
     layout = make_layout(num_gpu_blocks=8)
     with pytest.raises(RuntimeError, match="pass allow_pageable=True"):
         CUDATransferBackend(layout, 4)
-    with caplog.at_level(logging.WARNING, logger=cuda_backend_module.__name__):
+    with caplog.at_level(logging.WARNING, logger=host_tier.__name__):
         backend = CUDATransferBackend(layout, 4, allow_pageable=True)
     with backend:
         assert backend.pageable_fallback
