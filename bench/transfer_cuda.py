@@ -224,12 +224,11 @@ class Fixture:
         factor = block_bytes // cache.gpu_block_bytes
         num_gpu_blocks = blocks * factor
         self.layout = cache.layout(num_gpu_blocks, factor)
-        self.gpu = list(self.layout.gpu_tensors)
         self.backend = CUDATransferBackend(self.layout, blocks)
         generator = torch.Generator().manual_seed(0)
         self.gpu_ids = torch.randperm(num_gpu_blocks, generator=generator).tolist()
         self.cpu_ids = torch.randperm(blocks, generator=generator).tolist()
-        self.gpu_rows = self.layout.rows(self.gpu)
+        self.gpu_rows = self.layout.rows(self.layout.gpu_tensors)
         self.cpu_rows = self.layout.rows(self.backend.cpu_tensors)
         self.blocks = blocks
 

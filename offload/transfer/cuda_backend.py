@@ -117,7 +117,6 @@ class CUDATransferBackend(TransferBackend):
             if self.pageable_fallback
             else host_tier.device_view(host_tier.planes(tier, self._cpu_rows), device)
         )
-        self.zero_copy = self._tier_on_device is not None
         if not self.zero_copy and not self.pageable_fallback:
             logger.warning(
                 "the pinned CPU tier is not mapped into %s's address space; "
@@ -136,6 +135,11 @@ class CUDATransferBackend(TransferBackend):
                 target=self._run, args=(lane,), name=f"kvscope-cuda-{lane.direction}", daemon=True
             )
             lane.worker.start()
+
+    @property
+    def zero_copy(self) -> bool:
+        """Whether the kernels read and write the pinned tier in place (its device view)."""
+        return self._tier_on_device is not None
 
     # -- the TransferBackend interface ---------------------------------------------------
 
