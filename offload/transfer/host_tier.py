@@ -37,9 +37,15 @@ def allocate(
             with contextlib.suppress(Exception):
                 empty_host_cache()
         total = num_cpu_blocks * layout.bytes_per_cpu_block
+        asked = 1 << (total - 1).bit_length()
         what = (
             f"cannot pin {size_text(total)} of host memory for {num_cpu_blocks} "
             f"CPU blocks of {size_text(layout.bytes_per_cpu_block)}"
+            + (
+                f" (torch's pinned allocator asks for {size_text(asked)}, the next power of two)"
+                if asked > total
+                else ""
+            )
         )
         if not allow_pageable:
             raise RuntimeError(

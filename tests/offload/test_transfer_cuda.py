@@ -170,6 +170,30 @@ def test_the_zero_copy_kernels_move_every_plane_exactly(
         assert torch.equal(blocks(tensor, order_of, gpu_into), original)
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="checks the tier where nothing can be pinned")
+def test_an_unpinnable_tier_is_refused_or_falls_back_as_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without CUDA no memory can be pinned: the refusal names the bytes (and what torch's
+    power-of-two allocator would have asked for); allow_pageable gives one zeroed allocation."""
+    layout = make_layout(device="cpu", num_layers=3, num_gpu_blocks=4, geometry=(2, 1, 4))
+    with pytest.raises(
+        RuntimeError,
+        match=r"cannot pin 480 B of host memory for 5 CPU blocks of 96 B "
+        r"\(torch's pinned allocator asks for 512 B, the next power of two\); "
+        r"lower cpu_bytes_to_use or pass allow_pageable=True",
+    ):
+        host_tier.allocate(layout, 5, allow_pageable=False)
+    with caplog.at_level(logging.WARNING, logger=host_tier.__name__):
+        tier, pageable = host_tier.allocate(layout, 5, allow_pageable=True)
+    assert pageable
+    assert "falls back to pageable host memory" in caplog.text
+    assert tier.shape == (3, *layout.cpu_shape(5)) and not tier.any()
+    two_layers = make_layout(device="cpu", num_layers=2, num_gpu_blocks=4, geometry=(2, 1, 4))
+    with pytest.raises(RuntimeError, match=r"cannot pin 256 B .* 4 CPU blocks of 64 B; lower"):
+        host_tier.allocate(two_layers, 4, allow_pageable=False)  # a power of two: asked as is
+
+
 def test_size_text() -> None:
     size_text = host_tier.size_text
     assert size_text(5) == "5 B"
