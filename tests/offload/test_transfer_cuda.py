@@ -99,20 +99,6 @@ def test_construction_without_cuda_is_refused_clearly() -> None:
         CUDATransferBackend(layout, 4)
 
 
-def test_the_mapped_rows_describe_the_host_rows_exactly() -> None:
-    """What torch wraps as the tier's device view: the same address, shape and byte strides."""
-    tier = torch.arange(2 * 6 * 4, dtype=torch.int32).view(2, 6, 4)
-    for rows in (tier[1], tier[:, 2:5].reshape(-1, 4), tier.view(torch.int64)[0, 1:, 1:]):
-        interface = host_tier.MappedRows(rows).__cuda_array_interface__
-        assert interface["data"] == (rows.data_ptr(), False)
-        assert tuple(interface["shape"]) == tuple(rows.shape)
-        contiguous = rows.is_contiguous()
-        strides = interface["strides"]
-        assert (strides is None) is contiguous
-        if not contiguous:
-            assert strides == tuple(s * rows.element_size() for s in rows.stride())
-
-
 @pytest.mark.parametrize("order", list(KVOrder))
 @pytest.mark.parametrize(
     ("dtype", "geometry", "factor"),
@@ -168,38 +154,6 @@ def test_the_zero_copy_kernels_move_every_plane_exactly(
     move(CPU_TO_GPU, cpu_blocks, gpu_into)
     for tensor, original in zip(layout.gpu_tensors, originals, strict=True):
         assert torch.equal(blocks(tensor, order_of, gpu_into), original)
-
-
-@pytest.mark.skipif(HAS_CUDA, reason="checks the tier where nothing can be pinned")
-def test_an_unpinnable_tier_is_refused_or_falls_back_as_asked(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Without CUDA no memory can be pinned: the refusal names the bytes (and what torch's
-    power-of-two allocator would have asked for); allow_pageable gives one zeroed allocation."""
-    layout = make_layout(device="cpu", num_layers=3, num_gpu_blocks=4, geometry=(2, 1, 4))
-    with pytest.raises(
-        RuntimeError,
-        match=r"cannot pin 480 B of host memory for 5 CPU blocks of 96 B "
-        r"\(torch's pinned allocator asks for 512 B, the next power of two\); "
-        r"lower cpu_bytes_to_use or pass allow_pageable=True",
-    ):
-        host_tier.allocate(layout, 5, allow_pageable=False)
-    with caplog.at_level(logging.WARNING, logger=host_tier.__name__):
-        tier, pageable = host_tier.allocate(layout, 5, allow_pageable=True)
-    assert pageable
-    assert "falls back to pageable host memory" in caplog.text
-    assert tier.shape == (3, *layout.cpu_shape(5)) and not tier.any()
-    two_layers = make_layout(device="cpu", num_layers=2, num_gpu_blocks=4, geometry=(2, 1, 4))
-    with pytest.raises(RuntimeError, match=r"cannot pin 256 B .* 4 CPU blocks of 64 B; lower"):
-        host_tier.allocate(two_layers, 4, allow_pageable=False)  # a power of two: asked as is
-
-
-def test_size_text() -> None:
-    size_text = host_tier.size_text
-    assert size_text(5) == "5 B"
-    assert size_text(3 << 20) == "3.0 MiB"
-    assert size_text(12 << 30) == "12.0 GiB"
-    assert size_text(3 << 59) == "1536.0 PiB"
 
 
 # -- on a GPU --------------------------------------------------------------------------
@@ -427,7 +381,7 @@ def test_allow_pageable_falls_back_and_still_copies_exactly(
 ) -> None:
     real_zeros = host_tier.zeros
 
-    def no_pinning(*args: object, pin: bool) -> list[torch.Tensor]:
+    def no_pinning(*args: object, pin: bool) -> torch.Tensor:
         if pin:
             raise RuntimeError("CUDA error: out of memory")
         return real_zeros(*args, pin=False)
