@@ -8,31 +8,22 @@ event. How it keys blocks, counts hits and caps its memory: docs/ARCHITECTURE.md
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Hashable, Iterable
-from operator import itemgetter
-from typing import Final
 
 import msgspec
 
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
-from app.state.stranded import MASK, SEQ, STRANDED, StrandedBlocks
+from app.state.held_block import HeldBlock
+from app.state.listing import Listing
+from app.state.shards import SHARD_RUN, SHARDS, shard_of
+from app.state.stranded import StrandedBlocks
 
-# Per block, the index keeps one tuple of atomic values (location mask,
-# sequence, first stored, last stored, hits, block size, and for
-# app/state/stranded.py the parent its store named and whether it is
-# stranded; the positions are stranded.py's MASK, SEQ, PARENT, STRANDED) in
-# one dict, never a mutable object: the cyclic garbage collector stops
-# tracking such tuples, so an index of millions of blocks adds nothing to
-# every full collection's walk (with a list per block, those walks grow with
-# the index and pause ingest).
-# One dict, not one per field: CPython rebuilds a dict that churn has filled
-# with deleted slots in one go, and at a million entries each rebuild stalls
-# ingest and every request for tens of milliseconds.
-
-_COMPACT_SLACK: Final = 1024
-"""Dead listing slots tolerated beyond the live count before the listing is rebuilt."""
+# Per block, the index keeps one HeldBlock (app/state/held_block.py), changed in
+# place, in dicts the cyclic garbage collector never tracks; the listing
+# (app/state/listing.py) keeps the creation order in chunks it never walks
+# either. So an index of millions of blocks adds nothing to a full collection.
+# The dicts are shards (app/state/shards.py), so none is big enough to stall on a rebuild.
 
 
 class BlockEntry(msgspec.Struct, frozen=True):
@@ -100,26 +91,24 @@ class BlockIndex:
         self._media: set[str] = set()
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
-        # block hash -> (location bits, sequence, first stored, last stored, hits, block size,
-        # parent, stranded)
-        self._blocks: dict[
-            Hashable, tuple[int, int, float, float, int, int | None, Hashable | None, bool]
-        ] = {}
-        # Every entry ever created, by sequence, for paging; an item is dead once
-        # its hash is gone or was re-created under a later sequence.
-        self._listing_seqs: list[int] = []
-        self._listing_hashes: list[Hashable] = []
+        self._shards: tuple[dict[Hashable, HeldBlock], ...] = tuple({} for _ in range(SHARDS))
+        self._held = 0  # blocks in all shards
+        self._listing = Listing()
         self._next_seq = 0
         self._locations: dict[tuple[str, str], int] = {}  # (publisher, medium) -> bit number
         self._location_names: list[tuple[str, str]] = []  # bit number -> (publisher, medium)
         self._counts: list[int] = []  # bit number -> blocks held there
         self._block_bytes: dict[tuple[str, str], int] = {}
         self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
-        self.stranded = StrandedBlocks(self._blocks)
+        self.stranded = StrandedBlocks(self._shards)
         """Held blocks no prefix lookup reaches: an ancestor named by the events is held nowhere."""
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return self._held
+
+    def _record(self, block_hash: Hashable) -> HeldBlock | None:
+        """The record of a held block, or None."""
+        return self._shards[shard_of(block_hash)].get(block_hash)
 
     # --- ingest -------------------------------------------------------------------
 
@@ -132,7 +121,7 @@ class BlockIndex:
                 self._remove(publisher, event)
             else:
                 self.reset_publisher(publisher)
-        self._compact_listing()
+        self._listing.settle()
 
     def _store(self, publisher: str, event: DecodedEvent, now: float) -> None:
         number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
@@ -140,44 +129,48 @@ class BlockIndex:
             return
         bit = 1 << number
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
-        blocks = self._blocks
-        list_seq, list_hash = self._listing_seqs.append, self._listing_hashes.append
-        room = self.max_blocks - len(blocks)
+        shards = self._shards
+        records = self._listing.open  # this event's new records go at its end
+        listed, first_new = records.append, len(records)
+        room = self.max_blocks - self._held
         block_size = event.block_size
-        stranded = self.stranded
         # The event's blocks continue one chain: each hangs under the one before it.
         parent = event.parent_block_hash
+        parent_shard = 0 if parent is None else shard_of(parent)
         seq = self._next_seq
         added = refused = 0
-        parents: list[Hashable | None] = []  # of each block entered, in order
         for block_hash in event.block_hashes:
+            shard = (hash(block_hash) >> SHARD_RUN) % SHARDS  # shard_of, inlined
+            blocks = shards[shard]
             entry = blocks.get(block_hash)
             if entry is None:
                 if room <= 0:
                     refused += 1
-                    parent = block_hash
+                    parent, parent_shard = block_hash, shard
                     continue
                 room -= 1
                 added += 1
-                blocks[block_hash] = (bit, seq, now, now, 0, block_size, parent, False)
-                list_seq(seq)
-                list_hash(block_hash)
+                entry = HeldBlock(
+                    block_hash, shard, bit, seq, now, now, 0, block_size,
+                    parent, parent_shard, False,
+                )  # fmt: skip
+                blocks[block_hash] = entry
+                listed(entry)
                 seq += 1
-                parents.append(parent)
-                parent = block_hash
+                parent, parent_shard = block_hash, shard
                 continue
-            parent = block_hash
-            mask, created, first, _last, hits, size, above, flag = entry
-            if mask & reload_bits:
-                hits += 1
-            if not mask & bit:
-                mask |= bit
+            parent, parent_shard = block_hash, shard
+            entry.last = now
+            if entry.mask & reload_bits:
+                entry.hits += 1
+            if not entry.mask & bit:
+                entry.mask |= bit
                 added += 1
-                if flag:
-                    stranded.count(bit, 1)
-            blocks[block_hash] = (mask, created, first, now, hits, size, above, flag)
-        if parents:  # the blocks entered are the listing's newest items
-            stranded.stored(self._listing_hashes[-len(parents) :], parents)
+                if entry.stranded:
+                    self.stranded.count(bit, 1)
+        if added_records := records[first_new:]:
+            self.stranded.stored(added_records)
+            self._held += len(added_records)
         self._next_seq = seq
         self._counts[number] += added
         self.overflow += refused
@@ -187,25 +180,30 @@ class BlockIndex:
         if number is None:
             return
         bit = 1 << number
-        blocks = self._blocks
+        shards = self._shards
         stranded = self.stranded
-        removed = 0
+        removed = gone = 0
         # Tail first: a chain listed head first then leaves without stranding,
         # one after another, every block below the head (the result is the same).
         for block_hash in reversed(event.block_hashes):
+            blocks = shards[(hash(block_hash) >> SHARD_RUN) % SHARDS]  # shard_of, inlined
             entry = blocks.get(block_hash)
-            if entry is None or not entry[MASK] & bit:
+            if entry is None:
+                continue
+            mask = entry.mask
+            if not mask & bit:
                 continue
             removed += 1
-            mask = entry[MASK] ^ bit
-            if mask:
-                blocks[block_hash] = (mask, *entry[1:])
-                if entry[STRANDED]:
-                    stranded.count(bit, -1)
-            else:
+            entry.mask = mask ^ bit
+            if mask == bit:  # its last location
                 del blocks[block_hash]
-                stranded.gone(block_hash, entry)
+                gone += 1
+                stranded.gone(entry, bit)
+            elif entry.stranded:
+                stranded.count(bit, -1)
         self._counts[number] -= removed
+        self._held -= gone
+        self._listing.dead += gone
         self.untracked_removals += len(event.block_hashes) - removed
 
     def _location(self, publisher: str, medium: str) -> int | None:
@@ -233,43 +231,26 @@ class BlockIndex:
         bits = self._bits(publisher=publisher)
         if not bits:
             return
-        keep = ~bits
-        blocks = self._blocks
+        shards = self._shards
         stranded = self.stranded
-        for block_hash in list(blocks):
-            entry = blocks[block_hash]  # read now: a drop before it may have changed its flag
-            dropped = entry[MASK] & bits
+        gone = 0
+        for entry in self._listing.after(None):  # every record (dead ones have no bits)
+            dropped = entry.mask & bits
             if not dropped:
                 continue
-            if mask := entry[MASK] & keep:
-                blocks[block_hash] = (mask, *entry[1:])
-                if entry[STRANDED]:
-                    stranded.count(dropped, -1)
-            else:
-                del blocks[block_hash]
-                stranded.gone(block_hash, entry)
+            entry.mask ^= dropped
+            if not entry.mask:
+                del shards[entry.shard][entry.block_hash]
+                gone += 1
+                stranded.gone(entry, dropped)
+            elif entry.stranded:
+                stranded.count(dropped, -1)
+        self._held -= gone
+        self._listing.dead += gone
         for number, (owner, _medium) in enumerate(self._location_names):
             if owner == publisher:
                 self._counts[number] = 0
-        self._compact_listing()
-
-    def _compact_listing(self) -> None:
-        """Drop dead items from the listing once they outnumber the live ones.
-
-        Dropping a block leaves its listing item in place, because finding it
-        would cost a search per removed block; rebuilding when the dead
-        dominate keeps the listing within twice the index's size, at amortised
-        O(1) per removal. The rebuild reads the live blocks straight from
-        ``_blocks``, whose order is the listing's: an entry is inserted when its
-        block is first stored (taking the next sequence number), updates keep
-        its place, and a block dropped and stored again is inserted anew at
-        the end. So the rebuild runs at C speed, with no object per block: a
-        million-block index rebuilds in tens of milliseconds, where a Python
-        loop over the listing stalled ingest and every request for half a second.
-        """
-        if len(self._listing_seqs) > 2 * len(self._blocks) + _COMPACT_SLACK:
-            self._listing_hashes = list(self._blocks)
-            self._listing_seqs = list(map(itemgetter(SEQ), self._blocks.values()))
+        self._listing.settle()
 
     def set_block_bytes(self, publisher: str, medium: str, block_bytes: int) -> None:
         """Declare the size in bytes of one of ``publisher``'s blocks on ``medium``.
@@ -311,19 +292,19 @@ class BlockIndex:
 
     def get(self, block_hash: Hashable) -> BlockEntry | None:
         """The entry of one block, or None when it is not indexed."""
-        return self._snapshot(block_hash) if block_hash in self._blocks else None
+        entry = self._record(block_hash)
+        return None if entry is None else self._snapshot(entry)
 
     def lookup_prefix(self, block_hashes: Iterable[Hashable]) -> PrefixMatch:
         """Per medium, the leading run of a hash chain held there; and where the chain breaks."""
         alive = self._bits_by_medium()
         runs: dict[str, int] = {}
-        blocks = self._blocks
         length = 0
         for block_hash in block_hashes:
-            entry = blocks.get(block_hash)
+            entry = self._record(block_hash)
             if entry is None:
                 break
-            mask = entry[MASK]
+            mask = entry.mask
             for medium, bits in list(alive.items()):
                 if not mask & bits:
                     runs[medium] = length
@@ -350,16 +331,12 @@ class BlockIndex:
             raise ValueError(f"limit must be at least 1, got {limit}")
         limit = min(limit, MAX_PAGE_LIMIT)
         bits = self._bits(medium=medium, publisher=publisher)
-        seqs, hashes, blocks = self._listing_seqs, self._listing_hashes, self._blocks
-        start = 0 if cursor is None else bisect_right(seqs, cursor)
         found: list[BlockEntry] = []
-        for position in range(start, len(seqs) if bits else start):
-            block_hash = hashes[position]
-            entry = blocks.get(block_hash)
-            if entry is not None and entry[SEQ] == seqs[position] and entry[MASK] & bits:
+        for entry in self._listing.after(cursor) if bits else ():
+            if entry.mask & bits:  # zero once the block is gone
                 if len(found) == limit:
                     return found, found[-1].seq
-                found.append(self._snapshot(block_hash))
+                found.append(self._snapshot(entry))
         return found, None
 
     def _bits(self, medium: str | None = None, publisher: str | None = None) -> int:
@@ -376,16 +353,16 @@ class BlockIndex:
             bits[medium] = bits.get(medium, 0) | 1 << number
         return bits
 
-    def _snapshot(self, block_hash: Hashable) -> BlockEntry:
-        mask, seq, first, last, hits, block_size, _parent, _stranded = self._blocks[block_hash]
+    def _snapshot(self, entry: HeldBlock) -> BlockEntry:
+        mask = entry.mask
         held = [key for number, key in enumerate(self._location_names) if mask >> number & 1]
         return BlockEntry(
-            block_hash=block_hash,
+            block_hash=entry.block_hash,
             media=tuple(sorted({medium for _owner, medium in held})),
             publishers=tuple(sorted({owner for owner, _medium in held})),
-            block_size=block_size,
-            first_stored=first,
-            last_stored=last,
-            hits=hits,
-            seq=seq,
+            block_size=entry.size,
+            first_stored=entry.first,
+            last_stored=entry.last,
+            hits=entry.hits,
+            seq=entry.seq,
         )

@@ -13,46 +13,62 @@ stranded flag changes only when a block above it comes or goes. Then the
 walk down its subtree flips each descendant once and stops at blocks already
 in the new state, so the work is the number of blocks whose state changed.
 
-A held block's parent and flag live in its index entry (the entry's last two
-items), not in maps of their own: the index already reads and writes that
-entry for every event, so the bookkeeping keeps one dict (each parent's
-children) where it kept four, and a store or a removal touches it two or
-three times. The index hands over an event's stored blocks in one call: the
-per-block work is then a few dict operations, not a Python call as well.
+A held block's parent and flag live in its index record (``HeldBlock``), not in
+maps of their own: the index already reads and writes that record for every
+event, so the bookkeeping keeps one map (each parent's children, spread over
+shards: app/state/shards.py) where it kept four, and a store or a removal
+touches it two or three times. Like the index's, that map holds no object the
+cyclic garbage collector tracks (a parent of several children holds them in a
+``Siblings``, which it never tracks), so full collections never walk it. The
+index hands over an event's new records in one call: the per-block work is
+then a few dict operations, not a Python call as well.
 
-Memory: one dict entry per parent of a held block, bounded by the index's
+Memory: one map entry per parent of a held block, bounded by the index's
 ``max_blocks``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, MutableMapping
+from collections.abc import Hashable
 
-MASK, SEQ, PARENT, STRANDED = 0, 1, -2, -1
-"""Where an index entry (a tuple) keeps the block's location bits, its sequence number (taken
-when it was entered), the parent its store named, and whether the block is stranded."""
+import msgspec
+
+from app.state.held_block import HeldBlock
+from app.state.shards import SHARDS, shard_of
+
+
+class Siblings(msgspec.Struct, gc=False):
+    """The children of a parent that has several.
+
+    Untracked by the collector, so the map of children that holds it stays
+    untracked; the set inside holds only hashes, so no cycle can pass through it.
+    """
+
+    members: set[Hashable]
 
 
 class StrandedBlocks:
     """How many held blocks are stranded on each location bit, and who hangs under whom.
 
-    ``held`` is the index's own map of held blocks (hash -> entry: location
-    bits first, parent and stranded flag last). The index enters an event's new
-    blocks not stranded and then calls ``stored``, calls ``gone`` once a block is
-    dropped, and ``count`` when a stranded block gains or loses locations.
-    Each parent maps to its one child, or to a set of them when it has more
-    (a chain's common case costs one dict entry, no set).
+    ``held`` is the index's shards of held blocks' records. The index enters an event's
+    new blocks not stranded and then calls ``stored``, calls ``gone`` once a
+    block is dropped, and ``count`` when a stranded block gains or loses
+    locations. Each parent maps to its one child, or to ``Siblings`` when it has
+    more (a chain's common case costs one dict entry, no set).
     """
 
-    def __init__(self, held: MutableMapping[Hashable, tuple]) -> None:
+    def __init__(self, held: tuple[dict[Hashable, HeldBlock], ...]) -> None:
         self._held = held
-        self._children: dict[Hashable, Hashable | set[Hashable]] = {}
+        self._children: tuple[dict[Hashable, Hashable | Siblings], ...] = tuple(
+            {} for _ in range(SHARDS)
+        )
         self.counts: dict[int, int] = {}
         """Location bit number -> stranded blocks held there."""
 
-    def stored(self, block_hashes: list[Hashable], parents: list[Hashable | None]) -> None:
-        """Blocks one event newly held, in its order, each entered not stranded, hanging under
-        its parent (None: a root, or not known; the block itself: ignored).
+    def stored(self, records: list[HeldBlock]) -> None:
+        """The records of the blocks one event newly held, in its order, each entered not
+        stranded, hanging under its parent (None: a root, or not known; the block itself:
+        ignored).
 
         One call per event, not per block: a chain's block hangs under the block
         entered just before it, whose state and children this loop has just read,
@@ -60,51 +76,51 @@ class StrandedBlocks:
         its child (a cycle) was not held when the child came: its sequence
         number, later than the child's, says so.
         """
-        held, children = self._held, self._children
+        held, shards = self._held, self._children
         previous: Hashable | None = None
         previous_stranded = False
-        previous_children: Hashable | set[Hashable] | None = None
-        for block_hash, parent in zip(block_hashes, parents, strict=True):
+        previous_children: Hashable | Siblings | None = None
+        for record in records:
+            block_hash, parent = record.block_hash, record.parent
             stranded = False
             if parent is not None and parent != block_hash:
+                children = shards[record.parent_shard]
                 if parent is previous:
                     child, stranded = previous_children, previous_stranded
                 else:
                     child = children.get(parent)
-                    above = held.get(parent)
-                    stranded = (
-                        above is None or above[STRANDED] or above[SEQ] > held[block_hash][SEQ]
-                    )
+                    above = held[record.parent_shard].get(parent)
+                    stranded = above is None or above.stranded or above.seq > record.seq
                 if child is None:
                     children[parent] = block_hash
-                elif type(child) is set:
-                    child.add(block_hash)
+                elif type(child) is Siblings:
+                    child.members.add(block_hash)
                 else:
-                    children[parent] = {child, block_hash}
-            below = children.get(block_hash)
+                    children[parent] = Siblings({child, block_hash})
+            below = shards[record.shard].get(block_hash)
             if stranded:
-                self._set(block_hash, True)  # what hangs under it was stranded already
+                self._set(record, True)  # what hangs under it was stranded already
             elif below is not None:
-                self._walk(block_hash, False)
+                self._walk(record, False)
             previous, previous_stranded, previous_children = block_hash, stranded, below
 
-    def gone(self, block_hash: Hashable, entry: tuple) -> None:
-        """A block no longer held (``entry``: its last index entry): what hung under it is
-        stranded."""
-        if entry[STRANDED]:
-            self.count(entry[MASK], -1)
-        children = self._children
-        parent = entry[PARENT]
+    def gone(self, entry: HeldBlock, mask: int) -> None:
+        """A block no longer held (``entry``: its record, ``mask``: the locations it left):
+        what hung under it is stranded."""
+        if entry.stranded:
+            self.count(mask, -1)
+        block_hash, parent = entry.block_hash, entry.parent
         if parent is not None and parent != block_hash:
+            children = self._children[entry.parent_shard]
             child = children[parent]
-            if type(child) is not set:
+            if type(child) is not Siblings:
                 del children[parent]
             else:
-                child.discard(block_hash)
-                if len(child) == 1:
-                    children[parent] = child.pop()
-        if block_hash in children:
-            self._walk(block_hash, True)
+                child.members.discard(block_hash)
+                if len(child.members) == 1:
+                    children[parent] = child.members.pop()
+        if block_hash in self._children[entry.shard]:
+            self._walk(entry, True)
 
     def count(self, mask: int, delta: int) -> None:
         """A stranded block entered (1) or left (-1) the locations ``mask``."""
@@ -116,20 +132,21 @@ class StrandedBlocks:
             mask >>= 1
             bit += 1
 
-    def _walk(self, top: Hashable, stranded: bool) -> None:
+    def _walk(self, top: HeldBlock, stranded: bool) -> None:
         """Set the flag of every block under ``top`` (not ``top``) that now changes."""
-        held, children = self._held, self._children
+        held, shards = self._held, self._children
         stack = [top]
         while stack:
-            below = children.get(stack.pop())
+            above = stack.pop()
+            below = shards[above.shard].get(above.block_hash)
             if below is None:
                 continue
-            for block_hash in below if type(below) is set else (below,):
-                if held[block_hash][STRANDED] != stranded:
-                    self._set(block_hash, stranded)
-                    stack.append(block_hash)
+            for block_hash in below.members if type(below) is Siblings else (below,):
+                record = held[shard_of(block_hash)][block_hash]  # children are held
+                if record.stranded != stranded:
+                    self._set(record, stranded)
+                    stack.append(record)
 
-    def _set(self, block_hash: Hashable, stranded: bool) -> None:
-        entry = self._held[block_hash]
-        self._held[block_hash] = (*entry[:STRANDED], stranded)
-        self.count(entry[MASK], 1 if stranded else -1)
+    def _set(self, record: HeldBlock, stranded: bool) -> None:
+        record.stranded = stranded
+        self.count(record.mask, 1 if stranded else -1)

@@ -7,6 +7,7 @@ observable: entries, locations, counts, hits, listing order and the counters.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Hashable
 
 import pytest
@@ -267,6 +268,34 @@ def test_blocks_behind_an_evicted_parent_are_stranded_until_it_returns() -> None
     assert stranded_by_medium(index) == {"CPU": 0, "GPU": 0}  # reached through the GPU's copy
     index.apply("w", batch(removed([1]), stored([9], parent=1)), now=0.0)
     assert stranded_by_medium(index) == {"CPU": 3, "GPU": 1}  # 3, 4, 9 and the GPU's 2
+
+
+# --- the garbage collector -------------------------------------------------------
+
+
+def references_the_collector_follows() -> int:
+    """What a full collection walks: every reference held by an object it tracks."""
+    return sum(len(gc.get_referents(tracked)) for tracked in gc.get_objects())
+
+
+def test_a_full_collection_walks_nothing_of_a_large_index() -> None:
+    """Its pause grows with what it walks, so an index of millions must add nothing to it,
+    under churn too (freshly stored blocks included), with parents of several children."""
+    blocks = 100_000
+    index = BlockIndex(max_blocks=2 * blocks)
+    gc.collect()
+    before = references_the_collector_follows()
+    for start in range(0, blocks, 100):  # chains of 100, every tenth under one of 5 roots
+        parent = start // 100 % 5 if start % 1000 == 0 else None
+        index.apply("a", batch(stored(list(range(start, start + 100)), parent=parent)), now=0.0)
+    gc.collect()
+    for start in range(blocks, blocks + 2000, 100):  # churn since the last collection
+        index.apply("a", batch(removed(list(range(start - blocks, start - blocks + 100)))), 0.0)
+        index.apply("a", batch(stored(list(range(start, start + 100)))), now=0.0)
+    assert len(index) == blocks
+    # Blocks 0 to 4, the roots, left with the first 2,000: the 98 chains held under them stranded.
+    assert stranded_by_medium(index) == {"CPU": 9800}
+    assert references_the_collector_follows() - before < blocks // 10
 
 
 def test_max_blocks_must_be_positive() -> None:

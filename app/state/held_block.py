@@ -1,0 +1,44 @@
+"""One indexed block's record, changed in place as events arrive.
+
+The index keeps a million of these in one dict. A record is a struct the
+cyclic garbage collector never tracks (``gc=False``), and the dict's keys are
+bytes or ints, so the dict itself is never tracked either: full collections
+never walk the index, however large it grows. That holds only while a record
+references nothing the collector tracks, so its fields are numbers, flags and
+hashes only.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from offload.wire.labels import BlockHash
+
+
+class HeldBlock(msgspec.Struct, gc=False):
+    """Where a block is held and its history, as the index, its listing and the stranded count
+    read it."""
+
+    block_hash: BlockHash
+    shard: int
+    """Which of the index's dicts holds it, and of the stranded count's holds its children
+    (app/state/shards.py): computed once, when it is entered."""
+    mask: int
+    """Location bits: one per (publisher, medium) the block is held on; zero once the block is
+    gone (the listing keeps the record until it sweeps it)."""
+    seq: int
+    """Its sequence number, taken when it was entered: its place in the listing."""
+    first: float
+    """When it was first stored (the time ``BlockIndex.apply`` was given)."""
+    last: float
+    """When it was last stored."""
+    hits: int
+    """GPU stores of it while a lower tier held it: reloads."""
+    size: int | None
+    """Tokens per block, as its first store named (None when it named none)."""
+    parent: BlockHash | None
+    """The block its store said it hangs under (None: a root, or not known)."""
+    parent_shard: int
+    """The parent's shard (0 without a parent)."""
+    stranded: bool
+    """Whether a block above it is held nowhere, so no prefix lookup reaches it."""
