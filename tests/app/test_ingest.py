@@ -8,6 +8,8 @@ for up to 15 s (tests/support/polling.py); nothing asserts on time.
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections.abc import Iterator
 
 import msgspec
@@ -214,3 +216,30 @@ def test_a_restarted_publisher_resets_its_own_view_only() -> None:
         ingestor.close()
         first.close()
         other.close()
+
+
+def test_the_ingest_thread_collects_the_young_generation_itself(
+    publisher: EventPublisher,
+) -> None:
+    """The event log frees an old event per new one, so CPython's allocation count would
+    leave its young objects to pile up: the thread collects them on its own clock, idle or
+    busy."""
+    collections: list[tuple[str, int]] = []
+
+    def record(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append((threading.current_thread().name, info["generation"]))
+
+    ingestor = start_ingest(endpoints(publisher))
+    try:
+        connected(ingestor, publisher)
+        for start in range(0, 30_000, 10):  # 3,000 events: three times round the event log
+            publisher.publish_events([stored(*range(start, start + 10))])
+        wait_until(lambda: ingestor.state.event_log.last_id >= 3000, "every event logged")
+        gc.callbacks.append(record)
+        try:
+            wait_until(lambda: ("kvscope-ingest", 0) in collections, "a young collection")
+        finally:
+            gc.callbacks.remove(record)
+    finally:
+        ingestor.close()
