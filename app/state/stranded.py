@@ -38,13 +38,16 @@ from app.state.shards import SHARDS, shard_of
 
 
 class Siblings(msgspec.Struct, gc=False):
-    """The children of a parent that has several.
+    """The children of a parent that has several, as the keys of a dict.
 
-    Untracked by the collector, so the map of children that holds it stays
-    untracked; the set inside holds only hashes, so no cycle can pass through it.
+    Neither is ever tracked by the collector: the struct by construction, the
+    dict because it holds only hashes and None (a set is always tracked). So a
+    parent of a million children (a system prompt every conversation opens
+    with) adds nothing to a full collection, and the map of children that
+    holds it stays untracked.
     """
 
-    members: set[Hashable]
+    members: dict[Hashable, None]
 
 
 class StrandedBlocks:
@@ -94,9 +97,9 @@ class StrandedBlocks:
                 if child is None:
                     children[parent] = block_hash
                 elif type(child) is Siblings:
-                    child.members.add(block_hash)
+                    child.members[block_hash] = None
                 else:
-                    children[parent] = Siblings({child, block_hash})
+                    children[parent] = Siblings({child: None, block_hash: None})
             below = shards[record.shard].get(block_hash)
             if stranded:
                 self._set(record, True)  # what hangs under it was stranded already
@@ -116,9 +119,9 @@ class StrandedBlocks:
             if type(child) is not Siblings:
                 del children[parent]
             else:
-                child.members.discard(block_hash)
+                del child.members[block_hash]
                 if len(child.members) == 1:
-                    children[parent] = child.members.pop()
+                    children[parent] = next(iter(child.members))
         if block_hash in self._children[entry.shard]:
             self._walk(entry, True)
 
