@@ -234,23 +234,24 @@ class BlockIndex:
         shards = self._shards
         stranded = self.stranded
         gone = 0
-        for entry in self._listing.after(None):  # every record (dead ones have no bits)
-            dropped = entry.mask & bits
-            if not dropped:
-                continue
-            entry.mask ^= dropped
-            if not entry.mask:
-                del shards[entry.shard][entry.block_hash]
-                gone += 1
-                stranded.gone(entry, dropped)
-            elif entry.stranded:
-                stranded.count(dropped, -1)
+        for blocks in shards:
+            for entry in list(blocks.values()):
+                dropped = entry.mask & bits
+                if not dropped:
+                    continue
+                entry.mask ^= dropped
+                if not entry.mask:
+                    del blocks[entry.block_hash]
+                    gone += 1
+                    stranded.gone(entry, dropped)
+                elif entry.stranded:
+                    stranded.count(dropped, -1)
         self._held -= gone
         self._listing.dead += gone
         for number, (owner, _medium) in enumerate(self._location_names):
             if owner == publisher:
                 self._counts[number] = 0
-        self._listing.settle()
+        self._listing.compact()
 
     def set_block_bytes(self, publisher: str, medium: str, block_bytes: int) -> None:
         """Declare the size in bytes of one of ``publisher``'s blocks on ``medium``.

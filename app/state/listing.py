@@ -90,6 +90,13 @@ class Listing:
             self._sweep(self._sweep_at, max(SWEEP_RATE * appended, self._sweep_min))
         self._settled = len(self)
 
+    def compact(self) -> None:
+        """Drop every dead record now: after a mass removal (a publisher's reset), which paid
+        for a walk of the index already, rather than leave pages to step over the dead."""
+        self.settle()
+        self._sweep(0, len(self))
+        self._settled = len(self)
+
     def after(self, cursor: int | None) -> Iterator[HeldBlock]:
         """Every record, dead ones included, whose sequence number is above ``cursor`` (all of
         them for None), in order."""

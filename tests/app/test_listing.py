@@ -113,6 +113,21 @@ def test_chunks_left_sparse_by_a_sweep_are_merged() -> None:
     assert driver.listing.closed_chunks <= 2 * len(driver.listing) / CHUNK + 2
 
 
+def test_compact_drops_every_dead_record_at_once_even_mid_sweep() -> None:
+    driver = Driver(max_blocks=100)
+    driver.batch(60, [])
+    driver.batch(0, [-1] * 40)  # the newest go: a sweep starts at the live front, 5 a batch
+    assert driver.listing.dead
+    for victim in driver.live[::2]:  # then half of the rest goes, behind and ahead of it
+        victim.mask = 0
+        driver.listing.dead += 1
+    driver.live = driver.live[1::2]
+    driver.listing.compact()
+    assert list(driver.listing.after(None)) == driver.live
+    assert driver.listing.dead == 0
+    assert driver.listing.closed_chunks <= 2 * len(driver.listing) / CHUNK + 2
+
+
 @pytest.mark.parametrize(("chunk", "slack", "sweep_min"), [(0, 1, 1), (1, -1, 1), (1, 1, 0)])
 def test_bad_sizes_are_refused_by_name(chunk: int, slack: int, sweep_min: int) -> None:
     with pytest.raises(ValueError, match="chunk and sweep_min must be positive"):
