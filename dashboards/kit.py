@@ -37,8 +37,10 @@ TOKENS_PER_S = "suffix: tokens/s"
 
 
 def series(metric: str, scope: Sequence[str], *matchers: str) -> str:
-    """``metric{...}`` under the dashboard's filters (``scope``) and a panel's own matchers."""
-    return f"{metric}{{{', '.join((*scope, *matchers))}}}"
+    """``metric{...}`` under the dashboard's filters (``scope``) and a panel's own matchers
+    (the bare name when there are none: the sidecar's process-wide series)."""
+    selectors = (*scope, *matchers)
+    return f"{metric}{{{', '.join(selectors)}}}" if selectors else metric
 
 
 def rate(metric: str, scope: Sequence[str], *matchers: str) -> str:

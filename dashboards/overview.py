@@ -339,6 +339,14 @@ def _events() -> list[Panel]:
             Query("kvscope_sidecar_tracked_blocks_max", "max"),
             Query("increase(kvscope_sidecar_index_overflow_total[$__rate_interval])", "refused"),
         ),
+        timeseries_panel(
+            "Sidecar pauses (garbage collection)",
+            "How long the sidecar's garbage collections held its requests and ingest, p50 and "
+            "p99 by generation (2: a full collection). Healthy: milliseconds, flat as the "
+            "index grows.",
+            "s",
+            *_quantiles("kvscope_sidecar_gc_pause_seconds", (), "generation"),
+        ),
     ]
 
 

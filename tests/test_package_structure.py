@@ -61,6 +61,7 @@ LAYERS = {
         "settings": 0,
         "streams": 0,
         "otel": 0,
+        "gc_pauses": 0,
         "decode": 1,
         "state": 2,
         "ingest": 3,

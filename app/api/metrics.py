@@ -9,12 +9,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from app.api.event_stream import EventStreams
 from app.api.http_counts import HttpCounts
+from app.gc_pauses import GcPauses, gc_pauses
 from app.state.insight import PublisherInsight
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
@@ -275,6 +286,31 @@ class HttpCollector(Collector):
         )
 
 
+class GcPauseCollector(Collector):
+    """How long the interpreter's garbage collections held the sidecar (app/gc_pauses.py)."""
+
+    def __init__(self, pauses: GcPauses) -> None:
+        self._pauses = pauses
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "kvscope_sidecar_gc_pause_seconds",
+            "Wall-clock seconds of each garbage collection, by generation (2: a full one); "
+            "requests and ingest wait while one runs.",
+            labels=["generation"],
+        )
+        for generation, histogram in enumerate(self._pauses.by_generation):
+            cumulative = histogram.cumulative()
+            bounds = [*map(repr, histogram.bounds), "+Inf"]
+            family.add_metric(
+                [str(generation)], list(zip(bounds, cumulative, strict=True)), histogram.sum
+            )
+        yield family
+
+
 def _worker_snapshots(state: SidecarState) -> Iterator[tuple[Snapshot, Mapping[str, str]]]:
     """Every publisher's latest stats frame, labelled with who sent it."""
     for name, publisher in state.publishers.items():
@@ -291,4 +327,10 @@ def metrics_registry(state: SidecarState, http: HttpCollector) -> CollectorRegis
     registry.register(workers)
     registry.register(SidecarCollector(state, workers))
     registry.register(http)
+    registry.register(GcPauseCollector(gc_pauses()))
+    # What every Python exporter serves: the process's memory, CPU and descriptors, the
+    # interpreter's version and its collections.
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry

@@ -10,6 +10,7 @@ first read is what a test checks) for up to 15 s; nothing asserts on time.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -271,3 +272,29 @@ def test_metrics_count_stranded_blocks_per_publisher_and_medium() -> None:
         families = {f.name: f for f in text_string_to_metric_families(http.get("/metrics").text)}
     (sample,) = families["kvscope_sidecar_stranded_blocks"].samples
     assert sample.labels == {"publisher": "w", "medium": "CPU"} and sample.value == 2
+
+
+def full_collections(http: TestClient) -> tuple[float, float]:
+    """How many full collections /metrics counts, and their total seconds."""
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(http.get("/metrics").text)
+        if family.name == "kvscope_sidecar_gc_pause_seconds"
+        for sample in family.samples
+        if sample.labels == {"generation": "2"}  # the count and the sum (buckets have le)
+    }
+    return (
+        samples["kvscope_sidecar_gc_pause_seconds_count"],
+        samples["kvscope_sidecar_gc_pause_seconds_sum"],
+    )
+
+
+def test_metrics_time_the_garbage_collections_and_serve_the_process_families() -> None:
+    with client() as http:
+        count, seconds = full_collections(http)
+        gc.collect()
+        gc.collect()
+        after, after_seconds = full_collections(http)
+        names = {f.name for f in text_string_to_metric_families(http.get("/metrics").text)}
+    assert after >= count + 2 and after_seconds > seconds
+    assert {"process_resident_memory_bytes", "python_info", "python_gc_collections"} <= names
