@@ -55,6 +55,11 @@ that finally comes then walks them all and holds every request for tens of
 milliseconds. Collected this often, it never holds more than a few
 milliseconds of ingest."""
 
+MIDDLE_GC_EVERY: Final = 10
+"""Every this many young collections, the thread collects the middle generation too (as
+CPython would after ten), so that the objects young collections promote never pile up there
+either."""
+
 MAX_LISTEN_MESSAGE_BYTES: Final = IngestConfig.max_message_bytes
 """Largest frame any socket takes by default (``max_message_bytes``): a publisher's whole
 replay buffer. A peer that sends more is disconnected by ZMQ instead of having its frame
@@ -161,12 +166,14 @@ class Ingestor:
         if self._listen is not None:
             poller.register(self._listen, zmq.POLLIN)
         next_sample = next_young_gc = time.monotonic()
+        young_collections = 0
         while not self._stop.is_set():
             for sock, _ in poller.poll(POLL_MS):
                 self._on_ready(sock)
             self._expire_replays()
             if time.monotonic() >= next_young_gc:
-                gc.collect(0)
+                young_collections += 1
+                gc.collect(1 if young_collections % MIDDLE_GC_EVERY == 0 else 0)
                 next_young_gc = time.monotonic() + YOUNG_GC_EVERY_S
             if time.monotonic() >= next_sample:
                 # here, on the one thread that writes the publishers' states: a sample

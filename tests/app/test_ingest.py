@@ -222,8 +222,8 @@ def test_the_ingest_thread_collects_the_young_generation_itself(
     publisher: EventPublisher,
 ) -> None:
     """The event log frees an old event per new one, so CPython's allocation count would
-    leave its young objects to pile up: the thread collects them on its own clock, idle or
-    busy."""
+    leave its young objects to pile up: the thread collects them (and, every tenth time, the
+    middle generation they are promoted to) on its own clock, idle or busy."""
     collections: list[tuple[str, int]] = []
 
     def record(phase: str, info: dict) -> None:
@@ -239,6 +239,7 @@ def test_the_ingest_thread_collects_the_young_generation_itself(
         gc.callbacks.append(record)
         try:
             wait_until(lambda: ("kvscope-ingest", 0) in collections, "a young collection")
+            wait_until(lambda: ("kvscope-ingest", 1) in collections, "a middle collection")
         finally:
             gc.callbacks.remove(record)
     finally:
