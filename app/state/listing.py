@@ -78,12 +78,7 @@ class Listing:
     def settle(self) -> None:
         """Close the open chunk's full chunks, then start or continue a sweep."""
         appended = len(self) - self._settled
-        chunk, records = self._chunk, self.open
-        while len(records) >= chunk:
-            self._closed.append(tuple(records[:chunk]))
-            self._lasts.append(records[chunk - 1].seq)
-            self._closed_records += chunk
-            del records[:chunk]
+        self._close_full_chunks()
         if self._sweep_at is None and self.dead > len(self) - self.dead + self._slack:
             self._sweep_at = 0
         if self._sweep_at is not None:
@@ -93,9 +88,17 @@ class Listing:
     def compact(self) -> None:
         """Drop every dead record now: after a mass removal (a publisher's reset), which paid
         for a walk of the index already, rather than leave pages to step over the dead."""
-        self.settle()
+        self._close_full_chunks()
         self._sweep(0, len(self))
         self._settled = len(self)
+
+    def _close_full_chunks(self) -> None:
+        chunk, records = self._chunk, self.open
+        while len(records) >= chunk:
+            self._closed.append(tuple(records[:chunk]))
+            self._lasts.append(records[chunk - 1].seq)
+            self._closed_records += chunk
+            del records[:chunk]
 
     def after(self, cursor: int | None) -> Iterator[HeldBlock]:
         """Every record, dead ones included, whose sequence number is above ``cursor`` (all of
