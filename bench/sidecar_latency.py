@@ -27,7 +27,8 @@ block events it ingested while the client measured (its own
 ``kvscope_sidecar_events_total``, read just before and just after), so that
 "events flowing" is what the sidecar saw, not what the feeder meant to send.
 Target: p99 under 50 ms for ``/metrics`` and ``/api/v1/stats``, and no request of
-any endpoint slower than 50 ms (each line counts those that were).
+any endpoint slower than 50 ms (each line counts those that were); next: p99
+under 10 ms with none slower than 50 ms (``next_target_met``).
 
 Every child process is stopped on the way out, failures included; a sidecar
 that fails to start is reported with the tail of its log.
@@ -74,6 +75,8 @@ BOUND = "/healthz"
 EVENTS_METRIC = "kvscope_sidecar_events"
 """The sidecar's count of events ingested (the family name, without ``_total``)."""
 TARGET_P99_MS = 50.0
+NEXT_P99_MS = 10.0
+"""The next target: p99 under this, and no request slower than ``SLOW_MS``."""
 SLOW_MS = 50.0
 """The tail target: no request slower than this."""
 ROUNDS, QUICK_ROUNDS = 1000, 200
@@ -279,15 +282,17 @@ def main() -> None:
     bound_p99 = percentiles(timings[BOUND])[1]
     for path in ENDPOINTS:
         p99 = percentiles(timings[path])[1]
+        slow = sum(ms > SLOW_MS for ms in timings[path])
         emit(
             latency_fields("sidecar_latency", path, timings[path]) | {
                 "p99_over_bound": round(p99 / bound_p99, 2),
-                "slower_than_50_ms": sum(ms > SLOW_MS for ms in timings[path]),
+                "slower_than_50_ms": slow,
                 "tracked_blocks": [before["tracked_blocks"], after["tracked_blocks"]],
                 "block_events_ingested": ingested,
                 "block_events_per_s": round(ingested / seconds),
                 "seconds": round(seconds, 1),
                 "target_met": p99 < TARGET_P99_MS if path != BOUND else None,
+                "next_target_met": p99 < NEXT_P99_MS and not slow if path != BOUND else None,
             }
         )  # fmt: skip
 

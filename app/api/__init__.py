@@ -11,7 +11,7 @@ from app.api.event_stream import EventStreams
 from app.api.guards import install_guards
 from app.api.http_counts import HttpCounts
 from app.api.limits import HttpLimits
-from app.api.metrics import HttpCollector, metrics_registry
+from app.api.metrics import Exposition, HttpCollector
 from app.api.page import mount_page
 from app.api.routes import blocks, docs, events, history, insight, operations, stats
 from app.api.validation_errors import install_validation_errors
@@ -87,7 +87,7 @@ def create_app(
     app.state.sidecar = state
     app.state.limits = limits
     app.state.streams = streams
-    app.state.metrics = metrics_registry(state, HttpCollector(counts, streams))
+    app.state.metrics = Exposition(state, HttpCollector(counts, streams))
     for router in (
         stats.router,
         history.router,

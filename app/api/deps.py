@@ -1,6 +1,6 @@
 """What routes depend on: the sidecar's state, its settings, its metrics, and the bearer token.
 
-``create_app`` stores the state, settings and registry on ``app.state``; routes
+``create_app`` stores the state, settings and exposition on ``app.state``; routes
 ask for them through these dependencies rather than closing over them. They
 are coroutines: each only reads an attribute or compares a token, so it runs
 on the event loop, where a plain function would take a trip through the
@@ -16,10 +16,10 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Query, Request, Security, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import APIKeyCookie, APIKeyQuery, HTTPBearer
-from prometheus_client import CollectorRegistry
 
 from app.api.event_stream import EventStreams
 from app.api.limits import HttpLimits
+from app.api.metrics import Exposition
 from app.api.session import COOKIE, session_value
 from app.settings import MAX_PAGE_LIMIT, SidecarSettings
 from app.state.sidecar import SidecarState
@@ -36,7 +36,7 @@ async def get_settings(request: Request) -> SidecarSettings:
     return request.app.state.settings
 
 
-async def get_registry(request: Request) -> CollectorRegistry:
+async def get_exposition(request: Request) -> Exposition:
     return request.app.state.metrics
 
 
@@ -50,7 +50,7 @@ async def get_limits(request: Request) -> HttpLimits:
 
 State = Annotated[SidecarState, Depends(get_state)]
 Settings = Annotated[SidecarSettings, Depends(get_settings)]
-Registry = Annotated[CollectorRegistry, Depends(get_registry)]
+Metrics = Annotated[Exposition, Depends(get_exposition)]
 Streams = Annotated[EventStreams, Depends(get_streams)]
 Limits = Annotated[HttpLimits, Depends(get_limits)]
 

@@ -1,19 +1,21 @@
-"""The Prometheus registry behind /metrics: every worker's metrics, labelled, and the sidecar's own.
+"""What /metrics serves: every worker's metrics, labelled, and the sidecar's own.
 
 The sidecar's own ``kvscope_sidecar_*`` metrics are defined here, read at
-scrape time from the sidecar's state and from the HTTP side's counts.
+scrape time from the sidecar's state and from the HTTP side's counts; the
+workers' families come from app/api/worker_families.py.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 from prometheus_client import (
     CollectorRegistry,
     GCCollector,
     PlatformCollector,
     ProcessCollector,
+    generate_latest,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -25,12 +27,11 @@ from prometheus_client.registry import Collector
 
 from app.api.event_stream import EventStreams
 from app.api.http_counts import HttpCounts
+from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
 from app.state.insight import PublisherInsight
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
-from offload.telemetry.collector import SnapshotCollector
-from offload.telemetry.metrics import Snapshot
 
 _PUBLISHER_COUNTERS = (
     ("kvscope_sidecar_frames_total", "Frames received (KV batches and stats).", "frames"),
@@ -57,7 +58,7 @@ _LISTENER_COUNTERS = (
 class SidecarCollector(Collector):
     """The sidecar's own health, read at scrape time from its state."""
 
-    def __init__(self, state: SidecarState, workers: SnapshotCollector) -> None:
+    def __init__(self, state: SidecarState, workers: WorkerFamilies) -> None:
         self._state = state
         self._workers = workers
 
@@ -311,26 +312,39 @@ class GcPauseCollector(Collector):
         yield family
 
 
-def _worker_snapshots(state: SidecarState) -> Iterator[tuple[Snapshot, Mapping[str, str]]]:
-    """Every publisher's latest stats frame, labelled with who sent it."""
-    for name, publisher in state.publishers.items():
-        frame = publisher.stats
-        if frame is not None:
-            snapshot = Snapshot(frame.counters, frame.gauges, frame.histograms)
-            yield snapshot, {"publisher": name, "engine": frame.engine_id, "rank": str(frame.rank)}
+class Exposition:
+    """The text /metrics serves: the workers' families, then the sidecar's own registry.
+
+    The two never print one name: frames may not use ``kvscope_sidecar_*``
+    names (offload/wire/stats_frame.py), and the names the process, platform
+    and GC collectors print are reserved from the workers' families.
+    """
+
+    def __init__(self, state: SidecarState, http: HttpCollector) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        """The sidecar's own collectors (a registry per sidecar, so two in one process,
+        as in tests, never collide)."""
+        # What every Python exporter serves: the process's memory, CPU and descriptors,
+        # the interpreter's version and its collections.
+        process = CollectorRegistry(auto_describe=False)
+        for collector in (ProcessCollector, PlatformCollector, GCCollector):
+            collector(registry=process)
+        self.workers = WorkerFamilies(state, _printed_names(process))
+        self.registry.register(SidecarCollector(state, self.workers))
+        self.registry.register(http)
+        self.registry.register(GcPauseCollector(gc_pauses()))
+        self.registry.register(process)
+
+    def render(self) -> bytes:
+        """Prometheus's text format (version 0.0.4) of every family."""
+        return self.workers.text() + generate_latest(self.registry)
 
 
-def metrics_registry(state: SidecarState, http: HttpCollector) -> CollectorRegistry:
-    """A registry of its own, so two sidecars in one process (tests) never collide."""
-    registry = CollectorRegistry(auto_describe=False)
-    workers = SnapshotCollector(lambda: _worker_snapshots(state))
-    registry.register(workers)
-    registry.register(SidecarCollector(state, workers))
-    registry.register(http)
-    registry.register(GcPauseCollector(gc_pauses()))
-    # What every Python exporter serves: the process's memory, CPU and descriptors, the
-    # interpreter's version and its collections.
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    return registry
+def _printed_names(registry: CollectorRegistry) -> set[str]:
+    """Every family and series name a registry prints now (a counter's family prints as
+    its ``_total`` series)."""
+    names = set()
+    for family in registry.collect():
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+    return names

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -165,15 +165,22 @@ def test_bad_topic_settings_are_refused_by_name(monkeypatch, env: dict, complain
 
 
 class _Sidecar(Collector):
-    """Stands for the sidecar's own families: one of its names, as app/api/metrics.py prints."""
+    """Stands for the sidecar's own families: some of its names, as app/api/metrics.py prints."""
 
     def collect(self):
         yield CounterMetricFamily("kvscope_sidecar_frames_total", "Frames.", value=1)
+        yield GaugeMetricFamily("process_open_fds", "Descriptors.", value=1)
+        yield CounterMetricFamily("python_gc_collections", "Collections.", value=1)
 
+
+SIDECAR_NAMES = {"process_open_fds", "python_gc_collections", "python_gc_collections_total"}
+"""Names the sidecar prints beside the workers' families that frames may use (its process's
+families), as app/api/metrics.py reserves them."""
 
 names = st.sampled_from(
     ["x", "x_total", "x_count", "x_sum", "x_bucket", "y", "kvscope_lookups_total",
-     "kvscope_sidecar_frames_total", "kvscope_sidecar_frames"]
+     "kvscope_sidecar_frames_total", "kvscope_sidecar_frames", "process_open_fds",
+     "python_gc_collections"]
 )  # fmt: skip
 labels = st.dictionaries(st.sampled_from(["medium", "a", "le", "engine"]), st.just("v"), max_size=2)
 sample = st.fixed_dictionaries({"name": names, "labels": labels, "value": st.floats(0, 10)})
@@ -183,21 +190,30 @@ histogram = st.fixed_dictionaries(
 )  # fmt: skip
 
 
+frames = st.fixed_dictionaries(
+    {"counters": st.lists(sample, max_size=4), "gauges": st.lists(sample, max_size=3),
+     "histograms": st.lists(histogram, max_size=2)}
+)  # fmt: skip
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(sample, max_size=4), st.lists(sample, max_size=3), st.lists(histogram, max_size=2))
+@given(st.lists(frames, min_size=1, max_size=2))
 def test_every_frame_accepted_prints_a_valid_exposition_beside_the_sidecar(
-    counters: list, gauges: list, histograms: list
+    parts: list[dict],
 ) -> None:
-    """Whatever names a frame uses, an accepted frame never prints a family twice."""
-    payload = msgspec.msgpack.encode(frame(counters=counters, gauges=gauges, histograms=histograms))
-    try:
-        accepted = decode_stats_payload(payload)
-    except ValueError:
-        return
+    """Whatever names the frames of one or two publishers use, accepted frames never print
+    a family or a series twice, nor one the sidecar prints."""
+    snapshots = []
+    for number, part in enumerate(parts):
+        payload = msgspec.msgpack.encode(frame(**part))
+        try:
+            accepted = decode_stats_payload(payload)
+        except ValueError:
+            continue
+        snapshot = Snapshot(accepted.counters, accepted.gauges, accepted.histograms)
+        snapshots.append((snapshot, {"publisher": f"p{number}", "engine": "e0", "rank": "0"}))
     registry = CollectorRegistry(auto_describe=False)
-    snapshot = Snapshot(accepted.counters, accepted.gauges, accepted.histograms)
-    extra = {"publisher": "p", "engine": "e0", "rank": "0"}
-    registry.register(SnapshotCollector(lambda: [(snapshot, extra)]))
+    registry.register(SnapshotCollector(lambda: snapshots, reserved=SIDECAR_NAMES))
     registry.register(_Sidecar())
     text = generate_latest(registry).decode()
     helps = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP")]

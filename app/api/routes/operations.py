@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.api.deps import UNAUTHORIZED, Registry, Settings, State, is_authorized, require_token
+from app.api.deps import UNAUTHORIZED, Metrics, Settings, State, is_authorized, require_token
 from app.api.schemas import Readiness
 
 router = APIRouter(
@@ -17,9 +17,9 @@ probes = APIRouter(tags=["operations"])
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(registry: Registry) -> Response:
+def metrics(exposition: Metrics) -> Response:
     """Prometheus exposition: every worker's metrics, labelled, and the sidecar's own."""
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(exposition.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 @probes.get("/healthz")
