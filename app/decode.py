@@ -21,6 +21,7 @@ from offload.telemetry.metrics import SPECS
 from offload.wire.framing import MalformedFrame
 from offload.wire.labels import BlockHash, Finite, Medium, Rank
 from offload.wire.stats_frame import InvalidStatsFrame, StatsFrame, decode_stats_frame
+from offload.wire.untrusted import decode
 
 DEFAULT_MEDIUM: Final = "GPU"
 """The medium of an event that names none: vLLM's GPU prefix cache."""
@@ -148,7 +149,7 @@ def decode_kv_payload(payload: bytes) -> DecodedBatch:
     """
     for decoder in _BATCH_DECODERS:
         try:
-            batch = decoder.decode(payload)
+            batch = decode(decoder, payload)
         except msgspec.DecodeError:
             continue
         return DecodedBatch(
@@ -174,7 +175,7 @@ def _decode_loose(payload: bytes) -> _LooseBatch | _LooseMapBatch:
     errors: dict[str, None] = {}  # ordered and without repeats
     for decoder in _LOOSE_DECODERS:
         try:
-            return decoder.decode(payload)
+            return decode(decoder, payload)
         except msgspec.DecodeError as error:
             errors[str(error)] = None
     raise MalformedFrame(
@@ -190,7 +191,7 @@ def _decode_event(raw: msgspec.Raw) -> _WireEvent | None:
         return None
     decoder = _MAP_EVENT_DECODER if data[0] in _MSGPACK_MAP_HEADERS else _ARRAY_EVENT_DECODER
     try:
-        return decoder.decode(data)
+        return decode(decoder, data)
     except msgspec.DecodeError:
         return None
 

@@ -86,11 +86,12 @@ class _Sample(NamedTuple):
 
 
 class _Batch(NamedTuple):
-    """A KV message, decoded: its topic, sequence number and batch."""
+    """A KV message, decoded: its topic, sequence number and batch (None: its payload is no
+    batch)."""
 
     topic: bytes
     seq: int
-    batch: DecodedBatch
+    batch: DecodedBatch | None
 
 
 def _unreadable(malformed: int = 1) -> DecodedBatch:
@@ -169,7 +170,10 @@ class Ingestor:
         young_collections = 0
         while not self._stop.is_set():
             for sock, _ in poller.poll(POLL_MS):
-                self._on_ready(sock)
+                try:
+                    self._on_ready(sock)
+                except Exception as exc:  # a fault of the sidecar's: one message, not the thread
+                    _log.log(logging.ERROR, "bug:ingest", "dropped a message", exc_info=exc)
             self._expire_replays()
             if time.monotonic() >= next_young_gc:
                 young_collections += 1
@@ -269,7 +273,7 @@ class Ingestor:
 
     @staticmethod
     def _decoded(message: KVFrame | StatsFrame | _Sample) -> _Batch | StatsFrame | _Sample:
-        """A KV message with its batch decoded; a payload that is no batch uses its number up.
+        """A KV message with its batch decoded, None for a payload that is no batch.
 
         (In listen mode such a payload names no stream and is the listener's to
         count; ``_on_listened`` decodes strictly.)
@@ -279,7 +283,7 @@ class Ingestor:
         try:
             batch = decode_kv_payload(message.payload)
         except ValueError:  # MalformedFrame, or msgspec's errors
-            batch = _unreadable()
+            batch = None
         return _Batch(message.topic, message.seq, batch)
 
     def _held(self, state: PublisherState, frame: KVFrame) -> bool:
@@ -302,6 +306,15 @@ class Ingestor:
             return
         _, seq, batch = message
         last = state.last_seq
+        if batch is None:
+            # A payload that is no batch: its number is used up where it is the next one;
+            # any other number is not believed, since only a batch may restart the
+            # publisher's view or show a gap (either would drop what is held).
+            if seq == (0 if last is None else last + 1):
+                self._apply(state, seq, _unreadable())
+            else:
+                state.malformed += 1
+            return
         if last is not None and not last < seq <= last + MAX_SEQ_JUMP:
             self._restart(state)
         expected = 0 if state.last_seq is None else state.last_seq + 1

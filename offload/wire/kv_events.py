@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from offload.base import OffloadingEvent
+from offload.wire.untrusted import decode
 
 WireBlockHash = bytes | int
 """The block-hash types the wire format carries (vLLM's ExternalBlockHash)."""
@@ -112,4 +113,4 @@ def decode_batch(payload: bytes) -> KVEventBatch:
 
     Raises ``msgspec.DecodeError`` (a ``ValueError``) on malformed payloads.
     """
-    return _DECODER.decode(payload)
+    return decode(_DECODER, payload)

@@ -29,6 +29,7 @@ import msgspec
 from offload.wire.labels import BlockHash, Finite, Ident, Rank
 from offload.wire.schema_version import check_version
 from offload.wire.stats_frame import WorkerConfig
+from offload.wire.untrusted import decode
 
 SAMPLE_SCHEMA_VERSION: Final = 1
 """The major schema version this module writes and reads."""
@@ -142,7 +143,7 @@ def decode_sample_frame(payload: bytes) -> SampleFrame:
     three are ``ValueError``).
     """
     check_version(payload, "sample", SAMPLE_SCHEMA_VERSION, UnsupportedSampleVersion)
-    frame = _FRAME_DECODER.decode(payload)
+    frame = decode(_FRAME_DECODER, payload)
     sampled = list(map(_SAMPLED, frame.requests))
     if any(map(gt, map(len, sampled), map(_BLOCK_REFS, frame.requests))):
         raise InvalidSampleFrame("a request with more sampled blocks than blocks")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
+from offload.wire.untrusted import decode
+
 
 class _VersionOnly(msgspec.Struct):
     version: int
@@ -23,7 +25,7 @@ def check_version(payload: bytes, kind: str, supported: int, error: type[ValueEr
 
     ``msgspec.DecodeError`` when the payload has no integer ``version`` at all.
     """
-    version = _VERSION_DECODER.decode(payload).version
+    version = decode(_VERSION_DECODER, payload).version
     if version != supported:
         raise error(
             f"{kind} frame has schema version {version}; this kvscope reads version "

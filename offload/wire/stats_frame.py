@@ -27,6 +27,7 @@ import msgspec
 
 from offload.wire.labels import Finite, Ident, LabelName, LabelValue, MetricName, Rank
 from offload.wire.schema_version import check_version
+from offload.wire.untrusted import decode
 
 STATS_SCHEMA_VERSION = 1
 """The major schema version this module writes and reads."""
@@ -158,7 +159,7 @@ def decode_stats_frame(payload: bytes) -> StatsFrame:
     (all three are ``ValueError``).
     """
     check_version(payload, "stats", STATS_SCHEMA_VERSION, UnsupportedStatsVersion)
-    frame = _FRAME_DECODER.decode(payload)
+    frame = decode(_FRAME_DECODER, payload)
     problem = _frame_problem(frame)
     if problem:
         raise InvalidStatsFrame(problem)

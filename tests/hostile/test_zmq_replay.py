@@ -170,6 +170,58 @@ def test_a_malformed_payload_is_counted_once_and_uses_up_its_number() -> None:
         raw.close()
 
 
+def test_a_payload_that_is_no_batch_never_restarts_the_publisher_nor_shows_a_gap() -> None:
+    """Only a batch may move a publisher's sequence anywhere but one on: an unreadable payload
+    numbered 0 once wiped the publisher's blocks as a restart, and one numbered far ahead
+    counted a thousand batches missed, then made the next real batch look like a restart."""
+    raw = RawPublisher()
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            for seq in range(3):
+                raw.send(seq, kv_payload(stored(seq + 1)))
+            wait_until(lambda: state.last_seq == 2, "batches 0-2 applied")
+            raw.send(0, b"\xc1 not a batch")
+            raw.send(1002, b"\xc1 not a batch")
+            raw.send(3, kv_payload(stored(4)))
+            wait_until(lambda: state.last_seq == 3, "batch 3 applied")
+            assert (state.malformed, state.restarts, state.gaps, state.missed) == (2, 0, 0, 0)
+            assert raw.replay_requests == 0
+            assert blocks(ingestor, raw.endpoints.endpoint) == {1, 2, 3, 4}
+    finally:
+        raw.close()
+
+
+NESTED = b"\x93\xcb" + bytes(8) + b"\x91" * 5000 + b"\xc0\xc0"
+"""``[0.0, [[[...]]], nil]``: a few kilobytes nested past the interpreter's recursion limit."""
+
+
+def nested_answer(raw: RawPublisher, identity: bytes, start: int) -> None:
+    raw.answer(identity, start, NESTED)
+    raw.end(identity)
+
+
+def test_payloads_nested_past_the_recursion_limit_are_malformed_and_ingest_goes_on() -> None:
+    """Such a payload raised RecursionError, which no handler of malformed input caught: in a
+    replay answer it stopped the ingest thread, and every publisher with it."""
+    raw = RawPublisher(answerer=nested_answer)
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            raw.send(0, kv_payload(stored(1)))
+            raw.send(1, kv_payload(stored(2)), lose=True)
+            raw.send(2, kv_payload(stored(3)))  # shows the gap: the answer is the nested one
+            wait_until(lambda: state.last_seq == 2, "the frame after the gap applied")
+            raw.send(3, NESTED)  # live, where it is the next number: uses it up
+            raw.send(4, kv_payload(stored(5)))
+            wait_until(lambda: state.last_seq == 4, "ingest goes on after both")
+            assert state.replays["complete"] == 1
+            assert state.malformed == 2 and state.restarts == 0
+            assert blocks(ingestor, raw.endpoints.endpoint) == {1, 3, 5}
+    finally:
+        raw.close()
+
+
 def test_live_frames_held_past_the_byte_bound_are_dropped_counted_and_replayed_later() -> None:
     gate = threading.Event()
 

@@ -1,0 +1,25 @@
+"""Decoding msgpack from the network, where every way the bytes can be wrong is a ValueError.
+
+msgspec walks nested arrays and maps recursively, also the ones it skips (an
+unknown field's value, a ``Raw`` span), so a few kilobytes of arrays nested in
+one another raise ``RecursionError``. That is no ``ValueError``: a reader that
+counts and skips frames that fail to decode would let it through, and the
+thread reading for every publisher would stop.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+def decode(decoder: msgspec.msgpack.Decoder[T], payload: bytes | memoryview) -> T:
+    """``decoder.decode(payload)``; nesting deeper than the interpreter allows is a
+    ``msgspec.DecodeError`` like any other malformed payload."""
+    try:
+        return decoder.decode(payload)
+    except RecursionError:
+        raise msgspec.DecodeError("msgpack nested too deeply") from None
