@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
+from offload.wire.endpoints import is_bindable, is_connectable
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
 MAX_PAGE_LIMIT: Final = 1000
@@ -101,11 +102,6 @@ EndpointList = Annotated[list[str], NoDecode]
 
 _HOST_NAME: Final = re.compile(r"[A-Za-z0-9.-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}\]?")
 """A DNS name or an IPv4/IPv6 address, as a Host header names it (without the port)."""
-
-_BINDABLE: Final = re.compile(
-    r"tcp://(\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(?P<port>\*|[0-9]{1,5})|ipc://.+"
-)
-"""What ``listen`` may bind: tcp://HOST:PORT (``*`` for every address or a free port), ipc://PATH."""
 
 
 class SidecarSettings(BaseSettings):
@@ -313,9 +309,7 @@ class SidecarSettings(BaseSettings):
     def _listen_is_bindable(cls, endpoints: list[str]) -> list[str]:
         """Caught here, by name, rather than as an error from inside ZMQ at start-up."""
         for endpoint in endpoints:
-            match = _BINDABLE.fullmatch(endpoint)
-            port = match["port"] if match else None
-            if match is None or (port not in (None, "*") and int(port) > 65535):
+            if not is_bindable(endpoint):
                 raise ValueError(
                     f"{endpoint!r} is not an endpoint to listen on (expected tcp://HOST:PORT, "
                     "e.g. tcp://*:5557 or tcp://10.0.0.5:5557, or ipc://PATH)"
@@ -442,10 +436,10 @@ def _declared_stream(pair: str) -> ListenStream:
 
 
 def _check_zmq(endpoint: str) -> None:
-    if "://" not in endpoint:
+    if not is_connectable(endpoint):
         raise ValueError(
-            f"{endpoint!r} is not a ZMQ endpoint (expected transport://address, "
-            "e.g. tcp://127.0.0.1:5557)"
+            f"{endpoint!r} is not a ZMQ endpoint to connect to (expected tcp://HOST:PORT, "
+            "e.g. tcp://127.0.0.1:5557, or ipc://PATH)"
         )
 
 

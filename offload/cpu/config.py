@@ -13,6 +13,9 @@ import re
 from typing import Any
 
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
+_MAX_DIGITS = 30
+"""More digits than any count or byte size needs (2**64 has 20); past about 4,300,
+``int()`` itself refuses, with a message that names no key."""
 
 
 class ConfigError(ValueError):
@@ -30,6 +33,9 @@ def positive_int(
         number = int(value)
     elif isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
         # ASCII digits only: int() would also take "1_000" and other scripts' digits.
+        digits = len(value.strip().lstrip("+-"))
+        if digits > _MAX_DIGITS:
+            raise ConfigError(f"{where} {key} has {digits} digits: no setting is that large")
         number = int(value.strip())
     if number is None:
         raise ConfigError(f"{where} {key}={value!r} is not a whole number")

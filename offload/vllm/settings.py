@@ -19,6 +19,7 @@ from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import policy_names, register_policy
 from offload.insight.sampling import DEFAULT_RATE
+from offload.wire.endpoints import is_bindable
 
 VLLM_KEYS = frozenset(
     {
@@ -169,7 +170,7 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
             raise ConfigError(f"cache_policy_module_path={module_path!r} must be a module path")
         try:
             module = importlib.import_module(module_path)
-        except ImportError as exc:
+        except (ImportError, ValueError, TypeError) as exc:  # "" and "..x" raise the others
             raise ConfigError(
                 f"cache_policy_module_path={module_path!r} cannot be imported: {exc}"
             ) from exc
@@ -195,9 +196,10 @@ def _endpoint(extra_config: Mapping[str, Any], key: str) -> str | None:
     value = extra_config.get(key)
     if value is None:
         return None
-    if not isinstance(value, str) or not value.startswith(("tcp://", "ipc://", "inproc://")):
+    if not isinstance(value, str) or not is_bindable(value):
         raise ConfigError(
-            f"{key}={value!r} must be a ZMQ endpoint such as tcp://*:5557 or ipc:///tmp/kvscope"
+            f"{key}={value!r} must be a ZMQ endpoint to bind, such as tcp://*:5557 or "
+            "ipc:///tmp/kvscope"
         )
     return value
 

@@ -62,6 +62,15 @@ TWO_STREAMS = ["a@0=tcp://engine:6557", "b@0=tcp://engine:6558"]
         ({"listen": ["tcp://*:70000"]}, "listen", "is not an endpoint to listen on"),
         ({"listen": ["udp://*:5557"]}, "listen", "is not an endpoint to listen on"),
         ({"listen": ["inproc://kv"]}, "listen", "is not an endpoint to listen on"),
+        ({"connect": ["tcp://engine"]}, "connect", "'tcp://engine' is not a ZMQ endpoint"),
+        ({"connect": ["foo://engine:5557"]}, "connect", "is not a ZMQ endpoint to connect to"),
+        ({"connect": ["tcp://*:5557"]}, "connect", "is not a ZMQ endpoint to connect to"),
+        ({"connect": ["tcp://e:0"]}, "connect", "is not a ZMQ endpoint to connect to"),
+        (
+            {"connect": ["tcp://e:1"], "replay": ["tcp://no such host:5558"]},
+            "replay",
+            "'tcp://no such host:5558' is not a ZMQ endpoint to connect to",
+        ),
         ({"listen": [LISTEN, LISTEN]}, "listen", f"'{LISTEN}' is listed twice"),
         ({"listen": [LISTEN], "listen_replay": ["a@0"]}, "listen_replay", "not STREAM=ENDPOINT"),
         (
@@ -93,7 +102,7 @@ TWO_STREAMS = ["a@0=tcp://engine:6557", "b@0=tcp://engine:6558"]
         ({}, None, "no publisher to read: give connect (--connect / KVSCOPE_CONNECT"),
     ],
 )
-def test_bad_listen_settings_are_refused_by_name(
+def test_bad_endpoint_and_listen_settings_are_refused_by_name(
     settings: dict[str, object], setting: str | None, why: str
 ) -> None:
     """``setting`` None: a rule between settings, whose message names them itself."""

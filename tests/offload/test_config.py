@@ -32,6 +32,7 @@ def test_a_minimum_of_zero_admits_zero() -> None:
         ("num_cpu_blocks", "1_000", "num_cpu_blocks='1_000' is not a whole number"),
         ("num_cpu_blocks", "\u0661\u0662", "is not a whole number"),  # Arabic-Indic 12
         ("num_cpu_blocks", "0x10", "num_cpu_blocks='0x10' is not a whole number"),
+        ("num_cpu_blocks", "9" * 5000, "num_cpu_blocks has 5000 digits: no setting is that"),
     ],
 )
 def test_every_bad_value_is_one_clear_error_naming_the_key(

@@ -54,6 +54,17 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"num_cpu_blocks": 8, "max_tracker_size": 0}, "max_tracker_size"),
         ({"num_cpu_blocks": 8, "kvscope_endpoint": "http://x:1"}, "kvscope_endpoint"),
         ({"num_cpu_blocks": 8, "kvscope_replay_endpoint": "tcp://*:1"}, "kvscope_replay_endpoint"),
+        ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://"}, "kvscope_endpoint"),
+        ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://no such host:5"}, "kvscope_endpoint"),
+        ({"num_cpu_blocks": "9" * 5000}, "num_cpu_blocks has 5000 digits"),
+        (
+            {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": "..x"},
+            "cache_policy_module_path",
+        ),
+        (
+            {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": ""},
+            "cache_policy_module_path",
+        ),
         (
             {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": "no.such"},
             "cache_policy_module_path",
