@@ -329,8 +329,7 @@ class Ingestor:
         block_bytes = block_bytes_by_medium(frame)
         if block_bytes:
             with self.state.lock:
-                for medium, size in block_bytes.items():
-                    self.state.index.set_block_bytes(state.name, medium, size)
+                self.state.index.set_block_bytes(state.name, block_bytes)
         state.stats_frames += 1
 
     def _on_sample(self, state: PublisherState, message: _Sample) -> None:

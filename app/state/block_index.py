@@ -8,7 +8,8 @@ event. How it keys blocks, counts hits and caps its memory: docs/ARCHITECTURE.md
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
+from itertools import islice
 
 import msgspec
 
@@ -87,7 +88,8 @@ class BlockIndex:
         self.overflow = 0
         """Stores of blocks refused because the index was full."""
         self.refused_media_events = 0
-        """Events refused because they named a medium past ``max_media``."""
+        """Events refused because they named a medium past ``max_media``, and media past it
+        that a stats frame gave block sizes for."""
         self._media: set[str] = set()
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
@@ -98,7 +100,7 @@ class BlockIndex:
         self._locations: dict[tuple[str, str], int] = {}  # (publisher, medium) -> bit number
         self._location_names: list[tuple[str, str]] = []  # bit number -> (publisher, medium)
         self._counts: list[int] = []  # bit number -> blocks held there
-        self._block_bytes: dict[tuple[str, str], int] = {}
+        self._block_bytes: dict[str, dict[str, int]] = {}  # publisher -> medium -> bytes
         self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
         self.stranded = StrandedBlocks(self._shards)
         """Held blocks no prefix lookup reaches: an ancestor named by the events is held nowhere."""
@@ -253,15 +255,20 @@ class BlockIndex:
                 self._counts[number] = 0
         self._listing.compact()
 
-    def set_block_bytes(self, publisher: str, medium: str, block_bytes: int) -> None:
-        """Declare the size in bytes of one of ``publisher``'s blocks on ``medium``.
+    def set_block_bytes(self, publisher: str, block_bytes: Mapping[str, int]) -> None:
+        """Declare the size in bytes of one of ``publisher``'s blocks on each medium named.
 
-        Events carry no byte sizes; stats frames (or configuration) do, and
-        from then on ``usage`` reports bytes for that location.
+        Events carry no byte sizes; stats frames do, and from then on ``usage``
+        reports bytes for those locations. Each declaration replaces the
+        publisher's last one whole, and keeps its first ``max_media`` media
+        (the rest are counted in ``refused_media_events``): the network
+        writes these names, so what they take must not grow frame by frame.
         """
-        if block_bytes < 0:
-            raise ValueError(f"block_bytes must not be negative, got {block_bytes}")
-        self._block_bytes[(publisher, medium)] = block_bytes
+        if any(size < 0 for size in block_bytes.values()):
+            raise ValueError(f"block sizes must not be negative, got {block_bytes}")
+        kept = dict(islice(block_bytes.items(), self.max_media))
+        self.refused_media_events += len(block_bytes) - len(kept)
+        self._block_bytes[publisher] = kept
 
     # --- queries --------------------------------------------------------------------
 
@@ -269,11 +276,11 @@ class BlockIndex:
         """Blocks (and bytes where known) per publisher and medium, in order of first sight."""
         rows = []
         stranded = self.stranded.counts
-        for number, key in enumerate(self._location_names):
+        for number, (publisher, medium) in enumerate(self._location_names):
             blocks = self._counts[number]
-            block_bytes = self._block_bytes.get(key)
+            block_bytes = self._block_bytes.get(publisher, {}).get(medium)
             size = None if block_bytes is None else blocks * block_bytes
-            rows.append(Usage(key[0], key[1], blocks, size, stranded.get(number, 0)))
+            rows.append(Usage(publisher, medium, blocks, size, stranded.get(number, 0)))
         return rows
 
     def blocks_by_medium(self) -> dict[str, int]:

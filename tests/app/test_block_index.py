@@ -137,15 +137,30 @@ def test_bytes_only_where_block_bytes_are_known() -> None:
     index = BlockIndex(max_blocks=10)
     index.apply("a", batch(stored([1, 2]), stored([1], None)), now=0.0)
     index.apply("b", batch(stored([3])), now=0.0)
-    index.set_block_bytes("a", "CPU", 1000)
+    index.set_block_bytes("a", {"CPU": 1000})
     assert index.usage() == [
         Usage("a", "CPU", 2, 2000),
         Usage("a", "GPU", 1, None),
         Usage("b", "CPU", 1, None),
     ]
     assert index.bytes_by_medium() == {"CPU": 2000}
-    with pytest.raises(ValueError, match="block_bytes"):
-        index.set_block_bytes("a", "CPU", -1)
+    with pytest.raises(ValueError, match="must not be negative"):
+        index.set_block_bytes("a", {"CPU": -1})
+    assert index.bytes_by_medium() == {"CPU": 2000}  # the refused declaration changed nothing
+
+
+def test_block_sizes_are_kept_per_publisher_for_at_most_max_media_media() -> None:
+    """A stats frame's media names come from the network: each frame's declaration replaced
+    nothing, so frames naming new media grew the sidecar without end (hundreds of MB)."""
+    index = BlockIndex(max_blocks=10, max_media=2)
+    index.apply("a", batch(stored([1, 2]), stored([3], None)), now=0.0)
+    for frame in range(1000):
+        index.set_block_bytes("a", {f"m{frame}-{n}": 1 for n in range(50)} | {"CPU": 1000})
+    assert index.refused_media_events == 1000 * 49
+    index.set_block_bytes("a", {"CPU": 1000, "GPU": 10, "disk": 5})
+    assert index.refused_media_events == 1000 * 49 + 1
+    assert index.bytes_by_medium() == {"CPU": 2000, "GPU": 10}
+    assert sum(map(len, index._block_bytes.values())) == 2
 
 
 # --- prefix lookup ----------------------------------------------------------------
