@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -64,6 +65,17 @@ def _policies(text: str) -> list[str]:
                 f"invalid choice: {name!r} (choose from {', '.join(known)})"
             )
     return list(dict.fromkeys(names))
+
+
+def _request_rate(text: str) -> float:
+    """Requests per second: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"rate must be a number, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"rate must be above 0 and finite, got {value}")
+    return value
 
 
 def _sample_rate(text: str) -> float:
@@ -163,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-capacity", type=_capacity, default=None,
         help="simulated GPU prefix cache size in blocks (default: a quarter of --capacity)",
     )  # fmt: skip
-    demo_cmd.add_argument("--rate", type=float, default=200.0, help="requests replayed per second")
+    demo_cmd.add_argument(
+        "--rate", type=_request_rate, default=200.0, help="requests replayed per second"
+    )
     demo_cmd.add_argument(
         "--sample-rate", type=_sample_rate, default=DEFAULT_RATE, metavar="RATE",
         help=f"share of blocks (by hash) whose references feed the live hit-ratio curve "

@@ -294,7 +294,10 @@ class SidecarSettings(BaseSettings):
         if not isinstance(value, str):
             return value
         if value.lstrip().startswith("["):
-            return json.loads(value)
+            try:
+                return json.loads(value)
+            except RecursionError:  # not a ValueError: it would escape as a traceback
+                raise ValueError("a JSON list nested too deeply") from None
         return [part.strip() for part in value.split(",") if part.strip()]
 
     @field_validator("connect", "replay")

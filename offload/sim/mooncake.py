@@ -42,11 +42,15 @@ def load_trace(path: str | Path) -> list[list[int]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"cannot read trace {path}: {exc}") from None
     requests: list[list[int]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only (JSON Lines): str.splitlines would also split inside a JSON
+    # string at U+2028 or U+0085 and call a valid line invalid.
+    for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             requests.append(_parse_request(line, f"{path}:{number}"))
     if not requests:
         raise TraceError(f"trace {path} holds no requests")
+    if not any(requests):
+        raise TraceError(f"trace {path} holds no block references: every 'hash_ids' is empty")
     return requests
 
 
@@ -55,6 +59,10 @@ def _parse_request(line: str, where: str) -> list[int]:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise TraceError(f"{where}: JSON nested too deeply") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise TraceError(f"{where}: a number too long to be a hash id") from None
     if not isinstance(record, dict):
         raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
     if "hash_ids" not in record:

@@ -59,6 +59,13 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
         ('{"input_length": 3}\n', [], ":1: missing 'hash_ids' list"),
         ('{"hash_ids": "0 1 2"}\n', [], ":1: 'hash_ids' must be a list, got str"),
         ("\n\n", [], "holds no requests"),
+        ('{"hash_ids": []}\n{"hash_ids": []}\n', [], "holds no block references"),
+        (
+            '{"hash_ids": [1], "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+            [],
+            ":1: JSON nested too deeply",
+        ),
+        ('{"hash_ids": [' + "9" * 5000 + "]}\n", [], ":1: a number too long to be a hash id"),
         ('{"hash_ids": [1]}\n', ["--capacity", "0"], "capacity must be at least 1"),
         ('{"hash_ids": [1]}\n', ["--capacity", "many"], "capacity must be a whole number"),
         ('{"hash_ids": [1]}\n', ["--policy", "mru"], "invalid choice: 'mru'"),
@@ -75,6 +82,13 @@ def test_bad_input_is_one_clear_line_and_a_nonzero_exit(
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_a_trace_line_ends_at_a_newline_only(tmp_path: Path) -> None:
+    """JSON strings may hold U+2028 and U+0085, which str.splitlines takes for line ends."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"note": "a\u2028b\x85c", "hash_ids": [1, 2]}\r\n{"hash_ids": [1]}\n')
+    assert load_trace(trace) == [[1, 2], [1]]
 
 
 def test_otel_variables_export_the_cores_spans(trace_slice: Path) -> None:
@@ -136,6 +150,10 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
         (["--listen", "tcp://*:5557", "--listen-replay", "vllm-gpu=tcp://engine:5558"], {},
          "--listen-replay / KVSCOPE_LISTEN_REPLAY: Value error, 'vllm-gpu' is not a stream name"),
         ([], {}, "settings: Value error, no publisher to read: give connect (--connect"),
+        (["--connect", "foo://engine:5557"], {},
+         "--connect / KVSCOPE_CONNECT: Value error, 'foo://engine:5557' is not a ZMQ endpoint"),
+        ([], {"KVSCOPE_CONNECT": "[" * 100_000},
+         "--connect / KVSCOPE_CONNECT: Value error, a JSON list nested too deeply"),
     ],
 )  # fmt: skip
 def test_serve_refuses_a_bad_listen_setting_in_one_line_naming_it(
@@ -159,6 +177,16 @@ def test_serve_names_a_listen_endpoint_it_cannot_bind() -> None:
         f"kvscope: error: --listen / KVSCOPE_LISTEN: cannot bind '{endpoint}': "
         "Address already in use"
     )
+
+
+@pytest.mark.parametrize("rate", ["0", "-5", "nan", "inf"])
+def test_demo_refuses_a_rate_that_paces_nothing(rate: str) -> None:
+    """0 divided by zero in the worker thread, and the demo still exited 0; the others ran
+    unpaced."""
+    result = kvscope("demo", "--rate", rate, "--duration", "1")
+    assert result.returncode == 2
+    assert "rate must be above 0 and finite" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_demo_refuses_a_gpu_capacity_below_one_block() -> None:

@@ -143,6 +143,10 @@ def test_the_route_serves_the_history_behind_the_token() -> None:
         assert other["series"] == [] and len(other["times"]) == 2
         bad = http.get("/api/v1/history", headers=AUTH, params={"resolution": 3})
         assert bad.status_code == 422 and "offered: 1, 10" in bad.json()["detail"]
+        for since in ("nan", "inf", "-inf"):  # answered with no points before
+            refused = http.get("/api/v1/history", headers=AUTH, params={"since": since})
+            assert refused.status_code == 422, since
+            assert refused.json()["detail"][0]["loc"] == ["query", "since"]
         schema = http.get("/openapi.json", headers=AUTH).json()
         ok = schema["paths"]["/api/v1/history"]["get"]["responses"]["200"]
         assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/HistoryResponse")

@@ -17,7 +17,11 @@ router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], response
 async def history(
     state: State,
     since: Annotated[
-        float, Query(description="Unix seconds; points from then on (default: all kept).")
+        float,
+        Query(
+            description="Unix seconds; points from then on (default: all kept).",
+            allow_inf_nan=False,
+        ),
     ] = 0.0,
     resolution: Annotated[
         int | None,
