@@ -7,9 +7,8 @@ skipped and counted, the rest of its batch kept. The shapes: docs/PROTOCOL.md.
 
 What a peer sends is bounded here, where its bytes enter (offload/wire/labels.py):
 a medium is a short name of plain characters, a bytes block hash at most 64
-bytes, ``ts`` a finite number, a rank a 32-bit integer, and one event's hashes
-all ints or all bytes. An event that breaks a bound is malformed like any other;
-a batch whose ``ts`` or rank does is no batch.
+bytes, ``ts`` a finite number, a rank a 32-bit integer. An event that breaks a
+bound is malformed like any other; a batch whose ``ts`` or rank does is no batch.
 """
 
 from __future__ import annotations
@@ -153,11 +152,9 @@ def decode_kv_payload(payload: bytes) -> DecodedBatch:
             batch = decode(decoder, payload)
         except msgspec.DecodeError:
             continue
-        events = [_normalise(event) for event in batch.events]
-        if None not in events:
-            return DecodedBatch(batch.ts, batch.data_parallel_rank, events)  # type: ignore[arg-type]
-        kept = [event for event in events if event is not None]
-        return DecodedBatch(batch.ts, batch.data_parallel_rank, kept, len(events) - len(kept))
+        return DecodedBatch(
+            batch.ts, batch.data_parallel_rank, [_normalise(event) for event in batch.events]
+        )
     return _decode_event_by_event(payload)
 
 
@@ -167,9 +164,8 @@ def _decode_event_by_event(payload: bytes) -> DecodedBatch:
     events = []
     for raw in loose.events:
         event = _decode_event(raw)
-        normal = None if event is None else _normalise(event)
-        if normal is not None:
-            events.append(normal)
+        if event is not None:
+            events.append(_normalise(event))
     return DecodedBatch(
         loose.ts, loose.data_parallel_rank, events, malformed=len(loose.events) - len(events)
     )
@@ -200,13 +196,7 @@ def _decode_event(raw: msgspec.Raw) -> _WireEvent | None:
         return None
 
 
-def _normalise(event: _WireEvent) -> DecodedEvent | None:
-    """The event in the sidecar's form; None for one whose hashes mix ints and bytes (no
-    publisher hashes two ways, and the event log prices an event by its first hash)."""
-    if not isinstance(event, _ArrayCleared | _MapCleared) and (
-        len(set(map(type, event.block_hashes))) > 1
-    ):
-        return None
+def _normalise(event: _WireEvent) -> DecodedEvent:
     if isinstance(event, _ArrayStored | _MapStored):
         return DecodedEvent(
             "stored", event.block_hashes, event.medium, event.block_size, event.parent_block_hash

@@ -9,10 +9,12 @@ taken. Frames go over real sockets to a live ingest thread.
 
 from __future__ import annotations
 
+import sys
 import tracemalloc
 
 import pytest
 
+from app.decode import decode_kv_payload
 from app.state.event_log import EventLog
 from offload.base import OffloadingEvent
 from offload.wire.kv_events import BlockStored, KVEventBatch, encode_batch
@@ -55,6 +57,29 @@ def test_the_event_log_keeps_its_byte_bound_whatever_the_frames_hold() -> None:
             assert 1 <= len(page) < 1000
     finally:
         raw.close()
+
+
+def test_events_whose_first_hash_is_an_int_keep_the_byte_bound_with_bytes_after_it() -> None:
+    """The log priced an event by its first hash: an int, then 64-byte hashes, held 2.6
+    times its bound."""
+    tail = [bytes([n % 256]) * 32 + n.to_bytes(32, "big") for n in range(300)]
+    batches = [
+        decode_kv_payload(
+            encode_batch(
+                KVEventBatch(1.0, [BlockStored([n, *tail], None, [], 16, None, "CPU", None)])
+            )
+        )
+        for n in range(400)
+    ]
+    log = EventLog(10_000, max_bytes=4 * MiB)
+    for seq, batch in enumerate(batches):
+        log.record("p", seq, batch)
+    assert log.bytes <= log.max_bytes
+    kept = sum(  # the hash lists and hashes the log keeps alive
+        sys.getsizeof(entry.event.block_hashes) + sum(map(sys.getsizeof, entry.event.block_hashes))
+        for entry in log.since(0, 10_000)
+    )
+    assert 0 < kept <= log.max_bytes
 
 
 def test_a_page_of_the_log_skips_the_ids_it_no_longer_holds() -> None:
