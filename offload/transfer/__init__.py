@@ -11,7 +11,7 @@ tensor-parallel rank.
 from offload.transfer.backend import TransferBackend
 from offload.transfer.cpu_backend import CPUTransferBackend
 from offload.transfer.cuda_backend import CUDATransferBackend
-from offload.transfer.job import Direction, TransferResult
+from offload.transfer.job import Direction, GpuRun, TransferResult
 from offload.transfer.layout import KVLayout, KVOrder, TransferPlan
 from offload.transfer.rank_accounting import JobOutcome, RankAccounting
 
@@ -19,6 +19,7 @@ __all__ = [
     "CPUTransferBackend",
     "CUDATransferBackend",
     "Direction",
+    "GpuRun",
     "JobOutcome",
     "KVLayout",
     "KVOrder",

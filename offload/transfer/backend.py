@@ -13,7 +13,8 @@ from abc import abstractmethod
 from collections.abc import Sequence
 
 from offload.base import Closeable
-from offload.transfer.job import Direction, TransferResult
+from offload.transfer.job import Direction, GpuRun, TransferResult
+from offload.transfer.layout import KVLayout
 from offload.transfer.transfer_stats import TransferStats
 
 
@@ -31,16 +32,25 @@ class TransferBackend(Closeable):
     """
 
     stats: TransferStats
+    layout: KVLayout
 
     @abstractmethod
     def submit(
-        self, direction: Direction, src_blocks: Sequence[int], dst_blocks: Sequence[int]
+        self,
+        direction: Direction,
+        src_blocks: Sequence[int],
+        dst_blocks: Sequence[int],
+        gpu_runs: Sequence[GpuRun] | None = None,
     ) -> int:
         """Queue a copy and return its job id without waiting for the copy.
 
         ``src_blocks`` and ``dst_blocks`` are in units of the source and the
         destination medium's blocks: one CPU block holds ``block_size_factor``
-        GPU blocks, so the GPU side lists that many times more ids.
+        GPU blocks. The GPU side comes in ``gpu_runs`` (None: one run of
+        every GPU block from row 0), each filling CPU blocks of its own in
+        order from its ``offset`` in the first: a run may start inside a CPU
+        block, as a load after a GPU prefix-cache hit does, and end inside
+        one, so it takes ceil((blocks + offset) / block_size_factor) of them.
         """
 
     @abstractmethod

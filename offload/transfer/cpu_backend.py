@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from offload.transfer.backend import TransferBackend
-from offload.transfer.job import Direction, TransferResult
+from offload.transfer.job import Direction, GpuRun, TransferResult
 from offload.transfer.job_book import JobBook, job_result
 from offload.transfer.layout import KVLayout, TransferPlan
 
@@ -78,10 +78,14 @@ class CPUTransferBackend(TransferBackend):
         self._worker.start()
 
     def submit(
-        self, direction: Direction | str, src_blocks: Sequence[int], dst_blocks: Sequence[int]
+        self,
+        direction: Direction | str,
+        src_blocks: Sequence[int],
+        dst_blocks: Sequence[int],
+        gpu_runs: Sequence[GpuRun] | None = None,
     ) -> int:
         submitted = time.perf_counter()
-        plan = self.layout.plan(direction, src_blocks, dst_blocks, self.num_cpu_blocks)
+        plan = self.layout.plan(direction, src_blocks, dst_blocks, self.num_cpu_blocks, gpu_runs)
         return self._book.open(
             plan.direction, lambda job_id: self._jobs.put(_Job(job_id, plan, submitted))
         )

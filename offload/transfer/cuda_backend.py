@@ -22,7 +22,7 @@ import torch
 
 from offload.transfer import host_tier
 from offload.transfer.backend import TransferBackend
-from offload.transfer.job import Direction, TransferResult
+from offload.transfer.job import Direction, GpuRun, TransferResult
 from offload.transfer.job_book import JobBook, job_result
 from offload.transfer.layout import KVLayout, TransferPlan
 
@@ -144,10 +144,14 @@ class CUDATransferBackend(TransferBackend):
     # -- the TransferBackend interface ---------------------------------------------------
 
     def submit(
-        self, direction: Direction | str, src_blocks: Sequence[int], dst_blocks: Sequence[int]
+        self,
+        direction: Direction | str,
+        src_blocks: Sequence[int],
+        dst_blocks: Sequence[int],
+        gpu_runs: Sequence[GpuRun] | None = None,
     ) -> int:
         submitted = time.perf_counter()
-        plan = self.layout.plan(direction, src_blocks, dst_blocks, self.num_cpu_blocks)
+        plan = self.layout.plan(direction, src_blocks, dst_blocks, self.num_cpu_blocks, gpu_runs)
         # Recorded on the caller's thread, whose current stream is the compute stream the
         # job must follow; the worker's stream waits on it before touching any GPU row.
         ready = torch.cuda.Event()

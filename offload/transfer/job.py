@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Direction(enum.StrEnum):
@@ -13,6 +14,14 @@ class Direction(enum.StrEnum):
     """A store: GPU blocks are offloaded into CPU blocks."""
     CPU_TO_GPU = "cpu_to_gpu"
     """A load: CPU blocks are brought back into GPU blocks."""
+
+
+class GpuRun(NamedTuple):
+    """GPU blocks that are logically contiguous (one KV cache group's blocks of one request),
+    and the row of the first CPU block the first of them fills."""
+
+    blocks: int
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import torch
 
 from offload.base import positive_count
 from offload.transfer.canonical import canonical_layer_tensors
-from offload.transfer.job import Direction
+from offload.transfer.job import Direction, GpuRun
 
 KV_DIM_SIZE = 2
 """K and V, stacked in one tensor per layer."""
@@ -234,13 +234,17 @@ class KVLayout:
         src_blocks: Sequence[int],
         dst_blocks: Sequence[int],
         num_cpu_blocks: int,
+        gpu_runs: Sequence[GpuRun] | None = None,
     ) -> TransferPlan:
         """Validate a job and translate its block ids into rows; raises ValueError.
 
-        Everything a backend must refuse is caught here, before the job is
-        queued: an unknown direction, ids that are not ints, negative or out
-        of range, side lengths that do not match ``block_size_factor``, and
-        a destination block named twice (the copy's result would depend on
+        Each of ``gpu_runs`` fills CPU blocks of its own, from its offset in
+        the first (see ``TransferBackend.submit``). Everything a backend
+        must refuse is caught here, before the job is queued: an unknown
+        direction, ids that are not ints, negative or out of range, runs
+        that do not add up to the GPU side or start outside a CPU block, side
+        lengths that do not match ``block_size_factor`` and the runs, and a
+        destination block named twice (the copy's result would depend on
         the order the writes land in).
         """
         direction = _member(Direction, direction, "direction")
@@ -251,24 +255,57 @@ class KVLayout:
         gpu_ids = _block_ids(gpu_name, sides[gpu_name], "GPU", self.num_gpu_blocks)
         cpu_ids = _block_ids(cpu_name, sides[cpu_name], "CPU", num_cpu_blocks)
         factor = self.block_size_factor
-        if gpu_ids.size != cpu_ids.size * factor:
+        runs = [GpuRun(gpu_ids.size)] if gpu_runs is None else _runs(gpu_runs, factor)
+        if sum(run.blocks for run in runs) != gpu_ids.size:
             raise ValueError(
-                f"{gpu_name} has {gpu_ids.size} GPU blocks but {cpu_name} has "
-                f"{cpu_ids.size} CPU blocks; with block_size_factor {factor} "
-                f"that must be {cpu_ids.size * factor} GPU blocks"
+                f"gpu_runs hold {sum(run.blocks for run in runs)} GPU blocks but {gpu_name} "
+                f"has {gpu_ids.size}"
+            )
+        spans = [-(-(run.blocks + run.offset) // factor) if run.blocks else 0 for run in runs]
+        if cpu_ids.size != sum(spans):
+            starts = ", ".join(str(run.offset) for run in runs)
+            raise ValueError(
+                f"{gpu_name} has {gpu_ids.size} GPU blocks from row {starts} but "
+                f"{cpu_name} has {cpu_ids.size} CPU blocks; with block_size_factor "
+                f"{factor} that must be {sum(spans)} CPU blocks"
             )
         dst_medium, dst_ids = ("CPU", cpu_ids) if to_cpu else ("GPU", gpu_ids)
         _check_distinct(dst_medium, dst_ids)
-        cpu_rows = (cpu_ids[:, None] * factor + np.arange(factor)).reshape(-1)
+        firsts = np.cumsum([0, *spans])
+        cpu_rows = np.concatenate(
+            [
+                _cpu_rows(cpu_ids[first : first + span], run, factor)
+                for run, span, first in zip(runs, spans, firsts, strict=False)
+            ]
+        )
         src_rows, dst_rows = (gpu_ids, cpu_rows) if to_cpu else (cpu_rows, gpu_ids)
-        num_blocks = cpu_ids.size
         return TransferPlan(
             direction,
             torch.from_numpy(src_rows),
             torch.from_numpy(dst_rows),
-            num_blocks,
-            num_blocks * self.bytes_per_cpu_block,
+            cpu_ids.size,
+            gpu_ids.size * self.bytes_per_gpu_block,
         )
+
+
+def _runs(gpu_runs: Sequence[GpuRun], factor: int) -> list[GpuRun]:
+    """The runs as given, each checked: a block count, an offset inside a CPU block."""
+    runs = [GpuRun(*run) for run in gpu_runs]
+    for run in runs:
+        if type(run.blocks) is not int or run.blocks < 0:
+            raise ValueError(f"a GPU run's blocks must be a count, got {run.blocks!r}")
+        if type(run.offset) is not int or not 0 <= run.offset < factor:
+            raise ValueError(
+                f"a GPU run's offset must be a row of a CPU block, from 0 to {factor - 1} "
+                f"with block_size_factor {factor}, got {run.offset!r}"
+            )
+    return runs
+
+
+def _cpu_rows(cpu_ids: np.ndarray, run: GpuRun, factor: int) -> np.ndarray:
+    """The CPU rows one run's GPU blocks fill: from its offset on, through its CPU blocks."""
+    positions = np.arange(run.offset, run.offset + run.blocks)
+    return cpu_ids[positions // factor] * factor + positions % factor
 
 
 _E = TypeVar("_E", bound=enum.StrEnum)

@@ -22,7 +22,7 @@ from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
 from offload.transfer.backend import TransferBackend
 from offload.transfer.cpu_backend import CPUTransferBackend
-from offload.transfer.job import Direction
+from offload.transfer.job import Direction, GpuRun
 from offload.transfer.layout import KVLayout
 
 logger = logging.getLogger(__name__)
@@ -86,17 +86,21 @@ class KVScopeWorker(OffloadingWorker):
             self.rejected_jobs += 1
             logger.error("kvscope job %d refused: specs are not GPU and CPU block ids", job_id)
             return False
-        if len(gpu.group_sizes) > 1:
-            self.rejected_jobs += 1
-            logger.error("kvscope job %d refused: several KV cache groups", job_id)
-            return False
         src_ids, dst_ids = (
             (gpu.block_ids, cpu.block_ids)
             if direction is Direction.GPU_TO_CPU
             else (cpu.block_ids, gpu.block_ids)
         )
+        # Per KV cache group, vLLM names where its first GPU block lies in the request: a
+        # group's blocks may start inside a chunk (a load after a GPU prefix-cache hit) and
+        # end inside one. Every canonical tensor's row of a block moves, as for one group.
+        factor = self.backend.layout.block_size_factor
+        runs = [
+            GpuRun(size, index % factor)
+            for size, index in zip(gpu.group_sizes, gpu.block_indices, strict=True)
+        ]
         try:
-            own = self.backend.submit(direction, src_ids.tolist(), dst_ids.tolist())
+            own = self.backend.submit(direction, src_ids.tolist(), dst_ids.tolist(), runs)
         except ValueError as exc:
             self.rejected_jobs += 1
             logger.error("kvscope job %d refused: %s", job_id, exc)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from offload.transfer import (
     CPUTransferBackend,
     Direction,
+    GpuRun,
     KVLayout,
     KVOrder,
     TransferResult,
@@ -217,8 +218,9 @@ def test_a_failing_job_is_reported_and_the_worker_lives_on() -> None:
 
 BAD_JOBS = [
     ("sideways", [0], [0], "unknown direction 'sideways'"),
-    (GPU_TO_CPU, [0, 1, 2], [0], "src_blocks has 3 GPU blocks but dst_blocks has 1 CPU blocks"),
-    (CPU_TO_GPU, [0], [0, 1, 2, 3], "dst_blocks has 4 GPU blocks but src_blocks has 1 CPU"),
+    (GPU_TO_CPU, [0, 1, 2], [0], "src_blocks has 3 GPU blocks from row 0 but dst_blocks has 1"),
+    (CPU_TO_GPU, [0], [0, 1, 2, 3], "dst_blocks has 4 GPU blocks from row 0 but src_blocks has"),
+    (GPU_TO_CPU, [0, 1], [0, 1], "with block_size_factor 2 that must be 1 CPU blocks"),
     (GPU_TO_CPU, [0, -1], [0], "src_blocks has negative GPU block id -1"),
     (GPU_TO_CPU, [0, 1], [-3], "dst_blocks has negative CPU block id -3"),
     (GPU_TO_CPU, [0, 16], [0], "src_blocks has GPU block id 16, out of range"),
@@ -254,6 +256,26 @@ def test_bad_input_raises_before_queueing_and_harms_nothing(
         assert torch.equal(
             blocks(tensor, order, [8, 9, 10, 11]), blocks(tensor, order, [4, 5, 6, 7])
         )
+
+
+def test_a_job_may_start_and_end_inside_a_cpu_block() -> None:
+    """vLLM's loads after a GPU prefix-cache hit start inside a chunk, and a prompt's last
+    chunk may be partly filled (vLLM asserts that every submit succeeds, so a refusal
+    stopped the engine)."""
+    layout = make_layout(factor=4, num_gpu_blocks=16)
+    kv_caches.offset_round_trip(layout, CPUTransferBackend)
+    with CPUTransferBackend(layout, 4) as backend:
+        for offset in (-1, 4, 1.5):
+            with pytest.raises(ValueError, match="offset must be a row of a CPU block"):
+                backend.submit(GPU_TO_CPU, [0], [0], [GpuRun(1, offset)])
+        with pytest.raises(ValueError, match="that must be 2 CPU blocks"):
+            backend.submit(GPU_TO_CPU, [0, 1], [0], [GpuRun(2, 3)])  # rows 3, 4: 2 CPU blocks
+        with pytest.raises(ValueError, match="that must be 2 CPU blocks"):
+            backend.submit(GPU_TO_CPU, [0, 1], [0], [GpuRun(1), GpuRun(1)])  # a block a run
+        with pytest.raises(ValueError, match="gpu_runs hold 3 GPU blocks but src_blocks has 2"):
+            backend.submit(GPU_TO_CPU, [0, 1], [0], [GpuRun(3)])
+        with pytest.raises(ValueError, match="blocks must be a count"):
+            backend.submit(GPU_TO_CPU, [0, 1], [0], [GpuRun(3), GpuRun(-1)])
 
 
 def shape_error(order: KVOrder) -> str:

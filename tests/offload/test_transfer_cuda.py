@@ -171,6 +171,13 @@ def test_round_trip_is_byte_exact(
 
 
 @gpu
+@pytest.mark.parametrize("order", list(KVOrder))
+def test_a_job_may_start_and_end_inside_a_cpu_block(order: KVOrder, copy_path: str) -> None:
+    layout = make_layout(order=order, factor=4, num_gpu_blocks=16)
+    kv_caches.offset_round_trip(layout, CUDATransferBackend, timeout=60)
+
+
+@gpu
 @pytest.mark.parametrize(
     ("dtype", "geometry"),
     [(torch.uint8, (1, 1, 3)), (torch.float16, (1, 1, 3)), (torch.float32, (3, 1, 1))],

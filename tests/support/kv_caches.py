@@ -16,6 +16,7 @@ from offload.transfer import (
     CPUTransferBackend,
     CUDATransferBackend,
     Direction,
+    GpuRun,
     KVLayout,
     KVOrder,
     TransferResult,
@@ -116,3 +117,33 @@ def round_trip(
         assert result.direction is direction
         assert result.num_blocks == num_blocks
         assert result.bytes == num_blocks * layout.bytes_per_cpu_block
+
+
+def offset_round_trip(
+    layout: KVLayout, open_backend: Callable[[KVLayout, int], Backend], timeout: float | None = None
+) -> None:
+    """Jobs that start and end inside CPU blocks (``layout``: factor 4, 16 GPU blocks): the
+    GPU blocks of each run fill CPU rows from the run's offset on, and no other row moves."""
+    factor, order = layout.block_size_factor, layout.order
+    assert (factor, layout.num_gpu_blocks) == (4, 16)
+    with open_backend(layout, 4) as backend:
+        before = [tensor.clone() for tensor in backend.cpu_tensors]
+        # GPU blocks 3..7 into rows 2, 3 of CPU block 1 and rows 0..2 of CPU block 3
+        job = backend.submit(Direction.GPU_TO_CPU, [3, 4, 5, 6, 7], [1, 3], [GpuRun(5, 2)])
+        stored = finish(backend, job, timeout)
+        assert stored.success and stored.bytes == 5 * layout.bytes_per_gpu_block
+        rows = [1 * factor + 2, 1 * factor + 3, 3 * factor, 3 * factor + 1, 3 * factor + 2]
+        untouched = sorted(set(range(4 * factor)) - set(rows))
+        for gpu, cpu, old in zip(layout.gpu_tensors, backend.cpu_tensors, before, strict=True):
+            assert torch.equal(blocks(cpu, order, rows), blocks(gpu, order, [3, 4, 5, 6, 7]))
+            assert torch.equal(blocks(cpu, order, untouched), blocks(old, order, untouched))
+        # and back, from row 3 of CPU block 1 on, into GPU blocks 12..15; then as two runs
+        # (two KV cache groups): row 2 of CPU block 1 into 8, rows 0 and 1 of 3 into 9, 10
+        job = backend.submit(Direction.CPU_TO_GPU, [1, 3], [12, 13, 14, 15], [GpuRun(4, 3)])
+        assert finish(backend, job, timeout).success
+        runs = [GpuRun(1, 2), GpuRun(2, 0)]
+        job = backend.submit(Direction.CPU_TO_GPU, [1, 3], [8, 9, 10], runs)
+        assert finish(backend, job, timeout).success
+    for gpu in layout.gpu_tensors:
+        assert torch.equal(blocks(gpu, order, [12, 13, 14, 15]), blocks(gpu, order, [4, 5, 6, 7]))
+        assert torch.equal(blocks(gpu, order, [8, 9, 10]), blocks(gpu, order, [3, 5, 6]))

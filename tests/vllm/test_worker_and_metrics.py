@@ -71,6 +71,42 @@ def test_the_worker_moves_canonical_pages_byte_exactly() -> None:
         worker.shutdown()
 
 
+def test_jobs_that_start_or_end_inside_a_chunk_move_the_right_pages() -> None:
+    """With chunks of two GPU blocks, vLLM loads from a chunk's second half after a GPU
+    prefix-cache hit and stores a prompt's last, half-filled chunk, naming where each KV
+    cache group's blocks start in ``block_indices``; its connector asserts that every
+    submit succeeds."""
+    spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 8}, blocks_per_chunk=2))
+    caches = _caches()
+    original = [t.tensor.clone() for t in caches.tensors]
+    worker = spec.get_worker(caches)
+    try:
+        # the request's blocks 0..4 (GPU 3, 5, 9, 10, 11) into chunks 6, 2, 0; 0 half full
+        assert worker.submit_store(
+            1, GPULoadStoreSpec([3, 5, 9, 10, 11], [5], [0]), CPULoadStoreSpec([6, 2, 0])
+        )
+        assert _finished(worker, {1}) == {1: True}
+        # block 0 is a GPU prefix-cache hit: load the request's blocks 1..4 into GPU 12..15
+        assert worker.submit_load(
+            2, CPULoadStoreSpec([6, 2, 0]), GPULoadStoreSpec([12, 13, 14, 15], [4], [1])
+        )
+        assert _finished(worker, {2}) == {2: True}
+        # two KV cache groups in one job: the request's block 1 of the first (chunk 6's
+        # second half) into GPU 0, blocks 2 and 3 of the second (chunk 2) into GPU 1 and 2
+        assert worker.submit_load(
+            3, CPULoadStoreSpec([6, 2]), GPULoadStoreSpec([0, 1, 2], [1, 2], [1, 2])
+        )
+        assert _finished(worker, {3}) == {3: True}
+        for before, cache in zip(original, caches.tensors, strict=True):
+            for gpu, source in zip(
+                [12, 13, 14, 15, 0, 1, 2], [5, 9, 10, 11, 5, 9, 10], strict=True
+            ):
+                assert torch.equal(cache.tensor[gpu], before[source])
+        assert worker.rejected_jobs == 0
+    finally:
+        worker.shutdown()
+
+
 def test_manager_metrics_reach_vllms_prometheus_hook() -> None:
     extra = {**SPEC, "num_cpu_blocks": 4}
     vllm_config = SimpleNamespace(
