@@ -119,6 +119,7 @@ def publisher_snapshot(publisher: Publisher) -> Snapshot:
     snap.add(m.PUBLISHER_FRAMES_TOTAL, publisher.batches_published, kind="kv_events")
     snap.add(m.PUBLISHER_FRAMES_TOTAL, publisher.stats_published, kind="stats")
     snap.add(m.PUBLISHER_DROPPED_FRAMES_TOTAL, publisher.dropped)
+    snap.add(m.PUBLISHER_UNSENDABLE_EVENTS_TOTAL, publisher.unsendable_events)
     replays = m.PUBLISHER_REPLAY_REQUESTS_TOTAL
     snap.add(replays, publisher.replays_served, outcome="ok")
     snap.add(replays, publisher.malformed_replay_requests, outcome="malformed")

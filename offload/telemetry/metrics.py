@@ -235,6 +235,11 @@ PUBLISHER_DROPPED_FRAMES_TOTAL = _spec(
     "counter",
     "Frames dropped because the consumer was slow or absent.",
 )
+PUBLISHER_UNSENDABLE_EVENTS_TOTAL = _spec(
+    "kvscope_publisher_unsendable_events_total",
+    "counter",
+    "Events left out of their batch: msgpack cannot carry one of their hashes.",
+)
 PUBLISHER_REPLAY_REQUESTS_TOTAL = _spec(
     "kvscope_publisher_replay_requests_total",
     "counter",
@@ -282,6 +287,7 @@ SPECS: dict[str, MetricSpec] = {
         TRANSFER_SIZE_BYTES,
         PUBLISHER_FRAMES_TOTAL,
         PUBLISHER_DROPPED_FRAMES_TOTAL,
+        PUBLISHER_UNSENDABLE_EVENTS_TOTAL,
         PUBLISHER_REPLAY_REQUESTS_TOTAL,
     )
 }

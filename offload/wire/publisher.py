@@ -51,6 +51,9 @@ _log = LogLimiter(logger)
 _CLOSE_LINGER_MS = 200
 """How long close() lets ZMQ flush already-sent frames to connected peers."""
 
+MAX_REPLAY_REQUEST_FRAME = 64
+"""The largest frame the replay socket takes; a request's frames are 0 and 8 bytes."""
+
 
 _now = time.monotonic
 
@@ -60,8 +63,9 @@ class Publisher(Closeable):
 
     The counters are plain ints, read from any thread: ``batches_published``
     and ``stats_published`` (frames handed on), ``dropped`` (frames that
-    never were), ``replays_served``, ``malformed_replay_requests`` and
-    ``refused_replay_requests``.
+    never were), ``replays_served``, ``malformed_replay_requests``,
+    ``refused_replay_requests`` and ``unsendable_events`` (left out of their
+    batch: msgpack cannot carry one of their hashes).
     """
 
     batches_published: int
@@ -69,6 +73,7 @@ class Publisher(Closeable):
     replays_served: int
     malformed_replay_requests: int
     refused_replay_requests: int
+    unsendable_events: int
 
     @property
     @abstractmethod
@@ -96,7 +101,7 @@ class NullPublisher(Publisher):
     """
 
     batches_published = stats_published = replays_served = 0
-    malformed_replay_requests = refused_replay_requests = 0
+    malformed_replay_requests = refused_replay_requests = unsendable_events = 0
 
     @property
     def dropped(self) -> int:
@@ -201,6 +206,7 @@ class EventPublisher(Publisher):
         self.malformed_replay_requests = 0
         self.refused_replay_requests = 0
         self.truncated_replays = 0
+        self.unsendable_events = 0
         # One writer each (the callers of publish_events, of publish_stats, the
         # holder of _sending), so the counts stay exact without another lock.
         self._dropped_kv = 0
@@ -250,7 +256,11 @@ class EventPublisher(Publisher):
             self._replay, self._replay_endpoint = (
                 # A full replay plus its end marker must fit under the ROUTER's HWM, which
                 # ZMQ only frees in steps of half of it: hence twice the buffer.
-                self._bind(zmq.ROUTER, replay_endpoint, 2 * (buffer_steps + 1))
+                # A request's largest frame is its 8-byte sequence number: ZMQ drops a peer
+                # that sends more before reassembling it in the worker's memory.
+                self._bind(
+                    zmq.ROUTER, replay_endpoint, 2 * (buffer_steps + 1), MAX_REPLAY_REQUEST_FRAME
+                )
                 if replay_endpoint is not None
                 else (None, None)
             )
@@ -262,13 +272,18 @@ class EventPublisher(Publisher):
         self._thread = threading.Thread(target=self._run, name="kvscope-publisher", daemon=True)
         self._thread.start()
 
-    def _bind(self, kind: int, endpoint: str, hwm: int) -> tuple[zmq.Socket, str]:
-        """A bound socket and the endpoint it actually bound (wildcards resolved).
+    def _bind(
+        self, kind: int, endpoint: str, hwm: int, max_frame: int = -1
+    ) -> tuple[zmq.Socket, str]:
+        """A bound socket and the endpoint it actually bound (wildcards resolved);
+        ``max_frame``: the largest frame it takes in (-1: any), set before binding, since
+        ZMQ gives a listener's connections the options it had when it bound.
 
         Sockets are made here so that bind errors reach the constructor's caller.
         """
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.SNDHWM, hwm)
+        sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
         sock.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
         sock.copy_threshold = 0  # payloads sent copy=False are never copied, so all are tracked
         sock.bind(endpoint)
@@ -452,13 +467,32 @@ class EventPublisher(Publisher):
 
     def _send_batch(self, ts: float, events: list[OffloadingEvent]) -> None:
         """Number, buffer for replay, then send: a refused send stays replayable."""
-        batch = KVEventBatch(ts=ts, events=to_kv_events(events), data_parallel_rank=self._rank)
-        payload = encode_batch(batch)
+        try:
+            payload = self._encoded(ts, events)
+        except (OverflowError, TypeError, ValueError):
+            # A hash msgpack cannot carry (an int past 64 bits, say) fails the whole batch:
+            # the others go without the events that hold one, which are counted.
+            events = [event for event in events if self._sendable(ts, event)]
+            if not events:
+                return
+            payload = self._encoded(ts, events)
         seq, self._kv_seq = self._kv_seq, self._kv_seq + 1
         self._remember(seq, payload)
         if self._publish(self._kv_topic, seq, payload):
             self.batches_published += 1
             self.events_published += len(events)
+
+    def _encoded(self, ts: float, events: list[OffloadingEvent]) -> bytes:
+        return encode_batch(KVEventBatch(ts, to_kv_events(events), self._rank))
+
+    def _sendable(self, ts: float, event: OffloadingEvent) -> bool:
+        """Whether an event encodes on its own; counted in ``unsendable_events`` if not."""
+        try:
+            self._encoded(ts, [event])
+        except (OverflowError, TypeError, ValueError):
+            self.unsendable_events += 1
+            return False
+        return True
 
     def _remember(self, seq: int, payload: bytes) -> None:
         """Buffer a batch for replay, forgetting the oldest past either bound."""

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 import zmq
+import zmq.utils.monitor
 
 from offload.base import OffloadingEvent
 from offload.wire.framing import replay_request
@@ -66,6 +67,32 @@ def test_replay_answers_share_the_buffer_instead_of_copying_it(ctx: zmq.Context)
         grown = rss() - before
         assert grown < 40 * MiB, f"resident set grew by {grown / MiB:.0f} MiB"  # 160+ copying
         assert publisher.held_bytes <= publisher._replay_budget_bytes
+
+
+def test_a_replay_request_larger_than_any_request_is_never_taken_in(ctx: zmq.Context) -> None:
+    """A peer's 200 MiB "request" was reassembled and copied into the worker (three of them:
+    +400 MiB) before it was found malformed; now ZMQ drops the peer at the first bytes past
+    the largest frame a request has. The peer sees its connection closed."""
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
+        hostile = ctx.socket(zmq.DEALER)
+        monitor = hostile.get_monitor_socket()
+        hostile.connect(publisher.replay_endpoint)
+        hostile.send_multipart([b"", b"x" * MiB])
+        events = []
+
+        def dropped() -> bool:
+            if monitor.poll(100):
+                events.append(zmq.utils.monitor.recv_monitor_message(monitor)["event"])
+            return zmq.EVENT_DISCONNECTED in events
+
+        wait_until(dropped, "the publisher drops the peer")
+        honest = deaf_peer(ctx, publisher.replay_endpoint)
+        honest.send_multipart(replay_request(0))
+        wait_until(lambda: publisher.replays_served == 1, "an honest request is answered")
+        assert (publisher.replay_requests, publisher.malformed_replay_requests) == (1, 0)
+        hostile.disable_monitor()
+        monitor.close(0)
+        hostile.close(0)
 
 
 def test_a_peer_that_asks_again_without_reading_is_refused_and_counted(ctx: zmq.Context) -> None:

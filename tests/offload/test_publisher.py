@@ -18,6 +18,7 @@ import zmq
 
 from offload.base import OffloadingEvent
 from offload.cpu.manager import CPUOffloadingManager
+from offload.telemetry import metrics as m
 from offload.wire.framing import DEFAULT_STATS_TOPIC, END_OF_REPLAY_SEQ
 from offload.wire.kv_events import (
     BlockRemoved,
@@ -199,6 +200,28 @@ def test_kv_batches_arrive_in_order_with_contiguous_sequences(
     wait_until(lambda: publisher.events_published == len(expected), "every event sent")
     got = [event for _, payload in received for event in decode_batch(payload).events]
     assert_events_match(got, expected)
+
+
+def test_an_event_msgpack_cannot_carry_is_left_out_and_counted_not_its_batch(
+    ctx: zmq.Context, publisher: EventPublisher
+) -> None:
+    """An int hash past 64 bits failed the whole batch's encoding: its good events were lost
+    with no sequence number used, so no subscriber could see a gap."""
+    sub, _ = subscribe(ctx, publisher)
+    publisher.publish_events([stored(1, 2), stored(2**64), removed(1)])
+    seq, payload = recv_topic(sub, KV_TOPIC)
+    assert seq == 0
+    assert_batch_matches(payload, [stored(1, 2), removed(1)])
+    assert publisher.unsendable_events == 1
+    publisher.publish_events([stored(2**70), removed(b"x" * 8, -(2**64))])  # nothing to send
+    publisher.publish_events([stored(3)])
+    seq, payload = recv_topic(sub, KV_TOPIC)
+    assert seq == 1  # the batch with nothing sendable took no number
+    assert_batch_matches(payload, [stored(3)])
+    assert publisher.unsendable_events == 3
+    snapshot = publisher_snapshot(publisher)
+    [sample] = [c for c in snapshot.counters if c.name == m.PUBLISHER_UNSENDABLE_EVENTS_TOTAL.name]
+    assert sample.value == 3
 
 
 def test_stats_frames_have_their_own_topic_and_sequence(
