@@ -19,15 +19,13 @@ MAX_HASH_TEXT: Final = 2 + 2 * 128
 too). Checked before the patterns run, and bounds the text a 422 echoes."""
 
 _INT_TEXT = re.compile(r"-?[0-9]+")
-_INT_HASHES: Final = range(-(2**63), 2**64)
-"""The ints msgpack carries: every int hash a publisher can send."""
 _HEX_TEXT = re.compile(r"(?:0[xX](?:[0-9a-fA-F]{2})+|[0-9a-fA-F]{64})")
 
 
 def parse_block_hash(text: str) -> bytes | int:
     """Read a hash written by ``render_block_hash`` (see the module doc for the rule)."""
     if _INT_TEXT.fullmatch(text):
-        return _int_hash(int(text))
+        return int(text)
     if _HEX_TEXT.fullmatch(text):
         return bytes.fromhex(text.removeprefix("0x").removeprefix("0X"))
     raise ValueError(
@@ -40,16 +38,8 @@ def render_block_hash(block_hash: object) -> str:
     return "0x" + block_hash.hex() if isinstance(block_hash, bytes) else str(block_hash)
 
 
-def _int_hash(value: int) -> int:
-    if value not in _INT_HASHES:
-        raise ValueError(
-            "an int block hash is 64-bit (from -2**63 to 2**64 - 1), as msgpack carries it"
-        )
-    return value
-
-
 def _hash_input(value: str | int) -> bytes | int:
-    return _int_hash(value) if isinstance(value, int) else parse_block_hash(value)
+    return value if isinstance(value, int) else parse_block_hash(value)
 
 
 _HashText = Annotated[
