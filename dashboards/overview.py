@@ -295,13 +295,18 @@ def _events() -> list[Panel]:
         ),
         timeseries_panel(
             "Drops and replays per publisher",
-            "Frames the worker's publisher dropped (consumer slow or absent), batches the "
-            "sidecar fetched by replay, and replay requests answered. Healthy: drops 0; "
-            "replays only after a gap.",
+            "Frames the worker's publisher dropped (consumer slow or absent), events it left "
+            "out because a hash could not be encoded, batches the sidecar fetched by replay, "
+            "and replay requests answered. Healthy: drops and unsendable events 0; replays "
+            "only after a gap.",
             "cps",
             Query(
                 _by("publisher", rate("kvscope_publisher_dropped_frames_total", WORKER)),
                 "dropped {{publisher}}",
+            ),
+            Query(
+                _by("publisher", rate("kvscope_publisher_unsendable_events_total", WORKER)),
+                "unsendable events {{publisher}}",
             ),
             Query(
                 _by("publisher", rate("kvscope_sidecar_replayed_batches_total", PUBLISHER)),
