@@ -271,11 +271,11 @@ class KVLayout:
             )
         dst_medium, dst_ids = ("CPU", cpu_ids) if to_cpu else ("GPU", gpu_ids)
         _check_distinct(dst_medium, dst_ids)
-        firsts = np.cumsum([0, *spans])
+        firsts = np.cumsum([0, *spans[:-1]])
         cpu_rows = np.concatenate(
             [
                 _cpu_rows(cpu_ids[first : first + span], run, factor)
-                for run, span, first in zip(runs, spans, firsts, strict=False)
+                for run, span, first in zip(runs, spans, firsts, strict=True)
             ]
         )
         src_rows, dst_rows = (gpu_ids, cpu_rows) if to_cpu else (cpu_rows, gpu_ids)
