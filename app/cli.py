@@ -67,12 +67,16 @@ def _policies(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _number(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
+
+
 def _request_rate(text: str) -> float:
     """Requests per second: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"rate must be a number, got {text!r}") from None
+    value = _number(text, "rate")
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"rate must be above 0 and finite, got {value}")
     return value
@@ -80,10 +84,7 @@ def _request_rate(text: str) -> float:
 
 def _sample_rate(text: str) -> float:
     """A rate in [0, 1]; 0 turns the sampled stream (and the live curve) off."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"sample rate must be a number, got {text!r}") from None
+    value = _number(text, "sample rate")
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"sample rate must be in [0, 1], got {value}")
     return value
