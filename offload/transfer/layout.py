@@ -256,10 +256,10 @@ class KVLayout:
         cpu_ids = _block_ids(cpu_name, sides[cpu_name], "CPU", num_cpu_blocks)
         factor = self.block_size_factor
         runs = [GpuRun(gpu_ids.size)] if gpu_runs is None else _runs(gpu_runs, factor)
-        if sum(run.blocks for run in runs) != gpu_ids.size:
+        in_runs = sum(run.blocks for run in runs)
+        if in_runs != gpu_ids.size:
             raise ValueError(
-                f"gpu_runs hold {sum(run.blocks for run in runs)} GPU blocks but {gpu_name} "
-                f"has {gpu_ids.size}"
+                f"gpu_runs hold {in_runs} GPU blocks but {gpu_name} has {gpu_ids.size}"
             )
         spans = [-(-(run.blocks + run.offset) // factor) if run.blocks else 0 for run in runs]
         if cpu_ids.size != sum(spans):
