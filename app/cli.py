@@ -23,6 +23,7 @@ from app.ingest import ListenError
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SidecarSettings
+from offload.cpu.manager import MAX_NUM_BLOCKS
 from offload.cpu.policies.registry import policy_names
 from offload.insight.plot import PlotError, check_plot_path, write_plot
 from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
@@ -48,6 +49,10 @@ def _capacity(text: str) -> int:
         raise argparse.ArgumentTypeError(f"capacity must be a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"capacity must be at least 1 block, got {value}")
+    if value > MAX_NUM_BLOCKS:
+        raise argparse.ArgumentTypeError(
+            f"capacity must be at most {MAX_NUM_BLOCKS} blocks, got {value}"
+        )
     return value
 
 
@@ -276,10 +281,16 @@ def _run_replay(args: argparse.Namespace) -> int:
             for capacity in capacities:
                 if bar is not None:
                     bar.label = f"{policy} @ {capacity}"
-                result = replay_point(
-                    requests, policy, capacity, BUNDLED_TRACE_BLOCK_SIZE,
-                    bar.advance if bar is not None else None,
-                )  # fmt: skip
+                try:
+                    result = replay_point(
+                        requests, policy, capacity, BUNDLED_TRACE_BLOCK_SIZE,
+                        bar.advance if bar is not None else None,
+                    )  # fmt: skip
+                except MemoryError:
+                    print(f"kvscope: error: not enough memory for {policy} at {capacity} "
+                          "blocks: the tier's bookkeeping grows with its capacity; "
+                          "ask for fewer blocks", file=sys.stderr)  # fmt: skip
+                    return 2
                 points.append(SweepPoint(policy, capacity, result))
                 if not table:
                     line = {"trace": str(trace), "policy": policy, "capacity": capacity}

@@ -35,30 +35,32 @@ class Block:
 
 
 class BlockPool:
-    """A fixed set of slots, each with one Block object reused for its lifetime.
+    """A fixed number of slots, each with one Block object reused for its lifetime.
 
     Reusing the objects keeps allocation off the store path: handing out a
-    slot is a list slice and a reset, not an object construction. Slots are
-    handed out in vLLM's order, so a store is given the same slot ids under
-    kvscope as under vLLM's own CPU manager: slots never used since the last
-    reset first, lowest first, then the most recently freed.
+    slot is a list slice and a reset, not an object construction. A slot's
+    object is made the first time the slot is handed out, as vLLM's own
+    manager counts its slots, so a tier sized for the machine's memory costs
+    nothing until it fills. Slots are handed out in vLLM's order, so a store
+    is given the same slot ids under kvscope as under vLLM's own CPU manager:
+    slots never used since the last reset first, lowest first, then the most
+    recently freed.
     """
 
-    __slots__ = ("_by_slot", "_cursor", "_free", "_unused", "capacity")
+    __slots__ = ("_by_slot", "_cursor", "_free", "_fresh", "capacity")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"block pool capacity must be at least 1, got {capacity}")
         self.capacity = capacity
-        self._by_slot = [Block(slot) for slot in range(capacity)]
-        self._unused: list[Block] = []
+        self._by_slot: list[Block] = []  # slot -> its Block, for every slot ever handed out
+        self._fresh = 0  # the slots from this one on are unused since the last reset
         self._free: list[Block] = []
         self._cursor = 0
-        self.reset()
 
     @property
     def num_free(self) -> int:
-        return len(self._unused) + len(self._free)
+        return self.capacity - self._fresh + len(self._free)
 
     @property
     def num_used(self) -> int:
@@ -66,16 +68,16 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[Block]:
         """Hand out n slots as not-ready blocks (ref -1); the caller checked room."""
-        unused, free = self._unused, self._free
-        if n > len(unused) + len(free):
-            raise RuntimeError(
-                f"block pool asked for {n} slots with {len(unused) + len(free)} free"
-            )
-        # Both stacks pop from the end: unused is kept highest slot first.
-        fresh = min(n, len(unused))
-        blocks = unused[len(unused) - fresh :]
-        del unused[len(unused) - fresh :]
-        blocks.reverse()
+        free = self._free
+        start = self._fresh
+        fresh = min(n, self.capacity - start)
+        if n - fresh > len(free):
+            raise RuntimeError(f"block pool asked for {n} slots with {self.num_free} free")
+        stop = self._fresh = start + fresh
+        made = self._by_slot
+        if stop > len(made):
+            made.extend(map(Block, range(len(made), stop)))
+        blocks = made[start:stop]
         if fresh < n:
             reused = free[len(free) - (n - fresh) :]
             del free[len(free) - (n - fresh) :]
@@ -92,19 +94,19 @@ class BlockPool:
 
     def reset(self) -> None:
         """Every slot free and unused again (a full reset of the tier)."""
-        self._unused = self._by_slot[::-1]
+        self._fresh = 0
         self._free = []
 
     def free_slots(self) -> list[int]:
         """The free slots, for invariant checks (not the hot path)."""
-        return [block.slot for block in chain(self._unused, self._free)]
+        return [*range(self._fresh, self.capacity), *(block.slot for block in self._free)]
 
     def check_slots(self, start: int, stop: int) -> list[str]:
         """What is wrong with the blocks of slots [start, stop), block by block.
 
         Each slot's block must still name that slot and have no reference
-        count below -1. Both are local to a block, so any window can be
-        checked alone, in one pass.
+        count below -1 (a slot never handed out has no block yet). Both are
+        local to a block, so any window can be checked alone, in one pass.
         """
         suspects = [
             (slot, block)
@@ -126,6 +128,8 @@ class BlockPool:
         return self.check_slots(start, stop)
 
     def holders_are_distinct(self, used: Iterable[Block]) -> bool:
-        """No block is used twice, or both used and free (O(capacity): not for scrapes)."""
-        blocks = list(chain(used, self._unused, self._free))
-        return len(set(map(id, blocks))) == len(blocks)
+        """No block is used twice, or both used and free, and none is in a slot still counted
+        as unused (O(blocks): not for scrapes)."""
+        blocks = list(chain(used, self._free))
+        fresh = self._fresh
+        return len(set(map(id, blocks))) == len(blocks) and all(b.slot < fresh for b in blocks)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -68,6 +69,11 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
         ('{"hash_ids": [' + "9" * 5000 + "]}\n", [], ":1: a number too long to be a hash id"),
         ('{"hash_ids": [1]}\n', ["--capacity", "0"], "capacity must be at least 1"),
         ('{"hash_ids": [1]}\n', ["--capacity", "many"], "capacity must be a whole number"),
+        (
+            '{"hash_ids": [1]}\n',
+            ["--capacity", str(10**20)],
+            "capacity must be at most 4294967296 blocks",
+        ),
         ('{"hash_ids": [1]}\n', ["--policy", "mru"], "invalid choice: 'mru'"),
     ],
 )
@@ -82,6 +88,22 @@ def test_bad_input_is_one_clear_line_and_a_nonzero_exit(
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_a_tier_larger_than_memory_allows_is_one_clear_line(trace_slice: Path) -> None:
+    """A capacity within bounds that the process cannot hold (its address space capped at
+    4 GiB here) fails with the policy and capacity named, not a traceback."""
+
+    def cap_address_space() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "replay", str(trace_slice), "--capacity", str(2**30)],
+        capture_output=True, text=True, timeout=120, preexec_fn=cap_address_space,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "not enough memory for lru at 1073741824 blocks" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_a_trace_line_ends_at_a_newline_only(tmp_path: Path) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from offload import CPUOffloadingManager, OffloadingEvent, policy_names
+from offload.cpu import block_pool
 from tests.support.stores import stored
 
 POLICIES = policy_names()
@@ -61,6 +64,38 @@ def test_store_spec_names_distinct_cpu_slots_within_capacity(policy: str) -> Non
     assert out is not None
     assert sorted(out.store_spec.block_ids) == [0, 1, 2, 3]
     assert out.store_spec.medium() == "CPU"
+
+
+def test_a_large_tier_takes_memory_for_its_slots_only_as_they_fill(policy: str) -> None:
+    """16M slots cost the pool nothing per slot until handed out (vLLM's pool counts them)."""
+    tracemalloc.start()
+    try:
+        manager = CPUOffloadingManager(16, 2**24, policy)
+        stored(manager, range(1000))
+        pool = tracemalloc.Filter(True, block_pool.__file__)
+        taken = tracemalloc.take_snapshot().filter_traces([pool]).statistics("filename")
+    finally:
+        tracemalloc.stop()
+    assert sum(stat.size for stat in taken) < 1 << 20, taken
+    assert sorted(b.slot for b in manager.policy.blocks.values()) == list(range(1000))
+    assert manager.pool.num_free == 2**24 - 1000
+    assert manager.live_invariant_violations() == []
+
+
+def test_unused_slots_come_lowest_first_and_a_reset_makes_every_slot_unused(
+    policy: str,
+) -> None:
+    """vLLM's own order, so a store gets the same slot ids under either manager."""
+    manager = CPUOffloadingManager(16, 6, policy)
+    stored(manager, [1, 2, 3, 4])
+    manager.reset()
+    out = manager.prepare_store([5, 6])
+    assert out is not None
+    assert list(out.store_spec.block_ids) == [0, 1]
+    manager.complete_store([5, 6])
+    out = manager.prepare_store([7, 8, 9, 10])
+    assert out is not None
+    assert list(out.store_spec.block_ids) == [2, 3, 4, 5]
 
 
 def test_lru_evicts_least_recently_used_first() -> None:

@@ -100,7 +100,9 @@ def test_a_broken_invariant_is_exported() -> None:
 def test_the_live_check_covers_a_large_tier_window_by_window() -> None:
     """A corrupted block is found when the rotating window reaches its slot, and only then."""
     manager = CPUOffloadingManager(16, 100, "lru")
-    manager.pool._by_slot[75].slot = 3  # corrupt a free block's slot
+    manager.prepare_store(list(range(100)))
+    manager.complete_store(list(range(100)))
+    manager.pool._by_slot[75].slot = 3  # corrupt a block's slot
     found = [manager.live_invariant_violations(slots=30) for _ in range(5)]
     # Windows [0, 30), [30, 60), [60, 90), [90, 100), then [0, 30) again.
     assert found == [[], [], ["a slot is owned twice"], [], []]
@@ -118,7 +120,7 @@ def test_a_negative_reference_count_is_found_by_both_checks() -> None:
 def test_a_lost_block_breaks_the_counts_at_once() -> None:
     manager = CPUOffloadingManager(16, 1000, "lru")
     manager.prepare_store([1, 2])
-    manager.pool._unused.pop()  # a free slot leaks
+    manager.pool._fresh += 1  # a free slot leaks
     expected = ["used 2 + free 997 != capacity 1000"]
     assert manager.live_invariant_violations(slots=1) == expected
 
@@ -128,7 +130,10 @@ def test_a_block_held_twice_with_one_lost_is_left_to_the_full_check() -> None:
     manager = CPUOffloadingManager(16, 4, "lru")
     manager.prepare_store([1, 2])
     manager.complete_store([1, 2])
-    free = manager.pool._unused
+    manager.prepare_store([3])
+    manager.complete_store([3])
+    manager.pool.free([manager.policy.remove(3)])
+    free = manager.pool._free
     free[0] = manager.policy.blocks[1]  # a used block is also free; a free one is lost
     assert manager.live_invariant_violations() == []
     assert manager.invariant_violations() == ["a block is held twice"]
