@@ -61,6 +61,9 @@ def http_server(app: FastAPI, host: str, port: int, log_level: str = "info") -> 
         port=port,
         log_level=log_level,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        # The client's address is the socket's: forwarded headers would let any local client
+        # write the access log's address field, unredacted and uncut.
+        proxy_headers=False,
     )
     redact_access_log()  # after uvicorn.Config, which configures logging
     return _Server(config)

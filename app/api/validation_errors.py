@@ -5,7 +5,9 @@ FastAPI's own 422 echoes each error's ``input``. A JSON body may carry
 strict JSON cannot write back: the 422 became a 500 with a traceback. And an
 input may be a whole list of thousands of hashes. So an input that is not
 plain finite JSON, or whose JSON is over ``MAX_ECHO_CHARS``, is echoed as a
-short string instead.
+short string instead. JSON's ``\\ud800`` escapes decode to lone surrogates,
+which UTF-8 cannot write either: in an input, or in a location (a body's
+own keys), they are echoed escaped.
 """
 
 from __future__ import annotations
@@ -22,17 +24,22 @@ MAX_ECHO_CHARS: Final = 200
 
 
 def echoable(value: Any) -> Any:
-    """``value`` if it writes as strict JSON within ``MAX_ECHO_CHARS``, else a short text of it."""
+    """``value`` if it writes as strict UTF-8 JSON within ``MAX_ECHO_CHARS``, else a short
+    text of it."""
     plain = jsonable_encoder(value)
     if isinstance(plain, str):
-        return plain if len(plain) <= MAX_ECHO_CHARS else plain[:MAX_ECHO_CHARS] + "..."
+        return _cut(plain.encode("utf-8", "backslashreplace").decode())
     try:
-        text = json.dumps(plain, allow_nan=False)
-    except ValueError:  # NaN or an infinity somewhere inside
-        text = json.dumps(plain)
+        json.dumps(plain, allow_nan=False, ensure_ascii=False).encode()
+    except ValueError:  # NaN, an infinity or a lone surrogate (UnicodeEncodeError) inside
+        pass
     else:
-        if len(text) <= MAX_ECHO_CHARS:
+        if len(json.dumps(plain)) <= MAX_ECHO_CHARS:
             return plain
+    return _cut(json.dumps(plain))  # ASCII: surrogates escaped
+
+
+def _cut(text: str) -> str:
     return text if len(text) <= MAX_ECHO_CHARS else text[:MAX_ECHO_CHARS] + "..."
 
 
@@ -41,7 +48,8 @@ async def validation_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     details = []
     for detail in error.errors():
-        shown = {key: value for key, value in detail.items() if key not in ("input", "ctx")}
+        shown = {key: value for key, value in detail.items() if key not in ("input", "ctx", "loc")}
+        shown["loc"] = [echoable(part) for part in detail["loc"]]
         if "input" in detail:
             shown["input"] = echoable(detail["input"])
         if "ctx" in detail:

@@ -135,6 +135,26 @@ def test_a_422_echoes_at_most_a_little_of_what_was_sent() -> None:
         assert nested.status_code == 422 and len(nested.text) < 2000
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"block_hashes": ["1", "\\ud800"]}',
+        '{"block_hashes": "\\udfff"}',
+        '{"block_hashes": [["\\ud800x"]]}',
+        '{"block_hashes": {"\\ud800": 1}}',
+    ],
+)
+def test_a_lone_surrogate_in_a_body_is_echoed_escaped_in_a_422(body: str) -> None:
+    """JSON's \\ud800 escape reads as a string UTF-8 cannot write: the 422 was a 500."""
+    app, _ = sidecar_app()
+    with in_process(app) as http:
+        answer = http.post(LOOKUP, content=body, headers=JSON)
+        assert answer.status_code == 422, answer.text
+        shown = json.dumps(strict_json(answer.text)["detail"])
+        assert "ud800" in shown or "udfff" in shown
+        assert http.post(LOOKUP, json={"block_hashes": ["1"]}).status_code == 200
+
+
 # --- item 14: the token, the Host, HEAD, the headers and the documentation ------------
 
 
