@@ -10,9 +10,10 @@ A frame comes from the network and its names become a reader's Prometheus
 series, so decoding checks what an exposition needs (a bad frame is refused
 whole, ``InvalidStatsFrame``, never half-applied): every number finite, every
 count and size non-negative, names and labels of Prometheus's form and
-bounded (offload/wire/labels.py), at most ``MAX_SAMPLES`` samples, no name the
-reader reserves (``RESERVED_PREFIX``, ``RESERVED_LABELS``), and no two series
-that would print as one. The constraints bind readers only: a writer's own
+bounded (offload/wire/labels.py), at most ``MAX_SAMPLES`` samples, at most
+``MAX_PRINTED_BYTES`` of exposition text, no name the reader reserves
+(``RESERVED_PREFIX``, ``RESERVED_LABELS``), and no two series that would
+print as one. The constraints bind readers only: a writer's own
 structs are not checked on construction (but histograms are, see below).
 """
 
@@ -40,6 +41,16 @@ MAX_LABELS: Final = 16
 
 MAX_BUCKETS: Final = 256
 """Most buckets one histogram may carry; kvscope's carry about 25."""
+
+MAX_PRINTED_BYTES: Final = 1 << 20
+"""Most bytes a frame's series may print in a reader's exposition, its labels escaped.
+
+A histogram repeats its labels on each bucket's line, so a frame within the
+other limits (a 23 MB frame: 4,096 histograms of 256 buckets and 16 long
+labels) would print 3 GB on every scrape; kvscope's frames print about 30 KB."""
+
+PRINTED_LINE_BYTES: Final = 40
+"""What a line prints beside its name and the frame's labels: a suffix, braces, the value."""
 
 RESERVED_PREFIX: Final = "kvscope_sidecar_"
 """Metric names the sidecar exports itself: a frame that used one would print a family twice."""
@@ -180,13 +191,23 @@ def exposed_names(kind: str, name: str) -> tuple[str, tuple[str, ...]]:
     return name, (name,)
 
 
-def _series(frame: StatsFrame) -> Iterator[tuple[str, str, dict[str, str]]]:
-    """(kind, name, labels) of every sample and histogram of a frame."""
+def _series(frame: StatsFrame) -> Iterator[tuple[str, str, dict[str, str], int]]:
+    """(kind, name, labels, lines printed) of every sample and histogram of a frame."""
     for kind, samples in (("counter", frame.counters), ("gauge", frame.gauges)):
         for sample in samples:
-            yield kind, sample.name, sample.labels
+            yield kind, sample.name, sample.labels, 1
     for hist in frame.histograms:
-        yield "histogram", hist.name, hist.labels
+        yield "histogram", hist.name, hist.labels, len(hist.buckets) + 2  # _count and _sum
+
+
+def _printed_bytes(name: str, labels: dict[str, str], lines: int) -> int:
+    """The exposition bytes of a series' lines, its label values escaped (at most doubled:
+    a backslash or a quote prints two characters)."""
+    label_bytes = sum(
+        len(key) + len(value) + value.count("\\") + value.count('"') + 4
+        for key, value in labels.items()
+    )
+    return lines * (len(name) + label_bytes + PRINTED_LINE_BYTES)
 
 
 def _frame_problem(frame: StatsFrame) -> str | None:
@@ -196,7 +217,8 @@ def _frame_problem(frame: StatsFrame) -> str | None:
     families: dict[str, tuple[str, frozenset[str]]] = {}  # family -> (kind, label names)
     printed: dict[str, str] = {}  # a printed name (family or sample) -> its family
     series: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    for kind, name, labels in _series(frame):
+    printed_bytes = 0
+    for kind, name, labels, lines in _series(frame):
         if name.startswith(RESERVED_PREFIX):
             return f"metric names starting {RESERVED_PREFIX!r} are the reader's own"
         if RESERVED_LABELS.intersection(labels):
@@ -213,4 +235,7 @@ def _frame_problem(frame: StatsFrame) -> str | None:
         if key in series:
             return "one series given twice"
         series.add(key)
+        printed_bytes += _printed_bytes(name, labels, lines)
+        if printed_bytes > MAX_PRINTED_BYTES:
+            return f"its series would print more than {MAX_PRINTED_BYTES} bytes of exposition"
     return None

@@ -85,6 +85,19 @@ BAD_FRAMES = {
     "an engine id with a newline": frame(engine_id="e0\n"),
     "a label value with a newline": frame(counters=[counter("w_total", 1.0, k="v\n")]),
     "a 64-bit rank": frame(rank=2**40),
+    "histograms printing their long labels on every bucket's line": frame(
+        histograms=[
+            {
+                "name": f"h{number}",
+                "labels": {f"label{k}": "v" * 128 for k in range(16)},
+                "buckets": [*map(float, range(255)), math.inf],
+                "counts": [0] * 256,
+                "sum": 0.0,
+                "count": 0,
+            }
+            for number in range(2)  # 10 KB on the wire, over 1 MiB printed
+        ]
+    ),
     "a histogram with a NaN bound": frame(
         histograms=[
             {
