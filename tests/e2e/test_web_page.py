@@ -21,11 +21,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
+from app.server import Sidecar
+from app.settings import SidecarSettings
+from offload.base import OffloadingEvent
 from tests.support.demo_process import running_demo
 from tests.support.polling import wait_for
 from tests.support.tcp_relay import TcpRelay
+from tests.support.zmq_peers import RawPublisher, kv_payload
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (dev extra)")
 
@@ -591,6 +596,39 @@ def test_with_a_token_the_page_opened_once_with_it_runs_on_its_cookie(
     assert not leaked, f"the token in a URL after the redirect: {leaked}"
     (cookie,) = page.context.cookies()
     assert cookie["httpOnly"] and TOKEN not in cookie["value"]
+
+
+def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page(
+    browser: sync_api.Browser,
+) -> None:
+    """A listen-mode peer names its stream by its topic: 128 bytes that are not plain text
+    print as 260 characters of hex, which the publisher filter once stretched past the window."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0)
+    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        raw = RawPublisher(connect=bound, topic=b"\xfe" * 128)
+        try:
+            payload = kv_payload(OffloadingEvent([1, 2], 16, "CPU", False))
+
+            def names() -> list[str]:
+                raw.pub.send_multipart([raw.topic, (0).to_bytes(8, "big"), payload])
+                return [p["name"] for p in http.get("/api/v1/stats").json()["publishers"]]
+
+            wait_for(names, lambda found: any(len(n) > 256 for n in found), "the long name")
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            page = context.new_page()
+            page.goto(f"{sidecar.url}/#/blocks")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('#filter-publisher option')]"
+                ".some(o => o.value.length > 256)"
+            )
+            width = page.evaluate(
+                "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+            )
+            context.close()
+        finally:
+            raw.close()
+    assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
 
 
 def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
