@@ -7,7 +7,8 @@ input may be a whole list of thousands of hashes. So an input that is not
 plain finite JSON, or whose JSON is over ``MAX_ECHO_CHARS``, is echoed as a
 short string instead. JSON's ``\\ud800`` escapes decode to lone surrogates,
 which UTF-8 cannot write either: in an input, or in a location (a body's
-own keys), they are echoed escaped.
+own keys), they are echoed escaped; so are the bytes of a body sent as
+another type than JSON that are not UTF-8 (FastAPI's encoder failed on them).
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ MAX_ECHO_CHARS: Final = 200
 def echoable(value: Any) -> Any:
     """``value`` if it writes as strict UTF-8 JSON within ``MAX_ECHO_CHARS``, else a short
     text of it."""
-    plain = jsonable_encoder(value)
+    if isinstance(value, bytes):  # a body that is not JSON, whatever its bytes
+        value = value.decode("utf-8", "backslashreplace")
+    try:
+        plain = jsonable_encoder(value)
+    except ValueError:  # bytes further in that are not UTF-8
+        return _cut(ascii(value))
     if isinstance(plain, str):
         return _cut(plain.encode("utf-8", "backslashreplace").decode())
     try:

@@ -155,6 +155,20 @@ def test_a_lone_surrogate_in_a_body_is_echoed_escaped_in_a_422(body: str) -> Non
         assert http.post(LOOKUP, json={"block_hashes": ["1"]}).status_code == 200
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", "application/octet-stream"])
+def test_a_body_of_another_type_that_is_not_utf8_is_a_422_echoing_a_little(
+    content_type: str,
+) -> None:
+    """Its bytes are the error's input: the 422 was a 500 that logged the whole body."""
+    app, _ = sidecar_app()
+    with in_process(app) as http:
+        body = b"\xff\xfe" + b"x" * 100_000
+        answer = http.post(LOOKUP, content=body, headers={"Content-Type": content_type})
+        assert answer.status_code == 422, answer.text
+        assert len(answer.content) < 2000
+        assert strict_json(answer.text)["detail"][0]["input"].startswith("\\xff\\xfexxx")
+
+
 # --- item 14: the token, the Host, HEAD, the headers and the documentation ------------
 
 
