@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.api.body_errors import install_body_errors
 from app.api.event_stream import EventStreams
 from app.api.guards import install_guards
 from app.api.http_counts import HttpCounts
@@ -102,5 +103,6 @@ def create_app(
     app.include_router(docs.router)
     mount_page(app)
     install_validation_errors(app)
+    install_body_errors(app)
     install_guards(app, limits, counts)
     return app

@@ -10,6 +10,7 @@ log, which need a real server, are in test_http_streams.py.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections.abc import Iterator
@@ -167,6 +168,27 @@ def test_a_body_of_another_type_that_is_not_utf8_is_a_422_echoing_a_little(
         assert answer.status_code == 422, answer.text
         assert len(answer.content) < 2000
         assert strict_json(answer.text)["detail"][0]["input"].startswith("\\xff\\xfexxx")
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "problem"),
+    [
+        (b'{"block_hashes": ["\xff"]}', {}, "the body is not UTF-8 (byte 19 is not)"),
+        (gzip.compress(b'{"block_hashes": ["1"]}'), {"Content-Encoding": "gzip"}, "uncompressed"),
+        (b'{"block_hashes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", {}, "nested too deeply"),
+        (b'{"block_hashes": [' + b"9" * 5000 + b"]}", {}, "a number in the body has too many"),
+    ],
+    ids=["not utf-8", "gzip", "nested", "digits"],
+)
+def test_a_json_body_that_cannot_be_read_is_a_400_naming_why(
+    body: bytes, headers: dict[str, str], problem: str
+) -> None:
+    app, _ = sidecar_app()
+    with in_process(app) as http:
+        answer = http.post(LOOKUP, content=body, headers={**JSON, **headers})
+        assert answer.status_code == 400
+        assert problem in answer.json()["detail"]
+        assert http.get("/api/v1/blocks/12345").status_code == 404  # other errors as before
 
 
 # --- item 14: the token, the Host, HEAD, the headers and the documentation ------------

@@ -1,0 +1,49 @@
+"""400s that say what was wrong with a body that could not be read as JSON.
+
+FastAPI answers every failure to read a JSON body, other than a syntax
+error, with one text ("There was an error parsing the body") and chains the
+cause, which says what the client got wrong: bytes that are not UTF-8 (a
+compressed body, too: the sidecar decodes no content encoding), JSON nested
+past the interpreter's recursion limit, or a number of more digits than
+Python reads. This handler names it; nothing of the body is echoed.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fastapi import FastAPI, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+UNREAD: Final = "There was an error parsing the body"
+"""FastAPI's detail for a body it could not read (fastapi/routing.py)."""
+
+
+def why_unread(request: Request, cause: BaseException | None) -> str:
+    """The problem with a JSON body that could not be read, in words."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        return "the body has a content encoding; send it uncompressed, as plain JSON"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not UTF-8 (byte {cause.start} is not)"
+    if isinstance(cause, RecursionError):
+        return "the body's JSON is nested too deeply"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "a number in the body has too many digits"
+    return UNREAD
+
+
+async def unread_body(request: Request, error: Exception) -> Response:
+    """A 400 naming the problem for a body FastAPI could not read; other HTTP errors as
+    FastAPI answers them."""
+    assert isinstance(error, HTTPException)
+    if error.status_code == status.HTTP_400_BAD_REQUEST and error.detail == UNREAD:
+        detail = why_unread(request, error.__cause__)
+        return JSONResponse({"detail": detail}, status.HTTP_400_BAD_REQUEST)
+    return await http_exception_handler(request, error)
+
+
+def install_body_errors(app: FastAPI) -> None:
+    app.add_exception_handler(HTTPException, unread_body)
