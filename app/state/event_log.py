@@ -29,6 +29,10 @@ from offload.wire.labels import MAX_HASH_BYTES
 RATE_WINDOW_S = 10.0
 """The span over which ``events_per_s`` averages: long enough to smooth bursts."""
 
+RATE_BUCKET_S: Final = 0.1
+"""Batches recorded this close together are counted as one: the rate's memory is a hundred
+counts, however many batches a peer sends a second (an entry per batch grew with the rate)."""
+
 DEFAULT_MAX_BYTES: Final = 64 * 2**20
 DEFAULT_MAX_BATCH_EVENTS: Final = 1000
 
@@ -89,7 +93,7 @@ class EventLog:
         self._sizes: deque[int] = deque()  # estimated_bytes of each event in the ring
         self._bytes = 0
         self._last_id = 0
-        self._recent: deque[tuple[float, int]] = deque()  # (monotonic time, events) per batch
+        self._recent: deque[tuple[float, int]] = deque()  # (bucket start, events) per bucket
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     @property
@@ -124,7 +128,11 @@ class EventLog:
                 ring.popleft()
                 self._bytes -= sizes.popleft()
             self._last_id += len(events)
-            self._recent.append((now, len(events)))
+            recent = self._recent
+            if recent and now - recent[-1][0] < RATE_BUCKET_S:
+                recent[-1] = (recent[-1][0], recent[-1][1] + len(events))
+            else:
+                recent.append((now, len(events)))
             self._forget_before(now - RATE_WINDOW_S)
             waiters, self._waiters = self._waiters, []
         for loop, event in waiters:
