@@ -247,8 +247,9 @@ class SidecarSettings(BaseSettings):
     replay_hold_bytes: int = Field(
         default=64 * MiB,
         ge=MiB,
-        description="Live frames held per publisher while its replay runs; past it, later "
-        "frames are dropped (counted) and replayed afterwards.",
+        description="Live frames held per publisher while its replay runs, each charged its "
+        "bytes and its overhead; past it, later frames are dropped (counted) and replayed "
+        "afterwards.",
     )
     max_body_bytes: int = Field(
         default=2 * MiB,

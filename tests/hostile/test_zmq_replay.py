@@ -16,12 +16,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
+from app.ingest.replay import HELD_FRAME_OVERHEAD
 from app.settings import IngestConfig, SidecarSettings
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
 from tests.support.http_app import in_process
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import (
+    Answerer,
     RawPublisher,
     honest_answer,
     ingesting,
@@ -222,14 +224,19 @@ def test_payloads_nested_past_the_recursion_limit_are_malformed_and_ingest_goes_
         raw.close()
 
 
-def test_live_frames_held_past_the_byte_bound_are_dropped_counted_and_replayed_later() -> None:
-    gate = threading.Event()
+def gated_by(gate: threading.Event) -> Answerer:
+    """An honest answerer that waits for ``gate`` first: the replay stays open until then."""
 
     def gated(raw: RawPublisher, identity: bytes, start: int) -> None:
         gate.wait(30)
         honest_answer(raw, identity, start)
 
-    raw = RawPublisher(answerer=gated)
+    return gated
+
+
+def test_live_frames_held_past_the_byte_bound_are_dropped_counted_and_replayed_later() -> None:
+    gate = threading.Event()
+    raw = RawPublisher(answerer=gated_by(gate))
     payloads = {seq: kv_payload(stored(*range(seq * 10, seq * 10 + 10))) for seq in range(60)}
     config = IngestConfig(replay_hold_bytes=5 * len(payloads[5]))
     try:
@@ -248,6 +255,32 @@ def test_live_frames_held_past_the_byte_bound_are_dropped_counted_and_replayed_l
             assert state.replays["complete"] == raw.replay_requests >= 2
             served = served_counts(ingestor.state, raw.endpoints.endpoint)
             assert served == (state.replays["complete"], state.held_dropped) * 2
+    finally:
+        gate.set()
+        raw.close()
+
+
+def test_held_frames_are_charged_their_memory_however_small_their_payloads() -> None:
+    """Held frames were charged their payload alone: a peer that kept a replay open held
+    1.3 million frames with empty payloads (+154 MiB) within a 64 MiB bound, none shed."""
+    gate = threading.Event()
+    raw = RawPublisher(answerer=gated_by(gate))
+    config = IngestConfig(replay_hold_bytes=100 * HELD_FRAME_OVERHEAD)
+    try:
+        with ingesting(raw.endpoints, config=config) as ingestor:
+            state = wait_connected(raw, ingestor)
+            a_gap_of(raw, 1)
+            wait_until(lambda: raw.replay_requests == 1, "the replay is asked, and held open")
+            replay = ingestor._replaying[state.name]
+            for seq in range(3, 303):
+                raw.send(seq, b"")
+            wait_until(
+                lambda: len(replay.held) + state.held_dropped == 300, "every empty frame arrives"
+            )
+            assert len(replay.held) == 100 and state.held_dropped == 200
+            gate.set()
+            wait_until(lambda: state.last_seq == 302, "the dropped frames are replayed after")
+            assert state.missed == 0
     finally:
         gate.set()
         raw.close()
