@@ -50,11 +50,18 @@ class IngestConfig:
     kv_topic: bytes = DEFAULT_KV_TOPIC
     stats_topic: bytes = DEFAULT_STATS_TOPIC
     sample_topic: bytes = DEFAULT_SAMPLE_TOPIC
-    max_message_bytes: int = 64 * MiB
+    max_message_bytes: int = 16 * MiB
+    receive_buffer_bytes: int = 64 * MiB
     replay_timeout_s: float = 2.0
     replay_deadline_s: float = 30.0
     replay_max_bytes: int = 256 * MiB
     replay_hold_bytes: int = 64 * MiB
+
+    @property
+    def receive_hwm(self) -> int:
+        """Messages ZMQ may queue from one peer of a receiving socket (its RCVHWM): as many
+        of the largest as ``receive_buffer_bytes`` holds, and at least one."""
+        return max(1, self.receive_buffer_bytes // self.max_message_bytes)
 
 
 INSIGHT_POLICIES: Final = ("lru", "arc")
@@ -222,10 +229,17 @@ class SidecarSettings(BaseSettings):
         "fills and sheds rather than slowing ingest.",
     )
     max_message_bytes: int = Field(
-        default=64 * MiB,
+        default=16 * MiB,
         ge=MiB,
         description="Largest message taken from any socket; ZMQ disconnects a peer that sends "
         "more.",
+    )
+    receive_buffer_bytes: int = Field(
+        default=64 * MiB,
+        ge=MiB,
+        description="Messages queued per connection of a receiving socket, in bytes: its "
+        "high-water mark is this over max_message_bytes (at least 1); past it the peer waits "
+        "or drops, seen as a gap.",
     )
     replay_timeout_s: float = Field(
         default=2.0,
@@ -410,6 +424,7 @@ class SidecarSettings(BaseSettings):
             stats_topic=self.stats_topic.encode(),
             sample_topic=self.sample_topic.encode(),
             max_message_bytes=self.max_message_bytes,
+            receive_buffer_bytes=self.receive_buffer_bytes,
             replay_timeout_s=self.replay_timeout_s,
             replay_deadline_s=self.replay_deadline_s,
             replay_max_bytes=self.replay_max_bytes,

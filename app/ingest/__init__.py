@@ -9,15 +9,9 @@ app/streams.py), added on its first frame.
 
 ``ingestor`` is the thread that owns every socket and applies what arrives;
 ``replay`` is one gap being filled from a publisher's replay socket beside
-the rest of the traffic.
+the rest of the traffic; ``sockets`` makes every socket they receive on.
 """
 
-from app.ingest.ingestor import (
-    MAX_LISTEN_MESSAGE_BYTES,
-    MAX_SEQ_JUMP,
-    POLL_MS,
-    Ingestor,
-    ListenError,
-)
+from app.ingest.ingestor import MAX_SEQ_JUMP, POLL_MS, Ingestor, ListenError
 
-__all__ = ["MAX_LISTEN_MESSAGE_BYTES", "MAX_SEQ_JUMP", "POLL_MS", "Ingestor", "ListenError"]
+__all__ = ["MAX_SEQ_JUMP", "POLL_MS", "Ingestor", "ListenError"]

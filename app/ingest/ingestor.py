@@ -26,6 +26,7 @@ import zmq
 from app.decode import DecodedBatch, decode_kv_payload, decode_stats_payload
 from app.ingest.replay import Answer, KVFrame, Replay
 from app.ingest.shadow_thread import ShadowThread
+from app.ingest.sockets import receiving_socket
 from app.settings import IngestConfig, PublisherEndpoints
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherState, ReplayOutcome
@@ -59,11 +60,6 @@ MIDDLE_GC_EVERY: Final = 10
 """Every this many young collections, the thread collects the middle generation too (as
 CPython would after ten), so that the objects young collections promote never pile up there
 either."""
-
-MAX_LISTEN_MESSAGE_BYTES: Final = IngestConfig.max_message_bytes
-"""Largest frame any socket takes by default (``max_message_bytes``): a publisher's whole
-replay buffer. A peer that sends more is disconnected by ZMQ instead of having its frame
-buffered."""
 
 MAX_SEQ_JUMP: Final = 2**32
 """The largest forward jump of a publisher's sequence still read as lost batches.
@@ -118,8 +114,7 @@ class Ingestor:
         self._replaying: dict[str, Replay] = {}  # publisher name -> its replay in progress
         for publisher in state.publishers.values():
             if isinstance(publisher.source, PublisherEndpoints):
-                sock = self._ctx.socket(zmq.SUB)
-                sock.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes)
+                sock = receiving_socket(self._ctx, zmq.SUB, config)
                 for topic in {config.kv_topic, config.stats_topic, config.sample_topic}:
                     sock.setsockopt(zmq.SUBSCRIBE, topic)
                 sock.connect(publisher.source.endpoint)
@@ -131,9 +126,8 @@ class Ingestor:
 
     def _bind(self, listener: ListenerState) -> zmq.Socket:
         """The listen socket, bound to every endpoint; ``ListenError`` naming the one that fails."""
-        sock = self._ctx.socket(zmq.SUB)
+        sock = receiving_socket(self._ctx, zmq.SUB, self.config)
         sock.setsockopt(zmq.SUBSCRIBE, b"")  # every topic: each engine publishes on its own
-        sock.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
         bound = []
         for endpoint in listener.endpoints:
             sock.setsockopt(zmq.IPV6, "[" in endpoint)

@@ -22,13 +22,10 @@ from typing import NamedTuple
 import zmq
 
 from app.decode import DecodedBatch
+from app.ingest.sockets import receiving_socket
 from app.settings import IngestConfig
 from app.state.publisher import PublisherState, ReplayOutcome
 from offload.wire.framing import END_OF_REPLAY_SEQ, MalformedFrame, decode_seq, replay_request
-
-RECEIVE_HWM = 1000
-"""Answers ZMQ queues on the sidecar's side of a replay (its default); a kvscope publisher
-keeps the rest of an answer on its side, in payloads its replay buffer shares."""
 
 HELD_FRAME_OVERHEAD = 160
 """Bytes a held frame takes beyond its topic and payload: its tuple, its sequence number, two
@@ -91,10 +88,8 @@ class Replay:
         now = time.monotonic()
         self._deadline = now + config.replay_deadline_s
         self._quiet_until = now + config.replay_timeout_s
-        self.socket = ctx.socket(zmq.DEALER)
+        self.socket = receiving_socket(ctx, zmq.DEALER, config)
         self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
-        self.socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes)
         self.socket.connect(endpoint)
         self.socket.send_multipart(replay_request(first), flags=zmq.NOBLOCK)
 
