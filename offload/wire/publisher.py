@@ -54,6 +54,13 @@ _CLOSE_LINGER_MS = 200
 MAX_REPLAY_REQUEST_FRAME = 64
 """The largest frame the replay socket takes; a request's frames are 0 and 8 bytes."""
 
+REPLAY_MESSAGE_OVERHEAD = 2048
+"""Bytes one replay message costs while ZMQ holds it, beside the payload it shares: its five
+frames in the ROUTER's pipe and the zero-copy frame and tracker pyzmq keeps for the payload
+(1,751 B measured per held message, pyzmq 27 and libzmq 4.3.5). Charged against
+``replay_budget_bytes`` for every message of an answer, since the shared payload alone let
+peers that never read hold 10,000 messages each for free."""
+
 
 _now = time.monotonic
 
@@ -140,7 +147,9 @@ class EventPublisher(Publisher):
     still holds (a peer that does not read), gets the end marker alone and is
     counted in ``refused_replay_requests``; an answer stops (its end marker
     follows) before ``replay_max_bytes`` of payload or the budget, counted in
-    ``truncated_replays``, and the asker counts the rest as missed.
+    ``truncated_replays``, and the asker counts the rest as missed. Answers
+    are charged each message's overhead (``REPLAY_MESSAGE_OVERHEAD``) as well
+    as the payloads they share, so the budget bounds how many are held.
 
     Sample frames (the sampled access stream) go on ``sample_topic``, numbered
     by a counter of their own and never buffered for replay: a lost one is a
@@ -306,7 +315,8 @@ class EventPublisher(Publisher):
 
     @property
     def held_bytes(self) -> int:
-        """Payload bytes ZMQ holds now for subscribers and replay answers (each counted once)."""
+        """Bytes ZMQ holds now: payloads for subscribers and replay answers (each counted
+        once), and the replay answers' messages (``REPLAY_MESSAGE_OVERHEAD`` each)."""
         return self._pub_held.bytes + self._replay_held.bytes
 
     @property
@@ -559,7 +569,12 @@ class EventPublisher(Publisher):
         self._replay_send((identity, b"", b"", END_OF_REPLAY_SEQ, b""))
 
     def _answer(self, identity: bytes, batches: list[tuple[int, bytes]]) -> None:
-        """Send the batches without copying them, within the per-answer and global byte caps."""
+        """Send the batches without copying them, within the per-answer and global byte caps.
+
+        Each message costs its payload, unless another answer holds it already, and its
+        overhead; the overheads are held as one more entry of the answer's, numbered by
+        ``replays_served``, released with it.
+        """
         assert self._replay is not None
         held = self._replay_held
         sent = added = 0
@@ -567,7 +582,7 @@ class EventPublisher(Publisher):
         keys: list[tuple[PayloadKey, int]] = []
         for seq, payload in batches:
             key, size = ("kv", seq), len(payload)
-            cost = held.cost(key, size)
+            cost = held.cost(key, size) + REPLAY_MESSAGE_OVERHEAD
             if keys and (
                 sent + size > self._replay_max_bytes
                 or held.bytes + added + cost > self._replay_budget_bytes
@@ -584,7 +599,8 @@ class EventPublisher(Publisher):
             added += cost
             keys.append((key, size))
         if tracker is not None:
-            self._answering[identity] = held.add(tracker, keys)
+            messages = (("messages", self.replays_served), REPLAY_MESSAGE_OVERHEAD * len(keys))
+            self._answering[identity] = held.add(tracker, [*keys, messages])
         self._forget_answered()
 
     def _forget_answered(self) -> None:
