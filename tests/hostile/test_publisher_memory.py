@@ -121,6 +121,23 @@ def test_answers_are_cut_short_at_the_budget(ctx: zmq.Context) -> None:
         assert publisher.held_bytes <= 4 * MiB + MiB  # the budget, and one batch at most
 
 
+def test_an_answer_is_charged_each_message_it_holds_not_only_its_payloads(
+    ctx: zmq.Context,
+) -> None:
+    """A message ZMQ holds costs about 1.7 KB beside its payload: charged for payloads alone,
+    70 peers that never read held 10,000 small messages each (+968 MiB, nothing refused)."""
+    with EventPublisher(
+        "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", replay_budget_bytes=256 << 10
+    ) as publisher:
+        for number in range(200):  # 200 batches of about 40 bytes: 8 KB of payloads
+            publisher.publish_events([OffloadingEvent([number], 16, "CPU", False)])
+            wait_until(lambda n=number: publisher.batches_published > n, "sent")
+        peer = deaf_peer(ctx, publisher.replay_endpoint)
+        peer.send_multipart(replay_request(0))
+        wait_until(lambda: publisher.replays_served == 1, "the request answered")
+        assert publisher.truncated_replays == 1  # 200 messages' overheads pass the budget
+
+
 def test_a_subscriber_that_stops_reading_holds_queue_bytes_at_most_counted(
     ctx: zmq.Context,
 ) -> None:
