@@ -603,7 +603,7 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page(
 ) -> None:
     """A listen-mode peer names its stream by its topic: 128 bytes that are not plain text
     print as 260 characters of hex, which the publisher filter once stretched past the window."""
-    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0)
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
     with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
         bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
         raw = RawPublisher(connect=bound, topic=b"\xfe" * 128)
