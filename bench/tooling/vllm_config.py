@@ -16,6 +16,8 @@ def offloading_config(
     tokens_per_block: int = 16,
     events: bool = False,
     engine_id: str = "engine-0",
+    data_parallel_rank: int = 0,
+    data_parallel_size: int = 1,
 ) -> Any:
     """A real ``OffloadingConfig`` naming kvscope's spec, plus ``extra`` keys."""
     from vllm.v1.kv_offload.config import (
@@ -43,8 +45,8 @@ def offloading_config(
             pp_size=1,
             pcp_size=1,
             dcp_size=1,
-            data_parallel_index=0,
-            data_parallel_size=1,
+            data_parallel_index=data_parallel_rank,
+            data_parallel_size=data_parallel_size,
             data_parallel_rank_local=None,
             is_parallelism_agnostic=False,
         ),

@@ -19,7 +19,7 @@ from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import policy_names, register_policy
 from offload.insight.sampling import DEFAULT_RATE
-from offload.wire.endpoints import is_bindable
+from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
 
 VLLM_KEYS = frozenset(
     {
@@ -67,6 +67,7 @@ class SpecSettings:
     max_tracker_size: int
     kvscope_endpoint: str | None
     kvscope_replay_endpoint: str | None
+    """The endpoints this engine binds: the configured ones moved by its data-parallel rank."""
     sample_rate: float
     """Share of blocks in the sampled access stream on kvscope's publisher; 0: none."""
 
@@ -77,8 +78,14 @@ def read_settings(
     worker_kv_bytes_per_block: int,
     world_size: int,
     blocks_per_chunk: int,
+    data_parallel_rank: int = 0,
+    data_parallel_size: int = 1,
 ) -> SpecSettings:
-    """Check every key and size the tier; raises ConfigError naming the first bad key."""
+    """Check every key and size the tier; raises ConfigError naming the first bad key.
+
+    Every data-parallel engine gets the same extra config, so each binds the
+    endpoints moved by its rank (``offset_endpoint``).
+    """
     if not isinstance(extra_config, Mapping):
         raise ConfigError(
             f"kv_connector_extra_config must be a mapping, got {type(extra_config).__name__}"
@@ -96,12 +103,14 @@ def read_settings(
     max_tracker_size = positive_int(
         "max_tracker_size", extra_config.get("max_tracker_size", 64_000)
     )
-    endpoint = _endpoint(extra_config, "kvscope_endpoint")
-    replay = _endpoint(extra_config, "kvscope_replay_endpoint")
+    endpoint = _endpoint(extra_config, "kvscope_endpoint", data_parallel_rank)
+    replay = _endpoint(extra_config, "kvscope_replay_endpoint", data_parallel_rank)
     if replay is not None and endpoint is None:
         raise ConfigError(
             "kvscope_replay_endpoint needs kvscope_endpoint: replay serves a publisher"
         )
+    if replay is not None and endpoint is not None:
+        _check_apart(endpoint, replay, data_parallel_size)
     sample_rate = _sample_rate(extra_config, endpoint)
     chunk = (
         -(-worker_kv_bytes_per_block * world_size * blocks_per_chunk // CHUNK_ALIGNMENT)
@@ -192,7 +201,8 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
     return name
 
 
-def _endpoint(extra_config: Mapping[str, Any], key: str) -> str | None:
+def _endpoint(extra_config: Mapping[str, Any], key: str, rank: int) -> str | None:
+    """The endpoint data-parallel rank ``rank`` binds for ``key``, None when not given."""
     value = extra_config.get(key)
     if value is None:
         return None
@@ -201,7 +211,28 @@ def _endpoint(extra_config: Mapping[str, Any], key: str) -> str | None:
             f"{key}={value!r} must be a ZMQ endpoint to bind, such as tcp://*:5557 or "
             "ipc:///tmp/kvscope"
         )
-    return value
+    moved = offset_endpoint(value, rank)
+    if not is_bindable(moved):
+        raise ConfigError(
+            f"{key}={value!r}: data-parallel rank {rank} binds its port + {rank}, "
+            "past 65535; choose a lower port"
+        )
+    return moved
+
+
+def _check_apart(endpoint: str, replay: str, ranks: int) -> None:
+    """Refuse endpoints that one engine, or two data-parallel ranks, would bind twice."""
+    if endpoint == replay:
+        raise ConfigError(
+            f"kvscope_replay_endpoint={replay!r} is kvscope_endpoint's too: "
+            "the replay socket needs an endpoint of its own"
+        )
+    if ports_overlap(endpoint, replay, ranks):
+        raise ConfigError(
+            f"kvscope_replay_endpoint={replay!r} and kvscope_endpoint={endpoint!r} would "
+            f"bind one port twice: with {ranks} data-parallel rank(s), each moving both "
+            f"ports up by its rank, keep the ports at least {ranks} apart"
+        )
 
 
 def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float:

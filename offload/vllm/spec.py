@@ -25,7 +25,7 @@ from offload.vllm.manager import KVScopeManager
 from offload.vllm.settings import read_settings
 from offload.vllm.stats import metric_definitions
 from offload.vllm.worker import KVScopeWorker, build_backend
-from offload.wire.publisher import EventPublisher
+from offload.wire.publisher import BindError, EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
 
 CONFIG_INFO_KEYS = (
@@ -61,6 +61,8 @@ class KVScopeOffloadingSpec(OffloadingSpec):
             worker_kv_bytes_per_block=config.worker_kv_bytes_per_block,
             world_size=config.parallel.world_size,
             blocks_per_chunk=self.blocks_per_chunk,
+            data_parallel_rank=config.parallel.data_parallel_index,
+            data_parallel_size=config.parallel.data_parallel_size,
         )
         tokens = self.tokens_per_block[0] if self.tokens_per_block else 1
         self.tokens_per_chunk = tokens * self.blocks_per_chunk
@@ -72,20 +74,21 @@ class KVScopeOffloadingSpec(OffloadingSpec):
             settings = self.settings
             telemetry = None
             vllm_events = self.kv_events_config.enable_kv_cache_events
+            # The publisher first: an endpoint that cannot be bound fails before the tier
+            # is allocated.
+            publisher = self._publisher()
             core = CPUOffloadingManager(
                 self.tokens_per_chunk,
                 settings.num_chunks,
                 settings.eviction_policy,
-                enable_events=vllm_events or settings.kvscope_endpoint is not None,
+                enable_events=vllm_events or publisher is not None,
             )
-            if settings.kvscope_endpoint is not None:
+            if publisher is not None:
                 telemetry = WorkerTelemetry(
                     core,
                     engine_id=self.config.engine_id,
-                    rank=self.config.parallel.rank,
-                    publisher=EventPublisher(
-                        settings.kvscope_endpoint, settings.kvscope_replay_endpoint
-                    ),
+                    rank=self.config.parallel.data_parallel_index,
+                    publisher=publisher,
                     bytes_per_block=settings.bytes_per_chunk,
                     sampler=(
                         SpatialSampler(settings.sample_rate) if settings.sample_rate > 0 else None
@@ -104,6 +107,23 @@ class KVScopeOffloadingSpec(OffloadingSpec):
                 },
             )
         return self._manager
+
+    def _publisher(self) -> EventPublisher | None:
+        """kvscope's publisher, its batches and stats frames stamped with this engine's
+        data-parallel rank, as vLLM stamps its own batches; None without kvscope_endpoint."""
+        endpoint = self.settings.kvscope_endpoint
+        if endpoint is None:
+            return None
+        replay = self.settings.kvscope_replay_endpoint
+        rank = self.config.parallel.data_parallel_index
+        try:
+            return EventPublisher(endpoint, replay, data_parallel_rank=rank)
+        except BindError as exc:
+            key = "kvscope_endpoint" if exc.endpoint == endpoint else "kvscope_replay_endpoint"
+            raise ConfigError(
+                f"{key}: cannot bind {exc.endpoint!r} (data-parallel rank {rank}) "
+                f"on this host: {exc.strerror}"
+            ) from exc
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._worker is None:

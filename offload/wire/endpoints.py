@@ -14,13 +14,49 @@ import re
 from typing import Final
 
 _HOST: Final = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)"
-_BINDABLE: Final = re.compile(rf"tcp://(?:\*|{_HOST}):(?P<port>\*|[0-9]{{1,5}})|ipc://.+")
+_BINDABLE: Final = re.compile(rf"tcp://(?P<host>\*|{_HOST}):(?P<port>\*|[0-9]{{1,5}})|ipc://.+")
 _CONNECTABLE: Final = re.compile(rf"tcp://{_HOST}:(?P<port>[0-9]{{1,5}})|ipc://.+")
 
 
 def is_bindable(endpoint: str) -> bool:
     """tcp://HOST:PORT (``*`` for every address, or for a free port) or ipc://PATH."""
     return _fits(_BINDABLE, endpoint, lowest_port=0)
+
+
+def offset_endpoint(endpoint: str, rank: int) -> str:
+    """The endpoint that data-parallel rank ``rank`` binds, so that ranks sharing one
+    configuration do not collide.
+
+    vLLM's rule for its own KV-event publisher: a TCP port moves up by the
+    rank, a wildcard or 0 port is left to the OS. vLLM leaves an ipc path as
+    it is, but ZMQ lets a second socket take over a bound path without an
+    error, so here an ipc path gets ``_dp<rank>`` appended, as vLLM names its
+    inproc endpoints. A moved port may pass 65535: check the result with
+    ``is_bindable``.
+    """
+    if not rank:
+        return endpoint
+    if endpoint.startswith("ipc://"):
+        return f"{endpoint}_dp{rank}"
+    tcp = _fixed_port(endpoint)
+    return endpoint if tcp is None else f"tcp://{tcp[0]}:{tcp[1] + rank}"
+
+
+def ports_overlap(first: str, second: str, ranks: int) -> bool:
+    """Whether ``ranks`` data-parallel ranks, each moving both ports up by its rank, would
+    bind one port twice: fixed TCP ports on one address fewer than ``ranks`` apart."""
+    a, b = _fixed_port(first), _fixed_port(second)
+    if a is None or b is None or (a[0] != b[0] and "*" not in (a[0], b[0])):
+        return False
+    return abs(a[1] - b[1]) < ranks
+
+
+def _fixed_port(endpoint: str) -> tuple[str, int] | None:
+    """A bindable TCP endpoint's host and port; None for ipc, a wildcard port or port 0."""
+    match = _BINDABLE.fullmatch(endpoint)
+    if match is None or match["port"] in (None, "*") or int(match["port"]) == 0:
+        return None
+    return match["host"], int(match["port"])
 
 
 def is_connectable(endpoint: str) -> bool:

@@ -65,6 +65,14 @@ peers that never read hold 10,000 messages each for free."""
 _now = time.monotonic
 
 
+class BindError(zmq.ZMQError):
+    """ZMQ could not bind ``endpoint``: a publisher binds two, and a caller must say which."""
+
+    def __init__(self, endpoint: str, cause: zmq.ZMQError) -> None:
+        super().__init__(cause.errno, cause.strerror)
+        self.endpoint = endpoint
+
+
 class Publisher(Closeable):
     """Where a worker's KV events and stats frames go, and what became of them.
 
@@ -288,14 +296,18 @@ class EventPublisher(Publisher):
         ``max_frame``: the largest frame it takes in (-1: any), set before binding, since
         ZMQ gives a listener's connections the options it had when it bound.
 
-        Sockets are made here so that bind errors reach the constructor's caller.
+        Sockets are made here so that bind errors reach the constructor's caller, as a
+        ``BindError`` naming the endpoint.
         """
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.SNDHWM, hwm)
         sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
         sock.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
         sock.copy_threshold = 0  # payloads sent copy=False are never copied, so all are tracked
-        sock.bind(endpoint)
+        try:
+            sock.bind(endpoint)
+        except zmq.ZMQError as exc:
+            raise BindError(endpoint, exc) from exc
         return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
     @property

@@ -1,0 +1,210 @@
+"""kvscope's endpoints under ``vllm serve --data-parallel-size N``, and endpoints that fail.
+
+vLLM hands every data-parallel engine the same ``kv_connector_extra_config``
+and a real ``OffloadingConfig`` whose ``parallel.data_parallel_index`` is the
+engine's rank; the tests build one spec per rank from it, as vLLM does, and
+read what each publishes on a live SUB socket with vLLM's own event types.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
+from vllm.v1.kv_offload.base import ReqContext, ScheduleEndContext, make_offload_key
+
+from bench.tooling.vllm_config import offloading_config
+from offload.cpu.config import ConfigError
+from offload.vllm import KVScopeOffloadingSpec
+from offload.vllm.manager import KVScopeManager
+from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
+from offload.wire.stats_frame import decode_stats_frame
+from tests.support.polling import wait_until
+
+_VLLM_EVENTS = msgspec.msgpack.Decoder(KVEventBatch)
+
+
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1 (probed, then released)."""
+    for _ in range(100):
+        with contextlib.ExitStack() as stack:
+            probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+            probes[0].bind(("127.0.0.1", 0))
+            base = probes[0].getsockname()[1]
+            try:
+                for offset, probe in enumerate(probes[1:], 1):
+                    probe.bind(("127.0.0.1", base + offset))
+            except (OSError, OverflowError):  # taken, or past the last port
+                continue
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def _managers(extra: dict, ranks: int) -> list[KVScopeManager]:
+    """One manager per data-parallel rank, each built from the same extra config."""
+    managers = []
+    try:
+        for rank in range(ranks):
+            config = offloading_config(
+                {"num_cpu_blocks": 4, "sample_rate": 0, **extra},
+                engine_id=f"engine-dp{rank}",
+                data_parallel_rank=rank,
+                data_parallel_size=ranks,
+            )
+            manager = KVScopeOffloadingSpec(config).get_manager()
+            assert isinstance(manager, KVScopeManager)
+            managers.append(manager)
+    except BaseException:
+        for manager in managers:
+            manager.shutdown()
+        raise
+    return managers
+
+
+def test_each_data_parallel_rank_binds_its_port_moved_as_vllm_moves_its_own() -> None:
+    base = _free_ports(3)
+    extra = {
+        "kvscope_endpoint": f"tcp://127.0.0.1:{base}",
+        "kvscope_replay_endpoint": f"tcp://127.0.0.1:{base + 2}",
+    }
+    managers = _managers(extra, 2)
+    try:
+        bound = [
+            (m.telemetry.publisher.endpoint, m.telemetry.publisher.replay_endpoint)
+            for m in managers
+            if m.telemetry is not None
+        ]
+        vllm_rule = ZmqEventPublisher.offset_endpoint_port
+        assert bound == [
+            (
+                vllm_rule(extra["kvscope_endpoint"], r),
+                vllm_rule(extra["kvscope_replay_endpoint"], r),
+            )
+            for r in (0, 1)
+        ]
+        # Rank 1's batches and stats frames say so, as vLLM stamps its own batches.
+        context = zmq.Context()
+        sub = context.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(bound[1][0])
+        manager, ctx, frames = managers[1], ReqContext(req_id="r"), {}
+        rounds = iter(range(10**6))
+
+        def heard() -> bool:
+            key = make_offload_key(next(rounds).to_bytes(8, "big"), 0)
+            output = manager.prepare_store([key], ctx)
+            if output is not None:
+                manager.complete_store(output.keys_to_store, ctx)
+            manager.on_schedule_end(ScheduleEndContext((), ()))
+            manager.telemetry.publish_stats()
+            while sub.poll(20):
+                topic, _seq, payload = sub.recv_multipart()
+                frames.setdefault(topic, payload)
+            return {DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC} <= frames.keys()
+
+        try:
+            wait_until(heard, "a KV batch and a stats frame from data-parallel rank 1")
+        finally:
+            sub.close(0)
+            context.term()
+        assert _VLLM_EVENTS.decode(frames[DEFAULT_KV_TOPIC]).data_parallel_rank == 1
+        stats = decode_stats_frame(frames[DEFAULT_STATS_TOPIC])
+        assert (stats.engine_id, stats.rank) == ("engine-dp1", 1)
+    finally:
+        for m in managers:
+            m.shutdown()
+
+
+def test_an_ipc_endpoint_gets_a_path_of_its_own_per_rank(tmp_path: Path) -> None:
+    """ZMQ would let rank 1 take rank 0's path without an error: each rank binds its own."""
+    path = f"ipc://{tmp_path}/kvscope"
+    managers = _managers({"kvscope_endpoint": path}, 2)
+    try:
+        assert [m.telemetry.publisher.endpoint for m in managers if m.telemetry] == [
+            path,
+            f"{path}_dp1",
+        ]
+    finally:
+        for m in managers:
+            m.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("extra", "ranks", "named"),
+    [
+        (
+            {"kvscope_endpoint": "tcp://*:5557", "kvscope_replay_endpoint": "tcp://*:5557"},
+            1,
+            "kvscope_replay_endpoint='tcp://*:5557' is kvscope_endpoint's too",
+        ),
+        (
+            {"kvscope_endpoint": "ipc:///tmp/k", "kvscope_replay_endpoint": "ipc:///tmp/k"},
+            2,
+            "kvscope_replay_endpoint='ipc:///tmp/k' is kvscope_endpoint's too",
+        ),
+        (
+            {"kvscope_endpoint": "tcp://*:5557", "kvscope_replay_endpoint": "tcp://*:5558"},
+            2,
+            "keep the ports at least 2 apart",
+        ),
+        (
+            {"kvscope_endpoint": "tcp://*:5557", "kvscope_replay_endpoint": "tcp://127.0.0.1:5559"},
+            4,
+            "keep the ports at least 4 apart",
+        ),
+        (
+            {"kvscope_endpoint": "tcp://127.0.0.1:65535"},
+            2,
+            "kvscope_endpoint='tcp://127.0.0.1:65535': data-parallel rank 1 binds its port + 1",
+        ),
+    ],
+)
+def test_endpoints_two_ranks_or_sockets_would_share_are_refused_naming_the_key(
+    extra: dict, ranks: int, named: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        for rank in range(ranks):
+            config = offloading_config(
+                {"num_cpu_blocks": 4, "sample_rate": 0, **extra},
+                data_parallel_rank=rank,
+                data_parallel_size=ranks,
+            )
+            KVScopeOffloadingSpec(config)
+
+
+def test_ports_far_enough_apart_serve_every_rank() -> None:
+    base = _free_ports(4)
+    extra = {
+        "kvscope_endpoint": f"tcp://127.0.0.1:{base}",
+        "kvscope_replay_endpoint": f"tcp://127.0.0.1:{base + 2}",
+    }
+    for manager in _managers(extra, 2):
+        manager.shutdown()
+
+
+def test_an_endpoint_that_cannot_be_bound_is_a_clear_error_naming_its_key(
+    tmp_path: Path,
+) -> None:
+    missing = f"ipc://{tmp_path}/no-such-folder/kvscope"
+    foreign = "tcp://192.0.2.1:5557"  # TEST-NET-1: documentation only, on no host
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+        for extra, named in [
+            ({"kvscope_endpoint": missing}, f"kvscope_endpoint: cannot bind {missing!r}"),
+            ({"kvscope_endpoint": foreign}, f"kvscope_endpoint: cannot bind {foreign!r}"),
+            (
+                {"kvscope_endpoint": "tcp://127.0.0.1:*", "kvscope_replay_endpoint": busy},
+                f"kvscope_replay_endpoint: cannot bind {busy!r}",
+            ),
+        ]:
+            spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 4, **extra}))
+            with pytest.raises(ConfigError, match=re.escape(named)):
+                spec.get_manager()
