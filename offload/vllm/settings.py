@@ -179,9 +179,10 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
             raise ConfigError(f"cache_policy_module_path={module_path!r} must be a module path")
         try:
             module = importlib.import_module(module_path)
-        except (ImportError, ValueError, TypeError) as exc:  # "" and "..x" raise the others
+        except Exception as exc:  # a missing module, "" or "..x", or one failing as it runs
             raise ConfigError(
-                f"cache_policy_module_path={module_path!r} cannot be imported: {exc}"
+                f"cache_policy_module_path={module_path!r} cannot be imported: "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
         policy_cls = getattr(module, name, None)
         if not (isinstance(policy_cls, type) and issubclass(policy_cls, CachePolicy)):
@@ -248,13 +249,16 @@ def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float
         return DEFAULT_RATE if endpoint is not None else 0.0
     rate: float | None = None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        rate = float(value)
+        # Compared before converting: an int may be beyond any float.
+        rate = float(value) if 0 <= value <= 1 else None
     elif isinstance(value, str):
         with contextlib.suppress(ValueError):
             rate = float(value.strip())
     if rate is None or not 0 <= rate <= 1:  # NaN fails the comparison too
+        huge = isinstance(value, int) and abs(value) >= 2**64  # its digits could be thousands
+        shown = " (an integer of more than 19 digits)" if huge else f"={value!r}"
         raise ConfigError(
-            f"kv_connector_extra_config sample_rate={value!r} must be a number "
+            f"kv_connector_extra_config sample_rate{shown} must be a number "
             "from 0 (no sample) to 1 (every block)"
         )
     if rate > 0 and endpoint is None:

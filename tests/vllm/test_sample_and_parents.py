@@ -198,6 +198,12 @@ def test_without_a_publisher_nothing_is_sampled() -> None:
         (True, "sample_rate=True must be a number from 0"),
         (float("nan"), "sample_rate=nan must be a number from 0"),
         ([0.1], "sample_rate=[0.1] must be a number from 0"),
+        # JSON on a command line reads 1e400 written out as an int beyond any float.
+        pytest.param(
+            10**400,
+            "sample_rate (an integer of more than 19 digits) must be a number from 0",
+            id="int-beyond-any-float",
+        ),
     ],
 )
 def test_a_bad_sample_rate_is_a_clear_error_naming_it(value: object, named: str) -> None:

@@ -126,6 +126,30 @@ def test_an_out_of_tree_kvscope_policy_loads_from_its_module(
     sys.modules.pop("fifo_policy", None)
 
 
+@pytest.mark.parametrize(
+    ("source", "raised"),
+    [("class x(:\n", "SyntaxError"), ("raise RuntimeError('boom')\n", "RuntimeError: boom")],
+)
+def test_a_policy_module_that_fails_to_import_is_a_clear_error_naming_the_key(
+    source: str, raised: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "failing_policy.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    extra = {
+        "num_cpu_blocks": 4,
+        "eviction_policy": "x",
+        "cache_policy_module_path": "failing_policy",
+    }
+    try:
+        with pytest.raises(
+            ConfigError,
+            match=f"cache_policy_module_path='failing_policy' cannot be imported: {raised}",
+        ):
+            KVScopeOffloadingSpec(offloading_config(extra))
+    finally:
+        sys.modules.pop("failing_policy", None)
+
+
 def test_metric_definitions_name_kvscope_counters_and_vllm_gauges() -> None:
     definitions = KVScopeOffloadingSpec.build_metric_definitions({**SPEC, "store_threshold": 2})
     assert "kvscope_lookup_hit_blocks_total" in definitions
