@@ -104,10 +104,15 @@ class CPUOffloadingManager(OffloadingManager):
 
     def prepare_load(self, block_hashes: Iterable[BlockHash]) -> CPULoadStoreSpec:
         blocks = self._resident(block_hashes, "load")
+        pinned = 0
         for block in blocks:
+            if not block.ref:
+                pinned += 1
             block.ref += 1
             block.loaded = True
-        self.stats.load_blocks += len(blocks)
+        stats = self.stats
+        stats.load_blocks += len(blocks)
+        stats.load_pinned_blocks += pinned
         return CPULoadStoreSpec([block.slot for block in blocks])
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
@@ -124,16 +129,21 @@ class CPUOffloadingManager(OffloadingManager):
     def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
         hashes = _hash_list(block_hashes)
         blocks = self._resident(hashes, "complete the load of")
+        unpinned = 0
         for done, block in enumerate(blocks):
             if block.ref <= 0:
                 # Undo this call's unpins: a bad call must not change anything.
-                for unpinned in blocks[:done]:
-                    unpinned.ref += 1
+                for undone in blocks[:done]:
+                    undone.ref += 1
                 raise ValueError(
                     f"cannot complete the load of block {hashes[done]!r}: no load in flight"
                 )
+            if block.ref == 1:
+                unpinned += 1
             block.ref -= 1
-        self.stats.load_completed_blocks += len(blocks)
+        stats = self.stats
+        stats.load_completed_blocks += len(blocks)
+        stats.load_unpinned_blocks += unpinned
 
     def prepare_store(
         self,
@@ -312,6 +322,7 @@ class CPUOffloadingManager(OffloadingManager):
         loaded = sum(1 for h in ready if self._blocks[h].loaded)
         stats = self.stats
         stats.load_dropped_blocks += stats.loads_in_flight
+        stats.load_unpinned_blocks += stats.blocks_pinned_by_loads
         stats.store_dropped_blocks += stats.stores_in_flight
         self._run_heads.clear()
         self.misses.reset()

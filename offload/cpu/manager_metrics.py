@@ -57,7 +57,7 @@ def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
     add(m.LOAD_COMPLETED_BLOCKS_TOTAL, load_completed, medium=medium)
     add(m.BLOCKS_RESIDENT, manager.pool.num_used, medium=medium)
     add(m.BLOCKS_CAPACITY, manager.pool.capacity, medium=medium)
-    add(m.BLOCKS_PINNED, stats.loads_in_flight, medium=medium, reason="load")
+    add(m.BLOCKS_PINNED, stats.blocks_pinned_by_loads, medium=medium, reason="load")
     add(m.BLOCKS_PINNED, stats.stores_in_flight, medium=medium, reason="store")
     add(m.INVARIANT_VIOLATIONS, len(manager.live_invariant_violations()), medium=medium)
     if isinstance(manager.policy, GatedLRUCachePolicy):

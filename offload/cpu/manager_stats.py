@@ -22,6 +22,8 @@ class ManagerStats:
         "load_blocks",
         "load_completed_blocks",
         "load_dropped_blocks",
+        "load_pinned_blocks",
+        "load_unpinned_blocks",
         "lookup_blocks",
         "lookup_calls",
         "lookup_hit_blocks",
@@ -45,6 +47,11 @@ class ManagerStats:
         """Blocks pinned by prepare_load (submitted)."""
         self.load_completed_blocks = 0
         """Blocks unpinned by complete_load (finished)."""
+        self.load_pinned_blocks = 0
+        self.load_unpinned_blocks = 0
+        """Blocks that loads began to hold (none held them before) and stopped holding (the
+        last load finished, or a reset dropped them): a block read by several loads at once
+        counts once, as vLLM's CPU-tier usage counts it."""
         self.store_requested_blocks = 0
         self.store_skipped_blocks = 0
         """Requested blocks stored already, or named twice in one call."""
@@ -70,6 +77,12 @@ class ManagerStats:
     def loads_in_flight(self) -> int:
         finished = self.load_completed_blocks + self.load_dropped_blocks  # first: see above
         return self.load_blocks - finished
+
+    @property
+    def blocks_pinned_by_loads(self) -> int:
+        """Distinct blocks that loads in flight hold; at most the tier's capacity."""
+        unpinned = self.load_unpinned_blocks  # first: see above
+        return self.load_pinned_blocks - unpinned
 
     @property
     def stores_in_flight(self) -> int:

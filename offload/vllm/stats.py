@@ -93,7 +93,7 @@ def fill_stats(
     """
     capacity = core.num_blocks
     writing = core.stats.stores_in_flight
-    reading = core.stats.loads_in_flight
+    reading = core.stats.blocks_pinned_by_loads
     stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_USAGE_PERC, (writing + reading) / capacity)
     stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_WRITE_USAGE_PERC, writing / capacity)
     stats.set_gauge(CPUOffloadingMetrics.CPU_CACHE_READ_USAGE_PERC, reading / capacity)

@@ -88,6 +88,25 @@ def test_in_flight_pairs_show_pinned_blocks_while_work_is_pending() -> None:
     assert s[("kvscope_blocks_resident",)] == 3
 
 
+def test_a_block_read_by_several_loads_at_once_is_pinned_once() -> None:
+    manager = CPUOffloadingManager(16, 4, "lru")
+    manager.prepare_store([1, 2])
+    manager.complete_store([1, 2])
+    pinned = ("kvscope_blocks_pinned", ("reason", "load"))
+    manager.prepare_load([1, 2])
+    manager.prepare_load([1])
+    manager.prepare_load([1, 1])
+    assert scrape(manager)[pinned] == 2
+    manager.complete_load([1, 2])
+    manager.complete_load([1, 1])
+    assert scrape(manager)[pinned] == 1  # one load of 1 still reads it
+    manager.complete_load([1])
+    assert scrape(manager)[pinned] == 0
+    manager.prepare_load([2, 2])
+    manager.reset()  # drops the loads in flight with their blocks
+    assert scrape(manager)[pinned] == 0
+
+
 def test_a_broken_invariant_is_exported() -> None:
     manager = CPUOffloadingManager(16, 4, "lru")
     manager.prepare_store([1, 2])

@@ -18,9 +18,10 @@ from vllm.v1.kv_offload.base import (
     ReqContext,
     make_offload_key,
 )
-from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec, CPUOffloadingMetrics
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-from bench.tooling.vllm_config import SPEC, offloading_config
+from bench.tooling.vllm_config import SPEC, kvscope_manager, offloading_config
 from offload.vllm import KVScopeOffloadingSpec
 
 PAGE = 256
@@ -148,6 +149,37 @@ def test_manager_metrics_reach_vllms_prometheus_hook() -> None:
     prom.observe(manager.get_stats().data, 0)
     text = prometheus_client.generate_latest(registry).decode()
     assert 'kvscope_lookup_hit_blocks_total{engine="0",medium="CPU"} 1.0' in text
+
+
+def test_usage_gauges_count_a_chunk_read_by_several_requests_once_as_vllm_does() -> None:
+    """Three requests share a prefix and load it in one step: the tier is full, not 3x full."""
+    gauges = (
+        CPUOffloadingMetrics.CPU_CACHE_USAGE_PERC,
+        CPUOffloadingMetrics.CPU_CACHE_READ_USAGE_PERC,
+        CPUOffloadingMetrics.CPU_CACHE_WRITE_USAGE_PERC,
+    )
+    readings = []
+    for manager in (kvscope_manager(4), CPUOffloadingManager(4, "lru")):
+        keys = [make_offload_key(bytes([n]) * 8, 0) for n in range(3)]
+        writer = ReqContext("writer")
+        manager.on_new_request(writer)
+        output = manager.prepare_store(keys[:2], writer)
+        manager.complete_store(output.keys_to_store, writer)
+        manager.prepare_store(keys[2:], writer)  # one chunk being written
+        readers = [ReqContext(f"reader{n}") for n in range(3)]
+        steps = []
+        for reader in readers:
+            manager.on_new_request(reader)
+            manager.prepare_load(keys[:2], reader)
+        steps.append(manager.get_stats().data["data"])
+        for reader in readers:
+            manager.complete_load(keys[:2], reader)
+            steps.append(manager.get_stats().data["data"])
+        readings.append([[data[name][()] for name in gauges] for data in steps])
+    kvscope, vllm = readings
+    assert kvscope == vllm
+    assert kvscope[0] == [0.75, 0.5, 0.25]  # two chunks read, one written, of four
+    assert kvscope[-1] == [0.25, 0.0, 0.25]
 
 
 @pytest.mark.gpu
