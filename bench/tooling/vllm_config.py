@@ -13,13 +13,17 @@ def offloading_config(
     worker_kv_bytes_per_block: int = 4096,
     world_size: int = 1,
     blocks_per_chunk: int = 1,
-    tokens_per_block: int = 16,
+    tokens_per_block: int | tuple[int, ...] = 16,
     events: bool = False,
     engine_id: str = "engine-0",
     data_parallel_rank: int = 0,
     data_parallel_size: int = 1,
 ) -> Any:
-    """A real ``OffloadingConfig`` naming kvscope's spec, plus ``extra`` keys."""
+    """A real ``OffloadingConfig`` naming kvscope's spec, plus ``extra`` keys.
+
+    ``tokens_per_block`` as a tuple gives one KV cache group per entry (a hybrid
+    model), group i of layer ``layer.i``; the hash block is the smallest.
+    """
     from vllm.v1.kv_offload.config import (
         OffloadingCacheConfig,
         OffloadingConfig,
@@ -28,16 +32,18 @@ def offloading_config(
         OffloadingParallelConfig,
     )
 
+    sizes = tokens_per_block if isinstance(tokens_per_block, tuple) else (tokens_per_block,)
     return OffloadingConfig(
-        groups=(OffloadingGroupConfig(tokens_per_block, ("layer.0",), 0),),
+        groups=tuple(
+            OffloadingGroupConfig(tokens, (f"layer.{group}",), group)
+            for group, tokens in enumerate(sizes)
+        ),
         worker_kv_bytes_per_block=worker_kv_bytes_per_block,
         enable_kv_cache_events=events,
         extra_config={**SPEC, **(extra or {})},
         engine_id=engine_id,
         model=OffloadingModelConfig(name="test-model", dtype="float16", max_model_len=4096),
-        cache=OffloadingCacheConfig(
-            tokens_per_hash=tokens_per_block, blocks_per_chunk=blocks_per_chunk
-        ),
+        cache=OffloadingCacheConfig(tokens_per_hash=min(sizes), blocks_per_chunk=blocks_per_chunk),
         parallel=OffloadingParallelConfig(
             rank=0,
             world_size=world_size,

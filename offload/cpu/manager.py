@@ -9,7 +9,7 @@ and counts what it did in plain integers (ManagerStats) once per call.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import compress, count
 from operator import attrgetter
 
@@ -152,6 +152,7 @@ class CPUOffloadingManager(OffloadingManager):
         offered: Collection[BlockHash] = (),
         *,
         parent: BlockHash | None = None,
+        restarts: Mapping[int, BlockHash | None] | None = None,
     ) -> PrepareStoreOutput | None:
         """Reserve slots for the blocks not yet resident, evicting idle ones if needed.
 
@@ -162,7 +163,10 @@ class CPUOffloadingManager(OffloadingManager):
         more blocks to keep from eviction: the ones a caller filtered out of
         ``block_hashes`` (vLLM protects a whole offer). ``block_hashes`` continue
         one prompt's chain from ``parent`` (None: its start, or not known), so
-        the stored events can name each run's parent.
+        the stored events can name each run's parent. ``restarts`` maps the
+        positions in ``block_hashes`` where another chain begins (vLLM offers
+        each KV cache group's chain after the other's) to that chain's parent:
+        no run crosses one.
         """
         start = time.perf_counter()
         requested = _hash_list(block_hashes)
@@ -219,12 +223,12 @@ class CPUOffloadingManager(OffloadingManager):
                 self.misses.stored(requested, held, refused, evicted_hashes)
         stats.store_admitted_blocks += len(to_store)
         if self._events is not None:
-            if to_store[-1] == requested[len(to_store) - 1]:
+            if not restarts and to_store[-1] == requested[len(to_store) - 1]:
                 # One run from the chain's start, the common case: to_store is a
                 # subsequence of requested ending where a prefix of it would.
                 self._run_heads[to_store[0]] = parent
             else:
-                self._mark_run_heads(requested, to_store, parent)
+                self._mark_run_heads(requested, to_store, parent, restarts or {})
         seconds = time.perf_counter() - start
         stats.prepare_store_seconds.observe(seconds)
         if evicted_hashes and self._spans.active():
@@ -338,13 +342,19 @@ class CPUOffloadingManager(OffloadingManager):
             self._events.append(OffloadingEvent(ready, self.block_size, MEDIUM, removed=True))
 
     def _mark_run_heads(
-        self, requested: list[BlockHash], to_store: list[BlockHash], parent: BlockHash | None
+        self,
+        requested: list[BlockHash],
+        to_store: list[BlockHash],
+        parent: BlockHash | None,
+        restarts: Mapping[int, BlockHash | None],
     ) -> None:
-        """Remember, for each run of ``to_store`` along the chain ``requested``, its parent."""
+        """Remember, for each run of ``to_store`` along the chains ``requested``, its parent."""
         heads = self._run_heads
         new = set(to_store)
         previous, previous_new = parent, False
-        for block_hash in requested:
+        for index, block_hash in enumerate(requested):
+            if index in restarts:
+                previous, previous_new = restarts[index], False
             is_new = block_hash in new
             if is_new:
                 new.discard(block_hash)  # a hash named twice is stored once

@@ -9,21 +9,18 @@ stats payload. Allocation order, eviction order and events match vLLM's own
 CPU manager (tests/vllm runs vLLM's manager tests against this class).
 
 With kvscope's publisher on, each stored run names its parent (the key one
-chunk before it in its request, from the request's chain), and with a
-sampler each scheduling of a request goes into the sampled access stream
-once, however many times vLLM looked it up before scheduling it.
-
-kvscope's publisher names CPU blocks by raw block hash, as vLLM's GPU events
-name the prefix cache's blocks, so that the sidecar sees a block held on both
-tiers as one block: each offload key's block hash without its group bytes
-(see ``_published``).
+chunk before it in its request, of its KV cache group, from the request's
+chain), and with a sampler each scheduling of a request goes into the
+sampled access stream once, however many times vLLM looked it up before
+scheduling it. kvscope's publisher names CPU blocks by raw block hash, as
+vLLM's GPU events name the prefix cache's blocks (see ``published.py``).
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
     OffloadingConnectorStats,
@@ -39,14 +36,14 @@ from vllm.v1.kv_offload.base import (
     ReqContext,
     RequestOffloadingContext,
     ScheduleEndContext,
-    get_offload_block_hash,
+    get_offload_group_idx,
 )
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
-from offload.base import OffloadingEvent as TierEvent
 from offload.cpu.manager import CPUOffloadingManager
-from offload.vllm.request_access import RequestAccess
+from offload.vllm.published import PublishedNames
+from offload.vllm.request_access import GROUP_BYTES, RequestAccess
 from offload.vllm.settings import SpecSettings
 from offload.vllm.stats import fill_stats
 from offload.worker_telemetry import WorkerTelemetry
@@ -62,6 +59,7 @@ class KVScopeManager(OffloadingManager):
         self,
         core: CPUOffloadingManager,
         settings: SpecSettings,
+        chunk_tokens: Mapping[int, int],
         *,
         vllm_events: bool,
         telemetry: WorkerTelemetry | None = None,
@@ -71,6 +69,9 @@ class KVScopeManager(OffloadingManager):
         self.medium = Medium.CPU
         self.telemetry = telemetry
         self._sampling = telemetry is not None and telemetry.samples is not None
+        self._chunk_tokens = dict(chunk_tokens)
+        """Tokens of one chunk by KV cache group index: groups may differ."""
+        self._published = PublishedNames(chunk_tokens)
         self._step = 0
         """Scheduler steps ended: a lookup in a new step begins a new scheduling."""
         self._blocks = core.policy.blocks
@@ -156,21 +157,30 @@ class KVScopeManager(OffloadingManager):
                 ready.append(key)
         met = set(new).union(ready)
         access = self._met([key for key in keys if key in met], req_context, reused=ready)
-        parent = None
-        if self.telemetry is not None and keys:
-            if new:
-                parent = access.parent(keys, first, self.core.block_size)
-            access.place(keys, self._sampling)
-        if not new:
-            return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
-        self.allocation_sizes.append(len(new))
-        chain = keys[first : last + 1]
+        chain = keys[first : last + 1] if new else []
         if len(chain) != len(new):
             # Keys the tier holds split the new ones into runs: the core skips them and
             # names each run's parent from this chain. A key the threshold refused must
             # not be stored, so it leaves the chain, and the run across it keeps one parent.
             chain = [key for key in chain if key in blocks or key in met]
-        output = self.core.prepare_store(chain, access.recency, offered=keys, parent=parent)
+        parent: OffloadKey | None = None
+        restarts: dict[int, OffloadKey | None] | None = None
+        if self.telemetry is not None and keys:
+            if new:
+                parent = self._parent(access, keys, first)
+                if chain[0][-GROUP_BYTES:] != chain[-1][-GROUP_BYTES:]:
+                    restarts = self._restarts(access, chain)
+            access.place(keys, self._sampling)
+        if not new:
+            return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
+        self.allocation_sizes.append(len(new))
+        output = self.core.prepare_store(
+            chain,
+            access.recency,
+            offered=keys,
+            parent=parent,
+            restarts=restarts,
+        )
         self._drain()
         if output is None:
             return None
@@ -291,6 +301,21 @@ class KVScopeManager(OffloadingManager):
         assert self.telemetry is not None  # sampling needs the publisher
         self.telemetry.record_request(references)
 
+    def _parent(self, access: RequestAccess, keys: list[OffloadKey], at: int) -> OffloadKey | None:
+        """The key one chunk of its group before ``keys[at]`` in its request."""
+        return access.parent(keys, at, self._chunk_tokens[get_offload_group_idx(keys[at])])
+
+    def _restarts(
+        self, access: RequestAccess, chain: list[OffloadKey]
+    ) -> dict[int, OffloadKey | None]:
+        """Where in ``chain`` another KV cache group's chain begins (vLLM offers each group's
+        after the other's), and the parent of each."""
+        return {
+            place: self._parent(access, chain, place)
+            for place in range(1, len(chain))
+            if chain[place - 1][-GROUP_BYTES:] != chain[place][-GROUP_BYTES:]
+        }
+
     def _count_offers(self, keys: list[OffloadKey]) -> None:
         """Count an offer per key; the least recently offered keys leave a full tracker.
 
@@ -322,7 +347,7 @@ class KVScopeManager(OffloadingManager):
         if not events:
             return
         if self.telemetry is not None:
-            self._outbox.extend(map(_published, events))
+            self._outbox += self._published(events)
         if vllm and self._events is not None:
             medium, converted = self.medium, self._events
             start = len(converted)
@@ -335,25 +360,3 @@ class KVScopeManager(OffloadingManager):
                     converted.append(
                         OffloadingEvent(list(event.block_hashes), medium, event.removed)
                     )
-
-
-def _published(event: TierEvent) -> TierEvent:
-    """A core event as kvscope's publisher names it: raw block hashes, parent included.
-
-    vLLM makes a chunk's offload key from the hash of the chunk's last block
-    and its KV cache group; its GPU events name that same block by the hash
-    alone. Stripping the group therefore puts CPU and GPU blocks in one
-    namespace, with no memory: a removal strips the same key as its store, so
-    it names exactly the hashes the store named. The parent, the key of the
-    chunk before, becomes the raw hash of the block before the chunk. A chunk
-    of several blocks is named by its last block only: vLLM hands a manager no
-    other hash of the chunk.
-    """
-    parent = event.parent_block_hash
-    return TierEvent(
-        [get_offload_block_hash(key) for key in event.block_hashes],
-        event.block_size,
-        event.medium,
-        event.removed,
-        None if parent is None else get_offload_block_hash(parent),
-    )

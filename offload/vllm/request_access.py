@@ -10,12 +10,15 @@ With kvscope's publisher on it also names the block before a stored run:
 the key one chunk earlier in the request (by token position), whatever the
 tier knows of that block. vLLM offers a request's chunks in prompt order,
 from its first (the GPU prefix cache's hits included) or from after the
-ones it loaded, so that key is the one before the run in the same offer, or
-the last one of the request's previous load or offer. With a sampler it
-keeps each scheduling's references for the sampled access stream.
+ones it loaded, each KV cache group's after the other's, so that key is the
+one before the run in the same offer, or the last one of its group in the
+request's previous load or offer. With a sampler it keeps each scheduling's
+references for the sampled access stream.
 """
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 from vllm.v1.kv_offload.base import OffloadKey, ReqContext
 
@@ -50,8 +53,9 @@ class RequestAccess:
         self.inserted: set[OffloadKey] = set()
         self.reused: set[OffloadKey] = set()
         self.finished = False
-        self.last: tuple[int, OffloadKey] | None = None
-        """The last key of the latest load or offer, and the token position where it ends."""
+        self.last: dict[bytes, tuple[int, OffloadKey]] = {}
+        """By KV cache group: the token position where the group's last key of the latest load
+        or offer ends, and the key."""
         self.referenced: list[OffloadKey] = []
         """Keys loaded or offered since the current scheduling's lookup (when sampling)."""
         self.asked_step = -1
@@ -90,33 +94,40 @@ class RequestAccess:
     def parent(self, keys: list[OffloadKey], first: int, chunk_tokens: int) -> OffloadKey | None:
         """The key one chunk before ``keys[first]`` in this request, before ``keys`` are placed.
 
+        ``chunk_tokens``: the tokens of one chunk of ``keys[first]``'s group.
         None at the request's start, and when neither the key before it in
-        this offer nor the request's last placed key ends there (the tier
-        never met the block: not known). A chunk's predecessor ends at the
-        last chunk boundary before it, so a partial tail (not on a boundary)
-        hangs under the whole chunk before it, as in vLLM's own events.
+        this offer (of its group) nor its group's last placed key ends there
+        (the tier never met the block: not known). A chunk's predecessor ends
+        at the last chunk boundary before it, so a partial tail (not on a
+        boundary) hangs under the whole chunk before it, as in vLLM's own
+        events.
         """
         position, head = self.recency.position, keys[first]
         at = position(head)
         if at is None or at <= chunk_tokens:
             return None
         before = (at - 1) // chunk_tokens * chunk_tokens
-        parent: OffloadKey | None = None
-        if first:
-            if position(keys[first - 1]) == before:
-                parent = keys[first - 1]
-        elif self.last is not None and self.last[0] == before:
-            parent = self.last[1]
-        if parent is None or parent[-GROUP_BYTES:] != head[-GROUP_BYTES:]:
-            return None
-        return parent
+        group = head[-GROUP_BYTES:]
+        if first and keys[first - 1][-GROUP_BYTES:] == group:
+            return keys[first - 1] if position(keys[first - 1]) == before else None
+        last = self.last.get(group)
+        return last[1] if last is not None and last[0] == before else None
 
     def place(self, keys: list[OffloadKey], sampling: bool) -> None:
-        """Keys loaded or offered for store, in prompt order: the last one for the next offer's
-        parent, and all of them for the sample when ``sampling``."""
-        at = self.recency.position(keys[-1])
-        if at is not None:
-            self.last = (at, keys[-1])
+        """Keys loaded or offered for store, in prompt order within each group: each group's
+        last one for the next offer's parent, and all of them for the sample when ``sampling``."""
+        position, last = self.recency.position, self.last
+        tails = [keys[-1]]
+        if keys[0][-GROUP_BYTES:] != keys[-1][-GROUP_BYTES:]:  # several groups, one after another
+            tails = [
+                key
+                for key, after in pairwise([*keys, b""])
+                if key[-GROUP_BYTES:] != after[-GROUP_BYTES:]
+            ]
+        for tail in tails:
+            at = position(tail)
+            if at is not None:
+                last[tail[-GROUP_BYTES:]] = (at, tail)
         if sampling:
             self.referenced += keys
 

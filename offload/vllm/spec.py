@@ -64,8 +64,14 @@ class KVScopeOffloadingSpec(OffloadingSpec):
             data_parallel_rank=config.parallel.data_parallel_index,
             data_parallel_size=config.parallel.data_parallel_size,
         )
+        self.chunk_tokens = {
+            group.group_id: group.tokens_per_block * self.blocks_per_chunk
+            for group in config.groups
+        }
+        """Tokens of one chunk by KV cache group index (the offload key's): groups may differ."""
         tokens = self.tokens_per_block[0] if self.tokens_per_block else 1
         self.tokens_per_chunk = tokens * self.blocks_per_chunk
+        """The first group's, the tier's unit for its token counts."""
         self._manager: KVScopeManager | None = None
         self._worker: KVScopeWorker | None = None
 
@@ -97,6 +103,7 @@ class KVScopeOffloadingSpec(OffloadingSpec):
             self._manager = KVScopeManager(
                 core,
                 settings,
+                self.chunk_tokens or {0: self.tokens_per_chunk},
                 vllm_events=vllm_events,
                 telemetry=telemetry,
                 config_info={

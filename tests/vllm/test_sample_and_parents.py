@@ -136,7 +136,10 @@ class Subscriber:
 
 @contextmanager
 def subscribed(
-    extra: dict, events: bool = False, blocks_per_chunk: int = 1
+    extra: dict,
+    events: bool = False,
+    blocks_per_chunk: int = 1,
+    tokens_per_block: int | tuple[int, ...] = TOKENS_PER_CHUNK,
 ) -> Iterator[tuple[KVScopeManager, Subscriber]]:
     """A manager publishing on a fresh endpoint, and a subscriber that already hears it."""
     endpoint = _free_endpoint()
@@ -145,6 +148,7 @@ def subscribed(
             {"num_cpu_blocks": 64, "kvscope_endpoint": endpoint, **extra},
             events=events,
             blocks_per_chunk=blocks_per_chunk,
+            tokens_per_block=tokens_per_block,
         )
     )
     manager = spec.get_manager()
