@@ -200,7 +200,7 @@ class EventPublisher(Publisher):
             raise ValueError(f"sample_topic must differ from the other topics: {sample_topic!r}")
         replay_max_bytes = buffer_bytes if replay_max_bytes is None else replay_max_bytes
         if replay_budget_bytes is None:
-            replay_budget_bytes = 2 * buffer_bytes
+            replay_budget_bytes = 2 * (buffer_bytes + buffer_steps * REPLAY_MESSAGE_OVERHEAD)
         for name, value in (
             ("buffer_steps", buffer_steps),
             ("buffer_bytes", buffer_bytes),
