@@ -240,7 +240,9 @@ class History:
                 if tier.spec.resolution_s == resolution_s:
                     return tier
             offered = ", ".join(str(t.resolution_s) for t in self.tiers)
-            raise ValueError(f"no history at resolution {resolution_s} s (offered: {offered})")
+            # the offered ones first: a route echoing this cuts it short (a resolution may be
+            # thousands of digits)
+            raise ValueError(f"offered: {offered}; no history at resolution {resolution_s} s")
         for tier in self._tiers:
             if tier.holds_since(since):
                 return tier

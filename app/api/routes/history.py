@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 
 from app.api.deps import UNAUTHORIZED, State, require_token
 from app.api.schemas import HistoryResponse, HistorySeries
+from app.api.validation_errors import echoable
 from app.state.history import DEFAULT_TIERS
 
 router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
@@ -44,7 +45,7 @@ async def history(
     try:
         window = kept.window(since, resolution, publisher)
     except ValueError as exc:
-        raise HTTPException(422, str(exc)) from None
+        raise HTTPException(422, echoable(str(exc))) from None
     return HistoryResponse(
         resolution_s=window.resolution_s,
         resolutions_s=[t.resolution_s for t in kept.tiers],
