@@ -249,7 +249,11 @@ async def _body(send: Send, data: bytes) -> None:
 
 
 async def _until_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-    """Cancel ``scope`` when the client disconnects: an idle stream otherwise never notices."""
+    """Cancel ``scope`` when the client disconnects: an idle stream otherwise never notices.
+
+    The route refuses a request that declares a body, so what this reads before the
+    disconnect is the request's empty end, never a body (nor the body limit's refusal).
+    """
     while (await receive())["type"] != "http.disconnect":
         pass
     scope.cancel()

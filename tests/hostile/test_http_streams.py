@@ -255,6 +255,27 @@ def test_a_streamed_body_past_the_limit_is_refused_without_reading_the_rest() ->
     assert errors_in(records) == []
 
 
+def test_a_stream_request_that_declares_a_body_is_refused_before_the_stream_starts() -> None:
+    app, _ = sidecar_app()
+    with (
+        logged("uvicorn.error") as records,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+    ):
+        head = stream_request(url)[:-2]
+        for declared in (b"Transfer-Encoding: chunked", b"Content-Length: 5"):
+            sock = raw_connection(url, head + declared + b"\r\n\r\n")
+            answer = sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 413"), (declared, answer[:200])
+            while part := sock.recv(65536):  # it closes after the answer
+                answer += part
+            sock.close()
+            assert b"takes no request body" in answer
+        assert metric(http, "kvscope_sidecar_http_refused_total", reason="body_too_large") == 2
+        assert metric(http, "kvscope_sidecar_sse_clients") == 0
+    assert errors_in(records) == []
+
+
 # --- item 13: the token never reaches the access log -----------------------------------
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
 
 from app.api.deps import (
     UNAUTHORIZED,
@@ -38,6 +38,7 @@ _STREAM_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
         "description": "Server-Sent Events: `id:` the event id, `data:` an `Event` as JSON.",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
+    413: {"description": "The request declares a body: a stream takes none."},
     503: {"description": "As many streams are open as the sidecar serves; retry later."},
 }
 
@@ -69,6 +70,7 @@ def events(
     responses=_STREAM_RESPONSES,
 )
 async def event_stream(
+    request: Request,
     streams: Streams,
     last_event_id: Annotated[int | None, Header(ge=0, le=MAX_EVENT_ID)] = None,
 ) -> EventStreamResponse:
@@ -80,4 +82,18 @@ async def event_stream(
     reader that falls a megabyte behind is dropped, and resumes with
     `Last-Event-ID` (its EventSource does so by itself).
     """
+    if _declares_body(request):
+        # Refused before the stream starts: the stream reads its request only to see the
+        # client go, so a body past the limit was refused there, mid-stream, as a traceback.
+        streams.counts.refuse("body_too_large")
+        raise HTTPException(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            "an event stream takes no request body",
+            {"Connection": "close"},
+        )
     return EventStreamResponse(streams, streams.join(last_event_id))
+
+
+def _declares_body(request: Request) -> bool:
+    length = request.headers.get("content-length", "0")
+    return "transfer-encoding" in request.headers or length.strip() not in ("", "0")
