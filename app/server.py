@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from app.api import create_app
 from app.api.access_log import redact_access_log
+from app.api.http_connection import BoundedConnection
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
@@ -54,12 +55,15 @@ class _Server(uvicorn.Server):
 
 
 def http_server(app: FastAPI, host: str, port: int, log_level: str = "info") -> uvicorn.Server:
-    """uvicorn over ``app``, with the access log's targets redacted (app/api/access_log.py)."""
+    """uvicorn over ``app`` (from ``create_app``), each connection bounded by the app's limits
+    (app/api/http_connection.py), with the access log's targets redacted (app/api/access_log.py)."""
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
+        http=BoundedConnection.over(app.state.limits, app.state.counts),
+        ws="none",  # no route is a WebSocket: an Upgrade header is a plain request's
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         # The client's address is the socket's: forwarded headers would let any local client
         # write the access log's address field, unredacted and uncut.

@@ -288,6 +288,34 @@ class SidecarSettings(BaseSettings):
         ge=64 * KiB,
         description="Most event bytes in one /api/v1/events page (at least one event).",
     )
+    max_header_bytes: int = Field(
+        default=64 * KiB,
+        ge=KiB,
+        le=16 * MiB,
+        description="Largest request head (request line and headers); a larger one is a 431 "
+        "(counted).",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Longest a connection may take to send a request's head, from when the "
+        "head (or the connection) began; then it is closed (counted).",
+    )
+    send_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Longest a client may read nothing while the server's write buffer for it "
+        "is full; then its response is cut and the connection closed (counted).",
+    )
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        le=65536,
+        description="Most HTTP connections open at once (event streams included); one more is "
+        "a 503 before its request is read (counted).",
+    )
     allowed_hosts: EndpointList = Field(
         default_factory=list,
         description="Host header names the HTTP server answers (any port); unset: the "

@@ -87,6 +87,7 @@ def create_app(
     app.state.settings = settings
     app.state.sidecar = state
     app.state.limits = limits
+    app.state.counts = counts
     app.state.streams = streams
     app.state.metrics = Exposition(state, HttpCollector(counts, streams))
     for router in (

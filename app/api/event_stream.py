@@ -8,10 +8,12 @@ batches, renders the batch once in a render thread (``render_frames``: at most
 reader whose queue would pass ``sse_client_queue_bytes`` is shed: its queue is
 dropped, the shed counted, and its stream ends once what was already written
 drains, so that its EventSource reconnects with ``Last-Event-ID`` and loses
-nothing the log still holds. A reader resuming from an older id is sent that
-backlog first, rendered by itself a chunk at a time, each chunk written before
-the next is rendered, while the broadcast queues behind it. At most
-``max_sse_clients`` streams are open; one more is a 503, counted.
+nothing the log still holds (a reader that reads nothing never drains it: its
+connection's send deadline cuts it, app/api/http_connection.py). A reader
+resuming from an older id is sent that backlog first, rendered by itself a
+chunk at a time, each chunk written before the next is rendered, while the
+broadcast queues behind it. At most ``max_sse_clients`` streams are open; one
+more is a 503, counted.
 
 A stream ends quietly whichever way it ends: its client gone (the server
 reports the disconnect; nothing is logged), shed, or the server stopping

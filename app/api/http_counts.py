@@ -1,7 +1,7 @@
 """What the HTTP side refused or dropped, counted for /metrics (``kvscope_sidecar_http_*``).
 
-Every limit in ``HttpLimits`` that turns a request away or drops a reader
-adds one here, so an operator sees a limit being hit rather than guessing
+Every limit in ``HttpLimits`` that turns a request or a connection away or
+drops a reader adds one here, so an operator sees a limit being hit rather than guessing
 from clients' errors. Counts change on the event loop only; /metrics reads
 them from a worker thread, and a read of an int is atomic in CPython.
 """
@@ -9,11 +9,19 @@ them from a worker thread, and a read of an int is atomic in CPython.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
-Refusal = Literal["body_too_large", "host_not_allowed", "sse_clients_full"]
+Refusal = Literal[
+    "body_too_large",
+    "host_not_allowed",
+    "sse_clients_full",
+    "headers_too_large",
+    "headers_timeout",
+    "send_timeout",
+    "connections_full",
+]
 
-REFUSALS: Final[tuple[Refusal, ...]] = ("body_too_large", "host_not_allowed", "sse_clients_full")
+REFUSALS: Final[tuple[Refusal, ...]] = get_args(Refusal)
 
 
 class HttpCounts:

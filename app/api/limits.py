@@ -1,4 +1,5 @@
-"""The HTTP side's limits: every buffer a request or a stream can grow, bounded in bytes.
+"""The HTTP side's limits: every buffer a request or a stream can grow, bounded in bytes,
+and how long and how many connections may hold them.
 
 One frozen object, given to ``create_app``, so a test can shrink a limit to
 reach it with little data and two apps in one process never share one. Each
@@ -10,7 +11,7 @@ defaults. ``from_settings`` reads them from ``SidecarSettings`` (``KVSCOPE_*``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from app.settings import SidecarSettings
 
@@ -20,7 +21,7 @@ SSE_CHUNK_BYTES: Final = 256 * KIB
 """Most event bytes rendered into one write to a stream (at least one event each)."""
 
 
-def _setting(name: str) -> int:
+def _setting(name: str) -> Any:
     """A limit's default: the setting's, so the two cannot disagree."""
     return SidecarSettings.model_fields[name].default
 
@@ -38,6 +39,10 @@ class HttpLimits:
     sse_client_queue_bytes: int = _setting("sse_client_queue_bytes")
     sse_chunk_bytes: int = SSE_CHUNK_BYTES
     events_response_bytes: int = _setting("events_response_bytes")
+    max_header_bytes: int = _setting("max_header_bytes")
+    header_timeout_s: float = _setting("header_timeout_s")
+    send_timeout_s: float = _setting("send_timeout_s")
+    max_connections: int = _setting("max_connections")
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
     """Host header names served (any port); None serves every name."""
 
@@ -63,5 +68,9 @@ class HttpLimits:
             max_sse_clients=settings.max_sse_clients,
             sse_client_queue_bytes=settings.sse_client_queue_bytes,
             events_response_bytes=settings.events_response_bytes,
+            max_header_bytes=settings.max_header_bytes,
+            header_timeout_s=settings.header_timeout_s,
+            send_timeout_s=settings.send_timeout_s,
+            max_connections=settings.max_connections,
             allowed_hosts=hosts,
         )

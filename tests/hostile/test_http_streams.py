@@ -302,3 +302,117 @@ def test_the_access_log_shows_no_token_whatever_the_url_carries() -> None:
         assert any(target in line for line in lines), target
     assert max(map(len, lines)) < 500, "a long target or a forwarded address was logged whole"
     assert "1.2.3.4" not in lines[-1], "a forwarded address was taken for the client's"
+
+
+# --- connections: heads, stalled readers and their number, bounded ------------------------
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """What the server sends until it closes (a reset ends it too)."""
+    received = b""
+    try:
+        while part := sock.recv(65536):
+            received += part
+    except ConnectionResetError:
+        pass
+    sock.close()
+    return received
+
+
+def test_a_head_past_its_limit_is_a_431_without_reading_the_rest() -> None:
+    app, _ = sidecar_app(HttpLimits(max_header_bytes=16 * KIB))
+    with (
+        logged("uvicorn.error") as records,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+    ):
+        assert http.get("/healthz", headers={"X-Pad": "p" * 15 * KIB}).status_code == 200
+        sock = raw_connection(url, stream_request(url)[:-2])
+        headers = b"".join(b"X-Pad-%d: %b\r\n" % (n, b"p" * 1000) for n in range(64))
+        sent = 0
+        try:
+            while sent < 4 * 2**20:
+                sock.sendall(headers)
+                sent += len(headers)
+            sock.sendall(b"\r\n")
+        except OSError:
+            pass  # the server answered and closed: the rest was never read
+        answer = read_all(sock)
+        assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+        assert b"larger than 16384 bytes" in answer
+        assert sent < 4 * 2**20, "the whole head was taken in"
+        assert metric(http, "kvscope_sidecar_http_refused_total", reason="headers_too_large") == 1
+    assert errors_in(records) == []
+
+
+def test_a_connection_that_sends_no_whole_head_in_time_is_closed_and_counted() -> None:
+    app, _ = sidecar_app(HttpLimits(header_timeout_s=1.0))
+    with (
+        logged("uvicorn.error") as records,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+    ):
+        silent = raw_connection(url, b"")
+        unfinished = raw_connection(url, stream_request(url)[:-2])
+        assert (read_all(silent), read_all(unfinished)) == (b"", b"")  # closed by the server
+        reason = {"reason": "headers_timeout"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 2
+    assert errors_in(records) == []
+
+
+def test_a_shed_reader_that_reads_nothing_frees_its_slot_while_its_socket_stays_open() -> None:
+    limits = HttpLimits(
+        max_sse_clients=2,
+        sse_client_queue_bytes=64 * KIB,
+        sse_chunk_bytes=16 * KIB,
+        send_timeout_s=1.0,
+    )
+    app, state = sidecar_app(limits)
+    with (
+        logged("uvicorn.error") as records,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+    ):
+        stalled = raw_connection(url, stream_request(url), receive_buffer=4096)
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 1, "the reader joins")
+        with http.stream("GET", STREAM) as reading:
+            events = sse_events(reading, 10**9)
+
+            def flood() -> float:
+                record(state, events=20, hashes=100)
+                for _ in range(20):
+                    next(events)
+                return metric(http, "kvscope_sidecar_sse_shed_total")
+
+            wait_for(flood, lambda shed: shed == 1, "the stalled reader is shed", wait_s=60)
+
+            def a_new_reader() -> int:
+                with http.stream("GET", STREAM) as joined:
+                    return joined.status_code
+
+            wait_for(a_new_reader, lambda status: status == 200, "a new reader gets the slot")
+        reason = {"reason": "send_timeout"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+        assert read_all(stalled).startswith(b"HTTP/1.1 200")  # cut short, then closed
+    assert errors_in(records) == []
+
+
+def test_connections_past_the_cap_are_a_503_before_their_request_is_read() -> None:
+    app, _ = sidecar_app(HttpLimits(max_connections=2))
+    with (
+        logged("uvicorn.error") as records,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=WAIT_S) as http,
+        httpx.Client(base_url=url, timeout=WAIT_S) as other,
+    ):
+        with other.stream("GET", STREAM) as stream:
+            assert stream.status_code == 200
+            assert http.get("/healthz").status_code == 200  # the second connection
+            third = read_all(raw_connection(url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+            assert third.startswith(b"HTTP/1.1 503") and b"retry-after: 5" in third, third
+            assert b"2 connections are open" in third
+            reason = {"reason": "connections_full"}
+            assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "the stream ends")
+        assert http.get("/healthz").status_code == 200
+    assert errors_in(records) == []

@@ -1,0 +1,151 @@
+"""One HTTP connection under uvicorn's httptools parser, bounded in bytes, time and number.
+
+httptools (chosen for speed) buffers a request's head without limit, and
+uvicorn gives a head no deadline nor a stalled reader any: one connection took
+256 MiB of headers, one that never finished its head stayed open for good, and
+an event-stream reader that stopped reading held its stream (and its slot in
+``max_sse_clients``) while its socket stayed open. ``BoundedConnection`` adds
+what uvicorn lacks, each counted in ``HttpCounts``:
+
+- a head over ``max_header_bytes`` is a 431 (``headers_too_large``). Bytes are
+  counted as they arrive and parsed in pieces no larger than the room left, so
+  parsing stops at the limit; a head that begins in the same piece as the end
+  of the request before it is counted from the next piece on (so at most twice
+  the limit is parsed).
+- a head not complete ``header_timeout_s`` after it began (or after the
+  connection opened, for the first) closes the connection (``headers_timeout``).
+- a response its client reads nothing of for ``send_timeout_s`` while the
+  server's write buffer is full is cut, dropping what is buffered
+  (``send_timeout``): the response's ``send`` returns, as for a client gone.
+- past ``max_connections`` open connections a new one is answered 503 and
+  closed before its request is read (``connections_full``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from app.api.http_counts import HttpCounts, Refusal
+from app.api.limits import HttpLimits
+
+
+class BoundedConnection(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds above; ``over`` binds it to an app's."""
+
+    limits: ClassVar[HttpLimits]
+    counts: ClassVar[HttpCounts]
+
+    @classmethod
+    def over(cls, limits: HttpLimits, counts: HttpCounts) -> type[BoundedConnection]:
+        """This protocol with ``limits`` and ``counts`` (uvicorn makes one per connection)."""
+        return type(cls.__name__, (cls,), {"limits": limits, "counts": counts})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True
+        self._head_bytes = 0
+        self._head_deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self._refuse(
+                "connections_full",
+                503,
+                f"{self.limits.max_connections} connections are open, the sidecar's most",
+                b"retry-after: 5\r\n",
+            )
+            return
+        self._arm_head_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for deadline in (self._head_deadline, self._send_deadline):
+            if deadline is not None:
+                deadline.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        limit = self.limits.max_header_bytes
+        if len(data) <= limit - self._head_bytes:  # the common case: feed it whole
+            self._fed(data)
+            return
+        # In pieces no larger than the room left: a head stops being parsed at its limit.
+        view = memoryview(data)
+        while view and not self.transport.is_closing():
+            room = limit - self._head_bytes
+            if room <= 0:
+                detail = f"request head larger than {limit} bytes, the sidecar's limit"
+                self._refuse("headers_too_large", 431, detail)
+                return
+            self._fed(bytes(view[:room]))
+            view = view[room:]
+
+    def _fed(self, data: bytes) -> None:
+        """``data`` parsed, and counted against the head it belongs to (if any)."""
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_deadline is None:
+            self._arm_head_deadline()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_deadline is None:
+            self._send_deadline = self.loop.call_later(self.limits.send_timeout_s, self._cut_send)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _arm_head_deadline(self) -> None:
+        self._head_deadline = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
+
+    def _head_late(self) -> None:
+        self._head_deadline = None
+        if not self.transport.is_closing():
+            self.counts.refuse("headers_timeout")
+            self.transport.close()
+
+    def _cut_send(self) -> None:
+        self._send_deadline = None
+        self.counts.refuse("send_timeout")
+        self.transport.abort()  # close() would wait for the buffer to drain: for ever
+
+    def _refuse(self, reason: Refusal, status: int, detail: str, headers: bytes = b"") -> None:
+        """Answer ``status`` with ``{"detail": detail}`` and close, as the guards answer."""
+        self.counts.refuse(reason)
+        body = json.dumps({"detail": detail}).encode()
+        defaults = self.server_state.default_headers  # date and server, as uvicorn sends
+        head = b"".join(name + b": " + value + b"\r\n" for name, value in defaults)
+        self.transport.write(
+            STATUS_LINE[status]
+            + head
+            + b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
+            + b"connection: close\r\n"
+            + headers
+            + b"\r\n"
+            + body
+        )
+        self.transport.close()
