@@ -376,6 +376,10 @@ class CPUOffloadingManager(OffloadingManager):
             for a, b, parent in zip(starts, ends, parents, strict=True)
         ]
 
+    @property
+    def events_enabled(self) -> bool:
+        return self._events is not None
+
     def take_events(self) -> list[OffloadingEvent]:
         if self._events is None:
             return []

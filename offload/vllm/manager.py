@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from itertools import count
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
     OffloadingConnectorStats,
@@ -72,6 +73,11 @@ class KVScopeManager(OffloadingManager):
         self._chunk_tokens = dict(chunk_tokens)
         """Tokens of one chunk by KV cache group index: groups may differ."""
         self._published = PublishedNames(chunk_tokens)
+        self._write_order: dict[OffloadKey, int] | None = {} if core.events_enabled else None
+        """Keys being written -> the order prepare_store handed them out in, while events are
+        on: vLLM completes a store with a set, and the stored events' runs, parents and
+        groups follow the order of the keys. At most one entry per slot being written."""
+        self._writes = count()
         self._step = 0
         """Scheduler steps ended: a lookup in a new step begins a new scheduling."""
         self._blocks = core.policy.blocks
@@ -185,6 +191,8 @@ class KVScopeManager(OffloadingManager):
         if output is None:
             return None
         access.inserted.update(output.block_hashes_to_store)
+        if self._write_order is not None:
+            self._write_order.update(zip(output.block_hashes_to_store, self._writes, strict=False))
         return PrepareStoreOutput(
             keys_to_store=list(output.block_hashes_to_store),
             store_spec=CPULoadStoreSpec(output.store_spec.block_ids),
@@ -194,6 +202,9 @@ class KVScopeManager(OffloadingManager):
     def complete_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
     ) -> None:
+        if self._write_order is not None:
+            order = self._write_order
+            keys = sorted(keys, key=lambda key: order.pop(key, -1))
         changed = self.core.complete_store(keys, success)
         self._drain()
         if not success and changed and self._events is not None:
@@ -240,6 +251,8 @@ class KVScopeManager(OffloadingManager):
     def reset_cache(self) -> None:
         self._drain()
         self.core.reset()
+        if self._write_order is not None:
+            self._write_order.clear()
         # vLLM announces a reset itself; only kvscope's publisher hears of the blocks.
         self._drain(vllm=False)
         self._generation += 1

@@ -44,7 +44,8 @@ def _store(manager: KVScopeManager, request: Request, *spans: slice, success: bo
     keys = [key for group, span in enumerate(spans) for key in request.keys[group][span]]
     output = manager.prepare_store(keys, request.ctx)
     assert output is not None
-    manager.complete_store(output.keys_to_store, request.ctx, success=success)
+    # vLLM completes a store with a set (scheduler.py: keys=set(keys_to_store)): any order.
+    manager.complete_store(output.keys_to_store[::-1], request.ctx, success=success)
     Scheduler(manager).step()
 
 
