@@ -17,6 +17,7 @@ what uvicorn lacks, each counted in ``HttpCounts``:
 - a response its client reads nothing of for ``send_timeout_s`` while the
   server's write buffer is full is cut, dropping what is buffered
   (``send_timeout``): the response's ``send`` returns, as for a client gone.
+  A client that reads, however slowly, is given the time again.
 - past ``max_connections`` open connections a new one is answered 503 and
   closed before its request is read (``connections_full``).
 """
@@ -50,6 +51,7 @@ class BoundedConnection(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
+        self._buffered = 0  # the write buffer's size when the send deadline was set
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -86,9 +88,15 @@ class BoundedConnection(HttpToolsProtocol):
             view = view[room:]
 
     def _fed(self, data: bytes) -> None:
-        """``data`` parsed, and counted against the head it belongs to (if any)."""
+        """``data`` parsed, and counted against the head it belongs to (if any).
+
+        Bytes between requests start the head's deadline: uvicorn stops its keep-alive
+        timer on any bytes, and blank lines, which the parser skips, begin no message.
+        """
         if self._in_head:
             self._head_bytes += len(data)
+            if self._head_deadline is None:
+                self._arm_head_deadline()
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -111,7 +119,7 @@ class BoundedConnection(HttpToolsProtocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         if self._send_deadline is None:
-            self._send_deadline = self.loop.call_later(self.limits.send_timeout_s, self._cut_send)
+            self._arm_send_deadline()
 
     def resume_writing(self) -> None:
         super().resume_writing()
@@ -128,8 +136,17 @@ class BoundedConnection(HttpToolsProtocol):
             self.counts.refuse("headers_timeout")
             self.transport.close()
 
-    def _cut_send(self) -> None:
+    def _arm_send_deadline(self) -> None:
+        self._buffered = self.transport.get_write_buffer_size()
+        self._send_deadline = self.loop.call_later(self.limits.send_timeout_s, self._send_late)
+
+    def _send_late(self) -> None:
+        """Cut the response if its client read nothing since the deadline was set; a client
+        that reads, however slowly, gets another ``send_timeout_s``."""
         self._send_deadline = None
+        if self.transport.get_write_buffer_size() < self._buffered:
+            self._arm_send_deadline()
+            return
         self.counts.refuse("send_timeout")
         self.transport.abort()  # close() would wait for the buffer to drain: for ever
 

@@ -355,8 +355,15 @@ def test_a_connection_that_sends_no_whole_head_in_time_is_closed_and_counted() -
         silent = raw_connection(url, b"")
         unfinished = raw_connection(url, stream_request(url)[:-2])
         assert (read_all(silent), read_all(unfinished)) == (b"", b"")  # closed by the server
+        # A blank line after a kept-alive request stops uvicorn's keep-alive timer and begins
+        # no request: it held the connection open for good.
+        host = urlsplit(url).netloc.encode()
+        kept = raw_connection(url, b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host)
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200")
+        kept.sendall(b"\r\n")
+        assert read_all(kept) == b""
         reason = {"reason": "headers_timeout"}
-        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 2
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 3
     assert errors_in(records) == []
 
 
