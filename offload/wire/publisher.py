@@ -31,6 +31,7 @@ from itertools import islice
 import zmq
 
 from offload.base import Closeable, OffloadingEvent
+from offload.wire.batch_bounds import bounded_batches
 from offload.wire.framing import (
     DEFAULT_KV_TOPIC,
     DEFAULT_SAMPLE_TOPIC,
@@ -452,14 +453,17 @@ class EventPublisher(Publisher):
     # --- flushing: under _sending, by a caller or the thread ---------------------
 
     def _flush(self) -> None:
-        """Send every queued KV event as one batch, then the queued stats frames."""
+        """Send every queued KV event, as one batch unless it names more than a batch may
+        (``bounded_batches``), then the queued stats frames."""
         self._next_flush = _now() + self._interval
         pending_kv, pending_stats = self._pending_kv, self._pending_stats
         events: list[OffloadingEvent] = []
         while pending_kv:
             events += pending_kv.popleft()
         if events:
-            self._guarded(self._send_batch, time.time(), events)
+            ts = time.time()
+            for batch in bounded_batches(events):
+                self._guarded(self._send_batch, ts, batch)
         while pending_stats:
             self._guarded(self._send_stats, pending_stats.popleft())
         for payload in self._take_samples():
