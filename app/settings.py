@@ -64,6 +64,10 @@ class IngestConfig:
         return max(1, self.receive_buffer_bytes // self.max_message_bytes)
 
 
+MIN_INSIGHT_CPU_SHARE: Final = 0.001
+"""The least CPU share the shadow thread may be given: below it, the wait it owes after one
+item of a few milliseconds runs to hours (and past 1e-9 overflowed the clock and stopped it)."""
+
 INSIGHT_POLICIES: Final = ("lru", "arc")
 """The policies a live curve simulates unless told otherwise: those whose sampled curve
 was checked against the exact sweep (README, "The hit-ratio curve")."""
@@ -223,7 +227,7 @@ class SidecarSettings(BaseSettings):
     )
     insight_cpu_share: float = Field(
         default=0.1,
-        gt=0,
+        ge=MIN_INSIGHT_CPU_SHARE,
         le=1,
         description="Share of one core the shadow tiers' thread may take; past it its queue "
         "fills and sheds rather than slowing ingest.",

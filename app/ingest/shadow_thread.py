@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Final
 
+from app.settings import MIN_INSIGHT_CPU_SHARE
 from app.state.insight_queue import ShadowQueue
 from offload.wire.log_limit import LogLimiter
 
@@ -34,8 +35,8 @@ class ShadowThread:
     """Takes items off ``queue`` and runs them, within ``cpu_share`` of a core."""
 
     def __init__(self, queue: ShadowQueue, cpu_share: float) -> None:
-        if not 0 < cpu_share <= 1:
-            raise ValueError(f"cpu_share must be in (0, 1], got {cpu_share}")
+        if not MIN_INSIGHT_CPU_SHARE <= cpu_share <= 1:
+            raise ValueError(f"cpu_share must be in [{MIN_INSIGHT_CPU_SHARE}, 1], got {cpu_share}")
         self.queue = queue
         self.cpu_share = cpu_share
         self.items_run = 0

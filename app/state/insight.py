@@ -307,12 +307,13 @@ class PublisherInsight:
     # --- readers ----------------------------------------------------------------------
 
     def curve(self) -> HitRatioCurve | None:
-        """The curve so far, every simulated policy that has seen a reference; None before."""
+        """The curve so far, every simulated policy that has replayed a sampled reference; None
+        before (with none, a ratio adjusted for the sample is 1.0 at every capacity)."""
         with self.lock:
             parts = [
                 estimator.curve()
                 for estimator in (self._stack, self._shadows)
-                if estimator is not None and estimator.block_refs > 0
+                if estimator is not None and estimator.sampled_refs > 0
             ]
         if not parts:
             return None

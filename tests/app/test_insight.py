@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.api import create_app
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
-from app.state.insight import PublisherInsight
+from app.state.insight import InsightState, PublisherInsight
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
 from offload import CPUOffloadingManager
@@ -342,9 +342,10 @@ def test_insight_settings_are_bounded_and_policies_checked_by_name(monkeypatch) 
     with pytest.raises(ValueError, match="'nope' is not a cache policy"):
         SidecarSettings(connect=["tcp://127.0.0.1:1"])
     monkeypatch.setenv("KVSCOPE_INSIGHT_POLICIES", "arc")
-    monkeypatch.setenv("KVSCOPE_INSIGHT_CPU_SHARE", "0")
-    with pytest.raises(ValueError, match="insight_cpu_share"):
-        SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    for share in ("0", "1e-12"):  # 1e-12 once overflowed the shadow thread's wait and stopped it
+        monkeypatch.setenv("KVSCOPE_INSIGHT_CPU_SHARE", share)
+        with pytest.raises(ValueError, match="insight_cpu_share"):
+            SidecarSettings(connect=["tcp://127.0.0.1:1"])
     monkeypatch.setenv("KVSCOPE_INSIGHT_CPU_SHARE", "0.5")
     config = SidecarSettings(connect=["tcp://127.0.0.1:1"]).insight_config()
     assert (config.policies, config.cpu_share) == (("arc",), 0.5)
@@ -411,3 +412,17 @@ def test_candidates_a_worker_could_not_have_sent_are_left_out() -> None:
 def test_other_policies_show_no_admission_candidates() -> None:
     shown = _insight_of(WorkerStats())
     assert shown["admission_candidates"] is None and shown["admission_followed"] is None
+
+
+def test_no_curve_is_served_before_a_sampled_reference_is_replayed() -> None:
+    """A frame whose requests had no sampled block (a short prompt at rate 0.05) once served a
+    hit ratio of 1.0 at every capacity: adjusted for a sample of none, any count reads 1.0."""
+    insight = InsightState().new_publisher()
+    frame = SampleFrame(
+        ts=1.0, engine_id="e0", rank=0,
+        config=WorkerConfig(policy="lru", capacity_blocks=2000, block_size=16),
+        rate=0.05, seed=0, requests=[], unsampled_requests=3, unsampled_block_refs=30,
+    )  # fmt: skip
+    insight.receive(0, decode_sample_frame(encode_sample_frame(frame)))
+    assert insight.block_refs == 30
+    assert insight.curve() is None
