@@ -235,12 +235,14 @@ class SidecarSettings(BaseSettings):
     max_message_bytes: int = Field(
         default=16 * MiB,
         ge=MiB,
+        le=2**31 - 1,  # ZMQ's MAXMSGSIZE is a 64-bit int, but no frame needs 2 GiB
         description="Largest message taken from any socket; ZMQ disconnects a peer that sends "
         "more.",
     )
     receive_buffer_bytes: int = Field(
         default=64 * MiB,
         ge=MiB,
+        le=2**40,  # its high-water mark (over max_message_bytes at least 1 MiB) fits ZMQ's int
         description="Messages queued per connection of a receiving socket, in bytes: its "
         "high-water mark is this over max_message_bytes (at least 1); past it the peer waits "
         "or drops, seen as a gap.",
@@ -411,6 +413,17 @@ class SidecarSettings(BaseSettings):
             raise ValueError(
                 f"replay (KVSCOPE_REPLAY) names {len(self.replay)} endpoints but connect "
                 f"(KVSCOPE_CONNECT) only {len(self.connect)}; replay[i] belongs to connect[i]"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _listen_is_not_connect(self) -> SidecarSettings:
+        both = sorted(set(self.connect) & set(self.listen))
+        if both:
+            raise ValueError(
+                f"{both[0]} is both listened on (KVSCOPE_LISTEN) and connected to "
+                "(KVSCOPE_CONNECT): the sidecar would read its own socket; connect names a "
+                "worker's endpoint, listen one the sidecar binds for publishers"
             )
         return self
 

@@ -176,6 +176,12 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
          "--connect / KVSCOPE_CONNECT: Value error, 'foo://engine:5557' is not a ZMQ endpoint"),
         ([], {"KVSCOPE_CONNECT": "[" * 100_000},
          "--connect / KVSCOPE_CONNECT: Value error, a JSON list nested too deeply"),
+        (["--connect", "tcp://127.0.0.1:59002", "--listen", "tcp://127.0.0.1:59002"], {},
+         "settings: Value error, tcp://127.0.0.1:59002 is both listened on (KVSCOPE_LISTEN)"),
+        (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_MAX_MESSAGE_BYTES": str(2**40)},
+         "--max-message-bytes / KVSCOPE_MAX_MESSAGE_BYTES: Input should be less than or equal"),
+        (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_RECEIVE_BUFFER_BYTES": str(2**50)},
+         "--receive-buffer-bytes / KVSCOPE_RECEIVE_BUFFER_BYTES: Input should be less than"),
     ],
 )  # fmt: skip
 def test_serve_refuses_a_bad_listen_setting_in_one_line_naming_it(
