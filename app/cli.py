@@ -38,6 +38,7 @@ from offload.sim.optimum import prefix_conflict
 from offload.wire.publisher import EventPublisher
 
 DEFAULT_CAPACITY = 2000
+MAX_DURATION_S = 365 * 24 * 3600
 PROGRESS_MIN_REQUESTS = 20_000
 """Replays shorter than this (requests, summed over every point) draw no progress bar."""
 
@@ -84,6 +85,16 @@ def _request_rate(text: str) -> float:
     value = _number(text, "rate")
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"rate must be above 0 and finite, got {value}")
+    return value
+
+
+def _duration(text: str) -> float:
+    """Seconds to run: above 0 and at most a year (a wait far longer overflows the clock)."""
+    value = _number(text, "duration")
+    if not 0 < value <= MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(
+            f"duration must be above 0 and at most {MAX_DURATION_S} seconds, got {value}"
+        )
     return value
 
 
@@ -190,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_RATE}; 0 turns it off)",
     )  # fmt: skip
     demo_cmd.add_argument(
-        "--duration", type=float, default=None, help="stop after this many seconds"
+        "--duration", type=_duration, default=None, help="stop after this many seconds"
     )
     demo_cmd.set_defaults(run=_run_demo)
     return parser

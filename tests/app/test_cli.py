@@ -217,6 +217,15 @@ def test_demo_refuses_a_rate_that_paces_nothing(rate: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("duration", ["0", "-5", "nan", "inf", "1e300"])
+def test_demo_refuses_a_duration_it_cannot_wait(duration: str) -> None:
+    """inf and 1e300 overflowed the wait (a traceback); nan, 0 and -5 stopped at once, exit 0."""
+    result = kvscope("demo", "--duration", duration)
+    assert result.returncode == 2
+    assert "duration must be above 0 and at most 31536000 seconds" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_demo_refuses_a_gpu_capacity_below_one_block() -> None:
     result = kvscope("demo", "--gpu-capacity", "0", "--duration", "1")
     assert result.returncode == 2
