@@ -19,10 +19,9 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from app.ingest import ListenError
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
-from app.settings import SidecarSettings
+from app.settings import SettingError, SidecarSettings
 from offload.cpu.manager import MAX_NUM_BLOCKS
 from offload.cpu.policies.registry import policy_names
 from offload.insight.plot import PlotError, check_plot_path, write_plot
@@ -380,8 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"kvscope: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except ListenError as exc:
-        print(f"kvscope: error: {_setting_name(('listen',))}: {exc}", file=sys.stderr)
+    except SettingError as exc:
+        print(f"kvscope: error: {_setting_name((exc.setting,))}: {exc}", file=sys.stderr)
         return 2
     finally:
         if provider is not None:

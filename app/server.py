@@ -12,6 +12,7 @@ state they feed themselves).
 from __future__ import annotations
 
 import gc
+import socket
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ from fastapi import FastAPI
 from app.api import create_app
 from app.api.access_log import redact_access_log
 from app.api.http_connection import BoundedConnection
+from app.http_socket import bind_http
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
@@ -41,11 +43,23 @@ ingest thread pays for them only while requests are being served."""
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, ending the app's event streams as it starts to shut down.
+    """uvicorn on sockets bound when it is built, ending the app's event streams as it starts
+    to shut down.
 
-    Streams never end on their own: without this each would be cancelled
-    after the grace period, and uvicorn logs a traceback per cancelled request.
+    Bound when built, so that a taken port or an unknown host is a ``SettingError`` raised
+    where the server is made (app/http_socket.py), not a log line from uvicorn's thread.
+    Streams never end on their own: without the ending each would be cancelled after the
+    grace period, and uvicorn logs a traceback per cancelled request.
     """
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.bound = bind_http(config.host, config.port)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=self.bound)
+        # uvicorn announces only the sockets it binds itself; tools read the line (bench/).
+        self._log_started_message(self.bound)
 
     async def shutdown(self, sockets: list | None = None) -> None:
         app = self.config.app
@@ -80,8 +94,13 @@ def build_server(
     sets the interpreter's switch interval for the process (``GIL_SWITCH_S``)."""
     sys.setswitchinterval(GIL_SWITCH_S)
     state = SidecarState.from_settings(settings)
-    server = http_server(create_app(settings, state), settings.host, settings.port, log_level)
-    return server, Ingestor(state)
+    ingestor = Ingestor(state)
+    try:
+        server = http_server(create_app(settings, state), settings.host, settings.port, log_level)
+    except BaseException:
+        ingestor.close()
+        raise
+    return server, ingestor
 
 
 def run_server(settings: SidecarSettings) -> None:

@@ -115,6 +115,14 @@ _HOST_NAME: Final = re.compile(r"[A-Za-z0-9.-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}\]?"
 """A DNS name or an IPv4/IPv6 address, as a Host header names it (without the port)."""
 
 
+class SettingError(Exception):
+    """A setting valid in form that fails in use (an address taken, a host name that resolves
+    to nothing), found only when the sidecar binds; ``setting`` is its field, so the command
+    line names the flag and variable as it does for a validation error."""
+
+    setting: ClassVar[str] = "settings"
+
+
 class SidecarSettings(BaseSettings):
     """Where to read KV events from, where to serve, and how much to keep in memory."""
 

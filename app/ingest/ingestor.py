@@ -27,7 +27,7 @@ from app.decode import DecodedBatch, decode_kv_payload, decode_stats_payload
 from app.ingest.replay import Answer, KVFrame, Replay
 from app.ingest.shadow_thread import ShadowThread
 from app.ingest.sockets import receiving_socket
-from app.settings import IngestConfig, PublisherEndpoints
+from app.settings import IngestConfig, PublisherEndpoints, SettingError
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherState, ReplayOutcome
 from app.state.sidecar import SidecarState
@@ -70,8 +70,10 @@ publisher's view like a sequence that goes back, instead of counting
 billions of batches missed."""
 
 
-class ListenError(Exception):
+class ListenError(SettingError):
     """A ``listen`` endpoint could not be bound (taken, or no such address here)."""
+
+    setting = "listen"
 
 
 class _Sample(NamedTuple):

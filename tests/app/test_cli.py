@@ -17,10 +17,13 @@ from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE, load_trace
 from offload.sim.workload import run_workload
 
 
-def kvscope(*args: str) -> subprocess.CompletedProcess[str]:
+def kvscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The command, with no KVSCOPE_* setting but those given."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-m", "app.cli", *args],
+        capture_output=True, text=True, timeout=120, env={**clean, **(env or {})},
+    )  # fmt: skip
 
 
 def test_replay_prints_one_json_line_of_totals(trace_slice: Path) -> None:
@@ -154,11 +157,7 @@ def test_serve_starts_without_loading_torch() -> None:
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`kvscope serve` with no KVSCOPE_* setting but those given."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "serve", *args],
-        capture_output=True, text=True, timeout=120, env={**clean, **(env or {})},
-    )  # fmt: skip
+    return kvscope("serve", *args, env=env)
 
 
 @pytest.mark.parametrize(
@@ -231,3 +230,40 @@ def test_demo_refuses_a_gpu_capacity_below_one_block() -> None:
     assert result.returncode == 2
     assert "capacity must be at least 1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+SIDECAR_COMMANDS = {"serve": ["serve", "--connect", "tcp://127.0.0.1:5557"], "demo": ["demo"]}
+
+
+@pytest.mark.parametrize("command", SIDECAR_COMMANDS.values(), ids=SIDECAR_COMMANDS)
+def test_a_taken_http_port_is_one_line_naming_the_port(command: list[str]) -> None:
+    """uvicorn bound it when serving began: `serve` ended with its log and status 3, `demo`
+    with a traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = kvscope(*command, env={"KVSCOPE_PORT": str(port)})
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"kvscope: error: --port / KVSCOPE_PORT: cannot bind 127.0.0.1:{port}: "
+        "Address already in use"
+    )
+
+
+@pytest.mark.parametrize("command", SIDECAR_COMMANDS.values(), ids=SIDECAR_COMMANDS)
+@pytest.mark.parametrize(
+    ("host", "problem"),
+    [
+        ("no-such-host.invalid", "cannot resolve 'no-such-host.invalid': "),
+        ("192.0.2.1", "cannot bind 192.0.2.1:0: Cannot assign requested address"),
+    ],
+    ids=["unresolvable", "not-this-machines"],
+)
+def test_a_host_the_sidecar_cannot_bind_is_one_line_naming_the_host(
+    command: list[str], host: str, problem: str
+) -> None:
+    result = kvscope(*command, "--host", host, "--port", "0")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"kvscope: error: --host / KVSCOPE_HOST: {problem}")
+    assert result.stderr.count("\n") == 1
