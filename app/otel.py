@@ -12,15 +12,26 @@ module reads ``OTEL_SDK_DISABLED`` and ``OTEL_TRACES_EXPORTER``.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+if TYPE_CHECKING:  # the SDK is imported only where tracing is on (configure_otel)
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 KNOWN_EXPORTERS = ("console", "otlp", "none")
+
+_BSP_VARIABLES = {
+    "max_queue_size": "OTEL_BSP_MAX_QUEUE_SIZE",
+    "schedule_delay_millis": "OTEL_BSP_SCHEDULE_DELAY",
+    "max_export_batch_size": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "export_timeout_millis": "OTEL_BSP_EXPORT_TIMEOUT",
+}
+"""The variables behind the batch span processor's arguments, which its errors name."""
 
 
 class OtelConfigError(ValueError):
@@ -32,23 +43,60 @@ def configure_otel(environ: Mapping[str, str] = os.environ) -> TracerProvider | 
 
     Returns the provider (call ``shutdown()`` on exit to flush it), or None
     when tracing stays off: no exporter named, ``none``, or the SDK disabled.
+    The SDK is imported only then: it reads some variables (the span limits)
+    as it is imported, and a bad one must not break a command that traces
+    nothing. A value the SDK refuses is an ``OtelConfigError`` naming it.
     """
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
     names = [n.strip() for n in environ.get("OTEL_TRACES_EXPORTER", "none").split(",")]
-    exporters = [_exporter(name) for name in names if name and name != "none"]
-    if not exporters:
+    names = [name for name in names if name and name != "none"]
+    if not names:
         return None
-    service = environ.get("OTEL_SERVICE_NAME") or "kvscope"
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+    for variable in _BSP_VARIABLES.values():
+        _check_integer(environ, variable)
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        service = environ.get("OTEL_SERVICE_NAME") or "kvscope"
+        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        for name in names:
+            provider.add_span_processor(BatchSpanProcessor(_exporter(name)))
+    except OtelConfigError:
+        raise
+    except ValueError as exc:
+        raise _refused(exc) from None
     trace.set_tracer_provider(provider)
     return provider
 
 
+def _check_integer(environ: Mapping[str, str], variable: str) -> None:
+    """The SDK logs a traceback for a batch processor variable that is not an integer, and
+    goes on with its default: refused here instead, like any other bad setting."""
+    value = environ.get(variable)
+    if value is None:
+        return
+    try:
+        int(value)
+    except ValueError:
+        raise OtelConfigError(f"{variable} must be an integer, got {value!r}") from None
+
+
+def _refused(exc: ValueError) -> OtelConfigError:
+    """The SDK's error, naming the variable where the SDK names the argument it set."""
+    pattern = r"\b(" + "|".join(_BSP_VARIABLES) + r")\b"
+    message = re.sub(pattern, lambda match: _BSP_VARIABLES[match[1]], str(exc)).rstrip(".")
+    if "OTEL_" in message:
+        return OtelConfigError(message)
+    return OtelConfigError(f"the OpenTelemetry SDK refused the OTEL_* settings: {message}")
+
+
 def _exporter(name: str) -> SpanExporter:
     if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
         # stderr: kvscope's commands print their results on stdout.
         return ConsoleSpanExporter(out=sys.stderr)
     if name == "otlp":

@@ -140,6 +140,40 @@ def test_an_unknown_otel_exporter_is_a_clear_error(trace_slice: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "abc"},
+         "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT must be a non-negative integer but got abc"),
+        ({"OTEL_SPAN_EVENT_COUNT_LIMIT": "-1"},
+         "OTEL_SPAN_EVENT_COUNT_LIMIT must be a non-negative integer but got -1"),
+        ({"OTEL_BSP_MAX_QUEUE_SIZE": "0"}, "OTEL_BSP_MAX_QUEUE_SIZE must be a positive integer"),
+        ({"OTEL_BSP_SCHEDULE_DELAY": "-5"}, "OTEL_BSP_SCHEDULE_DELAY must be positive"),
+        ({"OTEL_BSP_SCHEDULE_DELAY": "soon"},
+         "OTEL_BSP_SCHEDULE_DELAY must be an integer, got 'soon'"),
+        ({"OTEL_BSP_MAX_QUEUE_SIZE": "16", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64"},
+         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE must be less than or equal to OTEL_BSP_MAX_QUEUE_SIZE"),
+    ],
+)  # fmt: skip
+def test_an_otel_value_the_sdk_refuses_is_one_line_naming_it(
+    trace_slice: Path, variables: dict[str, str], message: str
+) -> None:
+    """The SDK raised (a traceback, exit 1), or logged a traceback and went on (``soon``)."""
+    env = {"OTEL_TRACES_EXPORTER": "console", **variables}
+    result = kvscope("replay", str(trace_slice), env=env)
+    assert result.returncode == 2
+    assert result.stderr == f"kvscope: error: {message}\n"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["replay", "--capacity", "10"]])
+def test_a_bad_otel_value_breaks_no_command_while_tracing_is_off(args: list[str]) -> None:
+    """The SDK read the span limits as it was imported, and app.otel imported it first thing."""
+    env = {"OTEL_TRACES_EXPORTER": "none", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "abc"}
+    result = kvscope(*args, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
 def test_serve_starts_without_loading_torch() -> None:
     """`kvscope serve` is the sidecar image's command, and the image has no torch."""
     result = subprocess.run(
