@@ -382,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingError as exc:
         print(f"kvscope: error: {_setting_name((exc.setting,))}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down cleanly, and said so
+        return 130
     finally:
         if provider is not None:
             provider.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -17,12 +18,17 @@ from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE, load_trace
 from offload.sim.workload import run_workload
 
 
+def environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with no KVSCOPE_* setting but those given."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
+    return {**clean, **(env or {})}
+
+
 def kvscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The command, with no KVSCOPE_* setting but those given."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
-        capture_output=True, text=True, timeout=120, env={**clean, **(env or {})},
+        capture_output=True, text=True, timeout=120, env=environment(env),
     )  # fmt: skip
 
 
@@ -301,3 +307,21 @@ def test_a_host_the_sidecar_cannot_bind_is_one_line_naming_the_host(
     assert result.returncode == 2
     assert result.stderr.startswith(f"kvscope: error: --host / KVSCOPE_HOST: {problem}")
     assert result.stderr.count("\n") == 1
+
+
+def test_ctrl_c_stops_serve_quietly_with_status_130() -> None:
+    """uvicorn shut down cleanly, then the interrupt it passed on ended in a traceback."""
+    command = ["serve", "--connect", "tcp://127.0.0.1:5557", "--port", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *command],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment(),
+    ) as process:  # fmt: skip
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "Uvicorn running on" in line:
+                break
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert "Finished server process" in stderr
