@@ -1,19 +1,30 @@
-"""The HTTP server's listening sockets, bound before uvicorn starts.
+"""The HTTP server's listening sockets, bound before uvicorn starts, and the URL they serve.
 
 uvicorn binds when its event loop starts and, when that fails, logs the error
 and exits with its own status; bound here first, a port that is taken or a
 host that does not resolve is an error naming the setting, like any other
 bad setting (app/cli.py). The sockets are those uvicorn would have bound:
 one per address the host resolves to, as asyncio's ``create_server`` does.
+
+``write_url_file`` records the URL a local client reaches them at, for the
+container image's healthcheck (docker/healthcheck.py): the port on the
+command line, or one picked by port 0, is known to the probe only that way.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
+from pathlib import Path
 
 from app.settings import SettingError
+
+logger = logging.getLogger(__name__)
+
+_LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+"""A wildcard address, and the one a client on this machine connects to instead."""
 
 
 class HostError(SettingError):
@@ -54,6 +65,27 @@ def bind_http(host: str, port: int) -> list[socket.socket]:
                 f"cannot bind {_address(host, port)}: {os.strerror(exc.errno or 0)}"
             ) from None
     return sockets
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://HOST:PORT``, the host in brackets when it is an IPv6 address."""
+    return f"http://{_address(host, port)}"
+
+
+def write_url_file(path: Path, sock: socket.socket) -> None:
+    """Write the base URL a client on this machine reaches ``sock`` at, whole or not at all.
+
+    A file that cannot be written (a read-only root without a scratch /tmp) is
+    a warning, not a failure: the healthcheck then falls back to the
+    environment's port, as it did before there was a file.
+    """
+    host, port = sock.getsockname()[:2]
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(base_url(_LOOPBACK.get(host, host), port) + "\n")
+        partial.replace(path)
+    except OSError as exc:
+        logger.warning("cannot write the URL file %s: %s", path, exc.strerror or exc)
 
 
 def _address(host: str, port: int) -> str:

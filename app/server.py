@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
@@ -23,7 +24,7 @@ from fastapi import FastAPI
 from app.api import create_app
 from app.api.access_log import redact_access_log
 from app.api.http_connection import BoundedConnection
-from app.http_socket import bind_http
+from app.http_socket import base_url, bind_http, write_url_file
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
@@ -52,14 +53,17 @@ class _Server(uvicorn.Server):
     grace period, and uvicorn logs a traceback per cancelled request.
     """
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, url_file: Path | None) -> None:
         super().__init__(config)
         self.bound = bind_http(config.host, config.port)
+        self.url_file = url_file
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=self.bound)
         # uvicorn announces only the sockets it binds itself; tools read the line (bench/).
         self._log_started_message(self.bound)
+        if self.url_file is not None:
+            write_url_file(self.url_file, self.bound[0])
 
     async def shutdown(self, sockets: list | None = None) -> None:
         app = self.config.app
@@ -68,9 +72,12 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def http_server(app: FastAPI, host: str, port: int, log_level: str = "info") -> uvicorn.Server:
+def http_server(
+    app: FastAPI, host: str, port: int, log_level: str = "info", url_file: Path | None = None
+) -> uvicorn.Server:
     """uvicorn over ``app`` (from ``create_app``), each connection bounded by the app's limits
-    (app/api/http_connection.py), with the access log's targets redacted (app/api/access_log.py)."""
+    (app/api/http_connection.py), with the access log's targets redacted (app/api/access_log.py);
+    once listening it writes its URL to ``url_file``, when given (app/http_socket.py)."""
     config = uvicorn.Config(
         app,
         host=host,
@@ -84,7 +91,7 @@ def http_server(app: FastAPI, host: str, port: int, log_level: str = "info") -> 
         proxy_headers=False,
     )
     redact_access_log()  # after uvicorn.Config, which configures logging
-    return _Server(config)
+    return _Server(config, url_file)
 
 
 def build_server(
@@ -96,7 +103,8 @@ def build_server(
     state = SidecarState.from_settings(settings)
     ingestor = Ingestor(state)
     try:
-        server = http_server(create_app(settings, state), settings.host, settings.port, log_level)
+        app = create_app(settings, state)
+        server = http_server(app, settings.host, settings.port, log_level, settings.url_file)
     except BaseException:
         ingestor.close()
         raise
@@ -142,8 +150,7 @@ class HttpServer(Closeable):
                     "(see uvicorn's log above)"
                 )
             time.sleep(0.01)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        self.url = base_url(*self.server.servers[0].sockets[0].getsockname()[:2])
         return self
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -152,6 +153,12 @@ class SidecarSettings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
+    url_file: Path | None = Field(
+        default=None,
+        description="A file to write the HTTP server's base URL to once it listens (the "
+        "container image's healthcheck reads it: the port may come from the command line, or "
+        "from port 0); a file that cannot be written is a warning.",
+    )
     token: SecretStr | None = Field(
         default=None,
         description="When set, every route but /healthz and /readyz needs `Bearer <token>`.",

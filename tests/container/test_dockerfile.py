@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,8 @@ def test_image_runs_non_root_on_its_exposed_port_with_settings_the_sidecar_reads
     assert env["KVSCOPE_HOST"] == "0.0.0.0", "inside a container the sidecar binds every address"
     assert in_effect(image, "EXPOSE").arguments == env["KVSCOPE_PORT"]
     assert int(env["KVSCOPE_PORT"]) == SidecarSettings.model_fields["port"].default
+    # the healthcheck's URL file: in the scratch /tmp a read-only root keeps (compose.yaml)
+    assert Path(env["KVSCOPE_URL_FILE"]).parent == Path("/tmp")
     assert in_effect(image, "STOPSIGNAL").arguments == STOP_SIGNALS[target]
 
 
@@ -112,20 +115,57 @@ def test_build_context_holds_what_the_dockerfiles_copy() -> None:
             assert source.rstrip("/") in allowed, f".dockerignore keeps out {source}"
 
 
-def test_healthcheck_script_passes_on_a_live_sidecar_and_fails_on_nin_effect() -> None:
-    """The image's HEALTHCHECK, run as the image runs it: the sidecar's own settings in env."""
+def healthcheck(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The image's HEALTHCHECK script, with these variables set as the image sets them."""
+    return subprocess.run(
+        [sys.executable, str(HEALTHCHECK_SCRIPT)],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
 
-    def healthcheck(port: int) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "KVSCOPE_HOST": "0.0.0.0", "KVSCOPE_PORT": str(port)}
-        return subprocess.run(
-            [sys.executable, str(HEALTHCHECK_SCRIPT)],
-            env=env, capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+
+def test_healthcheck_script_passes_on_a_live_sidecar_and_fails_on_nin_effect() -> None:
+    """The image's HEALTHCHECK, run as the image runs it: the sidecar's own settings in env,
+    no URL file yet."""
+
+    def probe(port: int) -> subprocess.CompletedProcess[str]:
+        return healthcheck({"KVSCOPE_HOST": "0.0.0.0", "KVSCOPE_PORT": str(port)})
 
     settings = SidecarSettings(connect=[f"tcp://127.0.0.1:{free_port()}"], port=0)
     with Sidecar(settings) as sidecar:
         port = int(sidecar.url.rsplit(":", 1)[1])
-        assert healthcheck(port).returncode == 0
-    refused = healthcheck(port)
+        assert probe(port).returncode == 0
+    refused = probe(port)
+    assert refused.returncode == 1
+    assert f"http://127.0.0.1:{port}/healthz" in refused.stderr
+
+
+def test_healthcheck_checks_the_port_the_sidecar_bound_not_the_environments(
+    tmp_path: Path,
+) -> None:
+    """`serve --port 0` in the image: the probe read KVSCOPE_PORT only, so a port given on the
+    command line (or picked by port 0) left the container unhealthy for good."""
+    env = {
+        "KVSCOPE_HOST": "0.0.0.0",
+        "KVSCOPE_PORT": str(free_port()),  # the image's, which the sidecar does not bind
+        "KVSCOPE_URL_FILE": str(tmp_path / "kvscope-url"),
+    }
+    command = ["serve", "--connect", f"tcp://127.0.0.1:{free_port()}", "--port", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *command],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+    ) as sidecar:  # fmt: skip
+        assert sidecar.stderr is not None
+        for line in sidecar.stderr:
+            if "Uvicorn running on" in line:
+                break
+        try:
+            probed = healthcheck(env)
+        finally:
+            sidecar.send_signal(signal.SIGINT)
+            sidecar.communicate(timeout=60)
+    assert probed.returncode == 0, probed.stderr
+    port = line.rsplit(":", 1)[1].split()[0]
+    assert (tmp_path / "kvscope-url").read_text() == f"http://127.0.0.1:{port}\n"
+    refused = healthcheck(env)
     assert refused.returncode == 1
     assert f"http://127.0.0.1:{port}/healthz" in refused.stderr
