@@ -63,6 +63,7 @@ LAYERS = {
         "otel": 0,
         "gc_pauses": 0,
         "decode": 1,
+        "http_socket": 1,
         "state": 2,
         "ingest": 3,
         "api": 3,
