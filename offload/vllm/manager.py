@@ -44,7 +44,7 @@ from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from offload.cpu.manager import CPUOffloadingManager
 from offload.vllm.published import PublishedNames
-from offload.vllm.request_access import GROUP_BYTES, RequestAccess
+from offload.vllm.request_access import RequestAccess, group_starts
 from offload.vllm.settings import SpecSettings
 from offload.vllm.stats import fill_stats
 from offload.worker_telemetry import WorkerTelemetry
@@ -170,12 +170,13 @@ class KVScopeManager(OffloadingManager):
             # not be stored, so it leaves the chain, and the run across it keeps one parent.
             chain = [key for key in chain if key in blocks or key in met]
         parent: OffloadKey | None = None
-        restarts: dict[int, OffloadKey | None] | None = None
+        restarts: dict[int, OffloadKey | None] = {}
         if self.telemetry is not None and keys:
             if new:
                 parent = self._parent(access, keys, first)
-                if chain[0][-GROUP_BYTES:] != chain[-1][-GROUP_BYTES:]:
-                    restarts = self._restarts(access, chain)
+                restarts = {
+                    start: self._parent(access, chain, start) for start in group_starts(chain)
+                }
             access.place(keys, self._sampling)
         if not new:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
@@ -317,17 +318,6 @@ class KVScopeManager(OffloadingManager):
     def _parent(self, access: RequestAccess, keys: list[OffloadKey], at: int) -> OffloadKey | None:
         """The key one chunk of its group before ``keys[at]`` in its request."""
         return access.parent(keys, at, self._chunk_tokens[get_offload_group_idx(keys[at])])
-
-    def _restarts(
-        self, access: RequestAccess, chain: list[OffloadKey]
-    ) -> dict[int, OffloadKey | None]:
-        """Where in ``chain`` another KV cache group's chain begins (vLLM offers each group's
-        after the other's), and the parent of each."""
-        return {
-            place: self._parent(access, chain, place)
-            for place in range(1, len(chain))
-            if chain[place - 1][-GROUP_BYTES:] != chain[place][-GROUP_BYTES:]
-        }
 
     def _count_offers(self, keys: list[OffloadKey]) -> None:
         """Count an offer per key; the least recently offered keys leave a full tracker.

@@ -28,6 +28,19 @@ GROUP_BYTES = 4
 """An OffloadKey ends in its KV cache group index, 4 bytes big-endian."""
 
 
+def group_starts(keys: list[OffloadKey]) -> list[int]:
+    """Where in ``keys`` another KV cache group's keys begin (0 excluded): vLLM offers and
+    loads each group's keys after the other's, so with one group (the common case) the
+    first and last keys tell at once."""
+    if keys[0][-GROUP_BYTES:] == keys[-1][-GROUP_BYTES:]:
+        return []
+    return [
+        place
+        for place, (before, key) in enumerate(pairwise(keys), 1)
+        if before[-GROUP_BYTES:] != key[-GROUP_BYTES:]
+    ]
+
+
 class RequestAccess:
     """One request's accesses to one manager, for one generation of it."""
 
@@ -117,13 +130,7 @@ class RequestAccess:
         """Keys loaded or offered for store, in prompt order within each group: each group's
         last one for the next offer's parent, and all of them for the sample when ``sampling``."""
         position, last = self.recency.position, self.last
-        tails = [keys[-1]]
-        if keys[0][-GROUP_BYTES:] != keys[-1][-GROUP_BYTES:]:  # several groups, one after another
-            tails = [
-                key
-                for key, after in pairwise([*keys, b""])
-                if key[-GROUP_BYTES:] != after[-GROUP_BYTES:]
-            ]
+        tails = [*(keys[start - 1] for start in group_starts(keys)), keys[-1]]
         for tail in tails:
             at = position(tail)
             if at is not None:
