@@ -17,8 +17,11 @@ from typing import Final
 
 from offload.base import OffloadingEvent
 
-MAX_BATCH_HASHES: Final = 65_536
-"""Most block hashes one batch names: about 2.3 MB of 32-byte hashes, 0.6 MB of ints."""
+MAX_BATCH_HASHES: Final = 2**18
+"""Most block hashes one batch names: about 8.7 MB of 32-byte hashes, half the sidecar's
+default message limit, so that a flush is cut only when it must be (each cut is one more
+message for ZMQ to hold: at 65,536 a subscriber that stopped reading doubled the worker's
+growth)."""
 
 
 def bounded_batches(
