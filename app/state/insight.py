@@ -151,14 +151,20 @@ class PublisherInsight:
         if stream != self.stream:
             self.resets += 1 if self.frames else 0
             self._rebuild(stream)
+        self._simulate(frame)
+        # Counted once the frame is in every simulation (or queued for the shadow thread): a
+        # reader that sees it counted sees the stack's curve with it.
         self.frames += 1
         self.ts = frame.ts
         self.requests += len(frame.requests) + frame.unsampled_requests
-        block_refs = frame.block_refs
-        self.block_refs += block_refs
+        self.block_refs += frame.block_refs
         self.sampled_refs += frame.sampled_refs
         self.worker_shed_requests = frame.shed_requests
         self.worker_shed_block_refs = frame.shed_block_refs
+
+    def _simulate(self, frame: SampleFrame) -> None:
+        """The frame into the stack now, the shadow tiers' queue and the optimum's window."""
+        block_refs = frame.block_refs
         # Each simulation takes the frame whole, in columns (the sampled blocks, the block
         # counts): one call and a few C-level passes per frame, no object per request.
         sampled = [r.sampled for r in frame.requests]

@@ -187,6 +187,36 @@ def test_a_new_capacity_or_a_restart_starts_the_curve_over(sidecar, trace) -> No
     assert insight.simulated_refs()["lru"] == insight.sampled_refs // 3
 
 
+class CountsSeenUnderTheLock:
+    """``insight``'s lock, noting how many frames were counted each time it is taken."""
+
+    def __init__(self, insight: PublisherInsight) -> None:
+        self.insight = insight
+        self.lock = insight.lock
+        self.frames_seen: list[int] = []
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.frames_seen.append(self.insight.frames)
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()
+
+
+def test_a_frame_is_counted_only_once_the_simulations_hold_it(trace) -> None:
+    """A reader that saw a frame counted once read the stack's curve without it (the ingest
+    thread counted, then recorded): a wait for the count, then for the shadows to equal the
+    stack, could end one frame early."""
+    insight = InsightState().new_publisher()
+    watched = CountsSeenUnderTheLock(insight)
+    insight.lock = watched  # type: ignore[assignment]
+    for seq, frame in enumerate(sample_frames(trace[:1000], capacity=400)):
+        del watched.frames_seen[:]
+        insight.receive(seq, frame)
+        assert watched.frames_seen and set(watched.frames_seen) == {seq}, "changed, then counted"
+        assert insight.frames == seq + 1
+
+
 def test_a_gap_in_the_sample_sequence_is_counted_as_missed_frames(sidecar, trace) -> None:
     raw, ingestor, _ = sidecar
     payloads = frames(trace, capacity=400)
