@@ -12,6 +12,7 @@ state they feed themselves).
 from __future__ import annotations
 
 import gc
+import logging
 import socket
 import sys
 import threading
@@ -29,6 +30,9 @@ from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
 from offload.base import Closeable
+
+ANNOUNCER = logging.getLogger("uvicorn.error")
+"""uvicorn's own logger, so the line reads as uvicorn's announcement does, wherever it is sent."""
 
 SHUTDOWN_GRACE_S = 3.0
 """How long a stop waits for open requests once the event streams are told to end."""
@@ -61,7 +65,8 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=self.bound)
         # uvicorn announces only the sockets it binds itself; tools read the line (bench/).
-        self._log_started_message(self.bound)
+        url = base_url(self.config.host, self.bound[0].getsockname()[1])
+        ANNOUNCER.info("Uvicorn running on %s (Press CTRL+C to quit)", url)
         if self.url_file is not None:
             write_url_file(self.url_file, self.bound[0])
 
