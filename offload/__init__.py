@@ -14,7 +14,13 @@ from offload.base import (
 from offload.cpu.block_pool import Block, BlockPool
 from offload.cpu.load_store_spec import CPULoadStoreSpec
 from offload.cpu.manager import CPUOffloadingManager
-from offload.cpu.policies import CachePolicy, make_policy, policy_names, register_policy
+from offload.cpu.policies import (
+    CachePolicy,
+    PolicyContractError,
+    make_policy,
+    policy_names,
+    register_policy,
+)
 
 __all__ = [
     "Block",
@@ -26,6 +32,7 @@ __all__ = [
     "LoadStoreSpec",
     "OffloadingEvent",
     "OffloadingManager",
+    "PolicyContractError",
     "PrepareStoreOutput",
     "make_policy",
     "policy_names",

@@ -87,6 +87,7 @@ class CPUOffloadingManager(OffloadingManager):
 
     def lookup(self, block_hashes: Sequence[BlockHash]) -> int:
         _refuse_one_object(block_hashes)
+        total = len(block_hashes)  # a generator is refused here, before anything is counted
         get = self._blocks.get
         hits = 0
         for block_hash in block_hashes:
@@ -98,7 +99,7 @@ class CPUOffloadingManager(OffloadingManager):
             hits += 1
         stats = self.stats
         stats.lookup_calls += 1
-        stats.lookup_blocks += len(block_hashes)
+        stats.lookup_blocks += total
         stats.lookup_hit_blocks += hits
         return hits
 
@@ -170,6 +171,12 @@ class CPUOffloadingManager(OffloadingManager):
         """
         start = time.perf_counter()
         requested = _hash_list(block_hashes)
+        if request is not None and not isinstance(request, RequestRecency):
+            kind = type(request).__name__
+            raise TypeError(f"request must be a RequestRecency or None, not {kind}")
+        if restarts:
+            _check_restarts(restarts, len(requested))
+        hash(parent)  # an unhashable parent is refused before anything changes
         resident = self._blocks
         # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
         # (An unhashable hash raises here, before anything is counted or changed.)
@@ -212,7 +219,11 @@ class CPUOffloadingManager(OffloadingManager):
                         event = OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, True)
                         self._events.append(event)
                 blocks = pool.allocate(len(to_store))
-                self.policy.insert(to_store, blocks, request)
+                try:
+                    self.policy.insert(to_store, blocks, request)
+                except BaseException:
+                    pool.free(blocks)  # the policy took none of them (GuardedPolicy)
+                    raise
             finally:
                 self._moves += 1
         finally:
@@ -254,6 +265,8 @@ class CPUOffloadingManager(OffloadingManager):
         Returns the hashes whose state changed: stored, or forgotten.
         """
         _refuse_one_object(block_hashes)
+        if success is not True and success is not False:
+            raise TypeError(f"success must be True or False, not {type(success).__name__}")
         get = self._blocks.get
         if success:
             stored: list[BlockHash] = []
@@ -288,12 +301,8 @@ class CPUOffloadingManager(OffloadingManager):
         forgotten = [h for h, block in blocks.items() if block is not None and block.ref < 0]
         for block_hash in forgotten:
             self._run_heads.pop(block_hash, None)
-        self._moves += 1
-        try:
-            self.pool.free([self.policy.remove(block_hash) for block_hash in forgotten])
-        finally:
-            self._moves += 1
-        self.stats.evicted_failed_store_blocks += len(forgotten)
+        freed = self._remove(forgotten)
+        self.stats.evicted_failed_store_blocks += len(freed)
         return forgotten
 
     def clear(self) -> list[BlockHash]:
@@ -303,12 +312,7 @@ class CPUOffloadingManager(OffloadingManager):
         slots, and their completion calls must find them.
         """
         idle = [h for h, block in self._blocks.items() if block.ref == 0]
-        self._moves += 1
-        try:
-            freed = [self.policy.remove(h) for h in idle]
-            self.pool.free(freed)
-        finally:
-            self._moves += 1
+        freed = self._remove(idle)
         self.stats.evicted_clear_blocks += len(freed)
         self.stats.dead_write_blocks += len(freed) - sum(map(_loaded, freed))
         if idle and self._events is not None:
@@ -324,22 +328,35 @@ class CPUOffloadingManager(OffloadingManager):
         """
         ready = [h for h, block in self._blocks.items() if block.ref >= 0]
         loaded = sum(1 for h in ready if self._blocks[h].loaded)
+        self._moves += 1
+        try:
+            self.policy.reset()  # first: a policy failing here leaves the counts as they were
+            self.pool.reset()
+        finally:
+            self._moves += 1
+        self._run_heads.clear()
+        self.misses.reset()
         stats = self.stats
         stats.load_dropped_blocks += stats.loads_in_flight
         stats.load_unpinned_blocks += stats.blocks_pinned_by_loads
         stats.store_dropped_blocks += stats.stores_in_flight
-        self._run_heads.clear()
-        self.misses.reset()
-        self._moves += 1
-        try:
-            self.policy.reset()
-            self.pool.reset()
-        finally:
-            self._moves += 1
-        self.stats.evicted_clear_blocks += len(ready)
-        self.stats.dead_write_blocks += len(ready) - loaded
+        stats.evicted_clear_blocks += len(ready)
+        stats.dead_write_blocks += len(ready) - loaded
         if ready and self._events is not None:
             self._events.append(OffloadingEvent(ready, self.block_size, MEDIUM, removed=True))
+
+    def _remove(self, block_hashes: list[BlockHash]) -> list[Block]:
+        """Take the blocks from the policy and give their slots back, one by one, so that a
+        policy failing part way leaves no slot owned by a block it no longer holds."""
+        freed: list[Block] = []
+        self._moves += 1
+        try:
+            for block_hash in block_hashes:
+                freed.append(self.policy.remove(block_hash))
+        finally:
+            self.pool.free(freed)
+            self._moves += 1
+        return freed
 
     def _mark_run_heads(
         self,
@@ -453,6 +470,20 @@ def _refuse_one_object(block_hashes: Iterable[BlockHash]) -> None:
         raise TypeError(
             f"block_hashes must be a collection of hashes, not one {type(block_hashes).__name__}"
         )
+
+
+def _check_restarts(restarts: Mapping[int, BlockHash | None], length: int) -> None:
+    """A TypeError or ValueError naming the first position of ``restarts`` that is not a place
+    in the offer, or whose parent is not a hash."""
+    if not isinstance(restarts, Mapping):
+        raise TypeError(f"restarts must map positions to parents, not {type(restarts).__name__}")
+    for position, chain_parent in restarts.items():
+        if type(position) is not int or not 0 <= position < length:
+            raise ValueError(f"restarts names position {position!r:.40}, not one of the offer's")
+        try:
+            hash(chain_parent)
+        except TypeError as error:
+            raise TypeError(f"restarts[{position}] is not a hash: {error}") from error
 
 
 def _hash_list(block_hashes: Iterable[BlockHash]) -> list[BlockHash]:

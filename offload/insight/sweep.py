@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from offload.base import BlockHash
 from offload.cpu.manager import CPUOffloadingManager
-from offload.cpu.policies.registry import policy_names
+from offload.cpu.policies.registry import OPTIMUM, policy_names
 from offload.insight.curve import HitRatioCurve
 from offload.sim.optimum import offline_hits
 from offload.sim.workload import WorkloadResult, run_workload
 
-OPT = "opt"
+OPT = OPTIMUM
 """The offline optimum, by the name a sweep takes beside the registered policies."""
 CHUNK_REQUESTS = 256
 """Requests per canonical-workload call between two progress reports."""

@@ -174,7 +174,7 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"eviction_policy={name!r} must be a policy name")
     module_path = extra_config.get("cache_policy_module_path")
-    if module_path is not None and name not in policy_names():
+    if module_path is not None and name not in policy_names():  # vLLM's order: registry first
         if not isinstance(module_path, str):
             raise ConfigError(f"cache_policy_module_path={module_path!r} must be a module path")
         try:
@@ -192,7 +192,10 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
             )
         if getattr(policy_cls, "name", None) != name:
             raise ConfigError(f"policy class {name!r} must declare name = {name!r}")
-        register_policy(policy_cls)
+        try:
+            register_policy(policy_cls)
+        except (TypeError, ValueError) as exc:  # abstract, or a name another class holds
+            raise ConfigError(f"cache_policy_module_path={module_path!r}: {exc}") from exc
     if name not in policy_names():
         raise ConfigError(
             f"eviction_policy={name!r} is not a known policy; use one of: "

@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Iterator
 
 import pytest
 
 from offload import CPUOffloadingManager, OffloadingEvent, policy_names
 from offload.cpu import block_pool
+from tests.support.plugin_policy import PluginLRU, registered
 from tests.support.stores import stored
 
-POLICIES = policy_names()
+POLICIES = [*policy_names(), PluginLRU.name]
+"""Every built-in policy, and one registered from outside (it runs behind the guard)."""
 
 
 def snapshot(manager: CPUOffloadingManager) -> dict:
     """Everything observable about the tier's state, the policy's recency order included."""
+    policy = getattr(manager.policy, "inner", manager.policy)
     return {
         "blocks": {h: (b.slot, b.ref) for h, b in manager.policy.blocks.items()},
         "free": sorted(manager.pool.free_slots()),
-        "order": {k: list(v) for k, v in vars(manager.policy).items() if isinstance(v, dict)},
+        "order": {k: list(v) for k, v in vars(policy).items() if isinstance(v, dict)},
     }
 
 
 @pytest.fixture(params=POLICIES)
-def policy(request: pytest.FixtureRequest) -> str:
-    return request.param
+def policy(request: pytest.FixtureRequest) -> Iterator[str]:
+    with registered(PluginLRU):
+        yield request.param
 
 
 def test_lookup_counts_the_leading_run_and_stops_at_the_first_miss(policy: str) -> None:

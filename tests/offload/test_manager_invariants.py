@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from offload import CPUOffloadingManager, policy_names
+from tests.support.plugin_policy import PluginLRU, registered
 
 CAPACITY = 6
 hashes = st.lists(st.integers(min_value=0, max_value=15), max_size=8)
@@ -29,9 +30,10 @@ class ManagerMachine(RuleBasedStateMachine):
         self.evicted_since_stored: set[int] = set()
 
     @precondition(lambda self: self.manager is None)
-    @rule(policy=st.sampled_from(policy_names()))
+    @rule(policy=st.sampled_from([*policy_names(), PluginLRU.name]))
     def start(self, policy: str) -> None:
-        self.manager = CPUOffloadingManager(16, CAPACITY, policy, enable_events=True)
+        with registered(PluginLRU):  # one from outside too: it runs behind the guard
+            self.manager = CPUOffloadingManager(16, CAPACITY, policy, enable_events=True)
 
     @precondition(lambda self: self.manager is not None)
     @rule(block_hashes=hashes)

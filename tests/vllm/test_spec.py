@@ -10,6 +10,7 @@ import pytest
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 from bench.tooling.vllm_config import SPEC, offloading_config
+from offload import policy_names
 from offload.cpu.config import ConfigError
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.settings import CHUNK_ALIGNMENT, read_settings
@@ -126,28 +127,36 @@ def test_an_out_of_tree_kvscope_policy_loads_from_its_module(
     sys.modules.pop("fifo_policy", None)
 
 
+ABSTRACT = "from offload import CachePolicy\n\nclass half(CachePolicy):\n    name = 'half'\n"
+"""A policy class that passed every check and failed only as vLLM built the manager, in a
+TypeError naming no key, after the publisher had bound its port."""
+
+
 @pytest.mark.parametrize(
-    ("source", "raised"),
-    [("class x(:\n", "SyntaxError"), ("raise RuntimeError('boom')\n", "RuntimeError: boom")],
+    ("source", "policy", "says"),
+    [
+        ("class x(:\n", "x", " cannot be imported: SyntaxError"),
+        ("raise RuntimeError('boom')\n", "x", " cannot be imported: RuntimeError: boom"),
+        (ABSTRACT, "half", ": half does not implement evict"),
+    ],
+    ids=["a syntax error", "failing as it runs", "an abstract class"],
 )
-def test_a_policy_module_that_fails_to_import_is_a_clear_error_naming_the_key(
-    source: str, raised: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_policy_module_that_yields_no_policy_is_a_clear_error_naming_the_key(
+    source: str, policy: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "failing_policy.py").write_text(source)
+    (tmp_path / "policy_module.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     extra = {
         "num_cpu_blocks": 4,
-        "eviction_policy": "x",
-        "cache_policy_module_path": "failing_policy",
+        "eviction_policy": policy,
+        "cache_policy_module_path": "policy_module",
     }
     try:
-        with pytest.raises(
-            ConfigError,
-            match=f"cache_policy_module_path='failing_policy' cannot be imported: {raised}",
-        ):
+        with pytest.raises(ConfigError, match=f"cache_policy_module_path='policy_module'{says}"):
             KVScopeOffloadingSpec(offloading_config(extra))
     finally:
-        sys.modules.pop("failing_policy", None)
+        sys.modules.pop("policy_module", None)
+    assert policy not in policy_names()
 
 
 def test_metric_definitions_name_kvscope_counters_and_vllm_gauges() -> None:

@@ -3,6 +3,7 @@
 from offload.cpu.policies.arc import ARCCachePolicy
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
+from offload.cpu.policies.guarded import GuardedPolicy, PolicyContractError
 from offload.cpu.policies.lru import LRUCachePolicy
 from offload.cpu.policies.registry import make_policy, policy_names, register_policy
 
@@ -10,7 +11,9 @@ __all__ = [
     "ARCCachePolicy",
     "CachePolicy",
     "GatedLRUCachePolicy",
+    "GuardedPolicy",
     "LRUCachePolicy",
+    "PolicyContractError",
     "make_policy",
     "policy_names",
     "register_policy",

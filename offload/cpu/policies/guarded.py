@@ -1,0 +1,137 @@
+"""An out-of-tree policy behind a guard that checks each of its answers before the manager
+acts on it.
+
+The manager hands out again the slots a policy evicts, and stores what it admits. A plug-in
+that evicted a block a load is reading, returned a block twice or admitted a hash never
+offered would have the tier give one slot to two blocks (a transfer overwriting what another
+reads) without an error. So a policy registered from outside runs behind this guard, which
+keeps its own map of the resident blocks (the manager's lookups read that map) and refuses,
+naming the policy, an answer that breaks the contract, before anything is freed or stored.
+A refused answer leaves the tier's blocks, slots and events as they were; only the plug-in's
+own bookkeeping may then disagree with the tier, which its next answers show. The built-in
+policies are held to the contract by the test suites and run unguarded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping, Sequence
+
+from offload.base import BlockHash
+from offload.cpu.block_pool import Block
+from offload.cpu.policies.cache_policy import CachePolicy
+from offload.cpu.request_recency import RequestRecency
+
+
+class PolicyContractError(RuntimeError):
+    """A cache policy answered what the policy contract does not allow (offload.CachePolicy)."""
+
+
+class GuardedPolicy(CachePolicy):
+    """``inner``'s decisions, each checked against the blocks the tier holds."""
+
+    def __init__(self, inner: CachePolicy, capacity: int) -> None:
+        super().__init__(capacity)
+        if not isinstance(getattr(inner, "blocks", None), Mapping):
+            raise TypeError(f"cache policy {inner.name!r} has no 'blocks' mapping of its blocks")
+        self.inner = inner
+        self.name = inner.name
+        self.blocks: dict[BlockHash, Block] = {}
+
+    def _breach(self, method: str, problem: str) -> PolicyContractError:
+        return PolicyContractError(f"cache policy {self.name!r}: {method}() {problem}")
+
+    def insert(
+        self,
+        block_hashes: Sequence[BlockHash],
+        blocks: Sequence[Block],
+        request: RequestRecency | None = None,
+    ) -> None:
+        try:
+            self.inner.insert(block_hashes, blocks, request)
+        except BaseException as error:
+            # The manager frees the slots; what the policy took in before failing leaves it
+            # again, as far as it lets it.
+            for block_hash in block_hashes:
+                if block_hash in self.inner.blocks:
+                    try:
+                        self.inner.remove(block_hash)
+                    except Exception:
+                        error.add_note(
+                            f"cache policy {self.name!r} could not drop the blocks it took in "
+                            "before failing: its bookkeeping holds blocks the tier does not"
+                        )
+                        break
+            raise
+        self.blocks.update(zip(block_hashes, blocks, strict=True))
+
+    def admit(
+        self, block_hashes: list[BlockHash], free: int, request: RequestRecency | None = None
+    ) -> list[BlockHash]:
+        admitted = self.inner.admit(block_hashes, free, request)
+        if admitted is block_hashes:
+            return admitted
+        try:
+            admitted = list(admitted)
+            distinct = len(set(admitted)) == len(admitted)
+        except TypeError as error:
+            raise self._breach("admit", f"must return a list of hashes ({error})") from error
+        offered = iter(block_hashes)
+        if not distinct or not all(block_hash in offered for block_hash in admitted):
+            raise self._breach("admit", "must return offered blocks, each once, in offer order")
+        return admitted
+
+    def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        self.inner.touch(block_hashes)
+
+    def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
+        self.inner.observe(block_hashes, request)
+
+    def finish(
+        self,
+        block_hashes: Sequence[BlockHash],
+        reused: Container[BlockHash],
+        request: RequestRecency | None = None,
+    ) -> None:
+        self.inner.finish(block_hashes, reused, request)
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.blocks.clear()
+
+    def evict(
+        self, n: int, protected: Container[BlockHash]
+    ) -> list[tuple[BlockHash, Block]] | None:
+        evicted = self.inner.evict(n, protected)
+        if evicted is None:
+            if len(self.inner.blocks) != len(self.blocks):
+                raise self._breach("evict", "returned None after removing blocks")
+            return None
+        try:
+            pairs = [(block_hash, block) for block_hash, block in evicted]
+        except (TypeError, ValueError) as error:
+            raise self._breach("evict", f"must return (hash, block) pairs ({error})") from error
+        if len(pairs) != n:
+            raise self._breach("evict", f"returned {len(pairs)} blocks, asked for exactly {n}")
+        held, inner = self.blocks, self.inner.blocks
+        for block_hash, block in pairs:
+            if held.get(block_hash) is not block:
+                raise self._breach("evict", f"returned {block_hash!r:.80}, not a block it held")
+            if block.ref != 0:
+                state = "being written" if block.ref < 0 else "being read"
+                raise self._breach("evict", f"returned block {block_hash!r:.80}, {state}")
+            if block_hash in protected:
+                raise self._breach("evict", f"returned block {block_hash!r:.80}, protected")
+            if block_hash in inner:
+                raise self._breach("evict", f"returned block {block_hash!r:.80} and kept it")
+        if len({block_hash for block_hash, _ in pairs}) != n:
+            raise self._breach("evict", "returned a block twice")
+        for block_hash, _ in pairs:
+            del held[block_hash]
+        return pairs
+
+    def remove(self, block_hash: BlockHash) -> Block:
+        block = self.inner.remove(block_hash)
+        if self.blocks.get(block_hash) is not block:
+            raise self._breach("remove", f"returned another block than {block_hash!r:.80}'s")
+        del self.blocks[block_hash]
+        return block

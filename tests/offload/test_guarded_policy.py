@@ -1,0 +1,314 @@
+"""Out-of-tree policies that break the policy contract, and callers that break the manager's.
+
+A plug-in's wrong answer must be an error naming the policy and what it did, before the
+tier frees or stores anything: no slot handed to two blocks, no block lost, no event for
+what did not happen. A bad argument must be refused before anything changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Sequence
+from typing import Any
+
+import pytest
+
+from offload import (
+    CachePolicy,
+    CPUOffloadingManager,
+    PolicyContractError,
+    make_policy,
+    policy_names,
+    register_policy,
+)
+from offload.base import BlockHash
+from offload.cpu.block_pool import Block
+from offload.cpu.policies import GuardedPolicy, LRUCachePolicy
+from offload.cpu.request_recency import RequestRecency
+from tests.support.plugin_policy import PluginLRU, plugin_manager, registered
+from tests.support.stores import stored
+
+
+class Misbehaving(LRUCachePolicy):
+    """LRU, until ``admits`` or ``evicts`` replaces its admission or its eviction."""
+
+    name = "misbehaving"
+    admits: Any = None
+    evicts: Any = None
+
+    def admit(self, block_hashes: list, free: int, request: Any = None) -> Any:
+        return block_hashes if self.admits is None else self.admits(self, block_hashes)
+
+    def evict(self, n: int, protected: Container) -> Any:
+        return super().evict(n, protected) if self.evicts is None else self.evicts(self, n)
+
+
+def tier_state(manager: CPUOffloadingManager) -> dict:
+    """What the tier holds and owes: blocks, free slots, transfers in flight, counts, events."""
+    stats = manager.stats
+    return {
+        "blocks": {h: (b.slot, b.ref) for h, b in manager.policy.blocks.items()},
+        "free": sorted(manager.pool.free_slots()),
+        "in_flight": (stats.stores_in_flight, stats.loads_in_flight),
+        "counts": (stats.store_not_admitted_blocks, stats.evicted_capacity_blocks),
+        "events": manager.take_events(),
+        "violations": manager.invariant_violations(),
+    }
+
+
+def take(policy: LRUCachePolicy, block_hash: BlockHash) -> tuple[BlockHash, Block]:
+    """Remove a block from the LRU's own bookkeeping, as an eviction would."""
+    return block_hash, policy.remove(block_hash)
+
+
+def full_tier() -> tuple[CPUOffloadingManager, Misbehaving]:
+    """A full tier of four: block 1 being read, 2 idle, 3 being written, 10 idle (newest)."""
+    manager = plugin_manager(Misbehaving, 4)
+    stored(manager, [1, 2])
+    manager.prepare_store([3])
+    manager.prepare_load([1])
+    stored(manager, [10])
+    manager.take_events()
+    guard = manager.policy
+    assert isinstance(guard, GuardedPolicy) and isinstance(guard.inner, Misbehaving)
+    return manager, guard.inner
+
+
+ADMITS = {
+    "a hash never offered": lambda policy, offered: [*offered, 999],
+    "a block twice": lambda policy, offered: [offered[0], offered[0]],
+    "another order": lambda policy, offered: offered[::-1],
+    "a number": lambda policy, offered: 7,
+    "None": lambda policy, offered: None,
+    "an unhashable item": lambda policy, offered: [[1]],
+}
+
+
+@pytest.mark.parametrize("answer", ADMITS.values(), ids=ADMITS.keys())
+def test_an_admission_that_is_not_a_subsequence_of_the_offer_changes_nothing(answer) -> None:
+    manager, policy = full_tier()
+    manager.complete_store([3])
+    manager.complete_load([1])
+    manager.take_events()
+    before = tier_state(manager)
+    policy.admits = answer
+    with pytest.raises(PolicyContractError, match=r"cache policy 'misbehaving': admit\(\) "):
+        manager.prepare_store([20, 21])
+    assert tier_state(manager) == before
+    policy.admits = None
+    assert stored(manager, [20, 21]) == [1, 2]  # and the tier goes on as LRU
+
+
+EVICTIONS = {
+    "a block being read": (lambda policy, n: [take(policy, 1)], "block 1, being read"),
+    "a block being written": (lambda policy, n: [take(policy, 3)], "block 3, being written"),
+    "a protected block": (lambda policy, n: [take(policy, 10)], "block 10, protected"),
+    "a block it does not hold": (lambda policy, n: [(2, Block(0))], "not a block it held"),
+    "a block it kept": (lambda policy, n: [(2, policy.blocks[2])], "block 2 and kept it"),
+    "too few": (lambda policy, n: [], "returned 0 blocks, asked for exactly 1"),
+    "too many": (lambda policy, n: [take(policy, 2), take(policy, 10)], "returned 2 blocks"),
+    "not pairs": (lambda policy, n: [2], "must return \\(hash, block\\) pairs"),
+    "None after removing": (lambda policy, n: take(policy, 2) and None, "returned None after"),
+}
+
+
+@pytest.mark.parametrize(("answer", "says"), EVICTIONS.values(), ids=EVICTIONS.keys())
+def test_an_eviction_outside_the_contract_frees_no_slot_and_announces_nothing(answer, says) -> None:
+    manager, policy = full_tier()
+    before = tier_state(manager)
+    policy.evicts = answer
+    with pytest.raises(PolicyContractError, match=rf"'misbehaving': evict\(\) .*{says}"):
+        manager.prepare_store([20], offered=[10])
+    assert tier_state(manager) == before
+    # The reader's block is still its own: its load completes, and no slot has two owners.
+    manager.complete_load([1])
+    manager.complete_store([3])
+    assert manager.invariant_violations() == []
+
+
+def test_an_eviction_naming_a_block_twice_frees_no_slot() -> None:
+    manager, policy = full_tier()
+    manager.complete_load([1])
+    before = tier_state(manager)
+    policy.evicts = lambda policy, n: [take(policy, 2)] * n
+    with pytest.raises(PolicyContractError, match=r"evict\(\) returned a block twice"):
+        manager.prepare_store([20, 21])
+    assert tier_state(manager) == before
+
+
+def test_a_policy_failing_to_insert_leaves_no_slot_taken() -> None:
+    class FailsInsert(LRUCachePolicy):
+        name = "fails-insert"
+
+        def insert(self, block_hashes: Sequence, blocks: Sequence, request: Any = None) -> None:
+            self.blocks.update(zip(block_hashes, blocks, strict=True))  # took some, then
+            raise OSError("the policy's own store is gone")
+
+    manager = plugin_manager(FailsInsert, 4)
+    with pytest.raises(OSError, match="own store is gone"):
+        manager.prepare_store([1, 2])
+    assert manager.policy.blocks == {} and manager.pool.num_free == 4
+    assert manager.stats.stores_in_flight == 0 and manager.invariant_violations() == []
+
+
+def test_a_policy_failing_to_remove_part_way_frees_what_it_removed() -> None:
+    class FailsSecondRemove(LRUCachePolicy):
+        name = "fails-remove"
+        removed = 0
+
+        def remove(self, block_hash: BlockHash) -> Block:
+            self.removed += 1
+            if self.removed == 2:
+                raise OSError("the policy's own store is gone")
+            return super().remove(block_hash)
+
+    manager = plugin_manager(FailsSecondRemove, 4)
+    stored(manager, [1, 2, 3])
+    with pytest.raises(OSError, match="own store is gone"):
+        manager.clear()
+    assert manager.pool.num_free == 4 - len(manager.policy.blocks) == 2
+    assert manager.invariant_violations() == []
+
+
+def test_a_policy_failing_to_reset_leaves_the_counts_as_they_were() -> None:
+    class FailsReset(LRUCachePolicy):
+        name = "fails-reset"
+
+        def reset(self) -> None:
+            raise OSError("the policy's own store is gone")
+
+    manager = plugin_manager(FailsReset, 4)
+    stored(manager, [1, 2])
+    manager.prepare_load([1])
+    with pytest.raises(OSError, match="own store is gone"):
+        manager.reset()
+    manager.complete_load([1])
+    assert (manager.stats.loads_in_flight, manager.stats.load_dropped_blocks) == (0, 0)
+
+
+def test_a_plugin_that_keeps_the_contract_decides_as_the_same_policy_built_in() -> None:
+    requests = [[1, 2, 3], [1, 2, 4], [5, 6], [1, 2, 3], [7, 8, 9], [5, 6, 10], [1, 11]]
+    runs = []
+    for manager in (CPUOffloadingManager(16, 4, "lru"), plugin_manager(PluginLRU, 4)):
+        trail = []
+        for request in requests:
+            hit = manager.lookup(request)
+            if hit:
+                manager.prepare_load(request[:hit])
+                manager.touch(request)
+                manager.complete_load(request[:hit])
+            trail.append((hit, stored(manager, request[hit:])))
+        runs.append(trail)
+    assert runs[0] == runs[1]
+
+
+# --- registration ------------------------------------------------------------------------
+
+
+class Abstract(CachePolicy):
+    name = "abstract"
+
+
+class NotAPolicy:
+    name = "not-a-policy"
+
+
+def named(name: object) -> type[CachePolicy]:
+    return type("Named", (LRUCachePolicy,), {"name": name})
+
+
+REFUSED = {
+    "an instance": (PluginLRU(4), TypeError, "is not a subclass of offload.CachePolicy"),
+    "a number": (42, TypeError, "42 is not a subclass"),
+    "not a CachePolicy": (NotAPolicy, TypeError, "is not a subclass"),
+    "abstract": (Abstract, TypeError, "Abstract does not implement evict, insert"),
+    "no name": (named(None), ValueError, "Named.name=None must be 1 to 64 letters"),
+    "a space": (named("my policy"), ValueError, "must be 1 to 64 letters"),
+    "a newline": (named("bad\nname, arc"), ValueError, "must be 1 to 64 letters"),
+    "a comma": (named("a,b"), ValueError, "must be 1 to 64 letters"),
+    "65 characters": (named("p" * 65), ValueError, "must be 1 to 64 letters"),
+    "the optimum's": (named("opt"), ValueError, "'opt' is the offline optimum's"),
+    "a built-in's": (named("gated"), ValueError, "'gated' is already registered, by offload"),
+}
+
+
+@pytest.mark.parametrize(("policy_cls", "error", "says"), REFUSED.values(), ids=REFUSED.keys())
+def test_what_cannot_be_a_policy_or_be_chosen_is_refused_and_registers_nothing(
+    policy_cls, error, says
+) -> None:
+    before = policy_names()
+    with pytest.raises(error, match=says):
+        register_policy(policy_cls)
+    assert policy_names() == before
+
+
+def test_a_policy_name_that_is_not_a_string_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="cache_policy must be a policy name, got list"):
+        make_policy(["lru"], 4)  # type: ignore[arg-type]
+
+
+def test_a_built_in_policy_runs_unguarded_and_a_registered_one_guarded() -> None:
+    assert not isinstance(make_policy("lru", 4), GuardedPolicy)
+    with registered(PluginLRU):
+        guarded = make_policy("plugin-lru", 4)
+    assert isinstance(guarded, GuardedPolicy) and isinstance(guarded.inner, PluginLRU)
+    assert "plugin-lru" not in policy_names()
+
+
+# --- the manager's own arguments -----------------------------------------------------------
+
+
+@pytest.fixture(params=policy_names())
+def ready(request: pytest.FixtureRequest) -> CPUOffloadingManager:
+    """A full tier of ready blocks 1 and 2, events on, under each built-in policy."""
+    manager = CPUOffloadingManager(16, 2, request.param, enable_events=True)
+    stored(manager, [1, 2])
+    manager.take_events()
+    return manager
+
+
+BAD_STORES = {
+    "a request that is not a RequestRecency": (
+        {"request": "req-1"}, TypeError, "request must be a RequestRecency or None, not str",
+    ),
+    "restarts that are not a mapping": (
+        {"restarts": [1]}, TypeError, "restarts must map positions to parents, not list",
+    ),
+    "a restart past the offer": ({"restarts": {5: None}}, ValueError, "position 5, not one"),
+    "a restart at a position that is not an int": (
+        {"restarts": {"a": 1}}, ValueError, "position 'a', not one",
+    ),
+    "a restart whose parent is not a hash": (
+        {"restarts": {1: []}}, TypeError, r"restarts\[1\] is not a hash",
+    ),
+    "an unhashable parent": ({"parent": [1]}, TypeError, "unhashable type: 'list'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("kwargs", "error", "says"), BAD_STORES.values(), ids=BAD_STORES.keys())
+def test_a_store_with_a_bad_argument_is_refused_before_anything_changes(
+    ready: CPUOffloadingManager, kwargs, error, says
+) -> None:
+    before = tier_state(ready)
+    with pytest.raises(error, match=says):
+        ready.prepare_store([5, 6], **kwargs)
+    assert tier_state(ready) == before
+    # The same store with good arguments goes through.
+    good = {"request": RequestRecency({5: 16, 6: 32}.get), "restarts": {1: 5}, "parent": 4}
+    out = ready.prepare_store([5, 6], **{key: good[key] for key in kwargs})
+    assert out is not None and ready.invariant_violations() == []
+
+
+@pytest.mark.parametrize("success", ["False", None, 0, 1])
+def test_a_completion_whose_success_is_not_a_bool_is_refused(success: object) -> None:
+    manager = CPUOffloadingManager(16, 4, "lru", enable_events=True)
+    manager.prepare_store([1])
+    with pytest.raises(TypeError, match="success must be True or False"):
+        manager.complete_store([1], success=success)  # type: ignore[arg-type]
+    assert manager.lookup([1]) == 0 and manager.stats.stores_in_flight == 1
+
+
+def test_a_lookup_of_a_generator_is_refused_before_it_is_counted() -> None:
+    manager = CPUOffloadingManager(16, 4, "lru")
+    with pytest.raises(TypeError, match="has no len"):
+        manager.lookup(h for h in [1, 2])  # type: ignore[arg-type]
+    assert manager.stats.lookup_calls == 0
