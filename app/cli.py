@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ from offload.cpu.policies.registry import policy_names
 from offload.insight.plot import PlotError, check_plot_path, write_plot
 from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
 from offload.insight.sweep import OPT, SweepPoint, replay_point, sweep_curve, sweep_policies
+from offload.shown import shown
 from offload.sim.mooncake import (
     BUNDLED_TRACE_BLOCK_SIZE,
     TraceError,
@@ -46,7 +48,9 @@ def _capacity(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"capacity must be a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"capacity must be a whole number, got {shown(repr(text), 60)}"
+        ) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"capacity must be at least 1 block, got {value}")
     if value > MAX_NUM_BLOCKS:
@@ -67,7 +71,7 @@ def _policies(text: str) -> list[str]:
     for name in names:
         if name not in known:
             raise argparse.ArgumentTypeError(
-                f"invalid choice: {name!r} (choose from {', '.join(known)})"
+                f"invalid choice: {shown(repr(name), 60)} (choose from {', '.join(known)})"
             )
     return list(dict.fromkeys(names))
 
@@ -274,9 +278,10 @@ def _run_replay(args: argparse.Namespace) -> int:
     trace = args.trace if args.trace is not None else bundled_trace_path()
     requests = load_trace(trace)
     if OPT in args.policy and (conflict := prefix_conflict(requests)) is not None:
-        print(f"kvscope: note: {trace} is not prefix-closed (request {conflict[0] + 1}: block "
-              f"{conflict[1]!r} follows another block than before), so {OPT} is a feasible "
-              "schedule there, not the optimum", file=sys.stderr)  # fmt: skip
+        print(f"kvscope: note: {shown(trace)} is not prefix-closed (request "
+              f"{conflict[0] + 1}: block {conflict[1]!r} follows another block than before), "
+              f"so {OPT} is a feasible schedule there, not the optimum",
+              file=sys.stderr)  # fmt: skip
     capacities = sorted(args.capacity)
     total = len(requests) * len(capacities) * len(args.policy)
     bar = (
@@ -297,9 +302,10 @@ def _run_replay(args: argparse.Namespace) -> int:
                         bar.advance if bar is not None else None,
                     )  # fmt: skip
                 except MemoryError:
+                    grows = "the trace's length" if policy == OPT else "its capacity"
                     print(f"kvscope: error: not enough memory for {policy} at {capacity} "
-                          "blocks: the tier's bookkeeping grows with its capacity; "
-                          "ask for fewer blocks", file=sys.stderr)  # fmt: skip
+                          f"blocks: its bookkeeping grows with {grows}",
+                          file=sys.stderr)  # fmt: skip
                     return 2
                 points.append(SweepPoint(policy, capacity, result))
                 if not table:
@@ -311,8 +317,8 @@ def _run_replay(args: argparse.Namespace) -> int:
     if table:
         print(_table(points))
     if args.plot is not None:
-        write_plot(sweep_curve(points), args.plot, f"kvscope replay: {Path(trace).name}")
-        print(f"kvscope: plot written to {args.plot}", file=sys.stderr)
+        write_plot(sweep_curve(points), args.plot, f"kvscope replay: {shown(Path(trace).name)}")
+        print(f"kvscope: plot written to {shown(args.plot)}", file=sys.stderr)
     return 0
 
 
@@ -384,6 +390,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down cleanly, and said so
         return 130
+    except BrokenPipeError:  # the reader of our output went away (| head): stop, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as exc:  # the output's disk is full, say
+        print(f"kvscope: error: {shown(exc.strerror or exc)}", file=sys.stderr)
+        return 1
     finally:
         if provider is not None:
             provider.shutdown()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from bench.tooling.common import (
     trace,
 )
 from offload.cpu.policies.registry import policy_names
+from offload.shown import shown
 from offload.sim.optimum import offline_hits
 
 PEER_ROWS = (("lru", 1), ("lru", 2), ("arc", 1))
@@ -64,6 +66,10 @@ def _workloads(
         out.append((name, path, requests))
         middle = len(requests) // 2
         for label, part in (("first-half", requests[:middle]), ("second-half", requests[middle:])):
+            if not any(part):  # a trace of one request, say: no hit ratio to measure
+                print(f"{shown(name)}: its {label} holds no block references; skipped",
+                      file=sys.stderr)  # fmt: skip
+                continue
             half = scratch / f"{len(out)}-{label}.jsonl"
             half.write_text(
                 "".join(json.dumps({"hash_ids": r}) + "\n" for r in part), encoding="utf-8"

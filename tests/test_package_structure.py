@@ -48,6 +48,7 @@ def test_module_imports_alone_offload_stays_below_app_and_app_needs_no_torch(mod
 LAYERS = {
     "offload": {
         "base": 0,
+        "shown": 0,
         "wire": 1,
         "telemetry": 2,
         "cpu": 3,

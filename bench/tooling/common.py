@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from offload import CPUOffloadingManager
 from offload.sim.mooncake import (
@@ -106,4 +107,13 @@ def run_peer(
 
 def emit(record: dict[str, Any]) -> None:
     """One JSON line per configuration, flushed so partial runs still report."""
-    print(json.dumps(record), flush=True)
+    try:
+        print(json.dumps(record), flush=True)
+    except BrokenPipeError:
+        output_closed()
+
+
+def output_closed() -> NoReturn:
+    """End quietly, as a pipeline's writer does when its reader has gone (``| head``)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+    sys.exit(141)

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
+from bench.tooling.common import output_closed
+
 BLOCK_TOKENS = 512
 
 
@@ -162,7 +164,11 @@ def main() -> None:
     profile = profile_named(args.profile, args.seed)
     if args.profile == RANDOM:
         print(profile, file=sys.stderr)
-    write_trace(profile, args.requests, args.seed, sys.stdout)
+    try:
+        write_trace(profile, args.requests, args.seed, sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        output_closed()
 
 
 if __name__ == "__main__":

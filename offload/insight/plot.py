@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 
 from offload.insight.curve import HitRatioCurve
+from offload.shown import shown
 
 FORMATS = (".html", ".png")
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
@@ -29,26 +30,31 @@ def check_plot_path(path: str | Path) -> Path:
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise PlotError(
-            f"cannot plot to {path}: unsupported file type {suffix or '(none)'!r}; "
+            f"cannot plot to {shown(path)}: unsupported file type {shown(suffix or '(none)')!r}; "
             f"use {' or '.join(FORMATS)}"
         )
     if suffix == ".png":
         _pyplot()
     if not path.parent.is_dir():
-        raise PlotError(f"cannot plot to {path}: no directory {path.parent}")
+        raise PlotError(f"cannot plot to {shown(path)}: no directory {shown(path.parent)}")
     return path
 
 
 def write_plot(curve: HitRatioCurve, path: str | Path, title: str) -> Path:
     """Draw every policy's hit ratio against capacity (log scale) into ``path``."""
     path = check_plot_path(path)
+    # Drawn beside it, then renamed over it: a failure part way leaves no half-written file.
+    partial = path.with_name(f".{path.name}.partial{path.suffix}")
     try:
         if path.suffix.lower() == ".png":
-            _write_png(curve, path, title)
+            _write_png(curve, partial, title)
         else:
-            path.write_text(_html(curve, title), encoding="utf-8")
+            partial.write_text(_html(curve, title), encoding="utf-8")
+        partial.replace(path)
     except OSError as exc:
-        raise PlotError(f"cannot write plot {path}: {exc.strerror or exc}") from None
+        raise PlotError(f"cannot write plot {shown(path)}: {exc.strerror or exc}") from None
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 

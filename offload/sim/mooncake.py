@@ -8,8 +8,14 @@ skipping requests would change every hit ratio computed from the trace.
 from __future__ import annotations
 
 import json
+import os
+import stat
+import sys
 from importlib import resources
 from pathlib import Path
+from typing import BinaryIO, Final
+
+from offload.shown import shown
 
 BUNDLED_TRACE = "conversation_trace.jsonl"
 
@@ -19,6 +25,18 @@ BUNDLED_TRACE_BLOCK_SIZE = 512
 
 _MAX_HASH_ID = (1 << 64) - 1
 """Mooncake's hash ids are unsigned 64-bit block ids; vLLM's keys carry them as 8 bytes."""
+
+
+MAX_LINE_BYTES: Final = 16 * 2**20
+"""One request's line: about two million hash ids, where a real request has hundreds."""
+
+MAX_BLOCK_REFS: Final = 2**26
+"""Block references in one trace (a few GB held as Python lists): about two hundred times
+the largest public Mooncake trace."""
+
+GZIP_MAGIC: Final = b"\x1f\x8b"
+UTF8_BOM: Final = b"\xef\xbb\xbf"
+"""Written first by some Windows tools; not JSON, so it is skipped."""
 
 
 class TraceError(ValueError):
@@ -31,26 +49,67 @@ def bundled_trace_path() -> Path:
 
 
 def load_trace(path: str | Path) -> list[list[int]]:
-    """Every request's block hashes, in trace order."""
+    """Every request's block hashes, in trace order.
+
+    Read a line at a time (a pipe such as ``<(zcat trace.gz)`` works), each line
+    at most ``MAX_LINE_BYTES``, the whole at most ``MAX_BLOCK_REFS``
+    references: a trace is held in memory whole, so a device or a runaway file
+    is refused before it takes the machine's memory.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            if stat.S_ISCHR(os.fstat(file.fileno()).st_mode):
+                raise TraceError(f"trace path is a device, not a file: {shown(path)}")
+            requests = _read_requests(file, shown(path))
     except FileNotFoundError:
-        raise TraceError(f"trace file not found: {path}") from None
+        raise TraceError(f"trace file not found: {shown(path)}") from None
     except IsADirectoryError:
-        raise TraceError(f"trace path is a directory, not a file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"cannot read trace {path}: {exc}") from None
-    requests: list[list[int]] = []
-    # Lines end at "\n" only (JSON Lines): str.splitlines would also split inside a JSON
-    # string at U+2028 or U+0085 and call a valid line invalid.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if line.strip():
-            requests.append(_parse_request(line, f"{path}:{number}"))
+        raise TraceError(f"trace path is a directory, not a file: {shown(path)}") from None
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {shown(path)}: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise TraceError(f"trace {shown(path)} does not fit in this machine's memory") from None
     if not requests:
-        raise TraceError(f"trace {path} holds no requests")
+        raise TraceError(f"trace {shown(path)} holds no requests")
     if not any(requests):
-        raise TraceError(f"trace {path} holds no block references: every 'hash_ids' is empty")
+        raise TraceError(
+            f"trace {shown(path)} holds no block references: every 'hash_ids' is empty"
+        )
+    return requests
+
+
+def _read_requests(file: BinaryIO, name: str) -> list[list[int]]:
+    requests: list[list[int]] = []
+    block_refs = 0
+    # Lines end at "\n" only (JSON Lines): a lone "\r" is JSON whitespace, and U+2028 or
+    # U+0085 may sit inside a JSON string.
+    for number, raw in enumerate(iter(lambda: file.readline(MAX_LINE_BYTES + 1), b""), 1):
+        where = f"{name}:{number}"
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise TraceError(f"{where}: a line longer than {MAX_LINE_BYTES:,} bytes")
+        if number == 1:
+            if raw.startswith(GZIP_MAGIC):
+                raise TraceError(
+                    f"{name} is gzip-compressed: decompress it first (zcat), or pass "
+                    "<(zcat FILE) as the trace"
+                )
+            raw = raw.removeprefix(UTF8_BOM)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TraceError(
+                f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            ) from None
+        if line.strip():
+            hash_ids = _parse_request(line, where)
+            block_refs += len(hash_ids)
+            if block_refs > MAX_BLOCK_REFS:
+                raise TraceError(
+                    f"{where}: the trace passes {MAX_BLOCK_REFS:,} block references, the most "
+                    "a replay holds; split it"
+                )
+            requests.append(hash_ids)
     return requests
 
 
@@ -58,11 +117,13 @@ def _parse_request(line: str, where: str) -> list[int]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
+        raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:
         raise TraceError(f"{where}: JSON nested too deeply") from None
     except ValueError:  # an integer of more digits than Python converts
-        raise TraceError(f"{where}: a number too long to be a hash id") from None
+        raise TraceError(
+            f"{where}: a number of more than {sys.get_int_max_str_digits():,} digits"
+        ) from None
     if not isinstance(record, dict):
         raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
     if "hash_ids" not in record:
@@ -70,6 +131,14 @@ def _parse_request(line: str, where: str) -> list[int]:
     hash_ids = record["hash_ids"]
     if not isinstance(hash_ids, list):
         raise TraceError(f"{where}: 'hash_ids' must be a list, got {type(hash_ids).__name__}")
-    if not all(type(h) is int and 0 <= h <= _MAX_HASH_ID for h in hash_ids):
-        raise TraceError(f"{where}: 'hash_ids' must hold integers from 0 to 2**64 - 1 only")
+    if not all(map(_is_hash_id, hash_ids)):
+        index, bad = next((i, h) for i, h in enumerate(hash_ids) if not _is_hash_id(h))
+        raise TraceError(
+            f"{where}: hash_ids[{index}] is {shown(json.dumps(bad), 40)}; hash ids are "
+            "integers from 0 to 2**64 - 1"
+        )
     return hash_ids
+
+
+def _is_hash_id(value: object) -> bool:
+    return type(value) is int and 0 <= value <= _MAX_HASH_ID

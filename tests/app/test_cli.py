@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import resource
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from offload import CPUOffloadingManager
-from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE, load_trace
+from offload.sim import mooncake
+from offload.sim.mooncake import BUNDLED_TRACE_BLOCK_SIZE, TraceError, load_trace
 from offload.sim.workload import run_workload
 
 
@@ -63,8 +65,20 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
     [
         (None, ["--capacity", "10"], "trace file not found"),
         ('{"hash_ids": [1, 2]}\nnot json\n', [], ":2: not valid JSON"),
-        ('{"hash_ids": [1, "x"]}\n', [], ":1: 'hash_ids' must hold integers from 0 to 2**64 - 1"),
-        ('{"hash_ids": [1, -2]}\n', [], ":1: 'hash_ids' must hold integers from 0 to 2**64 - 1"),
+        ('{"hash_ids": [1, "x"]}\n', [], ':1: hash_ids[1] is "x"; hash ids are integers from 0'),
+        ('{"hash_ids": [1, -2]}\n', [], ":1: hash_ids[1] is -2; hash ids are integers from 0"),
+        ('{"hash_ids": [2.5]}\n', [], ":1: hash_ids[0] is 2.5; hash ids are integers from 0"),
+        (
+            '{"hash_ids": [1]}\n{"hash_ids": [\xe9]}\n'.encode("latin-1"),
+            [],
+            ":2: not UTF-8 (byte 0xe9 at column 15)",
+        ),
+        (gzip.compress(b'{"hash_ids": [1]}\n'), [], "is gzip-compressed: decompress it first"),
+        (
+            '{"hash_ids": [1, 2]}\n{"hash_ids": [1,, 2]}\n',
+            [],
+            ":2: not valid JSON (Expecting value at column 17)",
+        ),
         ("[1, 2]\n", [], ":1: expected a JSON object"),
         ('{"input_length": 3}\n', [], ":1: missing 'hash_ids' list"),
         ('{"hash_ids": "0 1 2"}\n', [], ":1: 'hash_ids' must be a list, got str"),
@@ -75,7 +89,7 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
             [],
             ":1: JSON nested too deeply",
         ),
-        ('{"hash_ids": [' + "9" * 5000 + "]}\n", [], ":1: a number too long to be a hash id"),
+        ('{"hash_ids": [1], "t": ' + "9" * 5000 + "}\n", [], ":1: a number of more than 4,300"),
         ('{"hash_ids": [1]}\n', ["--capacity", "0"], "capacity must be at least 1"),
         ('{"hash_ids": [1]}\n', ["--capacity", "many"], "capacity must be a whole number"),
         (
@@ -87,16 +101,79 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
     ],
 )
 def test_bad_input_is_one_clear_line_and_a_nonzero_exit(
-    tmp_path: Path, content: str | None, args: list[str], message: str
+    tmp_path: Path, content: str | bytes | None, args: list[str], message: str
 ) -> None:
     trace = tmp_path / "trace.jsonl"
-    if content is not None:
+    if isinstance(content, bytes):
+        trace.write_bytes(content)
+    elif content is not None:
         trace.write_text(content)
     result = kvscope("replay", str(trace), *args)
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_a_trace_from_windows_tools_reads_as_any_other(tmp_path: Path) -> None:
+    """A byte-order mark, CRLF line ends, and a lone CR (JSON whitespace) inside a line."""
+    plain, windows = tmp_path / "plain.jsonl", tmp_path / "windows.jsonl"
+    plain.write_bytes(b'{"hash_ids": [1, 2]}\n{"hash_ids": [1, 2, 3]}\n')
+    windows.write_bytes(b'\xef\xbb\xbf{"hash_ids": [1, 2]}\r\n{"hash_ids": [1,\r2, 3]}\r\n')
+    assert load_trace(windows) == load_trace(plain) == [[1, 2], [1, 2, 3]]
+
+
+def test_a_device_is_refused_before_a_byte_is_held() -> None:
+    result = kvscope("replay", "/dev/zero")
+    assert result.returncode == 2
+    assert "trace path is a device, not a file: /dev/zero" in result.stderr
+
+
+def test_a_file_name_is_shown_on_one_line_with_its_control_characters_escaped(
+    tmp_path: Path,
+) -> None:
+    name = tmp_path / "t\x1b[2J\nkvscope: forged.jsonl"
+    result = kvscope("replay", str(name))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "\x1b" not in result.stderr
+    assert "t\\x1b[2J\\nkvscope: forged.jsonl" in result.stderr
+
+
+def test_a_line_or_a_trace_past_its_bound_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"hash_ids": [1, 2]}\n{"hash_ids": [' + "7, " * 40 + "7]}\n")
+    monkeypatch.setattr(mooncake, "MAX_LINE_BYTES", 100)
+    with pytest.raises(TraceError, match=r"trace.jsonl:2: a line longer than 100 bytes"):
+        load_trace(trace)
+    monkeypatch.setattr(mooncake, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(mooncake, "MAX_BLOCK_REFS", 10)
+    with pytest.raises(TraceError, match=r"trace.jsonl:2: the trace passes 10 block references"):
+        load_trace(trace)
+
+
+def test_output_to_a_reader_that_went_away_ends_quietly() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "replay", "--json", "--policy", "lru",
+         "--capacity", ",".join(map(str, range(100, 4000, 100)))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(1) == b"{"
+    process.stdout.close()  # as `| head -c 1` does
+    assert process.wait(timeout=120) == 141
+    assert process.stderr.read() == b""
+
+
+def test_a_plot_of_a_trace_whose_name_is_not_utf8_is_written_whole(tmp_path: Path) -> None:
+    trace = tmp_path / os.fsdecode(b"bad\xffname.jsonl")
+    trace.write_text('{"hash_ids": [1, 2]}\n{"hash_ids": [1, 2, 3]}\n')
+    plot = tmp_path / "curves.html"
+    result = kvscope("replay", str(trace), "--capacity", "1,2", "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    assert "kvscope replay: bad\\udcffname.jsonl" in plot.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["curves.html", trace.name])
 
 
 def test_a_tier_larger_than_memory_allows_is_one_clear_line(trace_slice: Path) -> None:

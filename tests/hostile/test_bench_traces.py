@@ -37,7 +37,7 @@ def modules() -> list[str]:
     ("content", "message"),
     [
         (None, "trace file not found"),
-        ('{"hash_ids": [0, 1]}\n{"hash_ids": [0, 18446744073709551616]}\n', ":2: 'hash_ids' must"),
+        ('{"hash_ids": [0, 1]}\n{"hash_ids": [0, 18446744073709551616]}\n', ":2: hash_ids[1] is"),
         ('{"hash_ids": "0 1"}\n', ":1: 'hash_ids' must be a list, got str"),
     ],
 )
@@ -64,3 +64,14 @@ def test_the_connector_benchmark_names_the_policies_it_knows() -> None:
     assert result.returncode == 2
     assert "invalid choice: 'mru'" in result.stderr
     assert "gated" in result.stderr
+
+
+def test_halves_without_block_references_are_skipped_not_divided_by(tmp_path: Path) -> None:
+    """A trace of one request has an empty first half: --halves divided by its zero block
+    references, a traceback after the bundled trace's minutes of replays."""
+    from bench.policy_hit_ratio import _workloads
+
+    one = tmp_path / "one.jsonl"
+    names = [name for name, _, _ in _workloads([(one, [[1, 2]])], True, tmp_path)]
+    assert "one.jsonl" in names and "one.jsonl:second-half" in names
+    assert "one.jsonl:first-half" not in names
