@@ -72,8 +72,8 @@ def _health() -> list[Panel]:
         ),
         stat_panel(
             "Publishers silent > 60 s",
-            "Streams whose last frame is over a minute old. Healthy: 0 while engines serve; "
-            "an idle engine also goes quiet (stats ride scheduler steps).",
+            "Streams whose last frame is over a minute old. Healthy: 0; a live publisher "
+            "sends a stats frame at least every 5 s, idle or not.",
             "none",
             Query(f"count({LAG} > 60) or vector(0)", "silent"),
             red_from=1,

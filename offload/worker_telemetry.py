@@ -60,6 +60,9 @@ class WorkerTelemetry:
         )
         """One request's references to the tier, into the sample (nothing without a sampler):
         the buffer's own ``add``, so the call per request costs no frame of its own."""
+        # Stats also go out while the engine is idle (no steps, so no publish_stats): the
+        # publisher's thread makes one when none has gone for a while.
+        self.publisher.keep_alive(self.stats_frame)
 
     def snapshot(self) -> Snapshot:
         snap = manager_snapshot(self.manager)

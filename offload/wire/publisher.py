@@ -63,6 +63,11 @@ frames in the ROUTER's pipe and the zero-copy frame and tracker pyzmq keeps for 
 peers that never read hold 10,000 messages each for free."""
 
 
+HEARTBEAT_S = 5.0
+"""Longest a live publisher with a stats source goes without a stats frame (``keep_alive``):
+the sidecar's lag gauge then tells a quiet engine (a frame every few seconds) from a dead
+or unreachable one (none for a minute)."""
+
 _now = time.monotonic
 
 
@@ -107,6 +112,10 @@ class Publisher(Closeable):
     @abstractmethod
     def publish_sample(self, frame: SendableSampleFrame) -> None:
         """Queue a sample frame (offload/wire/sample_frame.py); never waits."""
+
+    def keep_alive(self, frame: Callable[[], StatsFrame]) -> None:
+        """Send ``frame()`` whenever no stats frame has gone out for a while (a publisher
+        that sends nothing has nothing to keep alive)."""
 
 
 class NullPublisher(Publisher):
@@ -194,6 +203,7 @@ class EventPublisher(Publisher):
         replay_max_bytes: int | None = None,
         replay_budget_bytes: int | None = None,
         sample_queue_bytes: int = 16 * 2**20,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         if kv_topic == stats_topic:
             raise ValueError(f"kv_topic and stats_topic must differ, both are {kv_topic!r}")
@@ -215,6 +225,8 @@ class EventPublisher(Publisher):
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if not 0 < flush_interval <= 10:
             raise ValueError(f"flush_interval must be in (0, 10] seconds, got {flush_interval}")
+        if not 0 < heartbeat_s <= 3600:
+            raise ValueError(f"heartbeat_s must be in (0, 3600] seconds, got {heartbeat_s}")
         self.batches_published = 0
         self.events_published = 0
         self.stats_published = 0
@@ -254,6 +266,9 @@ class EventPublisher(Publisher):
         self._flush_at = max(1, max_queue_size // 2)
         self._interval = flush_interval
         self._next_flush = _now() + flush_interval
+        self._heartbeat: Callable[[], StatsFrame] | None = None
+        self._heartbeat_s = heartbeat_s
+        self._next_heartbeat = _now() + heartbeat_s
         # Held by whoever flushes: it owns the PUB socket, the sequence numbers
         # and the replay buffer. Callers only ever try it; the thread waits.
         self._sending = threading.Lock()
@@ -366,6 +381,18 @@ class EventPublisher(Publisher):
         if _now() >= self._next_flush:
             self._flush_unless_busy()
 
+    def keep_alive(self, frame: Callable[[], StatsFrame]) -> None:
+        """Send ``frame()`` from the publisher's thread whenever no stats frame has gone out
+        for ``heartbeat_s``.
+
+        Stats frames ride the engine's steps, so an idle engine sent none: the
+        sidecar could not tell it from a dead one (its lag alert fired on every
+        quiet deployment), and the last second of a burst stayed unreported until
+        the next request. ``frame`` runs on that thread: it must read what it
+        reports as a scrape does.
+        """
+        self._heartbeat = frame
+
     def _take_samples(self) -> list[bytes]:
         with self._samples_lock:
             payloads = list(self._pending_samples)
@@ -442,6 +469,8 @@ class EventPublisher(Publisher):
                         self._flush()
                 if closing:
                     return
+                if self._heartbeat is not None and _now() >= self._next_heartbeat:
+                    self._beat(self._heartbeat)
         except Exception:
             logger.exception("kvscope publisher thread stopped; later frames are dropped")
         finally:
@@ -469,6 +498,23 @@ class EventPublisher(Publisher):
         for payload in self._take_samples():
             self._guarded(self._send_sample, payload)
 
+    def _beat(self, heartbeat: Callable[[], StatsFrame]) -> None:
+        """A stats frame made now, sent after every frame queued before it (unless one of
+        those was stats: the queue's own is as new)."""
+        try:
+            frame = heartbeat()
+        except Exception as exc:
+            self._next_heartbeat = _now() + self._heartbeat_s
+            _log.log(
+                logging.ERROR, "heartbeat-error", "kvscope publisher could not make a stats frame",
+                exc_info=exc,
+            )  # fmt: skip
+            return
+        with self._sending:
+            self._flush()
+            if _now() >= self._next_heartbeat:
+                self._guarded(self._send_stats, frame)
+
     def _guarded(self, send: Callable[..., None], *args: object) -> None:
         """Send, and never let a failure reach the caller (a scheduler step)."""
         try:
@@ -481,6 +527,7 @@ class EventPublisher(Publisher):
             self._refused += 1
 
     def _send_stats(self, frame: StatsFrame) -> None:
+        self._next_heartbeat = _now() + self._heartbeat_s
         payload = encode_stats_frame(frame)
         seq, self._stats_seq = self._stats_seq, self._stats_seq + 1
         if self._publish(self._stats_topic, seq, payload):

@@ -240,6 +240,51 @@ def test_stats_frames_have_their_own_topic_and_sequence(
     wait_until(lambda: publisher.events_published == len(frames), "every frame sent")
 
 
+def test_a_publisher_kept_alive_sends_stats_while_the_engine_sends_none(ctx: zmq.Context) -> None:
+    """Stats frames rode the engine's steps: an idle engine sent none, and the sidecar's lag
+    alert could not tell it from a dead one."""
+    made: list[float] = []
+
+    def frame() -> StatsFrame:
+        made.append(float(len(made)))
+        return a_frame(ts=made[-1])
+
+    with EventPublisher("tcp://127.0.0.1:*", heartbeat_s=0.2) as publisher:
+        sub, last_probe = subscribe(ctx, publisher)
+        publisher.keep_alive(frame)
+        beats = [recv_topic(sub, DEFAULT_STATS_TOPIC) for _ in range(3)]
+    assert [seq for seq, _ in beats] == [last_probe + 1, last_probe + 2, last_probe + 3]
+    assert [decode_stats_frame(payload).ts for _, payload in beats] == made[:3]
+
+
+def test_a_heartbeat_that_cannot_make_its_frame_is_logged_and_the_publisher_goes_on(
+    ctx: zmq.Context, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken() -> StatsFrame:
+        raise RuntimeError("the manager is gone")
+
+    with EventPublisher("tcp://127.0.0.1:*", heartbeat_s=0.1) as publisher:
+        sub, _ = subscribe(ctx, publisher)
+        publisher.keep_alive(broken)
+        wait_until(lambda: "could not make a stats frame" in caplog.text, "the failure logged")
+        publish_kv(publisher, 2)
+        assert decode_batch(recv_topic(sub, KV_TOPIC)[1]).events
+
+
+def test_a_worker_with_a_publisher_keeps_it_alive_with_its_own_stats(ctx: zmq.Context) -> None:
+    manager = CPUOffloadingManager(16, 64, "arc", enable_events=True)
+    with EventPublisher("tcp://127.0.0.1:*", heartbeat_s=0.2) as publisher:
+        sub, _ = subscribe(ctx, publisher)
+        WorkerTelemetry(manager, engine_id="idle-engine", publisher=publisher)
+        while (frame := decode_stats_frame(recv_topic(sub, DEFAULT_STATS_TOPIC)[1])).ts == 1.0:
+            pass  # a probe of subscribe's, still on its way
+    assert (frame.engine_id, frame.config.policy, frame.config.capacity_blocks) == (
+        "idle-engine",
+        "arc",
+        64,
+    )
+
+
 @pytest.mark.parametrize("start", [0, 3, 9])
 def test_replay_sends_buffered_batches_from_the_requested_sequence(
     ctx: zmq.Context, publisher: EventPublisher, start: int
@@ -291,6 +336,8 @@ def test_replay_keeps_only_the_newest_batches_that_fit_buffer_bytes(
         ("max_queue_size", -1),
         ("flush_interval", 0),
         ("flush_interval", 11),
+        ("heartbeat_s", 0),
+        ("heartbeat_s", math.inf),
     ],
 )
 def test_settings_out_of_range_are_refused_by_name(setting: str, value: float) -> None:
