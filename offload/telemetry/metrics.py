@@ -202,6 +202,13 @@ TRANSFER_JOBS_TOTAL = _spec(
     "direction",
     "outcome",
 )
+TRANSFER_JOBS_REFUSED_TOTAL = _spec(
+    "kvscope_transfer_jobs_refused_total",
+    "counter",
+    "Transfer jobs refused at submit: as many jobs as the backend holds were in flight or "
+    "finished but not yet polled.",
+    "direction",
+)
 TRANSFER_BLOCKS_TOTAL = _spec(
     "kvscope_transfer_blocks_total",
     "counter",
@@ -281,6 +288,7 @@ SPECS: dict[str, MetricSpec] = {
         MANAGER_OPERATION_DURATION_SECONDS,
         TRANSFER_JOBS_SUBMITTED_TOTAL,
         TRANSFER_JOBS_TOTAL,
+        TRANSFER_JOBS_REFUSED_TOTAL,
         TRANSFER_BLOCKS_TOTAL,
         TRANSFER_BYTES_TOTAL,
         TRANSFER_DURATION_SECONDS,

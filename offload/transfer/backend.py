@@ -41,8 +41,13 @@ class TransferBackend(Closeable):
         src_blocks: Sequence[int],
         dst_blocks: Sequence[int],
         gpu_runs: Sequence[GpuRun] | None = None,
+        *,
+        expedited: bool = False,
     ) -> int:
         """Queue a copy and return its job id without waiting for the copy.
+
+        An ``expedited`` job (a load the engine waits on within its step) goes
+        ahead of every queued job of its worker that is not.
 
         ``src_blocks`` and ``dst_blocks`` are in units of the source and the
         destination medium's blocks: one CPU block holds ``block_size_factor``

@@ -2,14 +2,14 @@
 
 Its "GPU" cache is ordinary CPU tensors, so the whole path the connector
 drives (validate, queue, copy off-thread, report through ``poll``) runs on
-any machine. One worker thread copies jobs in submission order, so ``poll``
-reports them in that order; torch releases the GIL inside its copies, so the
-caller keeps running while a job copies.
+any machine. One worker thread copies jobs in submission order (expedited
+loads ahead of the rest), so ``poll`` reports them in that order; torch
+releases the GIL inside its copies, so the caller keeps running while a job
+copies.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +19,8 @@ import torch
 
 from offload.transfer.backend import TransferBackend
 from offload.transfer.job import Direction, GpuRun, TransferResult
-from offload.transfer.job_book import JobBook, job_result
+from offload.transfer.job_book import DEFAULT_MAX_JOBS, JobBook, job_result
+from offload.transfer.job_queue import JobQueue
 from offload.transfer.layout import KVLayout, TransferPlan
 
 JobHook = Callable[[int], None]
@@ -53,14 +54,20 @@ class CPUTransferBackend(TransferBackend):
     """
 
     def __init__(
-        self, layout: KVLayout, num_cpu_blocks: int, *, on_job_start: JobHook | None = None
+        self,
+        layout: KVLayout,
+        num_cpu_blocks: int,
+        *,
+        on_job_start: JobHook | None = None,
+        max_jobs: int = DEFAULT_MAX_JOBS,
     ) -> None:
         """Allocate the CPU tier and start the worker.
 
         ``on_job_start`` runs on the worker thread with each job's id just
         before the job copies: a seam for tracing, and the way tests hold
         the worker still without mocking the copy. An exception it raises
-        fails that job only.
+        fails that job only. ``max_jobs``: jobs held at once, in flight or
+        not yet polled (``JobBook``).
         """
         device = layout.gpu_tensors[0].device
         if device.type != "cpu":
@@ -71,8 +78,8 @@ class CPUTransferBackend(TransferBackend):
         self._gpu_rows, self._cpu_rows = layout.wide_rows(self.cpu_tensors, WIDE_DTYPES)
         self._stage = _stage_for(self._gpu_rows[0])
         self._on_job_start = on_job_start
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._book = JobBook()
+        self._jobs: JobQueue[_Job | None] = JobQueue()
+        self._book = JobBook(max_jobs)
         self.stats = self._book.stats
         self._worker = threading.Thread(target=self._run, name="kvscope-transfer", daemon=True)
         self._worker.start()
@@ -83,11 +90,14 @@ class CPUTransferBackend(TransferBackend):
         src_blocks: Sequence[int],
         dst_blocks: Sequence[int],
         gpu_runs: Sequence[GpuRun] | None = None,
+        *,
+        expedited: bool = False,
     ) -> int:
         submitted = time.perf_counter()
         plan = self.layout.plan(direction, src_blocks, dst_blocks, self.num_cpu_blocks, gpu_runs)
         return self._book.open(
-            plan.direction, lambda job_id: self._jobs.put(_Job(job_id, plan, submitted))
+            plan.direction,
+            lambda job_id: self._jobs.put(_Job(job_id, plan, submitted), expedited),
         )
 
     def poll(self) -> list[TransferResult]:
@@ -113,14 +123,17 @@ class CPUTransferBackend(TransferBackend):
 
     def _execute(self, job: _Job) -> TransferResult:
         """Run one job; any exception becomes a failed result, so the worker lives on."""
+        started = time.perf_counter()
         try:
             if self._on_job_start is not None:
                 self._on_job_start(job.job_id)
             self._copy(job.plan)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            return job_result(job.job_id, job.plan, job.submitted, success=False, error=error)
-        return job_result(job.job_id, job.plan, job.submitted, success=True, error=None)
+            return job_result(
+                job.job_id, job.plan, job.submitted, started, success=False, error=error
+            )
+        return job_result(job.job_id, job.plan, job.submitted, started, success=True, error=None)
 
     def _copy(self, plan: TransferPlan) -> None:
         gpu, cpu = self._gpu_rows, self._cpu_rows

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +22,8 @@ import torch
 from offload.transfer import host_tier
 from offload.transfer.backend import TransferBackend
 from offload.transfer.job import Direction, GpuRun, TransferResult
-from offload.transfer.job_book import JobBook, job_result
+from offload.transfer.job_book import DEFAULT_MAX_JOBS, JobBook, job_result
+from offload.transfer.job_queue import JobQueue
 from offload.transfer.layout import KVLayout, TransferPlan
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ class _Lane:
     """Where the tier is pageable, two pinned buffers used in turn, so the host
     fills or drains one while the DMA engine reads or writes the other; none
     where kernels reach the tier directly."""
-    jobs: queue.SimpleQueue[_Job | None] = field(default_factory=queue.SimpleQueue)
+    jobs: JobQueue[_Job | None] = field(default_factory=JobQueue)
+    """Submission order, expedited loads ahead of the rest."""
     worker: threading.Thread | None = None
 
 
@@ -84,6 +85,7 @@ class CUDATransferBackend(TransferBackend):
         *,
         allow_pageable: bool = False,
         on_job_start: JobHook | None = None,
+        max_jobs: int = DEFAULT_MAX_JOBS,
     ) -> None:
         """Allocate the pinned CPU tier, the streams and staging, and start the workers.
 
@@ -92,6 +94,7 @@ class CUDATransferBackend(TransferBackend):
         it such a failure raises. ``on_job_start`` runs on a worker thread
         with each job's id just before the job copies, as in
         ``CPUTransferBackend``: an exception it raises fails that job only.
+        ``max_jobs``: jobs held at once, in flight or not yet polled (``JobBook``).
         """
         if not torch.cuda.is_available():
             raise RuntimeError(
@@ -124,7 +127,7 @@ class CUDATransferBackend(TransferBackend):
                 device,
             )
         self._on_job_start = on_job_start
-        self._book = JobBook()
+        self._book = JobBook(max_jobs)
         self.stats = self._book.stats
         self._queued: dict[int, torch.cuda.Event] = {}
         """Completion events of jobs whose device work is all queued but not yet finished;
@@ -149,6 +152,8 @@ class CUDATransferBackend(TransferBackend):
         src_blocks: Sequence[int],
         dst_blocks: Sequence[int],
         gpu_runs: Sequence[GpuRun] | None = None,
+        *,
+        expedited: bool = False,
     ) -> int:
         submitted = time.perf_counter()
         plan = self.layout.plan(direction, src_blocks, dst_blocks, self.num_cpu_blocks, gpu_runs)
@@ -158,7 +163,7 @@ class CUDATransferBackend(TransferBackend):
         ready.record(torch.cuda.current_stream(self.device))
         jobs = self._lanes[plan.direction].jobs
         return self._book.open(
-            plan.direction, lambda job_id: jobs.put(_Job(job_id, plan, submitted, ready))
+            plan.direction, lambda job_id: jobs.put(_Job(job_id, plan, submitted, ready), expedited)
         )
 
     def poll(self) -> list[TransferResult]:
@@ -250,6 +255,7 @@ class CUDATransferBackend(TransferBackend):
 
     def _execute(self, lane: _Lane, job: _Job) -> TransferResult:
         """Run one job to completion; any exception fails it alone and the worker lives on."""
+        started = time.perf_counter()
         try:
             if self._on_job_start is not None:
                 self._on_job_start(job.job_id)
@@ -268,8 +274,10 @@ class CUDATransferBackend(TransferBackend):
             with contextlib.suppress(Exception):
                 lane.stream.synchronize()
             error = f"{type(exc).__name__}: {exc}"
-            return job_result(job.job_id, job.plan, job.submitted, success=False, error=error)
-        return job_result(job.job_id, job.plan, job.submitted, success=True, error=None)
+            return job_result(
+                job.job_id, job.plan, job.submitted, started, success=False, error=error
+            )
+        return job_result(job.job_id, job.plan, job.submitted, started, success=True, error=None)
 
     def _copy_in_place(self, lane: _Lane, job: _Job, tier: torch.Tensor) -> None:
         """Source rows -> device stage (gather) -> destination rows (scatter), on the device.

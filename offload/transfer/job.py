@@ -39,3 +39,6 @@ class TransferResult:
     """Wall time from submit to finish (``time.perf_counter``), queueing included."""
     error: str | None = None
     """Why the job failed; None on success."""
+    copy_seconds: float | None = None
+    """Wall time its worker spent on it, from taking it up to its last copy done: the
+    transfer time vLLM reports (queueing behind other jobs left out); None where unmeasured."""

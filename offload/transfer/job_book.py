@@ -10,13 +10,26 @@ closed) live in one place.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Final
 
 from offload.transfer.job import Direction, TransferResult
 from offload.transfer.layout import TransferPlan
 from offload.transfer.transfer_stats import TransferStats
+from offload.wire.log_limit import LogLimiter
+
+DEFAULT_MAX_JOBS: Final = 65_536
+"""Jobs a backend holds at once, in flight or finished and not yet polled: far more than an
+engine keeps in flight (it polls every step), and a bound on a caller that never polls."""
+
+_log = LogLimiter(logging.getLogger(__name__))
+
+
+class BackendFullError(ValueError):
+    """As many jobs as the backend holds are in flight or waiting to be polled."""
 
 
 class JobBook:
@@ -27,7 +40,10 @@ class JobBook:
     for state of its own that it guards with the same lock.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
+        if max_jobs < 1:
+            raise ValueError(f"max_jobs must be at least 1, got {max_jobs}")
+        self.max_jobs = max_jobs
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)
         self._next_id = 0
@@ -40,11 +56,18 @@ class JobBook:
     def open(self, direction: Direction, enqueue: Callable[[int], None]) -> int:
         """Take a new job's id, count it submitted, and hand it to ``enqueue``; return the id.
 
-        Refuses once the book is closed.
+        Refuses once the book is closed, and (``BackendFullError``, counted) while it
+        holds ``max_jobs``.
         """
         with self._lock:
             if self._closed:
                 raise RuntimeError("the transfer backend is closed; it accepts no more jobs")
+            if len(self._pending) + len(self._unpolled) >= self.max_jobs:
+                self.stats.on_refuse(direction)
+                raise BackendFullError(
+                    f"{self.max_jobs} transfer jobs are in flight or finished and not yet "
+                    "polled, the backend's most: poll() takes the finished ones"
+                )
             job_id = self._next_id
             self._next_id += 1
             self._pending.add(job_id)
@@ -60,8 +83,16 @@ class JobBook:
 
         ``forget`` runs under the lock with the job's id, in the same step that
         takes the job off the in-flight set: for a backend's own per-job state.
+        Counting it (and its span, which an OpenTelemetry exporter records) may
+        fail without losing the job: a worker that died here reported nothing
+        again, and ``wait`` on its jobs never returned.
         """
-        self.stats.on_finish(result)
+        try:
+            self.stats.on_finish(result)
+        except Exception as exc:
+            _log.log(
+                logging.ERROR, "stats", "a finished transfer job was not counted", exc_info=exc
+            )
         with self.changed:
             self._pending.discard(result.job_id)
             if forget is not None:
@@ -105,15 +136,24 @@ class JobBook:
 
 
 def job_result(
-    job_id: int, plan: TransferPlan, submitted: float, *, success: bool, error: str | None
+    job_id: int,
+    plan: TransferPlan,
+    submitted: float,
+    started: float,
+    *,
+    success: bool,
+    error: str | None,
 ) -> TransferResult:
-    """A finished job's result; ``submitted`` is its ``time.perf_counter`` at submit."""
+    """A finished job's result; ``submitted`` and ``started`` are its ``time.perf_counter``
+    at submit and when its worker took it up."""
+    finished = time.perf_counter()
     return TransferResult(
         job_id=job_id,
         direction=plan.direction,
         success=success,
         num_blocks=plan.num_blocks,
         bytes=plan.bytes if success else 0,
-        seconds=time.perf_counter() - submitted,
+        seconds=finished - submitted,
         error=error,
+        copy_seconds=finished - started,
     )

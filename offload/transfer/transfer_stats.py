@@ -21,6 +21,7 @@ class DirectionStats:
     """One direction's counts: submitted/finished pairs give the jobs in flight."""
 
     jobs_submitted: int = 0
+    jobs_refused: int = 0
     jobs_ok: int = 0
     jobs_failed: int = 0
     blocks_ok: int = 0
@@ -45,6 +46,9 @@ class TransferStats:
 
     def on_submit(self, direction: Direction) -> None:
         self.directions[direction].jobs_submitted += 1
+
+    def on_refuse(self, direction: Direction) -> None:
+        self.directions[direction].jobs_refused += 1
 
     def on_finish(self, result: TransferResult) -> None:
         stats = self.directions[result.direction]
@@ -86,6 +90,7 @@ class TransferStats:
                 ("failed", stats.jobs_failed, stats.blocks_failed),
             )
             snap.add(m.TRANSFER_JOBS_SUBMITTED_TOTAL, stats.jobs_submitted, direction=d)
+            snap.add(m.TRANSFER_JOBS_REFUSED_TOTAL, stats.jobs_refused, direction=d)
             for outcome, jobs, blocks in outcomes:
                 snap.add(m.TRANSFER_JOBS_TOTAL, jobs, direction=d, outcome=outcome)
                 snap.add(m.TRANSFER_BLOCKS_TOTAL, blocks, direction=d, outcome=outcome)

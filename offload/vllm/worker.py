@@ -46,8 +46,12 @@ class KVScopeWorker(OffloadingWorker):
     def __init__(self, backend: TransferBackend) -> None:
         self.backend = backend
         self.rejected_jobs = 0
-        """Jobs refused at submit (bad specs); vLLM is told with False."""
+        """Jobs refused at submit (bad specs, an id already in flight, a full backend); vLLM
+        is told with False."""
         self._vllm_ids: dict[int, int] = {}
+        """The backend's job id -> vLLM's, for every job not yet reported."""
+        self._in_flight: set[int] = set()
+        """vLLM's ids of those jobs: each is reported once, so an id in use is refused."""
 
     def submit_store(
         self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec
@@ -61,13 +65,18 @@ class KVScopeWorker(OffloadingWorker):
         dst_spec: GPULoadStoreSpec,
         expedited: bool = False,
     ) -> bool:
-        return self._submit(job_id, Direction.CPU_TO_GPU, src_spec, dst_spec)
+        return self._submit(job_id, Direction.CPU_TO_GPU, src_spec, dst_spec, expedited)
 
     def get_finished(self) -> list[TransferResult]:
         finished = []
         for result in self.backend.poll():
-            job_id = self._vllm_ids.pop(result.job_id)
-            finished.append(TransferResult(job_id, result.success, result.bytes, result.seconds))
+            job_id = self._vllm_ids.pop(result.job_id, None)
+            if job_id is None:  # submitted on the backend by someone else: not vLLM's
+                continue
+            self._in_flight.discard(job_id)
+            # vLLM adds the time to its transfer-time metric, its own handler's copy time.
+            seconds = result.seconds if result.copy_seconds is None else result.copy_seconds
+            finished.append(TransferResult(job_id, result.success, result.bytes, seconds))
         return finished
 
     def wait(self, job_ids: set[int]) -> None:
@@ -79,13 +88,18 @@ class KVScopeWorker(OffloadingWorker):
         self.backend.close()
 
     def _submit(
-        self, job_id: int, direction: Direction, src: LoadStoreSpec, dst: LoadStoreSpec
+        self,
+        job_id: int,
+        direction: Direction,
+        src: LoadStoreSpec,
+        dst: LoadStoreSpec,
+        expedited: bool = False,
     ) -> bool:
         gpu, cpu = (src, dst) if direction is Direction.GPU_TO_CPU else (dst, src)
         if not isinstance(gpu, GPULoadStoreSpec) or not isinstance(cpu, CPULoadStoreSpec):
-            self.rejected_jobs += 1
-            logger.error("kvscope job %d refused: specs are not GPU and CPU block ids", job_id)
-            return False
+            return self._refuse(job_id, "specs are not GPU and CPU block ids")
+        if job_id in self._in_flight:
+            return self._refuse(job_id, "a job of this id is in flight")
         src_ids, dst_ids = (
             (gpu.block_ids, cpu.block_ids)
             if direction is Direction.GPU_TO_CPU
@@ -95,15 +109,21 @@ class KVScopeWorker(OffloadingWorker):
         # group's blocks may start inside a chunk (a load after a GPU prefix-cache hit) and
         # end inside one. Every canonical tensor's row of a block moves, as for one group.
         factor = self.backend.layout.block_size_factor
-        runs = [
-            GpuRun(size, index % factor)
-            for size, index in zip(gpu.group_sizes, gpu.block_indices, strict=True)
-        ]
         try:
-            own = self.backend.submit(direction, src_ids.tolist(), dst_ids.tolist(), runs)
-        except ValueError as exc:
-            self.rejected_jobs += 1
-            logger.error("kvscope job %d refused: %s", job_id, exc)
-            return False
+            runs = [
+                GpuRun(size, index % factor)
+                for size, index in zip(gpu.group_sizes, gpu.block_indices, strict=True)
+            ]
+            own = self.backend.submit(
+                direction, src_ids.tolist(), dst_ids.tolist(), runs, expedited=expedited
+            )
+        except (ValueError, TypeError, RuntimeError) as exc:  # bad specs, full, or closed
+            return self._refuse(job_id, str(exc))
         self._vllm_ids[own] = job_id
+        self._in_flight.add(job_id)
         return True
+
+    def _refuse(self, job_id: int, why: str) -> bool:
+        self.rejected_jobs += 1
+        logger.error("kvscope job %d refused: %s", job_id, why)
+        return False

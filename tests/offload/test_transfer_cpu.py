@@ -25,6 +25,8 @@ from offload.transfer import (
     TransferResult,
 )
 from offload.transfer import cpu_backend as cpu_backend_module
+from offload.transfer.job_book import DEFAULT_MAX_JOBS, BackendFullError
+from offload.transfer.transfer_stats import TransferStats
 from tests.support import kv_caches
 from tests.support.kv_caches import blocks, finish, make_layout, random_bits
 
@@ -33,7 +35,10 @@ GPU_TO_CPU, CPU_TO_GPU = Direction.GPU_TO_CPU, Direction.CPU_TO_GPU
 
 @contextmanager
 def gated(
-    layout: KVLayout, num_cpu_blocks: int, held: Callable[[int], bool] = lambda _: True
+    layout: KVLayout,
+    num_cpu_blocks: int,
+    held: Callable[[int], bool] = lambda _: True,
+    max_jobs: int = DEFAULT_MAX_JOBS,
 ) -> Iterator[tuple[CPUTransferBackend, threading.Event, threading.Event]]:
     """A backend whose worker, on starting a held job, reports it and waits for the gate.
 
@@ -47,7 +52,7 @@ def gated(
             started.set()
             gate.wait()
 
-    backend = CPUTransferBackend(layout, num_cpu_blocks, on_job_start=hold)
+    backend = CPUTransferBackend(layout, num_cpu_blocks, on_job_start=hold, max_jobs=max_jobs)
     try:
         yield backend, started, gate
     finally:
@@ -365,3 +370,58 @@ def test_wait_leaves_the_result_for_poll_and_refuses_unknown_jobs() -> None:
             backend.wait(job)  # already polled
         with pytest.raises(ValueError, match="job 99 is neither in flight"):
             backend.wait(99)
+
+
+def test_an_expedited_load_goes_ahead_of_every_queued_job_that_is_not() -> None:
+    """vLLM marks a load expedited when its step waits on it: behind queued stores it
+    waited for all of them."""
+    layout = make_layout(num_gpu_blocks=8)
+    with gated(layout, 8, held=lambda job_id: job_id == 0) as (backend, started, gate):
+        backend.submit(GPU_TO_CPU, [0], [0])
+        started.wait()
+        stores = [backend.submit(GPU_TO_CPU, [i], [i]) for i in (1, 2, 3)]
+        load = backend.submit(CPU_TO_GPU, [0], [4], expedited=True)
+        gate.set()
+        backend.wait(stores[-1])
+        assert [r.job_id for r in backend.poll()] == [0, load, *stores]
+
+
+def test_a_backend_holding_its_most_jobs_refuses_more_and_counts_them() -> None:
+    layout = make_layout(num_gpu_blocks=8)
+    with gated(layout, 8, max_jobs=3) as (backend, _, gate):
+        jobs = [backend.submit(GPU_TO_CPU, [i], [i]) for i in range(3)]
+        with pytest.raises(BackendFullError, match="3 transfer jobs are in flight or finished"):
+            backend.submit(GPU_TO_CPU, [3], [3])
+        assert backend.stats.directions[GPU_TO_CPU].jobs_refused == 1
+        gate.set()
+        backend.wait(jobs[-1])
+        with pytest.raises(BackendFullError):  # finished, but nobody polled them
+            backend.submit(GPU_TO_CPU, [3], [3])
+        assert [r.job_id for r in backend.poll()] == jobs
+        assert finish(backend, backend.submit(GPU_TO_CPU, [3], [3])).success
+
+
+def test_a_job_that_cannot_be_counted_is_still_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An OpenTelemetry exporter raising inside the job's span killed the worker: the job
+    was never reported and ``wait`` on it never returned."""
+
+    def broken(self: TransferStats, result: TransferResult) -> None:
+        raise RuntimeError("span exporter down")
+
+    monkeypatch.setattr(TransferStats, "on_finish", broken)
+    layout = make_layout(num_gpu_blocks=8)
+    with CPUTransferBackend(layout, 8) as backend:
+        first = backend.submit(GPU_TO_CPU, [0], [0])
+        assert backend.wait(first, timeout=60).success
+        assert finish(backend, backend.submit(GPU_TO_CPU, [1], [1])).success
+
+
+def test_a_result_times_the_copy_apart_from_its_queueing() -> None:
+    layout = make_layout(num_gpu_blocks=8)
+    with gated(layout, 8, held=lambda job_id: job_id == 0) as (backend, started, gate):
+        backend.submit(GPU_TO_CPU, [0], [0])
+        started.wait()
+        queued = backend.submit(GPU_TO_CPU, [1], [1])
+        gate.set()
+        result = backend.wait(queued)
+    assert result.copy_seconds is not None and 0 < result.copy_seconds <= result.seconds

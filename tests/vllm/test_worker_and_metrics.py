@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 
@@ -105,6 +106,48 @@ def test_jobs_that_start_or_end_inside_a_chunk_move_the_right_pages() -> None:
                 assert torch.equal(cache.tensor[gpu], before[source])
         assert worker.rejected_jobs == 0
     finally:
+        worker.shutdown()
+
+
+def test_the_worker_refuses_what_it_could_not_report_once_and_tells_vllm_with_false() -> None:
+    spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 8}))
+    worker = spec.get_worker(_caches())
+    try:
+        assert worker.submit_store(5, GPULoadStoreSpec([1], [1], [0]), CPULoadStoreSpec([1]))
+        # The same id again before the first is reported: vLLM would hear of id 5 twice.
+        assert not worker.submit_store(5, GPULoadStoreSpec([2], [1], [0]), CPULoadStoreSpec([2]))
+        assert worker.rejected_jobs == 1
+        assert _finished(worker, {5}) == {5: True}
+        # Reported, the id is free again.
+        assert worker.submit_load(
+            5, CPULoadStoreSpec([1]), GPULoadStoreSpec([3], [1], [0]), expedited=True
+        )
+        assert _finished(worker, {5}) == {5: True}
+    finally:
+        worker.shutdown()
+
+
+def test_the_time_vllm_is_told_is_the_copy_not_its_wait_in_the_queue() -> None:
+    """vLLM adds each result's transfer_time to its offload time metric, as its own handler
+    measures it on the copy: submit-to-finish counted every queued job's wait too."""
+    spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 8}))
+    worker = spec.get_worker(_caches())
+    held = threading.Event()
+    worker.backend._on_job_start = lambda job_id: held.wait() if job_id == 0 else None
+    try:
+        assert worker.submit_store(1, GPULoadStoreSpec([1], [1], [0]), CPULoadStoreSpec([1]))
+        assert worker.submit_store(2, GPULoadStoreSpec([2], [1], [0]), CPULoadStoreSpec([2]))
+        queued_since = time.perf_counter()
+        while time.perf_counter() - queued_since < 0.05:
+            pass  # job 2 waits in the queue behind the held job 1 all this while
+        released = time.perf_counter()
+        held.set()
+        worker.wait({2})
+        reported = {r.job_id: r.transfer_time for r in worker.get_finished()}
+        # Job 2's worker took it up after the release: its copy began no earlier.
+        assert reported[2] <= time.perf_counter() - released
+    finally:
+        held.set()
         worker.shutdown()
 
 
