@@ -6,10 +6,11 @@ broadcaster task follows the event log, waits a tick so that events come in
 batches, renders the batch once in a render thread (``render_frames``: at most
 ``sse_chunk_bytes``), and hands the same bytes to every reader's queue. A
 reader whose queue would pass ``sse_client_queue_bytes`` is shed: its queue is
-dropped, the shed counted, and its stream ends once what was already written
-drains, so that its EventSource reconnects with ``Last-Event-ID`` and loses
-nothing the log still holds (a reader that reads nothing never drains it: its
-connection's send deadline cuts it, app/api/http_connection.py). A reader
+dropped, the shed counted, its slot given up at once, and its stream ends once
+what was already written drains, so that its EventSource reconnects with
+``Last-Event-ID`` and loses nothing the log still holds (a reader that reads
+nothing never drains it: its connection's send deadline cuts it,
+app/api/http_connection.py, while its slot already serves another reader). A reader
 resuming from an older id is sent that backlog first, rendered by itself a
 chunk at a time, each chunk written before the next is rendered, while the
 broadcast queues behind it. At most ``max_sse_clients`` streams are open; one
@@ -196,6 +197,7 @@ class EventStreams:
             for reader in list(self._readers):
                 if not reader.offer(rendered, frames):
                     self.counts.sse_shed += 1
+                    self.leave(reader)  # its slot serves the next reader, not a stalled one
 
     async def backlog(self, reader: StreamReader) -> bytes | None:
         """The next chunk of the reader's backlog, rendered; None once it is all sent."""
