@@ -145,34 +145,54 @@ def _filter(
     )
 
 
-def variables() -> list[dashboard.DatasourceVariable | dashboard.QueryVariable]:
-    """The data source and the filters; each filter offers the values the one before allows."""
+FILTERS = ("engine", "rank", "medium", "publisher", "model")
+"""Every filter a dashboard may offer, in the order they appear (and narrow each other)."""
+
+
+def variables(
+    filters: Sequence[str] = FILTERS,
+) -> list[dashboard.DatasourceVariable | dashboard.QueryVariable]:
+    """The data source and ``filters``; each filter offers the values the one before allows."""
     capacity = "kvscope_blocks_capacity"
-    return [
-        dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
-        _filter("engine", "Engine", capacity, "kvscope engine id (stats frames)"),
-        _filter("rank", "Rank", f'{capacity}{{engine=~"$engine"}}', "data-parallel rank"),
-        _filter("medium", "Medium", series(capacity, WORKER), "the tier a block lives in (CPU)"),
-        _filter(
+    known = {
+        "engine": _filter("engine", "Engine", capacity, "kvscope engine id (stats frames)"),
+        "rank": _filter("rank", "Rank", f'{capacity}{{engine=~"$engine"}}', "data-parallel rank"),
+        "medium": _filter(
+            "medium", "Medium", series(capacity, WORKER), "the tier a block lives in (CPU)"
+        ),
+        "publisher": _filter(
             "publisher",
             "Publisher",
             "kvscope_sidecar_frames_total",
             "the stream the sidecar follows (its endpoint, or TOPIC@RANK in listen mode)",
         ),
-        _filter(
+        "model": _filter(
             "model",
             "vLLM model",
             "vllm:kv_cache_usage_perc",
-            "vLLM's served model (vLLM panels only)",
+            "vLLM's served model (vLLM's own series only)",
             label="model_name",
         ),
+    }
+    unknown = set(filters) - set(known)
+    if unknown:
+        raise ValueError(f"no such filter: {sorted(unknown)}")
+    chosen = [known[name] for name in FILTERS if name in filters]
+    return [
+        dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        *chosen,
     ]
 
 
 def build_dashboard(
-    uid: str, title: str, about: str, rows: Sequence[tuple[str, Sequence[Panel]]]
+    uid: str,
+    title: str,
+    about: str,
+    rows: Sequence[tuple[str, Sequence[Panel]]],
+    filters: Sequence[str] = FILTERS,
 ) -> dashboard.Dashboard:
-    """A dashboard of titled rows, panels numbered in order so the JSON is stable."""
+    """A dashboard of titled rows, panels numbered in order so the JSON is stable, offering
+    ``filters`` (only those its queries use)."""
     board = (
         dashboard.Dashboard(title)
         .uid(uid)
@@ -182,7 +202,7 @@ def build_dashboard(
         .tooltip(model.DashboardCursorSync.CROSSHAIR)
         .time("now-1h", "now")
         .refresh("30s")
-        .variables(variables())
+        .variables(variables(filters))
     )
     ids = itertools.count(1)
     for row_title, panels in rows:

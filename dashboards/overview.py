@@ -29,19 +29,29 @@ from dashboards.kit import (
 
 UID = "kvscope-overview"
 VLLM_ROW = "vLLM prefix cache: GPU tier (vLLM) beside CPU tier (kvscope)"
-"""The one row whose panels need vLLM scraped; without vLLM they show no data."""
+"""The row of vLLM's own prefix cache, mostly vLLM's series: data only with vLLM scraped.
+(vLLM's transfer series sit in the Transfers row, beside kvscope's.)"""
 LAG = series("kvscope_sidecar_ingest_lag_seconds", PUBLISHER)
+STREAM = "instance, publisher"
+"""A sidecar's stream: every pod's sidecar may name its publisher alike (the pod's
+loopback, tcp://127.0.0.1:5560), so the scrape target tells them apart."""
+ON = "{{publisher}} on {{instance}}"
+"""The legend of a stream."""
 
 
 def _by(labels: str, expr: str) -> str:
     return f"sum by ({labels}) ({expr})"
 
 
-def _quantiles(histogram: str, scope: tuple[str, ...], by: str, *matchers: str) -> list[Query]:
-    """p50 and p99 of a kvscope histogram, one series per ``by`` value."""
+def _quantiles(
+    histogram: str, scope: tuple[str, ...], by: str, *matchers: str, legend: str | None = None
+) -> list[Query]:
+    """p50 and p99 of a kvscope histogram, one series per ``by`` value (labels, comma
+    separated); ``legend`` follows the quantile in the legend (default: the ``by`` label)."""
     buckets = _by(f"{by}, le", rate(f"{histogram}_bucket", scope, *matchers))
+    shown = f"{{{{{by}}}}}" if legend is None else legend
     return [
-        Query(f"histogram_quantile({q}, {buckets})", f"p{round(q * 100)} {{{{{by}}}}}")
+        Query(f"histogram_quantile({q}, {buckets})", f"p{round(q * 100)} {shown}")
         for q in (0.5, 0.99)
     ]
 
@@ -107,7 +117,10 @@ def _tier() -> list[Panel]:
             "admitted; refused and failed stay at 0 (refused: no room, every slot pinned).",
             BLOCKS_PER_S,
             *(
-                Query(_by("medium", rate(f"kvscope_store_{kind}_blocks_total", TIER)), kind)
+                Query(
+                    _by("medium", rate(f"kvscope_store_{kind}_blocks_total", TIER)),
+                    f"{kind} {{{{medium}}}}",
+                )
                 for kind in ("requested", "admitted", "completed", "skipped", "refused", "failed")
             ),
         ),
@@ -148,8 +161,11 @@ def _tier() -> list[Panel]:
         ),
         timeseries_panel(
             "Transfer jobs in flight",
-            "Jobs submitted but not finished, per direction. Healthy: a handful, back to 0 "
-            "when idle; growth means the copy engine falls behind.",
+            "Jobs submitted but not finished, per direction, from kvscope's own transfer "
+            "backends where kvscope drives them (the demo, an engine calling them itself). "
+            "Inside vLLM 0.33 vLLM counts the transfers and keeps no in-flight figure, so "
+            "this panel stays empty there. Healthy: a handful, back to 0 when idle; growth "
+            "means the copy engine falls behind.",
             "suffix: jobs",
             Query(
                 f"{_by('direction', series('kvscope_transfer_jobs_submitted_total', WORKER))}"
@@ -237,11 +253,28 @@ def _why() -> list[Panel]:
             "below it, a better policy or admission could gain up to the optimum's hit ratio "
             "without more memory; both low, only more capacity helps.",
             "percentunit",
-            Query(series(rules.WINDOW_EFFICIENCY, PUBLISHER), "efficiency {{publisher}}"),
-            Query(series(rules.WINDOW_OPTIMUM_HIT_RATIO, PUBLISHER), "optimum {{publisher}}"),
-            Query(series(rules.WINDOW_TIER_HIT_RATIO, PUBLISHER), "the policy {{publisher}}"),
+            Query(series(rules.WINDOW_EFFICIENCY, PUBLISHER), f"efficiency {ON}"),
+            Query(series(rules.WINDOW_OPTIMUM_HIT_RATIO, PUBLISHER), f"optimum {ON}"),
+            Query(series(rules.WINDOW_TIER_HIT_RATIO, PUBLISHER), f"the policy {ON}"),
             percent=True,
         ),
+    ]
+
+
+TRANSFER_SOURCES = (
+    "Two sources: the series legended by direction are kvscope_transfer_*, from kvscope's "
+    "own transfer backends where kvscope drives them (kvscope demo, an engine calling them "
+    "itself); inside vLLM 0.33 vLLM counts the transfers itself (series legended vLLM: "
+    "store = gpu_to_cpu, load = cpu_to_gpu) and kvscope's stay empty."
+)
+"""Which transfer series come from where, for every panel that plots both."""
+
+
+def _vllm_transfer_rates(store: str, load: str) -> list[Query]:
+    """Per-second rates of vLLM's store and load counters, per served model."""
+    return [
+        Query(_by("model_name", rate(metric, VLLM)), f"vLLM {kind} {{{{model_name}}}}")
+        for kind, metric in (("store", store), ("load", load))
     ]
 
 
@@ -249,17 +282,30 @@ def _transfers() -> list[Panel]:
     return [
         timeseries_panel(
             "Transfer bandwidth",
-            "Bytes per second moved by successful jobs, per direction. Healthy: gpu_to_cpu "
-            "follows the store rate, cpu_to_gpu the load rate; far below the link's speed.",
+            "Bytes per second moved by successful jobs, per direction. "
+            + TRANSFER_SOURCES
+            + " Healthy: gpu_to_cpu (vLLM store) follows the store rate, cpu_to_gpu (vLLM "
+            "load) the load rate; far below the link's speed.",
             "Bps",
             Query(_by("direction", rate("kvscope_transfer_bytes_total", WORKER)), "{{direction}}"),
+            *_vllm_transfer_rates(
+                "vllm:kv_offload_store_bytes_total", "vllm:kv_offload_load_bytes_total"
+            ),
         ),
         timeseries_panel(
             "Transfer latency",
-            "Job time from submit to finish, p50 and p99 per direction. Healthy: steady and "
-            "well under a scheduler step (milliseconds); see the Transfers dashboard.",
+            "Job time from submit to finish: kvscope's p50 and p99 per direction; vLLM keeps "
+            "no per-job time histogram, only the total, so its series is the mean job time "
+            "over 5 minutes (recording rule). "
+            + TRANSFER_SOURCES
+            + " Healthy: steady and well under a scheduler step (milliseconds); see the "
+            "Transfers dashboard.",
             "s",
             *_quantiles("kvscope_transfer_duration_seconds", WORKER, "direction"),
+            Query(
+                series(rules.VLLM_OFFLOAD_MEAN_SECONDS, VLLM),
+                "vLLM mean {{direction}} {{model_name}}",
+            ),
         ),
     ]
 
@@ -268,28 +314,29 @@ def _events() -> list[Panel]:
     return [
         timeseries_panel(
             "Event lag per publisher",
-            "Seconds since the sidecar's last frame from each publisher. Healthy: about a "
-            "second or less while the engine serves (stats frames come once a second).",
+            "Seconds since the sidecar's last frame from each publisher, per sidecar. "
+            "Healthy: about a second or less while the engine serves (stats frames come once "
+            "a second).",
             "s",
-            Query(LAG, "{{publisher}}"),
+            Query(LAG, ON),
             width=8,
         ),
         timeseries_panel(
             "Gaps and lost batches per publisher",
             "Sequence jumps the sidecar saw, batches lost for good (not replayable) and "
-            "publisher restarts. Healthy: 0; gaps that replay fills are recoverable, lost "
-            "batches are not.",
+            "publisher restarts, per sidecar. Healthy: 0; gaps that replay fills are "
+            "recoverable, lost batches are not.",
             "cps",
             *(
                 Query(
-                    _by("publisher", rate(f"kvscope_sidecar_{name}_total", PUBLISHER)),
-                    f"{label} {{{{publisher}}}}",
+                    _by(STREAM, rate(f"kvscope_sidecar_{name}_total", PUBLISHER)),
+                    f"{label} {ON}",
                 )
                 for name, label in (("gaps", "gaps"), ("missed_batches", "lost"))
             ),
             Query(
-                _by("publisher", rate("kvscope_sidecar_restarts_total", PUBLISHER)),
-                "restarts {{publisher}}",
+                _by(STREAM, rate("kvscope_sidecar_restarts_total", PUBLISHER)),
+                f"restarts {ON}",
             ),
             width=8,
         ),
@@ -297,60 +344,74 @@ def _events() -> list[Panel]:
             "Drops and replays per publisher",
             "Frames the worker's publisher dropped (consumer slow or absent), events it left "
             "out because a hash could not be encoded, batches the sidecar fetched by replay, "
-            "and replay requests answered. Healthy: drops and unsendable events 0; replays "
-            "only after a gap.",
+            "and replay requests answered, per sidecar. Healthy: drops and unsendable events "
+            "0; replays only after a gap.",
             "cps",
             Query(
-                _by("publisher", rate("kvscope_publisher_dropped_frames_total", WORKER)),
-                "dropped {{publisher}}",
+                _by(STREAM, rate("kvscope_publisher_dropped_frames_total", WORKER)),
+                f"dropped {ON}",
             ),
             Query(
-                _by("publisher", rate("kvscope_publisher_unsendable_events_total", WORKER)),
-                "unsendable events {{publisher}}",
+                _by(STREAM, rate("kvscope_publisher_unsendable_events_total", WORKER)),
+                f"unsendable events {ON}",
             ),
             Query(
-                _by("publisher", rate("kvscope_sidecar_replayed_batches_total", PUBLISHER)),
-                "replayed {{publisher}}",
+                _by(STREAM, rate("kvscope_sidecar_replayed_batches_total", PUBLISHER)),
+                f"replayed {ON}",
             ),
             Query(
                 _by(
-                    "publisher, outcome",
+                    f"{STREAM}, outcome",
                     rate("kvscope_publisher_replay_requests_total", WORKER),
                 ),
-                "replay requests {{outcome}} {{publisher}}",
+                f"replay requests {{{{outcome}}}} {ON}",
             ),
             width=8,
         ),
         timeseries_panel(
             "Frames per publisher",
-            "Frames the sidecar received, and those skipped as malformed. Healthy: a steady "
+            "Frames each sidecar received, and those skipped as malformed. Healthy: a steady "
             "rate while serving, malformed 0 (non-zero: a version mismatch).",
             "cps",
             Query(
-                _by("publisher", rate("kvscope_sidecar_frames_total", PUBLISHER)),
-                "received {{publisher}}",
+                _by(STREAM, rate("kvscope_sidecar_frames_total", PUBLISHER)),
+                f"received {ON}",
             ),
             Query(
-                _by("publisher", rate("kvscope_sidecar_malformed_frames_total", PUBLISHER)),
-                "malformed {{publisher}}",
+                _by(STREAM, rate("kvscope_sidecar_malformed_frames_total", PUBLISHER)),
+                f"malformed {ON}",
             ),
         ),
         timeseries_panel(
             "Sidecar block index",
-            "Blocks the sidecar indexes against the most it holds, and blocks a full index "
-            "refused. Healthy: tracked below max, refused 0 (else raise the index size).",
+            "Blocks each sidecar indexes against the most it holds. Healthy: tracked below "
+            "max (else raise the index size: refusals follow).",
             BLOCKS,
-            Query("kvscope_sidecar_tracked_blocks", "tracked"),
-            Query("kvscope_sidecar_tracked_blocks_max", "max"),
-            Query("increase(kvscope_sidecar_index_overflow_total[$__rate_interval])", "refused"),
+            Query(_by("instance", "kvscope_sidecar_tracked_blocks"), "tracked {{instance}}"),
+            Query(_by("instance", "kvscope_sidecar_tracked_blocks_max"), "max {{instance}}"),
+        ),
+        timeseries_panel(
+            "Sidecar index refusals",
+            "Blocks a full index refused, per second and sidecar: the API and the web page "
+            "miss them (metrics are unaffected). Healthy: 0 (else raise KVSCOPE_MAX_BLOCKS).",
+            BLOCKS_PER_S,
+            Query(
+                _by("instance", rate("kvscope_sidecar_index_overflow_total", ())),
+                "refused {{instance}}",
+            ),
         ),
         timeseries_panel(
             "Sidecar pauses (garbage collection)",
-            "How long the sidecar's garbage collections held its requests and ingest, p50 and "
-            "p99 by generation (2: a full collection). Healthy: milliseconds, flat as the "
+            "How long each sidecar's garbage collections held its requests and ingest, p50 "
+            "and p99 by generation (2: a full collection). Healthy: milliseconds, flat as the "
             "index grows.",
             "s",
-            *_quantiles("kvscope_sidecar_gc_pause_seconds", (), "generation"),
+            *_quantiles(
+                "kvscope_sidecar_gc_pause_seconds",
+                (),
+                "instance, generation",
+                legend="generation {{generation}} {{instance}}",
+            ),
         ),
     ]
 
@@ -387,7 +448,6 @@ def _vllm() -> list[Panel]:
             "an external KV transfer (the CPU tier). Healthy: computed a minority once warm.",
             TOKENS_PER_S,
             Query(_by("source", rate("vllm:prompt_tokens_by_source_total", VLLM)), "{{source}}"),
-            width=8,
         ),
         timeseries_panel(
             "Cached prompt tokens by tier",
@@ -398,22 +458,6 @@ def _vllm() -> list[Panel]:
                 _by("source", rate("vllm:prompt_tokens_cached_by_source_total", VLLM)),
                 "{{source}}",
             ),
-            width=8,
-        ),
-        timeseries_panel(
-            "Offload traffic as vLLM counts it",
-            "Bytes vLLM's offloading connector stored to and loaded from the CPU tier. "
-            "Healthy: close to kvscope's transfer bandwidth above.",
-            "Bps",
-            Query(
-                _by("model_name", rate("vllm:kv_offload_store_bytes_total", VLLM)),
-                "store {{model_name}}",
-            ),
-            Query(
-                _by("model_name", rate("vllm:kv_offload_load_bytes_total", VLLM)),
-                "load {{model_name}}",
-            ),
-            width=8,
         ),
     ]
 
@@ -423,8 +467,8 @@ def build() -> Dashboard:
     return build_dashboard(
         UID,
         "kvscope / Overview",
-        "kvscope's CPU tier, its transfers and the sidecar's event feed; vLLM's prefix "
-        "cache beside it when vLLM is scraped too.",
+        "kvscope's CPU tier, its transfers (kvscope's own, or vLLM's inside vLLM) and the "
+        "sidecar's event feed; vLLM's prefix cache beside it when vLLM is scraped too.",
         [
             ("Health", _health()),
             ("CPU tier", _tier()),

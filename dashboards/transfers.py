@@ -3,6 +3,13 @@
 Heatmaps show the whole distribution where the Overview shows percentiles:
 a second mode in sizes or durations (a slow path, a fragmented store) shows
 here first.
+
+Two sources count transfers. kvscope's own transfer backends export
+kvscope_transfer_* where kvscope drives them (``kvscope demo``, an engine
+calling them itself). Inside vLLM 0.33 the backends run in vLLM's worker
+process, which counts the transfers itself (vllm:kv_offload_*), and a failed
+transfer stops that worker (it asserts success), so there only vLLM's series
+have data and nothing is ever counted as failed.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard
 from dashboards import rules
 from dashboards.kit import (
     BLOCKS_PER_S,
+    VLLM,
     WORKER,
     Panel,
     Query,
@@ -25,6 +33,19 @@ from dashboards.kit import (
 UID = "kvscope-transfers"
 DIRECTIONS = ("gpu_to_cpu", "cpu_to_gpu")
 """offload.transfer.job.Direction's values (not imported: that pulls in torch)."""
+VLLM_DIRECTIONS = {"gpu_to_cpu": "store", "cpu_to_gpu": "load"}
+"""vLLM's name for each direction, as in its vllm:kv_offload_<name>_* series."""
+FILTERS = ("engine", "rank", "model")
+"""kvscope's transfer series carry engine and rank (no medium); vLLM's carry model_name."""
+KVSCOPE_ONLY = (
+    "kvscope's own transfer backends (kvscope_transfer_*) where kvscope drives them: "
+    "the demo, an engine calling them itself. Inside vLLM 0.33 vLLM counts transfers "
+    "itself (the vLLM panels and series)."
+)
+NO_FAILURES_IN_VLLM = (
+    "Inside vLLM 0.33 a failed transfer stops vLLM's worker (it asserts every transfer "
+    "succeeds), so no failure is ever counted there: this applies outside vLLM only."
+)
 
 
 def _buckets(histogram: str, direction: str) -> str:
@@ -33,29 +54,67 @@ def _buckets(histogram: str, direction: str) -> str:
     return f"sum by (le) (increase({selected}[$__rate_interval]))"
 
 
+def _vllm_buckets(direction: str) -> str:
+    """vLLM's transfer-size histogram of one direction, as ``_buckets`` reads kvscope's."""
+    selected = series(f"vllm:kv_offload_{VLLM_DIRECTIONS[direction]}_size_bucket", VLLM)
+    return f"sum by (le) (increase({selected}[$__rate_interval]))"
+
+
 def _sizes() -> list[Panel]:
-    return [
+    kvscope = [
         heatmap_panel(
             f"Job size, {direction}",
-            f"Bytes per {direction} transfer job over time. Healthy: one tight band (blocks "
-            "per job times block bytes); a spread to small jobs means fragmented transfers.",
+            f"Bytes per {direction} transfer job over time, from {KVSCOPE_ONLY} Healthy: one "
+            "tight band (blocks per job times block bytes); a spread to small jobs means "
+            "fragmented transfers.",
             "bytes",
             _buckets("kvscope_transfer_size_bytes", direction),
         )
         for direction in DIRECTIONS
     ]
+    # A panel of its own, not a second query: vLLM's buckets (1 MB to 200 MB) are not
+    # kvscope's (64 KiB to 4 GiB, powers of two), and one heatmap would interleave them.
+    vllm = [
+        heatmap_panel(
+            f"Job size as vLLM counts it, {VLLM_DIRECTIONS[direction]} ({direction})",
+            f"Bytes per {VLLM_DIRECTIONS[direction]} transfer as vLLM 0.33 counts it "
+            f"(vllm:kv_offload_{VLLM_DIRECTIONS[direction]}_size): the transfers inside "
+            "vLLM, where kvscope's panel beside it stays empty. vLLM's buckets stop at 200 "
+            "MB. Healthy: one tight band, as for kvscope's.",
+            "bytes",
+            _vllm_buckets(direction),
+        )
+        for direction in DIRECTIONS
+    ]
+    return [*kvscope, *vllm]
 
 
 def _durations() -> list[Panel]:
     return [
-        heatmap_panel(
-            f"Job duration, {direction}",
-            f"Time from submit to finish of {direction} jobs. Healthy: one band in the "
-            "sub-millisecond to millisecond range; a second, slower band is a stalled path.",
+        *(
+            heatmap_panel(
+                f"Job duration, {direction}",
+                f"Time from submit to finish of {direction} jobs, from {KVSCOPE_ONLY} "
+                "Healthy: one band in the sub-millisecond to millisecond range; a second, "
+                "slower band is a stalled path.",
+                "s",
+                _buckets("kvscope_transfer_duration_seconds", direction),
+            )
+            for direction in DIRECTIONS
+        ),
+        timeseries_panel(
+            "Mean job time as vLLM counts it",
+            "Inside vLLM 0.33: the mean time of a transfer per direction over 5 minutes, vLLM's "
+            "total transfer time over its transfer count (recording rule); vLLM keeps no "
+            "per-transfer time histogram, so there is no heatmap of it. Healthy: steady, "
+            "milliseconds.",
             "s",
-            _buckets("kvscope_transfer_duration_seconds", direction),
-        )
-        for direction in DIRECTIONS
+            Query(
+                series(rules.VLLM_OFFLOAD_MEAN_SECONDS, VLLM),
+                "vLLM mean {{direction}} {{model_name}}",
+            ),
+            width=24,
+        ),
     ]
 
 
@@ -64,18 +123,28 @@ def _failures() -> list[Panel]:
     return [
         timeseries_panel(
             "Jobs finished by outcome",
-            "Transfer jobs finished per second, ok or failed, per direction. Healthy: all ok.",
+            "Transfer jobs finished per second: ok or failed per direction from "
+            f"{KVSCOPE_ONLY} vLLM counts finished transfers only (vLLM store = gpu_to_cpu, "
+            "vLLM load = cpu_to_gpu), all ok: a failed one stops its worker. Healthy: all ok.",
             "cps",
             Query(
                 by_direction.format(rate("kvscope_transfer_jobs_total", WORKER)),
                 "{{direction}} {{outcome}}",
             ),
+            *(
+                Query(
+                    f"sum by (model_name) ({rate(f'vllm:kv_offload_{name}_size_count', VLLM)})",
+                    f"vLLM {name} {{{{model_name}}}}",
+                )
+                for name in VLLM_DIRECTIONS.values()
+            ),
             width=8,
         ),
         timeseries_panel(
             "Failure ratio",
-            "Failed jobs over finished jobs, per direction (recording rule). Healthy: 0; a "
-            "failed store is rolled back, a failed load recomputes the prefix.",
+            "Failed jobs over finished jobs, per direction (recording rule), from "
+            f"{KVSCOPE_ONLY} {NO_FAILURES_IN_VLLM} Healthy: 0; a failed store is rolled back, "
+            "a failed load recomputes the prefix.",
             "percentunit",
             Query(
                 series(rules.TRANSFER_FAILURE_RATIO, WORKER), "{{engine}}/{{rank}} {{direction}}"
@@ -85,8 +154,9 @@ def _failures() -> list[Panel]:
         ),
         timeseries_panel(
             "Blocks moved by outcome",
-            "Offloaded blocks in finished jobs, per direction and outcome. Healthy: failed 0; "
-            "gpu_to_cpu follows stores completed, cpu_to_gpu loads completed.",
+            f"Offloaded blocks in finished jobs, per direction and outcome, from {KVSCOPE_ONLY} "
+            "vLLM counts bytes, not blocks (see the Overview's transfer bandwidth). Healthy: "
+            "failed 0; gpu_to_cpu follows stores completed, cpu_to_gpu loads completed.",
             BLOCKS_PER_S,
             Query(
                 by_direction.format(rate("kvscope_transfer_blocks_total", WORKER)),
@@ -102,7 +172,10 @@ def build() -> Dashboard:
     return build_dashboard(
         UID,
         "kvscope / Transfers",
-        "kvscope's GPU<->CPU copy jobs: size and duration distributions per direction, "
-        "and failures.",
+        "GPU<->CPU copy jobs: size and duration distributions per direction, and failures. "
+        "kvscope_transfer_* come from kvscope's own transfer backends (the demo, an engine "
+        "driving them itself); inside vLLM 0.33 vLLM counts the transfers (the vLLM panels "
+        "and series), and a failed transfer stops vLLM's worker.",
         [("Job sizes", _sizes()), ("Job durations", _durations()), ("Failures", _failures())],
+        filters=FILTERS,
     )

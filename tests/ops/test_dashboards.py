@@ -31,12 +31,15 @@ from tests.ops.artifacts import (
 from tests.ops.promql import is_vllm, metric_names
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-FILTERS = ("engine", "rank", "medium")
+FILTERS = ("engine", "rank")
+"""The filters every dashboard offers (kvscope's worker series all carry them)."""
 VLLM_DEFINITIONS = (
     "v1/metrics/loggers.py",
     "distributed/kv_transfer/kv_connector/v1/offloading/metrics.py",
 )
 """Where vLLM 0.33 names the vllm:* series the dashboards plot."""
+EXPOSITION_SUFFIX = re.compile(r"_(?:total|bucket|count|sum)$")
+"""What prometheus_client adds to a counter's or a histogram's name in the exposition."""
 
 
 def _all_panels() -> list[Any]:
@@ -95,7 +98,19 @@ def test_every_dashboard_has_the_datasource_variable_and_the_filters(name: str) 
     assert variables["datasource"]["query"] == "prometheus"
     for label in FILTERS:
         assert variables[label]["datasource"] == DATASOURCE
-        assert variables[label]["includeAll"] and variables[label]["multi"]
+    for variable in variables.values():
+        if variable["type"] == "query":
+            assert variable["includeAll"] and variable["multi"], variable["name"]
+
+
+@pytest.mark.parametrize("name", sorted(dashboards()))
+def test_every_filter_a_dashboard_offers_narrows_one_of_its_panels(name: str) -> None:
+    board = dashboards()[name]
+    exprs = [target["expr"] for _row, panel in panels(board) for target in panel["targets"]]
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query":
+            used = [e for e in exprs if re.search(rf"\${variable['name']}\b", e)]
+            assert used, f"{board['title']}: filter ${variable['name']} narrows no panel"
 
 
 def test_queries_name_only_the_dashboards_variables() -> None:
@@ -116,13 +131,27 @@ def test_ratios_come_from_the_recording_rules() -> None:
                 assert name in recorded, f"{name} is not a recording rule: {query}"
 
 
-def test_vllm_series_stay_in_the_vllm_row() -> None:
-    """The live test skips vLLM's series (no vLLM there); that skip must cover this row only."""
-    in_row = [q for q in panel_queries() if q.row == VLLM_ROW]
-    assert in_row, f"no row {VLLM_ROW!r}"
-    for query in panel_queries():
-        if any(is_vllm(name) for name in metric_names(query.expr)):
-            assert query.row == VLLM_ROW, f"vLLM series outside the vLLM row: {query}"
+def test_vllm_queries_stand_apart_and_say_whose_they_are() -> None:
+    """The live test skips queries on vLLM's series (no vLLM there) query by query, so no
+    query may mix them with kvscope's: the skip would leave those unchecked. Outside the
+    vLLM row (transfers: inside vLLM 0.33 vLLM counts them, kvscope's series stay empty),
+    a vLLM query's legend and its panel's description say it is vLLM's."""
+    assert [q for q in panel_queries() if q.row == VLLM_ROW], f"no row {VLLM_ROW!r}"
+    outside = 0
+    for board in dashboards().values():
+        for row, panel in panels(board):
+            for target in panel["targets"]:
+                names = metric_names(target["expr"])
+                if not any(is_vllm(name) for name in names):
+                    continue
+                where = f"{board['title']} / {panel['title']}: {target['expr']}"
+                assert all(is_vllm(name) for name in names), f"mixes vLLM's and kvscope's: {where}"
+                if row != VLLM_ROW:
+                    outside += 1
+                    shown = f"{panel['title']} {target['legendFormat']}"
+                    assert "vLLM" in shown, f"no legend or title says vLLM: {where}"
+                    assert "vLLM" in panel["description"], f"no description says vLLM: {where}"
+    assert outside, "no vLLM transfer series beside kvscope's"
 
 
 def test_vllm_series_are_ones_vllm_exports() -> None:
@@ -136,5 +165,4 @@ def test_vllm_series_are_ones_vllm_exports() -> None:
     names = {name for expr in exprs for name in metric_names(expr) if name.startswith("vllm:")}
     assert names
     for name in sorted(names):
-        # prometheus_client adds _total to a counter's name in the exposition
-        assert f'"{name.removesuffix("_total")}"' in source, f"vLLM defines no {name}"
+        assert f'"{EXPOSITION_SUFFIX.sub("", name)}"' in source, f"vLLM defines no {name}"

@@ -5,9 +5,10 @@ to the demo's loopback port, the intervals cut to 1 s (so rates exist within
 seconds) and the vLLM job left out (no vLLM here). Through Prometheus' HTTP
 API, every query of every dashboard panel must return data, every rule must
 evaluate cleanly, and every metric a panel or rule names must be one the demo
-exports. vLLM's series are the exception, and the only one: with no vLLM
-scraped they have no data (test_dashboards.py holds that they sit in the
-vLLM row alone and that vLLM exports them).
+exports. Queries on vLLM's series are the exception, and the only one: with
+no vLLM scraped they have no data (test_dashboards.py holds that no query
+mixes them with kvscope's, that outside the vLLM row they say they are
+vLLM's, and that vLLM exports them).
 """
 
 from __future__ import annotations
