@@ -80,6 +80,7 @@ ADMITS = {
     "a number": lambda policy, offered: 7,
     "None": lambda policy, offered: None,
     "an unhashable item": lambda policy, offered: [[1]],
+    "the offer, grown in place": lambda policy, offered: offered.append(999) or offered,
 }
 
 
@@ -312,3 +313,19 @@ def test_a_lookup_of_a_generator_is_refused_before_it_is_counted() -> None:
     with pytest.raises(TypeError, match="has no len"):
         manager.lookup(h for h in [1, 2])  # type: ignore[arg-type]
     assert manager.stats.lookup_calls == 0
+
+
+def test_a_plugin_refusing_blocks_as_the_contract_allows_has_them_counted_and_unannounced() -> None:
+    manager, policy = full_tier()
+    manager.complete_store([3])
+    manager.complete_load([1])
+    manager.take_events()
+    refused_before = manager.stats.store_not_admitted_blocks
+    policy.admits = lambda policy, offered: [h for h in offered if h % 2 == 0]
+    out = manager.prepare_store([20, 21, 22])
+    assert out is not None and out.block_hashes_to_store == [20, 22]
+    assert manager.stats.store_not_admitted_blocks - refused_before == 1
+    manager.complete_store(out.block_hashes_to_store)
+    stored_events = [e for e in manager.take_events() if not e.removed]
+    assert sorted(h for e in stored_events for h in e.block_hashes) == [20, 22]
+    assert manager.lookup([21]) == 0 and manager.invariant_violations() == []

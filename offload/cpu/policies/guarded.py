@@ -67,9 +67,9 @@ class GuardedPolicy(CachePolicy):
     def admit(
         self, block_hashes: list[BlockHash], free: int, request: RequestRecency | None = None
     ) -> list[BlockHash]:
-        admitted = self.inner.admit(block_hashes, free, request)
-        if admitted is block_hashes:
-            return admitted
+        # A copy: the offer itself stays as the manager made it, whatever the policy does
+        # to the list it is given.
+        admitted = self.inner.admit(list(block_hashes), free, request)
         try:
             admitted = list(admitted)
             distinct = len(set(admitted)) == len(admitted)
@@ -78,7 +78,8 @@ class GuardedPolicy(CachePolicy):
         offered = iter(block_hashes)
         if not distinct or not all(block_hash in offered for block_hash in admitted):
             raise self._breach("admit", "must return offered blocks, each once, in offer order")
-        return admitted
+        # All of them: the offer itself, so the manager sees that nothing was refused.
+        return block_hashes if len(admitted) == len(block_hashes) else admitted
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         self.inner.touch(block_hashes)
