@@ -40,6 +40,7 @@ MAX_NUM_BLOCKS = 2**32
 rather than found by a MemoryError after the pool has tried to build its slots."""
 
 _loaded = attrgetter("loaded")
+_NOTHING: frozenset[BlockHash] = frozenset()
 
 
 class CPUOffloadingManager(OffloadingManager):
@@ -177,6 +178,8 @@ class CPUOffloadingManager(OffloadingManager):
         if restarts:
             _check_restarts(restarts, len(requested))
         hash(parent)  # an unhashable parent is refused before anything changes
+        _refuse_one_object(offered, "offered")
+        also_protected = frozenset(offered) if offered else _NOTHING  # unhashable: refused now
         resident = self._blocks
         # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
         # (An unhashable hash raises here, before anything is counted or changed.)
@@ -205,7 +208,7 @@ class CPUOffloadingManager(OffloadingManager):
             self._moves += 1
             try:
                 if shortfall > 0:
-                    evicted = self.policy.evict(shortfall, {*requested, *offered})
+                    evicted = self.policy.evict(shortfall, also_protected.union(requested))
                     if evicted is None:
                         stats.store_refused_calls += 1
                         stats.store_refused_blocks += len(to_store)
@@ -222,7 +225,11 @@ class CPUOffloadingManager(OffloadingManager):
                 try:
                     self.policy.insert(to_store, blocks, request)
                 except BaseException:
-                    pool.free(blocks)  # the policy took none of them (GuardedPolicy)
+                    # The slots of the blocks the policy did not take come back; one it took
+                    # stays its own (a slot is never owned twice).
+                    taken = self._blocks
+                    pairs = zip(to_store, blocks, strict=True)
+                    pool.free([block for h, block in pairs if taken.get(h) is not block])
                     raise
             finally:
                 self._moves += 1
@@ -301,8 +308,11 @@ class CPUOffloadingManager(OffloadingManager):
         forgotten = [h for h, block in blocks.items() if block is not None and block.ref < 0]
         for block_hash in forgotten:
             self._run_heads.pop(block_hash, None)
-        freed = self._remove(forgotten)
-        self.stats.evicted_failed_store_blocks += len(freed)
+        freed: list[Block] = []
+        try:
+            self._remove(forgotten, freed)
+        finally:  # what left the tier is counted, even when the policy failed part way
+            self.stats.evicted_failed_store_blocks += len(freed)
         return forgotten
 
     def clear(self) -> list[BlockHash]:
@@ -312,11 +322,15 @@ class CPUOffloadingManager(OffloadingManager):
         slots, and their completion calls must find them.
         """
         idle = [h for h, block in self._blocks.items() if block.ref == 0]
-        freed = self._remove(idle)
-        self.stats.evicted_clear_blocks += len(freed)
-        self.stats.dead_write_blocks += len(freed) - sum(map(_loaded, freed))
-        if idle and self._events is not None:
-            self._events.append(OffloadingEvent(idle, self.block_size, MEDIUM, removed=True))
+        freed: list[Block] = []
+        try:
+            self._remove(idle, freed)
+        finally:  # what left the tier is counted and announced, even when the policy failed
+            gone = idle[: len(freed)]
+            self.stats.evicted_clear_blocks += len(freed)
+            self.stats.dead_write_blocks += len(freed) - sum(map(_loaded, freed))
+            if gone and self._events is not None:
+                self._events.append(OffloadingEvent(gone, self.block_size, MEDIUM, removed=True))
         return idle
 
     def reset(self) -> None:
@@ -345,10 +359,10 @@ class CPUOffloadingManager(OffloadingManager):
         if ready and self._events is not None:
             self._events.append(OffloadingEvent(ready, self.block_size, MEDIUM, removed=True))
 
-    def _remove(self, block_hashes: list[BlockHash]) -> list[Block]:
-        """Take the blocks from the policy and give their slots back, one by one, so that a
-        policy failing part way leaves no slot owned by a block it no longer holds."""
-        freed: list[Block] = []
+    def _remove(self, block_hashes: list[BlockHash], freed: list[Block]) -> None:
+        """Take the blocks from the policy, in order, into ``freed``, and give their slots
+        back: a policy failing part way leaves no slot owned by a block it no longer holds,
+        and ``freed`` says how far it got."""
         self._moves += 1
         try:
             for block_hash in block_hashes:
@@ -356,7 +370,6 @@ class CPUOffloadingManager(OffloadingManager):
         finally:
             self.pool.free(freed)
             self._moves += 1
-        return freed
 
     def _mark_run_heads(
         self,
@@ -460,7 +473,7 @@ class CPUOffloadingManager(OffloadingManager):
         return blocks
 
 
-def _refuse_one_object(block_hashes: Iterable[BlockHash]) -> None:
+def _refuse_one_object(block_hashes: Iterable[BlockHash], name: str = "block_hashes") -> None:
     """A TypeError for a str or bytes-like object passed as the hashes.
 
     Iterating one yields characters or small ints, each a valid-looking hash:
@@ -468,7 +481,7 @@ def _refuse_one_object(block_hashes: Iterable[BlockHash]) -> None:
     """
     if isinstance(block_hashes, str | bytes | bytearray | memoryview):
         raise TypeError(
-            f"block_hashes must be a collection of hashes, not one {type(block_hashes).__name__}"
+            f"{name} must be a collection of hashes, not one {type(block_hashes).__name__}"
         )
 
 

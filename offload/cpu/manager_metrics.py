@@ -60,8 +60,9 @@ def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
     add(m.BLOCKS_PINNED, stats.blocks_pinned_by_loads, medium=medium, reason="load")
     add(m.BLOCKS_PINNED, stats.stores_in_flight, medium=medium, reason="store")
     add(m.INVARIANT_VIOLATIONS, len(manager.live_invariant_violations()), medium=medium)
-    if isinstance(manager.policy, GatedLRUCachePolicy):
-        duel = manager.policy.duel
+    policy_itself = getattr(manager.policy, "inner", manager.policy)  # behind a guard or not
+    if isinstance(policy_itself, GatedLRUCachePolicy):
+        duel = policy_itself.duel
         leader = duel.leader
         for candidate, hit_ratio in duel.hit_ratios():
             label = candidate.label

@@ -96,7 +96,12 @@ def test_an_admission_that_is_not_a_subsequence_of_the_offer_changes_nothing(ans
         manager.prepare_store([20, 21])
     assert tier_state(manager) == before
     policy.admits = None
-    assert stored(manager, [20, 21]) == [1, 2]  # and the tier goes on as LRU
+    # Its own bookkeeping may no longer match the tier's: it is not trusted again until reset.
+    with pytest.raises(PolicyContractError, match="broke the policy contract earlier"):
+        manager.prepare_store([20, 21])
+    assert tier_state(manager) == before
+    manager.reset()
+    assert stored(manager, [20, 21]) == [] and manager.lookup([20, 21]) == 2
 
 
 EVICTIONS = {
@@ -164,10 +169,14 @@ def test_a_policy_failing_to_remove_part_way_frees_what_it_removed() -> None:
 
     manager = plugin_manager(FailsSecondRemove, 4)
     stored(manager, [1, 2, 3])
+    manager.take_events()
     with pytest.raises(OSError, match="own store is gone"):
         manager.clear()
     assert manager.pool.num_free == 4 - len(manager.policy.blocks) == 2
     assert manager.invariant_violations() == []
+    # What left the tier is announced and counted: a consumer must not go on believing in it.
+    assert [(e.block_hashes, e.removed) for e in manager.take_events()] == [([1], True)]
+    assert manager.stats.evicted_clear_blocks == 1
 
 
 def test_a_policy_failing_to_reset_leaves_the_counts_as_they_were() -> None:
@@ -282,6 +291,10 @@ BAD_STORES = {
         {"restarts": {1: []}}, TypeError, r"restarts\[1\] is not a hash",
     ),
     "an unhashable parent": ({"parent": [1]}, TypeError, "unhashable type: 'list'"),
+    "offered blocks in one string": (
+        {"offered": "ab"}, TypeError, "offered must be a collection of hashes, not one str",
+    ),
+    "an unhashable offered block": ({"offered": [[9]]}, TypeError, "unhashable type: 'list'"),
 }  # fmt: skip
 
 
@@ -294,7 +307,12 @@ def test_a_store_with_a_bad_argument_is_refused_before_anything_changes(
         ready.prepare_store([5, 6], **kwargs)
     assert tier_state(ready) == before
     # The same store with good arguments goes through.
-    good = {"request": RequestRecency({5: 16, 6: 32}.get), "restarts": {1: 5}, "parent": 4}
+    good = {
+        "request": RequestRecency({5: 16, 6: 32}.get),
+        "restarts": {1: 5},
+        "parent": 4,
+        "offered": [6],
+    }
     out = ready.prepare_store([5, 6], **{key: good[key] for key in kwargs})
     assert out is not None and ready.invariant_violations() == []
 
@@ -329,3 +347,46 @@ def test_a_plugin_refusing_blocks_as_the_contract_allows_has_them_counted_and_un
     stored_events = [e for e in manager.take_events() if not e.removed]
     assert sorted(h for e in stored_events for h in e.block_hashes) == [20, 22]
     assert manager.lookup([21]) == 0 and manager.invariant_violations() == []
+
+
+def test_after_a_refused_eviction_every_call_names_the_first_breach_until_a_reset() -> None:
+    manager, policy = full_tier()
+    policy.evicts = lambda policy, n: [take(policy, 1)]  # being read
+    with pytest.raises(PolicyContractError, match="block 1, being read"):
+        manager.prepare_store([20])
+    policy.evicts = None
+    for call in (lambda: manager.prepare_store([21]), manager.clear, lambda: manager.touch([2])):
+        with pytest.raises(PolicyContractError, match=r"earlier \(cache policy 'misbehaving'"):
+            call()
+    assert manager.lookup([1, 2]) == 2 and manager.invariant_violations() == []
+    manager.reset()
+    stored(manager, [30, 31, 32, 33])
+    assert stored(manager, [34]) == [30]  # the tier goes on, as LRU
+
+
+def test_a_plugin_with_nothing_it_may_evict_says_none_and_changes_nothing() -> None:
+    manager, _ = full_tier()
+    manager.prepare_store([5])  # evicts 2: now 1 is read, 3 and 5 written, 10 idle
+    manager.take_events()
+    before = tier_state(manager)
+    assert manager.prepare_store([40], offered=[10]) is None
+    assert manager.stats.store_refused_calls == 1 and tier_state(manager) == before
+
+
+@pytest.mark.parametrize("policy", ["lru", "gated"])  # the ones that place by the request
+def test_a_request_that_cannot_place_a_block_leaves_no_slot_owned_twice(policy: str) -> None:
+    """vLLM's key lookup behind ``position`` raising part way once left the LRU holding the
+    blocks while the manager gave their slots back: the next store took them again."""
+
+    def position(block_hash: BlockHash) -> int:
+        if block_hash == 6:
+            raise KeyError(block_hash)
+        return 16
+
+    manager = CPUOffloadingManager(16, 4, policy, enable_events=True)
+    stored(manager, [1, 2])
+    with pytest.raises(KeyError):
+        manager.prepare_store([5, 6], RequestRecency(position))
+    assert manager.invariant_violations() == []
+    stored(manager, [7, 8])
+    assert manager.invariant_violations() == [] and manager.lookup([7, 8]) == 2

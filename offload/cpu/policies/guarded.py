@@ -7,9 +7,10 @@ offered would have the tier give one slot to two blocks (a transfer overwriting 
 reads) without an error. So a policy registered from outside runs behind this guard, which
 keeps its own map of the resident blocks (the manager's lookups read that map) and refuses,
 naming the policy, an answer that breaks the contract, before anything is freed or stored.
-A refused answer leaves the tier's blocks, slots and events as they were; only the plug-in's
-own bookkeeping may then disagree with the tier, which its next answers show. The built-in
-policies are held to the contract by the test suites and run unguarded.
+A refused answer leaves the tier's blocks, slots and events as they were, but the plug-in's
+own bookkeeping may then disagree with the tier (it may have dropped a block the tier still
+holds), so every later call fails too, naming the first breach, until the tier is reset. The
+built-in policies are held to the contract by the test suites and run unguarded.
 """
 
 from __future__ import annotations
@@ -36,9 +37,20 @@ class GuardedPolicy(CachePolicy):
         self.inner = inner
         self.name = inner.name
         self.blocks: dict[BlockHash, Block] = {}
+        self._breached: PolicyContractError | None = None
+        """The first breach since the last reset: from then on the tier refuses to go on."""
 
     def _breach(self, method: str, problem: str) -> PolicyContractError:
-        return PolicyContractError(f"cache policy {self.name!r}: {method}() {problem}")
+        self._breached = PolicyContractError(f"cache policy {self.name!r}: {method}() {problem}")
+        return self._breached
+
+    def _whole(self) -> None:
+        """Refuse to go on after a breach: the plug-in's map and the tier's may differ."""
+        if self._breached is not None:
+            raise PolicyContractError(
+                f"cache policy {self.name!r} broke the policy contract earlier "
+                f"({self._breached}); reset the tier to go on"
+            ) from self._breached
 
     def insert(
         self,
@@ -46,6 +58,7 @@ class GuardedPolicy(CachePolicy):
         blocks: Sequence[Block],
         request: RequestRecency | None = None,
     ) -> None:
+        self._whole()
         try:
             self.inner.insert(block_hashes, blocks, request)
         except BaseException as error:
@@ -67,6 +80,7 @@ class GuardedPolicy(CachePolicy):
     def admit(
         self, block_hashes: list[BlockHash], free: int, request: RequestRecency | None = None
     ) -> list[BlockHash]:
+        self._whole()
         # A copy: the offer itself stays as the manager made it, whatever the policy does
         # to the list it is given.
         admitted = self.inner.admit(list(block_hashes), free, request)
@@ -82,9 +96,11 @@ class GuardedPolicy(CachePolicy):
         return block_hashes if len(admitted) == len(block_hashes) else admitted
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        self._whole()
         self.inner.touch(block_hashes)
 
     def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
+        self._whole()
         self.inner.observe(block_hashes, request)
 
     def finish(
@@ -93,18 +109,23 @@ class GuardedPolicy(CachePolicy):
         reused: Container[BlockHash],
         request: RequestRecency | None = None,
     ) -> None:
+        self._whole()
         self.inner.finish(block_hashes, reused, request)
 
     def reset(self) -> None:
+        """Both maps emptied: they agree again, whatever broke before."""
         self.inner.reset()
         self.blocks.clear()
+        self._breached = None
 
     def evict(
         self, n: int, protected: Container[BlockHash]
     ) -> list[tuple[BlockHash, Block]] | None:
+        self._whole()
+        before = len(self.inner.blocks)
         evicted = self.inner.evict(n, protected)
         if evicted is None:
-            if len(self.inner.blocks) != len(self.blocks):
+            if len(self.inner.blocks) != before:
                 raise self._breach("evict", "returned None after removing blocks")
             return None
         try:
@@ -131,6 +152,7 @@ class GuardedPolicy(CachePolicy):
         return pairs
 
     def remove(self, block_hash: BlockHash) -> Block:
+        self._whole()
         block = self.inner.remove(block_hash)
         if self.blocks.get(block_hash) is not block:
             raise self._breach("remove", f"returned another block than {block_hash!r:.80}'s")

@@ -52,18 +52,20 @@ class LRUCachePolicy(CachePolicy):
         blocks: Sequence[Block],
         request: RequestRecency | None = None,
     ) -> None:
-        self.blocks.update(zip(block_hashes, blocks, strict=True))
         used = self._used
         if request is None:
+            self.blocks.update(zip(block_hashes, blocks, strict=True))
             order = self._order
             for block_hash in block_hashes:
                 order += 1
                 used[block_hash] = order << _POSITION_BITS
             self._order = order
             return
-        position = request.position
-        for block_hash in block_hashes:
-            place = position(block_hash)
+        # Every place first: a request that cannot place a block (vLLM's key lookup raising)
+        # leaves the policy as it was, and the manager takes its slots back.
+        places = list(map(request.position, block_hashes))
+        self.blocks.update(zip(block_hashes, blocks, strict=True))
+        for block_hash, place in zip(block_hashes, places, strict=True):
             if place is None:
                 self._order += 1
                 used[block_hash] = self._order << _POSITION_BITS
