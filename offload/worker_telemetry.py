@@ -10,6 +10,7 @@ the sidecar's hit-ratio curve).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -60,9 +61,12 @@ class WorkerTelemetry:
         )
         """One request's references to the tier, into the sample (nothing without a sampler):
         the buffer's own ``add``, so the call per request costs no frame of its own."""
+        self._stats_lock = threading.Lock()
+        """Held to make and queue one stats frame, by the engine or the heartbeat: frames
+        reach the queue in the order they were made."""
         # Stats also go out while the engine is idle (no steps, so no publish_stats): the
-        # publisher's thread makes one when none has gone for a while.
-        self.publisher.keep_alive(self.stats_frame)
+        # publisher's thread publishes one when none has gone for a while.
+        self.publisher.keep_alive(self.publish_stats)
 
     def snapshot(self) -> Snapshot:
         snap = manager_snapshot(self.manager)
@@ -96,8 +100,9 @@ class WorkerTelemetry:
                 self.publisher.publish_sample(frame)
 
     def publish_stats(self) -> None:
-        """Ship a stats frame (every second or so)."""
-        self.publisher.publish_stats(self.stats_frame())
+        """Ship a stats frame (every second or so, and from the publisher's heartbeat)."""
+        with self._stats_lock:
+            self.publisher.publish_stats(self.stats_frame())
 
     def labels(self) -> Mapping[str, str]:
         return {"engine": self.engine_id, "rank": str(self.rank)}

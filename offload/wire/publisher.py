@@ -113,9 +113,9 @@ class Publisher(Closeable):
     def publish_sample(self, frame: SendableSampleFrame) -> None:
         """Queue a sample frame (offload/wire/sample_frame.py); never waits."""
 
-    def keep_alive(self, frame: Callable[[], StatsFrame]) -> None:
-        """Send ``frame()`` whenever no stats frame has gone out for a while (a publisher
-        that sends nothing has nothing to keep alive)."""
+    def keep_alive(self, beat: Callable[[], None]) -> None:
+        """Call ``beat`` (which publishes a stats frame) whenever no stats frame has gone out
+        for a while (a publisher that sends nothing has nothing to keep alive)."""
 
 
 class NullPublisher(Publisher):
@@ -266,7 +266,7 @@ class EventPublisher(Publisher):
         self._flush_at = max(1, max_queue_size // 2)
         self._interval = flush_interval
         self._next_flush = _now() + flush_interval
-        self._heartbeat: Callable[[], StatsFrame] | None = None
+        self._heartbeat: Callable[[], None] | None = None
         self._heartbeat_s = heartbeat_s
         self._next_heartbeat = _now() + heartbeat_s
         # Held by whoever flushes: it owns the PUB socket, the sequence numbers
@@ -381,17 +381,20 @@ class EventPublisher(Publisher):
         if _now() >= self._next_flush:
             self._flush_unless_busy()
 
-    def keep_alive(self, frame: Callable[[], StatsFrame]) -> None:
-        """Send ``frame()`` from the publisher's thread whenever no stats frame has gone out
-        for ``heartbeat_s``.
+    def keep_alive(self, beat: Callable[[], None]) -> None:
+        """Call ``beat`` from the publisher's thread whenever no stats frame has gone out for
+        ``heartbeat_s``, then send what it published.
 
         Stats frames ride the engine's steps, so an idle engine sent none: the
         sidecar could not tell it from a dead one (its lag alert fired on every
         quiet deployment), and the last second of a burst stayed unreported until
-        the next request. ``frame`` runs on that thread: it must read what it
-        reports as a scrape does.
+        the next request. ``beat`` runs on that thread: it must read what it
+        reports as a scrape does, and make and queue its frame in one step with
+        the engine's own (``WorkerTelemetry.publish_stats``), so that the queue
+        holds frames in the order they were made: the sidecar keeps the newest
+        frame it receives, and an older one after it would set counters back.
         """
-        self._heartbeat = frame
+        self._heartbeat = beat
 
     def _take_samples(self) -> list[bytes]:
         with self._samples_lock:
@@ -498,13 +501,12 @@ class EventPublisher(Publisher):
         for payload in self._take_samples():
             self._guarded(self._send_sample, payload)
 
-    def _beat(self, heartbeat: Callable[[], StatsFrame]) -> None:
-        """A stats frame made now, sent after every frame queued before it (unless one of
-        those was stats: the queue's own is as new)."""
+    def _beat(self, heartbeat: Callable[[], None]) -> None:
+        """The heartbeat's frame queued, then sent with everything queued before it."""
+        self._next_heartbeat = _now() + self._heartbeat_s  # failing or not, once a period
         try:
-            frame = heartbeat()
+            heartbeat()
         except Exception as exc:
-            self._next_heartbeat = _now() + self._heartbeat_s
             _log.log(
                 logging.ERROR, "heartbeat-error", "kvscope publisher could not make a stats frame",
                 exc_info=exc,
@@ -512,8 +514,6 @@ class EventPublisher(Publisher):
             return
         with self._sending:
             self._flush()
-            if _now() >= self._next_heartbeat:
-                self._guarded(self._send_stats, frame)
 
     def _guarded(self, send: Callable[..., None], *args: object) -> None:
         """Send, and never let a failure reach the caller (a scheduler step)."""

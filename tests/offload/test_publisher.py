@@ -244,14 +244,14 @@ def test_a_publisher_kept_alive_sends_stats_while_the_engine_sends_none(ctx: zmq
     """Stats frames rode the engine's steps: an idle engine sent none, and the sidecar's lag
     alert could not tell it from a dead one."""
     made: list[float] = []
-
-    def frame() -> StatsFrame:
-        made.append(float(len(made)))
-        return a_frame(ts=made[-1])
-
     with EventPublisher("tcp://127.0.0.1:*", heartbeat_s=0.2) as publisher:
+
+        def beat() -> None:
+            made.append(float(len(made)))
+            publisher.publish_stats(a_frame(ts=made[-1]))
+
         sub, last_probe = subscribe(ctx, publisher)
-        publisher.keep_alive(frame)
+        publisher.keep_alive(beat)
         beats = [recv_topic(sub, DEFAULT_STATS_TOPIC) for _ in range(3)]
     assert [seq for seq, _ in beats] == [last_probe + 1, last_probe + 2, last_probe + 3]
     assert [decode_stats_frame(payload).ts for _, payload in beats] == made[:3]
@@ -260,7 +260,7 @@ def test_a_publisher_kept_alive_sends_stats_while_the_engine_sends_none(ctx: zmq
 def test_a_heartbeat_that_cannot_make_its_frame_is_logged_and_the_publisher_goes_on(
     ctx: zmq.Context, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken() -> StatsFrame:
+    def broken() -> None:
         raise RuntimeError("the manager is gone")
 
     with EventPublisher("tcp://127.0.0.1:*", heartbeat_s=0.1) as publisher:
