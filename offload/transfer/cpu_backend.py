@@ -130,10 +130,12 @@ class CPUTransferBackend(TransferBackend):
             self._copy(job.plan)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+            copied = time.perf_counter() - started
             return job_result(
-                job.job_id, job.plan, job.submitted, started, success=False, error=error
+                job.job_id, job.plan, job.submitted, copied, success=False, error=error
             )
-        return job_result(job.job_id, job.plan, job.submitted, started, success=True, error=None)
+        copied = time.perf_counter() - started
+        return job_result(job.job_id, job.plan, job.submitted, copied, success=True, error=None)
 
     def _copy(self, plan: TransferPlan) -> None:
         gpu, cpu = self._gpu_rows, self._cpu_rows

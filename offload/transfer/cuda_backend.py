@@ -262,6 +262,10 @@ class CUDATransferBackend(TransferBackend):
             with torch.cuda.stream(lane.stream):
                 # Nothing of this job touches a GPU row before the caller's earlier work.
                 lane.stream.wait_event(job.ready)
+                # Timed from here, as vLLM's own handler times a copy: once the stream may
+                # start it, not while it waits for the caller's work or another job.
+                begun = torch.cuda.Event(enable_timing=True)
+                begun.record(lane.stream)
                 if self._tier_on_device is not None:
                     self._copy_in_place(lane, job, self._tier_on_device)
                 elif job.plan.direction is Direction.GPU_TO_CPU:
@@ -274,10 +278,25 @@ class CUDATransferBackend(TransferBackend):
             with contextlib.suppress(Exception):
                 lane.stream.synchronize()
             error = f"{type(exc).__name__}: {exc}"
+            copied = time.perf_counter() - started
             return job_result(
-                job.job_id, job.plan, job.submitted, started, success=False, error=error
+                job.job_id, job.plan, job.submitted, copied, success=False, error=error
             )
-        return job_result(job.job_id, job.plan, job.submitted, started, success=True, error=None)
+        copied = self._device_seconds(job.job_id, begun)
+        if copied is None:
+            copied = time.perf_counter() - started
+        return job_result(job.job_id, job.plan, job.submitted, copied, success=True, error=None)
+
+    def _device_seconds(self, job_id: int, begun: torch.cuda.Event) -> float | None:
+        """The stream's time from ``begun`` to the job's last copy, once both are done."""
+        with self._book.changed:
+            last = self._queued.get(job_id)
+        if last is None:
+            return None
+        try:
+            return begun.elapsed_time(last) / 1000
+        except RuntimeError:  # an event the driver could not time: the host's clock instead
+            return None
 
     def _copy_in_place(self, lane: _Lane, job: _Job, tier: torch.Tensor) -> None:
         """Source rows -> device stage (gather) -> destination rows (scatter), on the device.
@@ -295,7 +314,7 @@ class CUDATransferBackend(TransferBackend):
             stage = _stage_view(lane.device_stage, self._gpu_rows, count)
             chunk = slice(start, start + count)
             _move_rows(to_cpu, self._gpu_rows, tier, stage, src_idx[chunk], dst_idx[chunk])
-        done = torch.cuda.Event(blocking=True)
+        done = torch.cuda.Event(blocking=True, enable_timing=True)
         done.record(lane.stream)
         self._publish_if_last(job, done, plan.src_rows.numel())
         # Once it fires, a store's rows are visible to the host and a load's to every stream.
@@ -323,7 +342,7 @@ class CUDATransferBackend(TransferBackend):
                     source, 0, gpu_idx[start : start + count], out=device_stage[plane]
                 )
             host_stage.copy_(device_stage, non_blocking=True)
-            copied = torch.cuda.Event(blocking=True)
+            copied = torch.cuda.Event(blocking=True, enable_timing=True)
             copied.record(lane.stream)
             self._publish_if_last(job, copied, start + count)
             if undrained is not None:
@@ -369,7 +388,7 @@ class CUDATransferBackend(TransferBackend):
             read[slot].record(lane.stream)
             for plane, target in enumerate(self._gpu_rows):
                 target.index_copy_(0, gpu_idx[start : start + count], device_stage[plane])
-            done = torch.cuda.Event(blocking=True)
+            done = torch.cuda.Event(blocking=True, enable_timing=True)
             done.record(lane.stream)
             self._publish_if_last(job, done, start + count)
         if done is not None:

@@ -40,5 +40,6 @@ class TransferResult:
     error: str | None = None
     """Why the job failed; None on success."""
     copy_seconds: float | None = None
-    """Wall time its worker spent on it, from taking it up to its last copy done: the
-    transfer time vLLM reports (queueing behind other jobs left out); None where unmeasured."""
+    """The copy alone, queueing left out: the CUDA stream's time from when the job may start
+    to its last copy, or the CPU worker's time on it; the transfer time vLLM reports. None
+    where unmeasured."""

@@ -32,6 +32,10 @@ class BackendFullError(ValueError):
     """As many jobs as the backend holds are in flight or waiting to be polled."""
 
 
+class BackendClosedError(RuntimeError):
+    """The backend was closed: it takes no more jobs."""
+
+
 class JobBook:
     """Ids, pending jobs, finished-unpolled results and stats of one backend.
 
@@ -61,7 +65,7 @@ class JobBook:
         """
         with self._lock:
             if self._closed:
-                raise RuntimeError("the transfer backend is closed; it accepts no more jobs")
+                raise BackendClosedError("the transfer backend is closed; it accepts no more jobs")
             if len(self._pending) + len(self._unpolled) >= self.max_jobs:
                 self.stats.on_refuse(direction)
                 raise BackendFullError(
@@ -74,7 +78,8 @@ class JobBook:
             # Counted before it is queued: a worker may finish it at once, and a job
             # must never be counted finished before it is counted submitted.
             self.stats.on_submit(direction)
-            # Queued under the lock so queue order, hence completion order, is id order.
+            # Queued under the lock so queue order (and so, but for expedited jobs, completion
+            # order) is id order.
             enqueue(job_id)
         return job_id
 
@@ -139,21 +144,19 @@ def job_result(
     job_id: int,
     plan: TransferPlan,
     submitted: float,
-    started: float,
+    copy_seconds: float | None,
     *,
     success: bool,
     error: str | None,
 ) -> TransferResult:
-    """A finished job's result; ``submitted`` and ``started`` are its ``time.perf_counter``
-    at submit and when its worker took it up."""
-    finished = time.perf_counter()
+    """A finished job's result; ``submitted`` is its ``time.perf_counter`` at submit."""
     return TransferResult(
         job_id=job_id,
         direction=plan.direction,
         success=success,
         num_blocks=plan.num_blocks,
         bytes=plan.bytes if success else 0,
-        seconds=finished - submitted,
+        seconds=time.perf_counter() - submitted,
         error=error,
-        copy_seconds=finished - started,
+        copy_seconds=copy_seconds,
     )

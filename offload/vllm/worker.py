@@ -20,12 +20,15 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
+from offload.shown import shown
 from offload.transfer.backend import TransferBackend
 from offload.transfer.cpu_backend import CPUTransferBackend
 from offload.transfer.job import Direction, GpuRun
+from offload.transfer.job_book import BackendClosedError
 from offload.transfer.layout import KVLayout
+from offload.wire.log_limit import LogLimiter
 
-logger = logging.getLogger(__name__)
+_log = LogLimiter(logging.getLogger(__name__))
 
 
 def build_backend(
@@ -117,13 +120,15 @@ class KVScopeWorker(OffloadingWorker):
             own = self.backend.submit(
                 direction, src_ids.tolist(), dst_ids.tolist(), runs, expedited=expedited
             )
-        except (ValueError, TypeError, RuntimeError) as exc:  # bad specs, full, or closed
+        except (ValueError, TypeError, BackendClosedError) as exc:  # bad specs, full, closed
             return self._refuse(job_id, str(exc))
         self._vllm_ids[own] = job_id
         self._in_flight.add(job_id)
         return True
 
     def _refuse(self, job_id: int, why: str) -> bool:
+        """Tell vLLM False (its connector then stops the engine: it asserts every job runs),
+        having said why; a CUDA error is not a refusal and reaches vLLM as itself."""
         self.rejected_jobs += 1
-        logger.error("kvscope job %d refused: %s", job_id, why)
+        _log.log(logging.ERROR, "refused", f"kvscope job {job_id} refused: {shown(why)}")
         return False

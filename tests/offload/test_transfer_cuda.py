@@ -255,6 +255,18 @@ def test_poll_returns_while_a_job_is_still_running() -> None:
 
 
 @gpu
+def test_a_jobs_copy_time_leaves_out_its_wait_for_the_callers_work() -> None:
+    """vLLM adds each job's time to its offload time metric, timed on the stream as its own
+    handler times it: the wait for the compute stream is not the copy's."""
+    layout = make_layout(num_gpu_blocks=8)
+    with CUDATransferBackend(layout, 8) as backend:
+        busy_current_stream()  # about a second of compute ahead of the store
+        result = finish(backend, backend.submit(GPU_TO_CPU, [0, 1], [0, 1]))
+    assert result.success and result.copy_seconds is not None
+    assert 0 < result.copy_seconds < result.seconds / 2
+
+
+@gpu
 def test_stores_run_while_a_load_is_held() -> None:
     """Each direction has its own worker and stream: a stuck load never delays a store."""
     gate, held = threading.Event(), threading.Event()
