@@ -9,6 +9,8 @@ costs the user nothing.
 from __future__ import annotations
 
 import math
+import secrets
+import shutil
 from html import escape
 from pathlib import Path
 
@@ -43,14 +45,20 @@ def check_plot_path(path: str | Path) -> Path:
 def write_plot(curve: HitRatioCurve, path: str | Path, title: str) -> Path:
     """Draw every policy's hit ratio against capacity (log scale) into ``path``."""
     path = check_plot_path(path)
-    # Drawn beside it, then renamed over it: a failure part way leaves no half-written file.
-    partial = path.with_name(f".{path.name}.partial{path.suffix}")
+    # Drawn beside its target (through a link, the link's file), under a name of its own,
+    # then renamed over it: a failure part way leaves the old file whole, and two writers
+    # never share a half-written one. The new file keeps the old one's mode.
+    target = path.resolve()
+    partial = target.with_name(f".{target.name}.{secrets.token_hex(6)}.partial{target.suffix}")
     try:
-        if path.suffix.lower() == ".png":
+        partial.touch(exist_ok=False)  # created as any new file is (the umask applies)
+        if target.exists():
+            shutil.copymode(target, partial)
+        if target.suffix.lower() == ".png":
             _write_png(curve, partial, title)
         else:
             partial.write_text(_html(curve, title), encoding="utf-8")
-        partial.replace(path)
+        partial.replace(target)
     except OSError as exc:
         raise PlotError(f"cannot write plot {shown(path)}: {exc.strerror or exc}") from None
     finally:

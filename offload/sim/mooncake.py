@@ -59,7 +59,8 @@ def load_trace(path: str | Path) -> list[list[int]]:
     path = Path(path)
     try:
         with path.open("rb") as file:
-            if stat.S_ISCHR(os.fstat(file.fileno()).st_mode):
+            mode = os.fstat(file.fileno()).st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
                 raise TraceError(f"trace path is a device, not a file: {shown(path)}")
             requests = _read_requests(file, shown(path))
     except FileNotFoundError:
@@ -86,8 +87,6 @@ def _read_requests(file: BinaryIO, name: str) -> list[list[int]]:
     # U+0085 may sit inside a JSON string.
     for number, raw in enumerate(iter(lambda: file.readline(MAX_LINE_BYTES + 1), b""), 1):
         where = f"{name}:{number}"
-        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-            raise TraceError(f"{where}: a line longer than {MAX_LINE_BYTES:,} bytes")
         if number == 1:
             if raw.startswith(GZIP_MAGIC):
                 raise TraceError(
@@ -95,11 +94,13 @@ def _read_requests(file: BinaryIO, name: str) -> list[list[int]]:
                     "<(zcat FILE) as the trace"
                 )
             raw = raw.removeprefix(UTF8_BOM)
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise TraceError(f"{where}: a line longer than {MAX_LINE_BYTES:,} bytes")
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise TraceError(
-                f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                f"{where}: not UTF-8 (byte {exc.start + 1} of the line is 0x{raw[exc.start]:02x})"
             ) from None
         if line.strip():
             hash_ids = _parse_request(line, where)

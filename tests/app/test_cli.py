@@ -71,7 +71,7 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
         (
             '{"hash_ids": [1]}\n{"hash_ids": [\xe9]}\n'.encode("latin-1"),
             [],
-            ":2: not UTF-8 (byte 0xe9 at column 15)",
+            ":2: not UTF-8 (byte 15 of the line is 0xe9)",
         ),
         (gzip.compress(b'{"hash_ids": [1]}\n'), [], "is gzip-compressed: decompress it first"),
         (

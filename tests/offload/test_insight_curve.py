@@ -72,3 +72,18 @@ def test_a_png_plot_needs_the_plot_extra_or_is_a_png(tmp_path: Path) -> None:
     else:
         written = write_plot(curve, tmp_path / "curve.png", "t")
         assert written.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_plot_written_over_another_through_a_link_keeps_the_link_and_the_mode(
+    tmp_path: Path,
+) -> None:
+    curve = HitRatioCurve((100, 200), {"lru": (0.1, 0.2)}, 100, exact=True)
+    old = tmp_path / "kept.html"
+    old.write_text("the old plot")
+    old.chmod(0o640)
+    link = tmp_path / "link.html"
+    link.symlink_to(old)
+    write_plot(curve, link, "t")
+    assert link.is_symlink() and "<svg" in old.read_text()
+    assert old.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.html", "link.html"]
