@@ -152,15 +152,15 @@ class PublisherInsight:
             self.resets += 1 if self.frames else 0
             self._rebuild(stream)
         self._simulate(frame)
-        # Counted once the frame is in every simulation (or queued for the shadow thread): a
-        # reader that sees it counted sees the stack's curve with it.
-        self.frames += 1
         self.ts = frame.ts
         self.requests += len(frame.requests) + frame.unsampled_requests
         self.block_refs += frame.block_refs
         self.sampled_refs += frame.sampled_refs
         self.worker_shed_requests = frame.shed_requests
         self.worker_shed_block_refs = frame.shed_block_refs
+        # Counted last, once the frame is in every simulation (or queued for the shadow
+        # thread) and in every total: a reader that sees it counted sees all of it.
+        self.frames += 1
 
     def _simulate(self, frame: SampleFrame) -> None:
         """The frame into the stack now, the shadow tiers' queue and the optimum's window."""
