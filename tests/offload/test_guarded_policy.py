@@ -113,6 +113,7 @@ EVICTIONS = {
     "too few": (lambda policy, n: [], "returned 0 blocks, asked for exactly 1"),
     "too many": (lambda policy, n: [take(policy, 2), take(policy, 10)], "returned 2 blocks"),
     "not pairs": (lambda policy, n: [2], "must return \\(hash, block\\) pairs"),
+    "no hash": (lambda policy, n: [([2], policy.blocks[2])], "returned something that is no hash"),
     "None after removing": (lambda policy, n: take(policy, 2) and None, "returned None after"),
 }
 

@@ -135,6 +135,23 @@ class GuardedPolicy(CachePolicy):
         if len(pairs) != n:
             raise self._breach("evict", f"returned {len(pairs)} blocks, asked for exactly {n}")
         held, inner = self.blocks, self.inner.blocks
+        try:
+            self._check_evicted(pairs, held, inner, protected)
+        except TypeError as error:  # an unhashable "hash"
+            raise self._breach("evict", f"returned something that is no hash ({error})") from error
+        if len({block_hash for block_hash, _ in pairs}) != n:
+            raise self._breach("evict", "returned a block twice")
+        for block_hash, _ in pairs:
+            del held[block_hash]
+        return pairs
+
+    def _check_evicted(
+        self,
+        pairs: list[tuple[BlockHash, Block]],
+        held: Mapping[BlockHash, Block],
+        inner: Mapping[BlockHash, Block],
+        protected: Container[BlockHash],
+    ) -> None:
         for block_hash, block in pairs:
             if held.get(block_hash) is not block:
                 raise self._breach("evict", f"returned {block_hash!r:.80}, not a block it held")
@@ -145,11 +162,6 @@ class GuardedPolicy(CachePolicy):
                 raise self._breach("evict", f"returned block {block_hash!r:.80}, protected")
             if block_hash in inner:
                 raise self._breach("evict", f"returned block {block_hash!r:.80} and kept it")
-        if len({block_hash for block_hash, _ in pairs}) != n:
-            raise self._breach("evict", "returned a block twice")
-        for block_hash, _ in pairs:
-            del held[block_hash]
-        return pairs
 
     def remove(self, block_hash: BlockHash) -> Block:
         self._whole()
