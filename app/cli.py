@@ -394,8 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as exc:  # the output's disk is full, say
-        where = "writing output" if exc.filename is None else shown(exc.filename)
-        print(f"kvscope: error: {where}: {shown(exc.strerror or exc)}", file=sys.stderr)
+        where = "" if exc.filename is None else f"{shown(exc.filename)}: "
+        print(f"kvscope: error: {where}{shown(exc.strerror or exc)}", file=sys.stderr)
         return 1
     finally:
         if provider is not None:

@@ -47,17 +47,20 @@ def write_plot(curve: HitRatioCurve, path: str | Path, title: str) -> Path:
     path = check_plot_path(path)
     # Drawn beside its target (through a link, the link's file), under a name of its own,
     # then renamed over it: a failure part way leaves the old file whole, and two writers
-    # never share a half-written one. The new file keeps the old one's mode.
-    target = path.resolve()
-    partial = target.with_name(f".{target.name}.{secrets.token_hex(6)}.partial{target.suffix}")
+    # never share a half-written one. The new file keeps the old one's mode. Its format is
+    # the one asked for (the path's suffix), whatever a link points at.
     try:
-        partial.touch(exist_ok=False)  # created as any new file is (the umask applies)
-        if target.exists():
-            shutil.copymode(target, partial)
-        if target.suffix.lower() == ".png":
+        target = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links (RuntimeError before 3.13)
+        raise PlotError(f"cannot write plot {shown(path)}: {shown(exc)}") from None
+    partial = target.with_name(f".{target.name}.{secrets.token_hex(6)}.partial{path.suffix}")
+    try:
+        if path.suffix.lower() == ".png":
             _write_png(curve, partial, title)
         else:
             partial.write_text(_html(curve, title), encoding="utf-8")
+        if target.exists():
+            shutil.copymode(target, partial)
         partial.replace(target)
     except OSError as exc:
         raise PlotError(f"cannot write plot {shown(path)}: {exc.strerror or exc}") from None

@@ -87,15 +87,15 @@ def _read_requests(file: BinaryIO, name: str) -> list[list[int]]:
     # U+0085 may sit inside a JSON string.
     for number, raw in enumerate(iter(lambda: file.readline(MAX_LINE_BYTES + 1), b""), 1):
         where = f"{name}:{number}"
-        if number == 1:
-            if raw.startswith(GZIP_MAGIC):
-                raise TraceError(
-                    f"{name} is gzip-compressed: decompress it first (zcat), or pass "
-                    "<(zcat FILE) as the trace"
-                )
-            raw = raw.removeprefix(UTF8_BOM)
+        if number == 1 and raw.startswith(GZIP_MAGIC):
+            raise TraceError(
+                f"{name} is gzip-compressed: decompress it first (zcat), or pass "
+                "<(zcat FILE) as the trace"
+            )
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
             raise TraceError(f"{where}: a line longer than {MAX_LINE_BYTES:,} bytes")
+        if number == 1:
+            raw = raw.removeprefix(UTF8_BOM)
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

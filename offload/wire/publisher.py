@@ -507,6 +507,8 @@ class EventPublisher(Publisher):
         try:
             heartbeat()
         except Exception as exc:
+            if self._closed:
+                return  # closed while it made its frame: nothing is sent after close
             _log.log(
                 logging.ERROR, "heartbeat-error", "kvscope publisher could not make a stats frame",
                 exc_info=exc,

@@ -147,6 +147,10 @@ def test_a_line_or_a_trace_past_its_bound_is_refused_naming_it(
     monkeypatch.setattr(mooncake, "MAX_LINE_BYTES", 100)
     with pytest.raises(TraceError, match=r"trace.jsonl:2: a line longer than 100 bytes"):
         load_trace(trace)
+    marked = tmp_path / "marked.jsonl"  # a byte-order mark counts toward its line's bound
+    marked.write_bytes(b"\xef\xbb\xbf" + b'{"hash_ids": [1], "pad": "' + b"p" * 71 + b'"}\n')
+    with pytest.raises(TraceError, match=r"marked.jsonl:1: a line longer than 100 bytes"):
+        load_trace(marked)
     monkeypatch.setattr(mooncake, "MAX_LINE_BYTES", 1000)
     monkeypatch.setattr(mooncake, "MAX_BLOCK_REFS", 10)
     with pytest.raises(TraceError, match=r"trace.jsonl:2: the trace passes 10 block references"):

@@ -379,15 +379,21 @@ def test_a_request_that_cannot_place_a_block_leaves_no_slot_owned_twice(policy: 
     """vLLM's key lookup behind ``position`` raising part way once left the LRU holding the
     blocks while the manager gave their slots back: the next store took them again."""
 
-    def position(block_hash: BlockHash) -> int:
+    def raising(block_hash: BlockHash) -> int:
         if block_hash == 6:
             raise KeyError(block_hash)
         return 16
 
+    def no_position(block_hash: BlockHash) -> object:
+        return "x" if block_hash == 6 else 16
+
     manager = CPUOffloadingManager(16, 4, policy, enable_events=True)
     stored(manager, [1, 2])
-    with pytest.raises(KeyError):
-        manager.prepare_store([5, 6], RequestRecency(position))
-    assert manager.invariant_violations() == []
+    for position, error in ((raising, KeyError), (no_position, TypeError)):
+        with pytest.raises(error):
+            manager.prepare_store([5, 6], RequestRecency(position))  # type: ignore[arg-type]
+        # Neither block was taken: both slots are free again, nothing waits to be written.
+        assert 5 not in manager.policy.blocks and manager.pool.num_free == 2
+        assert manager.stats.stores_in_flight == 0 and manager.invariant_violations() == []
     stored(manager, [7, 8])
     assert manager.invariant_violations() == [] and manager.lookup([7, 8]) == 2

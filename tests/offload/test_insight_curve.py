@@ -87,3 +87,16 @@ def test_a_plot_written_over_another_through_a_link_keeps_the_link_and_the_mode(
     assert link.is_symlink() and "<svg" in old.read_text()
     assert old.stat().st_mode & 0o777 == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.html", "link.html"]
+
+
+def test_a_plot_takes_the_format_asked_for_and_a_loop_of_links_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    curve = HitRatioCurve((100, 200), {"lru": (0.1, 0.2)}, 100, exact=True)
+    (tmp_path / "curve.html").symlink_to(tmp_path / "real.png")
+    write_plot(curve, tmp_path / "curve.html", "t")
+    assert (tmp_path / "real.png").read_text().startswith("<!DOCTYPE html>")
+    (tmp_path / "a.html").symlink_to(tmp_path / "b.html")
+    (tmp_path / "b.html").symlink_to(tmp_path / "a.html")
+    with pytest.raises(PlotError, match=r"cannot write plot .*a\.html"):
+        write_plot(curve, tmp_path / "a.html", "t")

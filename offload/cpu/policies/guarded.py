@@ -69,10 +69,9 @@ class GuardedPolicy(CachePolicy):
                     try:
                         self.inner.remove(block_hash)
                     except Exception:
-                        error.add_note(
-                            f"cache policy {self.name!r} could not drop the blocks it took in "
-                            "before failing: its bookkeeping holds blocks the tier does not"
-                        )
+                        # Its map and the tier's now differ: nothing it says can be trusted.
+                        self._breach("insert", "failed, then could not drop what it took in")
+                        error.add_note(str(self._breached))
                         break
             raise
         self.blocks.update(zip(block_hashes, blocks, strict=True))

@@ -61,9 +61,13 @@ class LRUCachePolicy(CachePolicy):
                 used[block_hash] = order << _POSITION_BITS
             self._order = order
             return
-        # Every place first: a request that cannot place a block (vLLM's key lookup raising)
-        # leaves the policy as it was, and the manager takes its slots back.
+        # Every place first: a request that cannot place a block (vLLM's key lookup raising,
+        # or answering what is no position) leaves the policy as it was, and the manager
+        # takes the slots back.
         places = list(map(request.position, block_hashes))
+        if not all(place is None or isinstance(place, int) for place in places):
+            bad = next(p for p in places if p is not None and not isinstance(p, int))
+            raise TypeError(f"a block's position must be an int or None, not {bad!r:.40}")
         self.blocks.update(zip(block_hashes, blocks, strict=True))
         for block_hash, place in zip(block_hashes, places, strict=True):
             if place is None:
