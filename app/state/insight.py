@@ -184,9 +184,10 @@ class PublisherInsight:
 
     def _rebuild(self, stream: SampledStream) -> None:
         """Start the simulations over for ``stream``, at rates that fit the memory bound."""
-        self.stream = stream
-        self.rates = rates = self._rates(stream)
-        with self.lock:
+        rates = self._rates(stream)
+        with self.lock:  # with the generation: the shadow thread reads them together
+            self.stream = stream
+            self.rates = rates
             self.generation += 1
             self._stack = (
                 None
@@ -278,11 +279,9 @@ class PublisherInsight:
         pace: Pace,
     ) -> None:
         """One frame through the shadow tiers, a request at a time (readers wait one at most)."""
-        stream, rate = self.stream, self.rates.shadows
-        if stream is None or rate is None:
-            return
         with self.lock:
-            if generation != self.generation:
+            stream, rate = self.stream, self.rates.shadows
+            if generation != self.generation or stream is None or rate is None:
                 return
             if self._shadows is None:
                 self._shadows = CurveEstimator(stream.capacity, rate, self._shadow_policies)
@@ -321,6 +320,8 @@ class PublisherInsight:
                 for estimator in (self._stack, self._shadows)
                 if estimator is not None and estimator.sampled_refs > 0
             ]
+        # Only parts of one stream: a simulation of another capacity is never mixed in.
+        parts = [part for part in parts if part.capacities == parts[0].capacities]
         if not parts:
             return None
         ratios = {policy: ratios for part in parts for policy, ratios in part.hit_ratios.items()}

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.api import create_app
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
-from app.state.insight import InsightState, PublisherInsight
+from app.state.insight import InsightState, PublisherInsight, SampledStream
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
 from offload import CPUOffloadingManager
@@ -456,3 +456,20 @@ def test_no_curve_is_served_before_a_sampled_reference_is_replayed() -> None:
     insight.receive(0, decode_sample_frame(encode_sample_frame(frame)))
     assert insight.block_refs == 30
     assert insight.curve() is None
+
+
+def test_a_curve_never_mixes_simulations_of_two_tiers(trace) -> None:
+    """A rebuild once changed the stream before taking the lock: a shadow item of the old
+    generation running in between built its tiers at the new capacity, and every reader of
+    the curve (the API, /metrics) failed on capacities that did not match."""
+    insight = InsightState().new_publisher()
+    insight.receive(0, sample_frames(trace[:600], capacity=100)[0])
+    work = insight.queue.get(0)
+    assert work is not None
+    # The inconsistent moment, made by hand: the stream is another tier's, the generation
+    # still the old one.
+    insight.stream = SampledStream(RATE, 0, "lru", 1)
+    insight.rates = insight._rates(insight.stream)
+    work.apply(lambda: None)
+    curve = insight.curve()
+    assert curve is not None and curve.current == 100
