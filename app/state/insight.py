@@ -119,7 +119,8 @@ class PublisherInsight:
         self.sampled_refs = 0
         self.worker_shed_requests = 0
         self.worker_shed_block_refs = 0
-        """Cumulative, as the worker's latest frame counts them (its buffer was full)."""
+        """What the worker's full buffer left out, summed over its frames (and restarts)."""
+        self._worker_shed = (0, 0)  # the counts of the worker's latest frame
         self.shadow_shed_frames = 0
         self.shadow_shed_block_refs = 0
         """Frames (and the block references they stood for) the shadow queue had no room for."""
@@ -156,8 +157,12 @@ class PublisherInsight:
         self.requests += len(frame.requests) + frame.unsampled_requests
         self.block_refs += frame.block_refs
         self.sampled_refs += frame.sampled_refs
-        self.worker_shed_requests = frame.shed_requests
-        self.worker_shed_block_refs = frame.shed_block_refs
+        # The worker's counts are its own since it started; the sidecar's only ever rise (a
+        # count that went down is a restarted worker's, all of it new), since they are
+        # exported as counters and a fall would read as a reset to rate().
+        self.worker_shed_requests += _rise(self._worker_shed[0], frame.shed_requests)
+        self.worker_shed_block_refs += _rise(self._worker_shed[1], frame.shed_block_refs)
+        self._worker_shed = (frame.shed_requests, frame.shed_block_refs)
         # Counted last, once the frame is in every simulation (or queued for the shadow
         # thread) and in every total: a reader that sees it counted sees all of it.
         self.frames += 1
@@ -380,3 +385,8 @@ class InsightState:
 
     def new_publisher(self) -> PublisherInsight:
         return PublisherInsight(self.config, self.queue)
+
+
+def _rise(last: int, now: int) -> int:
+    """What a cumulative count of the worker's added since its last frame."""
+    return now - last if now >= last else now

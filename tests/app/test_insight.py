@@ -473,3 +473,18 @@ def test_a_curve_never_mixes_simulations_of_two_tiers(trace) -> None:
     work.apply(lambda: None)
     curve = insight.curve()
     assert curve is not None and curve.current == 100
+
+
+def test_the_workers_shed_counts_only_ever_rise_across_its_restarts() -> None:
+    """The worker's cumulative counts were exported as they came: a frame counting less (a
+    restarted worker, or a forged one) made the counter fall, which rate() reads as a reset."""
+    insight = InsightState().new_publisher()
+    config = WorkerConfig(policy="lru", capacity_blocks=2000, block_size=16)
+    for seq, (requests, refs) in enumerate([(5, 50), (7, 70), (2, 20), (2, 20)]):
+        frame = SampleFrame(
+            ts=1.0, engine_id="e0", rank=0, config=config, rate=0.05, seed=0, requests=[],
+            unsampled_requests=1, unsampled_block_refs=1,
+            shed_requests=requests, shed_block_refs=refs,
+        )  # fmt: skip
+        insight.receive(seq, decode_sample_frame(encode_sample_frame(frame)))
+    assert (insight.worker_shed_requests, insight.worker_shed_block_refs) == (9, 90)
