@@ -237,8 +237,8 @@ class SidecarSettings(BaseSettings):
         default=16 * MiB,
         ge=64 * KiB,
         le=1024 * MiB,
-        description="Sampled requests waiting for the curve's shadow tiers (all publishers); "
-        "past it they are shed, counted.",
+        description="Sampled requests waiting for the curve's shadow tiers (all publishers, "
+        "each at most an equal share among those sending); past it they are shed, counted.",
     )
     insight_cpu_share: float = Field(
         default=0.1,

@@ -32,7 +32,13 @@ from itertools import chain
 from typing import Final
 
 from app.settings import InsightConfig
-from app.state.insight_queue import LIST_BYTES, Pace, ShadowQueue, ShadowWork, hashes_bytes
+from app.state.insight_queue import (
+    LIST_BYTES,
+    Pace,
+    ShadowQueue,
+    ShadowWork,
+    requests_bytes,
+)
 from offload.base import BlockHash
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
@@ -249,7 +255,7 @@ class PublisherInsight:
             self.shadow_shed_frames += 1
             self.shadow_shed_block_refs += block_refs
 
-        self.queue.put(ShadowWork(apply, shed, hashes_bytes(sampled)))
+        self.queue.put(ShadowWork(apply, shed, requests_bytes(sampled, refs), self))
 
     def _record_window(
         self, sampled: list[Sequence[BlockHash]], refs: list[int], unsampled: int
@@ -271,7 +277,7 @@ class PublisherInsight:
         def shed() -> None:
             self._window_queued = False  # the shadows are behind: asked again with a later frame
 
-        self.queue.put(ShadowWork(apply, shed, LIST_BYTES))
+        self.queue.put(ShadowWork(apply, shed, LIST_BYTES, self))
 
     # --- the shadow thread ------------------------------------------------------------
 

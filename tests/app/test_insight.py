@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
 from app.ingest import Ingestor
-from app.settings import SidecarSettings
+from app.settings import InsightConfig, MiB, SidecarSettings
 from app.state.insight import InsightState, PublisherInsight, SampledStream
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
@@ -488,3 +488,19 @@ def test_the_workers_shed_counts_only_ever_rise_across_its_restarts() -> None:
         )  # fmt: skip
         insight.receive(seq, decode_sample_frame(encode_sample_frame(frame)))
     assert (insight.worker_shed_requests, insight.worker_shed_block_refs) == (9, 90)
+
+
+def test_a_publisher_that_floods_the_shadow_queue_sheds_only_its_own_frames(trace) -> None:
+    """The shadow queue was first come, first served across publishers: one sending far
+    more (or on purpose) took all of it and every other publisher's curve lost its frames."""
+    state = InsightState(InsightConfig(queue_bytes=2 * MiB))
+    flood, quiet = state.new_publisher(), state.new_publisher()
+    payloads = sample_frames(trace, capacity=400)
+    # No shadow thread runs: what is queued stays queued, as when the thread falls behind.
+    for seq, frame in enumerate(payloads):
+        quiet.receive(seq, frame)
+        for repeat in range(20):
+            flood.receive(seq * 20 + repeat, frame)
+    assert flood.shadow_shed_frames > 0
+    assert quiet.shadow_shed_frames == 0
+    assert state.queue.bytes <= state.queue.max_bytes

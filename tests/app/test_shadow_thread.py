@@ -35,7 +35,7 @@ def test_a_long_item_waits_between_its_steps_to_keep_the_share() -> None:
             pace()
         spent["wall"], spent["cpu"] = time.monotonic() - wall, time.thread_time() - cpu
 
-    assert queue.put(ShadowWork(apply, lambda: None, 0))
+    assert queue.put(ShadowWork(apply, lambda: None, 0, "publisher"))
     thread = ShadowThread(queue, SHARE)
     thread.start()
     try:
