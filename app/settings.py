@@ -151,6 +151,13 @@ class SidecarSettings(BaseSettings):
         le=4096,
         description="Most listen-mode publishers tracked; frames of further streams are counted.",
     )
+    listen_max_connections: int = Field(
+        default=128,
+        ge=1,
+        le=65_536,
+        description="Most peers connected to the listen socket at once (each has a receive "
+        "queue of its own); further handshakes are refused, counted, and ZMQ peers retry.",
+    )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
     url_file: Path | None = Field(

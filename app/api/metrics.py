@@ -51,6 +51,9 @@ _LISTENER_COUNTERS = (
      "Listen-socket frames skipped before they named a publisher's stream.", "malformed"),
     ("kvscope_sidecar_listen_refused_frames_total",
      "Listen-socket frames of new streams once the most publishers are tracked.", "refused"),
+    ("kvscope_sidecar_listen_refused_connections_total",
+     "Listen-socket handshakes refused while max_connections peers were connected.",
+     "refused_connections"),
 )  # fmt: skip
 """The listen socket's own counts; its publishers' frames are counted per publisher above."""
 
@@ -95,6 +98,11 @@ class SidecarCollector(Collector):
         if listener is not None:
             for name, help_text, attribute in _LISTENER_COUNTERS:
                 yield CounterMetricFamily(name, help_text, getattr(listener, attribute))
+            yield GaugeMetricFamily(
+                "kvscope_sidecar_listen_connections",
+                "Peers connected to the listen socket (refused ones until ZMQ closes them).",
+                listener.connections,
+            )
         index = self._state.index
         with self._state.lock:
             tracked, overflow = len(index), index.overflow

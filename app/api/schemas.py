@@ -103,6 +103,13 @@ class ListenerInfo(BaseModel):
     refused: int = Field(description="Frames of new streams once max_publishers are tracked.")
     publishers: int = Field(description="Listen-mode publishers tracked.")
     max_publishers: int
+    connections: int = Field(
+        description="Peers connected now (a refused one until ZMQ has closed it)."
+    )
+    max_connections: int
+    refused_connections: int = Field(
+        description="Handshakes refused while max_connections peers were connected."
+    )
 
     @classmethod
     def of(cls, listener: ListenerState, publishers: list[PublisherState]) -> ListenerInfo:
@@ -113,6 +120,9 @@ class ListenerInfo(BaseModel):
             refused=listener.refused,
             publishers=sum(p.source.mode == "listen" for p in publishers),
             max_publishers=listener.max_publishers,
+            connections=listener.connections,
+            max_connections=listener.max_connections,
+            refused_connections=listener.refused_connections,
         )
 
 

@@ -24,6 +24,7 @@ from typing import Final, NamedTuple
 import zmq
 
 from app.decode import DecodedBatch, decode_kv_payload, decode_stats_payload
+from app.ingest.listen_gate import ListenGate
 from app.ingest.replay import Answer, KVFrame, Replay
 from app.ingest.shadow_thread import ShadowThread
 from app.ingest.sockets import receiving_socket
@@ -121,15 +122,21 @@ class Ingestor:
                     sock.setsockopt(zmq.SUBSCRIBE, topic)
                 sock.connect(publisher.source.endpoint)
                 self._sockets[sock] = publisher
-        self._listen = None if state.listener is None else self._bind(state.listener)
+        self._gate: ListenGate | None = None
+        self._listen: zmq.Socket | None = None
+        if state.listener is not None:
+            self._gate = ListenGate(self._ctx, state.listener)
+            self._listen = self._bind(state.listener, self._gate)
         self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
         insight = state.insight
         self._shadows = ShadowThread(insight.queue, insight.config.cpu_share)
 
-    def _bind(self, listener: ListenerState) -> zmq.Socket:
-        """The listen socket, bound to every endpoint; ``ListenError`` naming the one that fails."""
+    def _bind(self, listener: ListenerState, gate: ListenGate) -> zmq.Socket:
+        """The listen socket behind ``gate``, bound to every endpoint; ``ListenError`` naming
+        the one that fails."""
         sock = receiving_socket(self._ctx, zmq.SUB, self.config)
         sock.setsockopt(zmq.SUBSCRIBE, b"")  # every topic: each engine publishes on its own
+        gate.prepare(sock)
         bound = []
         for endpoint in listener.endpoints:
             sock.setsockopt(zmq.IPV6, "[" in endpoint)
@@ -162,6 +169,8 @@ class Ingestor:
             poller.register(sock, zmq.POLLIN)
         if self._listen is not None:
             poller.register(self._listen, zmq.POLLIN)
+        for sock in () if self._gate is None else self._gate.sockets:
+            poller.register(sock, zmq.POLLIN)
         next_sample = next_young_gc = time.monotonic()
         young_collections = 0
         while not self._stop.is_set():
@@ -186,6 +195,9 @@ class Ingestor:
         replay = self._replays.get(sock)
         if replay is not None:
             self._on_answer(replay)
+            return
+        if self._gate is not None and sock in self._gate.sockets:
+            self._gate.on_ready(sock)
             return
         if sock not in self._sockets and sock is not self._listen:
             return  # a replay that ended earlier in this turn

@@ -2,7 +2,9 @@
 
 Frames that reach a publisher's stream are counted in that publisher's state;
 these counters hold the rest: frames too malformed to name a stream, and
-frames of new streams once ``max_publishers`` are tracked.
+frames of new streams once ``max_publishers`` are tracked. The connections
+open now and those refused past ``max_connections`` are the listen gate's
+(app/ingest/listen_gate.py).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ class ListenerState:
     endpoints: tuple[str, ...]
     """As configured (``--listen``)."""
     max_publishers: int
+    max_connections: int
     bound: tuple[str, ...] = ()
     """As bound, wildcard ports resolved: what publishers connect to. Empty until bound."""
     frames: int = 0
     malformed: int = 0
     refused: int = 0
+    connections: int = 0
+    refused_connections: int = 0
 
     @property
     def name(self) -> str:

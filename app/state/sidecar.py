@@ -57,7 +57,11 @@ class SidecarState:
     @classmethod
     def from_settings(cls, settings: SidecarSettings) -> SidecarState:
         listener = (
-            ListenerState(tuple(settings.listen), settings.listen_max_publishers)
+            ListenerState(
+                tuple(settings.listen),
+                settings.listen_max_publishers,
+                settings.listen_max_connections,
+            )
             if settings.listen
             else None
         )

@@ -243,12 +243,16 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             assert listener["frames"] >= 2
             assert (listener["malformed"], listener["refused"]) == (0, 0)
             assert (listener["publishers"], listener["max_publishers"]) == (2, 64)
+            assert (listener["connections"], listener["max_connections"]) == (1, 128)
+            assert listener["refused_connections"] == 0
 
             metrics = http.get("/metrics").text
             assert 'kvscope_sidecar_frames_total{publisher="engine-b@0"}' in metrics
             assert 'kvscope_sidecar_frames_total{publisher="engine-a@0"} 0.0' in metrics
             assert "kvscope_sidecar_listen_frames_total " in metrics
             assert "kvscope_sidecar_listen_refused_frames_total 0.0" in metrics
+            assert "kvscope_sidecar_listen_connections 1.0" in metrics
+            assert "kvscope_sidecar_listen_refused_connections_total 0.0" in metrics
             capacity = next(
                 sample
                 for family in text_string_to_metric_families(metrics)

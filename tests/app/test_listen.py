@@ -259,3 +259,53 @@ def test_a_declared_stream_waits_unseen_until_it_sends() -> None:
         assert not declared.seen
     finally:
         ingestor.close()
+
+
+def test_peers_past_max_connections_are_refused_and_a_place_left_is_taken_again(
+    peers: list[RawPublisher],
+) -> None:
+    """ZMQ lets any number of peers connect, each with a receive queue of its own: the
+    sidecar's memory grew with the connections anyone who reached the endpoint opened."""
+    ingestor = listening(listen_max_connections=2)
+    listener = ingestor.state.listener
+    assert listener is not None
+    try:
+        first, second = RawPublisher(bound(ingestor), b"a"), RawPublisher(bound(ingestor), b"b")
+        peers += [first, second]
+        heard(ingestor, first, "a", 0)
+        heard(ingestor, second, "b", 0)
+        refused = RawPublisher(bound(ingestor), b"c")
+        peers.append(refused)
+        wait_until(lambda: listener.refused_connections == 1, "the third peer is refused")
+        # ZMQ closed it: nothing it sends arrives, while the two others' frames do.
+        for seq in range(3):
+            refused.send(seq, kv_payload(stored(100 + seq), rank=0))
+        second.send(0, kv_payload(stored(1), rank=0))
+        wait_until(lambda: blocks_of(ingestor, "b@0") == {1}, "the second peer's batch")
+        wait_until(lambda: listener.connections == 2, "the refused connection closed")
+        assert "c@0" not in ingestor.state.publishers
+        peers.remove(first)
+        first.close()
+        wait_until(lambda: listener.connections == 1, "the first peer left")
+        restarted = RawPublisher(bound(ingestor), b"c")
+        peers.append(restarted)
+        heard(ingestor, restarted, "c", 0)  # the place the first one left
+        assert listener.refused_connections == 1
+    finally:
+        ingestor.close()
+
+
+def test_a_burst_of_connections_lets_in_no_more_than_max_connections(
+    peers: list[RawPublisher],
+) -> None:
+    ingestor = listening(listen_max_connections=2)
+    listener = ingestor.state.listener
+    assert listener is not None
+    try:
+        peers += [RawPublisher(bound(ingestor), b"p%d" % n) for n in range(8)]
+        wait_until(
+            lambda: listener.refused_connections == 6 and listener.connections == 2,
+            "six of eight refused, two connected",
+        )
+    finally:
+        ingestor.close()

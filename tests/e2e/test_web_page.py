@@ -598,11 +598,12 @@ def test_with_a_token_the_page_opened_once_with_it_runs_on_its_cookie(
     assert cookie["httpOnly"] and TOKEN not in cookie["value"]
 
 
-def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page(
+def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_peer_shows(
     browser: sync_api.Browser,
 ) -> None:
     """A listen-mode peer names its stream by its topic: 128 bytes that are not plain text
-    print as 260 characters of hex, which the publisher filter once stretched past the window."""
+    print as 260 characters of hex, which the publisher filter once stretched past the window.
+    The publishers view counts the listen socket's peers against their limit."""
     settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
     with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
         bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
@@ -625,6 +626,9 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page(
             width = page.evaluate(
                 "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
             )
+            page.goto(f"{sidecar.url}/#/publishers")
+            line = page.get_by_text("Listening on")
+            sync_api.expect(line).to_contain_text("1 of at most 128 peers connected, 0 refused.")
             context.close()
         finally:
             raw.close()

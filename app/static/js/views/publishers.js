@@ -57,7 +57,8 @@ function mount(panel, { stats }) {
     const l = s.listener;
     listener.textContent = l ? `Listening on ${l.endpoints.join(", ")}: ${count(l.frames)} frames, `
       + `${count(l.malformed)} malformed, ${count(l.refused)} refused; ${l.publishers} of at most `
-      + `${l.max_publishers} listen-mode publishers.` : "";
+      + `${l.max_publishers} listen-mode publishers; ${l.connections} of at most `
+      + `${l.max_connections} peers connected, ${count(l.refused_connections)} refused.` : "";
   }
 
   let unsubscribe = null;
