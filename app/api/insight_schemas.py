@@ -6,14 +6,13 @@ index rows (stranded blocks) and its worker's totals (dead writes).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from app.state.insight import ComputedOptimum, PublisherInsight
 from app.state.insight_queue import ShadowQueue
 from app.state.insight_verdicts import (
     Verdict,
+    VerdictKind,
     admission_verdict,
     candidate_verdict,
     curve_verdicts,
@@ -87,6 +86,11 @@ class SampleStreamInfo(BaseModel):
     )
     shadow_shed_block_refs: int
     last_ts: float | None = Field(description="When the latest sample frame was taken.")
+    since: float | None = Field(
+        description="When the stream simulated now began (its first frame's time): the "
+        "curve covers everything since, not a recent window; it starts over with a new rate, "
+        "seed, policy or capacity, or a restarted publisher."
+    )
 
     @classmethod
     def of(cls, insight: PublisherInsight) -> SampleStreamInfo:
@@ -109,6 +113,7 @@ class SampleStreamInfo(BaseModel):
             shadow_shed_frames=insight.shadow_shed_frames,
             shadow_shed_block_refs=insight.shadow_shed_block_refs,
             last_ts=insight.ts,
+            since=insight.since,
         )
 
 
@@ -173,7 +178,12 @@ class InsightMemory(BaseModel):
 class VerdictInfo(BaseModel):
     """One finding, as a sentence and as the figures it states."""
 
-    kind: Literal["warming_up", "capacity", "policy", "optimum", "admission", "stranded"]
+    kind: VerdictKind = Field(
+        description="warming_up: too little seen yet; sample_small: too few sampled blocks "
+        "for a verdict (the sentence says the rate that would do); not_simulated: the tier's "
+        "policy is not among the curve's; capacity, policy, optimum, admission, stranded: "
+        "findings."
+    )
     text: str
     policy: str | None = None
     multiple: float | None = None
@@ -257,13 +267,14 @@ class PublisherInsightInfo(BaseModel):
         if insight is not None:
             held, size = insight.memory()
             memory = InsightMemory(held_blocks=held, bytes=size, max_bytes=max_bytes)
-        simulated = {} if insight is None else insight.simulated_refs()
+        basis = None if insight is None else insight.basis()
         computed = None if insight is None else insight.optimum
         result = None if computed is None else computed.result
+        efficiency = None if result is None or result.policy != policy else result.efficiency
         verdicts = [
-            *curve_verdicts(curve, policy, simulated),
-            *optimum_verdict(result),
-            *admission_verdict(dead_ratio),
+            *curve_verdicts(curve, policy, basis),
+            *optimum_verdict(result, policy),
+            *admission_verdict(dead_ratio, efficiency),
             *(
                 candidate_verdict(worker.admission_hit_ratios, worker.admission_followed)
                 if worker is not None
@@ -294,7 +305,7 @@ class PublisherInsightInfo(BaseModel):
                 if computed is None or insight is None
                 else WindowOptimumInfo.of(computed, insight.optimum_runs)
             ),
-            efficiency=None if result is None else result.efficiency,
+            efficiency=efficiency,
             miss_reasons=worker.miss_blocks if worker is not None and worker.miss_blocks else None,
             admission_candidates=(
                 worker.admission_hit_ratios

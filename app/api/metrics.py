@@ -245,7 +245,8 @@ def _optimum_families(sampling: list[tuple[str, PublisherInsight]]) -> Iterator[
     tier = GaugeMetricFamily(
         "kvscope_sidecar_window_tier_hits",
         "Estimated hits of the tier's policy over the same window, from empty at the same "
-        "size; over window_optimum_hits: the efficiency against the optimum.",
+        "size; over window_optimum_hits: the efficiency against the optimum (absent where "
+        "the curve does not simulate the tier's policy).",
         labels=["publisher"],
     )
     runs = CounterMetricFamily(
@@ -261,7 +262,9 @@ def _optimum_families(sampling: list[tuple[str, PublisherInsight]]) -> Iterator[
         result = computed.result
         block_refs.add_metric([name], result.block_refs)
         optimum.add_metric([name], result.optimum_ratio * result.block_refs)
-        tier.add_metric([name], result.tier_ratio * result.block_refs)
+        stream = insight.stream
+        if stream is not None and result.policy == stream.policy:
+            tier.add_metric([name], result.tier_ratio * result.block_refs)
     yield from (block_refs, optimum, tier, runs)
 
 

@@ -39,6 +39,7 @@ from app.state.insight_queue import (
     ShadowWork,
     requests_bytes,
 )
+from app.state.insight_verdicts import CurveBasis
 from offload.base import BlockHash
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
@@ -115,6 +116,8 @@ class PublisherInsight:
         self.generation = 0
         self.last_seq: int | None = None
         self.ts: float | None = None
+        self.since: float | None = None
+        """The first frame's time of the stream simulated now: the curve covers it since."""
         self.frames = 0
         self.missed_frames = 0
         """Sample frames lost in gaps of the sequence (their requests are in no simulation)."""
@@ -158,6 +161,7 @@ class PublisherInsight:
         if stream != self.stream:
             self.resets += 1 if self.frames else 0
             self._rebuild(stream)
+            self.since = frame.ts
         self._simulate(frame)
         self.ts = frame.ts
         self.requests += len(frame.requests) + frame.unsampled_requests
@@ -211,7 +215,11 @@ class PublisherInsight:
             self._window = (
                 None
                 if rates.window is None
-                else WindowOptimum(stream.capacity, rates.window, _window_policy(stream.policy))
+                else WindowOptimum(
+                    stream.capacity,
+                    rates.window,
+                    _window_policy(stream.policy, self.config.policies),
+                )
             )
             self._window_sampler = _sampler(stream, rates.window)
             self._window_queued = False
@@ -339,6 +347,20 @@ class PublisherInsight:
         ordered = {p: ratios[p] for p in self.config.policies if p in ratios}
         return HitRatioCurve(parts[0].capacities, ordered, parts[0].current, exact=False)
 
+    def basis(self) -> CurveBasis | None:
+        """What the curve rests on, for its verdicts; None before a stream is simulated."""
+        with self.lock:
+            estimators = [e for e in (self._stack, self._shadows) if e is not None]
+            rates = [r for r in (self.rates.stack, self.rates.shadows) if r is not None]
+            if not rates:
+                return None
+            return CurveBasis(
+                rate=min(rates),
+                simulated_refs={p: e.sampled_refs for e in estimators for p in e.policies},
+                touched_blocks=max((e.touched_blocks for e in estimators), default=0),
+                policies=self.config.policies,
+            )
+
     def simulated_refs(self) -> dict[str, int]:
         """Sampled references each simulation has replayed, by policy."""
         with self.lock:
@@ -360,10 +382,12 @@ class PublisherInsight:
         return stack + shadows, size + window * WINDOW_BYTES_PER_REF
 
 
-def _window_policy(policy: str) -> str:
-    """The policy the window replays: the tier's, or LRU when the sidecar does not know it
-    (a policy loaded into the worker from a module of its own)."""
-    return policy if policy in policy_names() else STACK_POLICY
+def _window_policy(policy: str, simulated: Sequence[str]) -> str:
+    """The policy the window replays: the tier's where the curve simulates it (a policy
+    whose sampled replay was checked against full ones), else LRU, whose replay on the
+    sample stands for the full one (the efficiency is then the tier's no longer, and the
+    verdicts say nothing of it)."""
+    return policy if policy in simulated and policy in policy_names() else STACK_POLICY
 
 
 def _sampler(stream: SampledStream, rate: float | None) -> SpatialSampler | None:

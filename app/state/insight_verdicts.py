@@ -8,6 +8,7 @@ the text.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -15,16 +16,53 @@ from typing import Final, Literal
 from offload.insight.curve import HitRatioCurve
 from offload.insight.window_optimum import WindowResult
 
-VerdictKind = Literal["warming_up", "capacity", "policy", "optimum", "admission", "stranded"]
+VerdictKind = Literal[
+    "warming_up",
+    "sample_small",
+    "not_simulated",
+    "capacity",
+    "policy",
+    "optimum",
+    "admission",
+    "stranded",
+]
 
 MIN_SAMPLED_REFS: Final = 100
 """Sampled references a simulation needs before its curve is worth a verdict."""
+MIN_SCALED_BLOCKS: Final = 16
+"""The fewest sampled blocks a simulated tier may hold for a verdict on it: below, one
+block is over 6% of the tier, and the scaled tier no longer behaves as the real one."""
+CAUGHT_UP: Final = 0.9
+"""Two policies are compared once the one behind has replayed this share of the other's
+sampled references (the shadow thread may lag the stack)."""
 POLICY_POINTS: Final = 0.5
 """A policy that differs from the tier's by less than this (points of hit ratio) is no news."""
 NO_CHANGE_POINTS: Final = 0.05
 """A change below this shows as 0.0 points: said as no change instead."""
+SAMPLED_RESOLUTION_POINTS: Final = 1.0
+"""What a sampled curve can tell apart: at the default rate its points are within about
+this of a full replay's (README, "The hit-ratio curve"); a smaller change is said as such."""
 DEAD_WRITES_WORTH_SAYING: Final = 0.1
 """A share of stores never read from which admission is worth a sentence."""
+LITTLE_TO_GAIN: Final = 0.95
+"""An efficiency against the optimum from which a policy change has little hit ratio to win."""
+
+
+@dataclass(frozen=True, slots=True)
+class CurveBasis:
+    """What a curve rests on, for the verdicts it can bear.
+
+    ``rate``: the lowest rate its simulations run at (a capacity c is ``rate * c``
+    sampled blocks there); ``simulated_refs``: sampled references each policy has
+    replayed; ``touched_blocks``: distinct sampled blocks seen, up to the largest
+    scaled capacity (``CurveEstimator.touched_blocks``); ``policies``: the policies
+    the curve simulates, whether or not they have replayed anything yet.
+    """
+
+    rate: float
+    simulated_refs: Mapping[str, int]
+    touched_blocks: int
+    policies: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +90,27 @@ def _points(value: float) -> str:
     return f"~{abs(value):.1f} points"
 
 
+def _too_small(what: str, capacity: int, rate: float) -> Verdict:
+    """No verdict on ``what``: the tier of ``capacity`` blocks is too few sampled blocks."""
+    need = min(1.0, MIN_SCALED_BLOCKS / capacity)
+    return Verdict(
+        "sample_small",
+        f"no verdict on {what}: at a sample rate of {rate:g}, {capacity:,} blocks are "
+        f"{rate * capacity:.1f} sampled blocks, under the {MIN_SCALED_BLOCKS} a simulated "
+        f"tier needs; a rate of at least {need:.2g} would do (the worker's sample_rate, "
+        "within the sidecar's KVSCOPE_INSIGHT_MAX_BYTES)",
+        blocks=capacity,
+    )
+
+
 def curve_verdicts(
-    curve: HitRatioCurve | None, policy: str | None, simulated_refs: Mapping[str, int]
+    curve: HitRatioCurve | None, policy: str | None, basis: CurveBasis | None
 ) -> list[Verdict]:
-    """What the curve says of the tier's size and of its policy."""
-    if curve is None or curve.current is None or policy is None:
+    """What the curve says of the tier's size and of its policy, once it can say it."""
+    if curve is None or curve.current is None or policy is None or basis is None:
         return []
-    fewest = min(simulated_refs.get(p, 0) for p in curve.policies)
+    refs = basis.simulated_refs
+    fewest = min(refs.get(p, 0) for p in basis.policies)
     if fewest < MIN_SAMPLED_REFS:
         return [
             Verdict(
@@ -67,48 +119,92 @@ def curve_verdicts(
                 f"for {MIN_SAMPLED_REFS}",
             )
         ]
-    found: list[Verdict] = []
     current = curve.current
-    if policy in curve.hit_ratios:
-        here = curve.at(policy, current)
-        for multiple, word in ((2.0, "doubling"), (0.5, "halving")):
-            blocks = max(1, round(current * multiple))
-            if blocks == current or blocks not in curve.capacities:
-                continue
-            points = 100 * (curve.at(policy, blocks) - here)
-            change = (
-                "would not change its hit ratio"
-                if abs(points) < NO_CHANGE_POINTS
-                else f"would {'add' if points > 0 else 'lose'} {_points(points)} of hit ratio"
+    if policy not in basis.policies:
+        simulated = ", ".join(basis.policies)
+        return [
+            Verdict(
+                "not_simulated",
+                f"the tier runs {policy}, which the curve does not simulate (it simulates "
+                f"{simulated}: KVSCOPE_INSIGHT_POLICIES, policies whose sampled curve was "
+                "checked against full replays): no verdict on the tier's size, or on other "
+                "policies against its own",
+                policy=policy,
             )
+        ]
+    if basis.rate * current < MIN_SCALED_BLOCKS:
+        return [_too_small("the tier's size or policy", current, basis.rate)]
+    if basis.touched_blocks < math.floor(basis.rate * current):
+        return [
+            Verdict(
+                "warming_up",
+                f"the tier has not been full yet ({basis.touched_blocks:,} distinct sampled "
+                f"blocks seen of the {math.floor(basis.rate * current):,} it holds at this "
+                "rate): every miss so far is a first use, and its verdicts wait until it fills",
+            )
+        ]
+    resolution = NO_CHANGE_POINTS if curve.exact else SAMPLED_RESOLUTION_POINTS
+    found: list[Verdict] = []
+    here = curve.at(policy, current)
+    for multiple, word in ((2.0, "doubling"), (0.5, "halving")):
+        blocks = max(1, round(current * multiple))
+        if blocks == current or blocks not in curve.capacities:
+            continue
+        if basis.rate * blocks < MIN_SCALED_BLOCKS:
+            found.append(_too_small(f"{word} the tier", blocks, basis.rate))
+            continue
+        points = 100 * (curve.at(policy, blocks) - here)
+        if abs(points) >= resolution:
+            change = f"would {'add' if points > 0 else 'lose'} {_points(points)} of hit ratio"
+        elif curve.exact:
+            change = "would not change its hit ratio"
+        else:
+            change = f"would change its hit ratio by less than {resolution:g} point"
+        found.append(
+            Verdict(
+                "capacity",
+                f"{word} the tier (to {blocks:,} blocks) {change} under {policy}",
+                policy=policy,
+                multiple=multiple,
+                points=points,
+                blocks=blocks,
+            )
+        )
+    for other in curve.policies:
+        if other == policy:
+            continue
+        behind, ahead = sorted((refs.get(other, 0), refs.get(policy, 0)))
+        if behind < CAUGHT_UP * ahead:
+            lagging = other if refs.get(other, 0) == behind else policy
             found.append(
                 Verdict(
-                    "capacity",
-                    f"{word} the tier (to {blocks:,} blocks) {change} under {policy}",
-                    policy=policy,
-                    multiple=multiple,
-                    points=points,
-                    blocks=blocks,
+                    "warming_up",
+                    f"{lagging}'s simulation is behind ({behind:,} of {ahead:,} sampled "
+                    f"references): {other} and {policy} are compared once it catches up",
+                    policy=other,
                 )
             )
-        for other in curve.policies:
-            if other == policy:
-                continue
-            points = 100 * (curve.at(other, current) - here)
-            if abs(points) < POLICY_POINTS:
-                text = f"{other} would hit about as {policy} does at this size"
-            else:
-                verb = "add" if points > 0 else "lose"
-                text = f"{other} would {verb} {_points(points)} at this size"
-            found.append(Verdict("policy", text, policy=other, multiple=1.0, points=points))
+            continue
+        points = 100 * (curve.at(other, current) - here)
+        if abs(points) < max(POLICY_POINTS, resolution):
+            text = f"{other} would hit about as {policy} does at this size"
+        else:
+            verb = "add" if points > 0 else "lose"
+            text = f"{other} would {verb} {_points(points)} at this size"
+        found.append(Verdict("policy", text, policy=other, multiple=1.0, points=points))
     return found
 
 
-def optimum_verdict(result: WindowResult | None) -> list[Verdict]:
-    """The tier's policy against a clairvoyant cache of the same size, over the window."""
+def optimum_verdict(result: WindowResult | None, policy: str | None) -> list[Verdict]:
+    """The tier's policy against a clairvoyant cache of the same size, over the window; none
+    when the window replayed another policy than the tier's (one the curve does not
+    simulate: ``curve_verdicts`` says so) or a tier of too few sampled blocks."""
     efficiency = None if result is None else result.efficiency
-    if result is None or efficiency is None:
+    if result is None or efficiency is None or result.policy != policy:
         return []
+    if result.capacity < MIN_SCALED_BLOCKS:
+        blocks = round(result.capacity / result.rate)
+        return [_too_small("the distance to the optimum", blocks, result.rate)]
     return [
         Verdict(
             "optimum",
@@ -121,18 +217,20 @@ def optimum_verdict(result: WindowResult | None) -> list[Verdict]:
     ]
 
 
-def admission_verdict(dead_write_ratio: float | None) -> list[Verdict]:
-    """Stores never read before they left: what admission control would save."""
+def admission_verdict(dead_write_ratio: float | None, efficiency: float | None) -> list[Verdict]:
+    """Stores never read before they left: the writes admission control would save, and
+    whether the hit ratio has anything to gain from it (the distance to the optimum)."""
     if dead_write_ratio is None or dead_write_ratio < DEAD_WRITES_WORTH_SAYING:
         return []
     percent = round(100 * dead_write_ratio)
-    return [
-        Verdict(
-            "admission",
-            f"{percent}% of stores are never read: admission would help",
-            share=dead_write_ratio,
+    text = f"{percent}% of stores are never read before they leave: admission control would "
+    text += "save those writes"
+    if efficiency is not None and efficiency >= LITTLE_TO_GAIN:
+        text += (
+            f"; the tier already gets {round(100 * efficiency)}% of the optimum's hits, so "
+            "its hit ratio has little to gain from it"
         )
-    ]
+    return [Verdict("admission", text, share=dead_write_ratio)]
 
 
 def candidate_verdict(hit_ratios: Mapping[str, float], followed: str | None) -> list[Verdict]:
@@ -160,8 +258,13 @@ def stranded_verdicts(stranded: Mapping[str, int]) -> list[Verdict]:
     return [
         Verdict(
             "stranded",
-            f"{count:,} blocks on {medium} are stranded: held, but a block before them in "
-            "their chain is held nowhere, so no lookup reaches them",
+            (
+                f"1 block on {medium} is stranded: held, but a block before it in its chain "
+                "is held nowhere, so no lookup reaches it"
+                if count == 1
+                else f"{count:,} blocks on {medium} are stranded: held, but a block before "
+                "them in their chain is held nowhere, so no lookup reaches them"
+            ),
             blocks=count,
             medium=medium,
         )

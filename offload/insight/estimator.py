@@ -83,6 +83,14 @@ class CurveEstimator:
         return stack + self._shadows.held_blocks
 
     @property
+    def touched_blocks(self) -> int:
+        """Distinct sampled blocks seen, up to the largest scaled capacity: a tier whose
+        scaled size is above this has never been full, has missed only first uses, and
+        would hit the same at any larger size so far."""
+        stack = self._stack.held_blocks if self._stack else 0
+        return max(stack, self._shadows.touched_blocks)
+
+    @property
     def max_held_blocks(self) -> int:
         stack = self._stack.capacities[-1] if self._stack else 0
         return stack + len(self._shadows.policies) * sum(self._shadows.capacities)

@@ -46,6 +46,15 @@ class ShadowTiers:
             len(tier.policy.blocks) for tiers in self._tiers.values() for tier in tiers if tier
         )
 
+    @property
+    def touched_blocks(self) -> int:
+        """Blocks resident in the largest shadow that holds most: every block seen, up to
+        that capacity."""
+        return max(
+            (len(tiers[-1].policy.blocks) for tiers in self._tiers.values() if tiers[-1]),
+            default=0,
+        )
+
     def hits(self, policy: str) -> tuple[int, ...]:
         return tuple(self._hits[policy])
 

@@ -32,9 +32,10 @@ ratio to mean something. None of these depend on a trace.
 
 The window is kept as whole requests (a request longer than the window is
 cut to its head: a chain's head is a chain). It is first computed once half
-full (its start-up bias then at most ``2 / WINDOW_CAPACITIES``), then again
-each time half its references are new (``due``): never more than half a
-window stale, and two replays of the window per window of references. The
+full (its start-up bias then at most ``2 / WINDOW_CAPACITIES``) and holding
+at least ``MIN_WINDOW_REFS``, then again each time half its references are
+new (``due``): never more than half a window stale, and two replays of the
+window per window of references. The
 replays run wherever the caller runs ``compute``, with no lock held.
 """
 
@@ -107,9 +108,11 @@ class WindowResult:
 
     @property
     def efficiency(self) -> float | None:
-        """The tier's hit ratio over the optimum's (0..1); None when the optimum hits nothing."""
+        """The tier's hit ratio over the optimum's (0..1); None when the optimum hits nothing
+        on the sample (its ratio is then the sample-size correction alone, the tier's too,
+        and their quotient says nothing)."""
         optimum = self.optimum_ratio
-        return self.tier_ratio / optimum if optimum > 0 else None
+        return self.tier_ratio / optimum if self.optimum_hits and optimum > 0 else None
 
 
 class WindowOptimum:
@@ -179,9 +182,13 @@ class WindowOptimum:
         self.refs, self.block_refs = refs, blocks
 
     def due(self) -> bool:
-        """Whether the window is at least half full and half of it is new since the last
-        ``take``."""
-        return 2 * self.refs >= self.max_refs and 2 * self.fresh >= self.refs
+        """Whether the window is at least half full, holds ``MIN_WINDOW_REFS``, and half of
+        it is new since the last ``take``."""
+        return (
+            2 * self.refs >= self.max_refs
+            and self.refs >= MIN_WINDOW_REFS
+            and 2 * self.fresh >= self.refs
+        )
 
     def take(self) -> tuple[list[Sequence[BlockHash]], int]:
         """The window as it is now (its requests' sampled blocks, its block references)."""

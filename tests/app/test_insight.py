@@ -21,6 +21,7 @@ from app.api import create_app
 from app.ingest import Ingestor
 from app.settings import InsightConfig, MiB, SidecarSettings
 from app.state.insight import InsightState, PublisherInsight, SampledStream
+from app.state.insight_verdicts import SAMPLED_RESOLUTION_POINTS
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
 from offload import CPUOffloadingManager
@@ -171,10 +172,13 @@ def test_a_new_capacity_or_a_restart_starts_the_curve_over(sidecar, trace) -> No
     insight = insight_of(ingestor, raw)
     count = len(frames(half, capacity=400))
     settled(insight, count)
-    send(raw, count, frames(half, capacity=800))  # the tier was resized
+    first_since = insight.since
+    resized = frames(half, capacity=800)
+    send(raw, count, resized)  # the tier was resized
     settled(insight, 2 * count)
     curve = insight.curve()
     assert insight.resets == 1 and curve is not None and curve.current == 800
+    assert first_since is not None and insight.since == decode_sample_frame(resized[0]).ts
     assert insight.simulated_refs()["lru"] == insight.sampled_refs // 2, "only the new stream"
     queue = ingestor.state.insight.queue
     wait_until(lambda: queue.unfinished == 0, "the shadow thread caught up")
@@ -254,7 +258,12 @@ def test_the_api_and_the_metrics_show_the_curve_the_stream_and_the_verdicts(side
         doubling = next(v for v in publisher["verdicts"] if v.get("multiple") == 2.0)
         expected = 100 * (curve.at("lru", 2000) - curve.at("lru", 1000))
         assert doubling["points"] == pytest.approx(expected)
-        assert f"~{abs(expected):.1f} points" in doubling["text"]
+        said = (
+            f"~{abs(expected):.1f} points"
+            if abs(expected) >= SAMPLED_RESOLUTION_POINTS
+            else "would change its hit ratio by less than 1 point"
+        )
+        assert said in doubling["text"]
         arc = kinds["policy"]
         assert arc["policy"] == "arc"
         assert arc["points"] == pytest.approx(100 * (curve.at("arc", 1000) - curve.at("lru", 1000)))
@@ -504,3 +513,25 @@ def test_a_publisher_that_floods_the_shadow_queue_sheds_only_its_own_frames(trac
     assert flood.shadow_shed_frames > 0
     assert quiet.shadow_shed_frames == 0
     assert state.queue.bytes <= state.queue.max_bytes
+
+
+def test_a_tier_under_a_policy_the_curve_does_not_simulate_is_told_so(sidecar, trace) -> None:
+    """The window once replayed gated at the sample's scale, where its sizes do not hold,
+    and said the tier got 26% of the optimum's hits when it got none."""
+    raw, ingestor, settings = sidecar
+    payloads = frames(trace, capacity=400, policy="gated")
+    send(raw, 0, payloads)
+    insight = insight_of(ingestor, raw)
+    settled(insight, len(payloads))
+    queue = ingestor.state.insight.queue
+    wait_until(lambda: queue.unfinished == 0 and insight.optimum is not None, "the optimum ran")
+    with TestClient(create_app(settings, ingestor.state), base_url="http://localhost") as http:
+        (publisher,) = http.get("/api/v1/insight").json()["publishers"]
+        metrics = http.get("/metrics").text
+    assert publisher["optimum"]["policy"] == "lru", "LRU stands in for the optimum's window"
+    assert publisher["efficiency"] is None
+    kinds = [v["kind"] for v in publisher["verdicts"]]
+    assert "not_simulated" in kinds and "optimum" not in kinds and "capacity" not in kinds
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    assert families["kvscope_sidecar_window_optimum_hits"].samples
+    assert not families["kvscope_sidecar_window_tier_hits"].samples

@@ -105,8 +105,9 @@ def test_a_request_with_more_sampled_blocks_than_blocks_is_refused() -> None:
 
 
 def test_it_is_due_once_half_full_then_once_half_of_it_is_new() -> None:
-    window = WindowOptimum(1, 1.0, "lru")
+    window = WindowOptimum(100, 1.0, "lru")
     half = window.max_refs // 2
+    assert half >= MIN_WINDOW_REFS
     for block in range(half - 1):
         window.record([[block]], [1])
     assert not window.due(), "under half full"
@@ -119,6 +120,30 @@ def test_it_is_due_once_half_full_then_once_half_of_it_is_new() -> None:
     assert not window.due(), "just under half of the window is new"
     window.record([[-half]], [1])
     assert window.due()
+
+
+def test_a_small_tiers_window_is_first_due_once_it_holds_the_least_that_means_something() -> None:
+    """A window of MIN_WINDOW_REFS was once first computed at half of it, 256 references,
+    which its own bound calls mostly noise."""
+    window = WindowOptimum(1, 1.0, "lru")
+    assert window.max_refs == MIN_WINDOW_REFS
+    for block in range(MIN_WINDOW_REFS - 1):
+        window.record([[block]], [1])
+    assert not window.due(), "half full, but under MIN_WINDOW_REFS"
+    window.record([[-1]], [1])
+    assert window.due()
+
+
+def test_no_efficiency_when_the_optimum_hits_nothing_on_the_sample() -> None:
+    """With no sampled hit for either cache, both ratios are the sample-size correction
+    alone; their quotient once read as 100% of the optimum."""
+    window = WindowOptimum(10, 0.5, "lru")
+    window.record([[block] for block in range(600)], [3] * 600)
+    requests, block_refs = window.take()
+    result = window.compute(requests, block_refs)
+    assert (result.optimum_hits, result.tier_hits) == (0, 0)
+    assert result.optimum_ratio > 0 and result.tier_ratio == result.optimum_ratio
+    assert result.efficiency is None
 
 
 def test_on_a_sample_the_ratios_are_corrected_as_the_curve_is() -> None:

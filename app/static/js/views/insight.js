@@ -143,8 +143,9 @@ function mount(panel, context) {
     efficiency.dataset.efficiency = p.efficiency === null ? "" : JSON.stringify(p.efficiency);
     if (p.efficiency === null) {
       share.textContent = "–";
-      shareUnit.textContent = optimum ? "the optimum hits nothing in its window"
-        : "of the optimum's hits: its window is still filling";
+      shareUnit.textContent = !optimum ? "of the optimum's hits: its window is still filling"
+        : optimum.policy !== p.policy ? `of the optimum's hits: the curve does not simulate ${p.policy}`
+          : "the optimum hits no sampled block in its window";
       return;
     }
     const [number, unit] = parts(p.efficiency, "ratio");
