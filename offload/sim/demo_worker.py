@@ -73,6 +73,13 @@ class DemoWorker:
         stream: the references each request makes to the CPU tier, on the sample topic."""
         if not requests:
             raise ValueError("the demo worker needs at least one request")
+        longest = max(map(len, requests))
+        if longest > config.num_gpu_blocks:  # a job would name a GPU block twice
+            raise ValueError(
+                f"a request of {longest:,} blocks is longer than the GPU's "
+                f"{config.num_gpu_blocks:,} (DemoConfig.num_gpu_blocks): raise it to at least "
+                f"{longest:,}"
+            )
         self.config = config
         self.requests = requests
         self.manager = CPUOffloadingManager(

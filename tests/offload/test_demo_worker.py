@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+import pytest
 import zmq
 
 from offload.sim.demo_worker import DemoConfig, DemoWorker
@@ -67,3 +68,13 @@ def test_the_engine_moves_bytes_publishes_events_and_leaves_nothing_pinned() -> 
         assert seen[("CPU", "BlockRemoved")] == stats.evicted_capacity_blocks
         sub.close(linger=0)
         ctx.term()
+
+
+def test_a_request_longer_than_the_gpu_is_refused_up_front_by_name() -> None:
+    """Such a request once killed the worker's thread at its first CPU hit (a job naming a
+    GPU block twice), leaving the sidecar serving what it had."""
+    config = DemoConfig(capacity_blocks=64, num_gpu_blocks=8)
+    with EventPublisher("tcp://127.0.0.1:*") as publisher:
+        DemoWorker([list(range(8))], publisher, config)
+        with pytest.raises(ValueError, match="a request of 9 blocks is longer than the GPU's 8"):
+            DemoWorker([[1, 2], list(range(9))], publisher, config)
