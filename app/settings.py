@@ -155,8 +155,9 @@ class SidecarSettings(BaseSettings):
         default=128,
         ge=1,
         le=65_536,
-        description="Most peers connected to the listen socket at once (each has a receive "
-        "queue of its own); further handshakes are refused, counted, and ZMQ peers retry.",
+        description="Most peers admitted to the listen socket at once (each has a receive "
+        "queue of its own); a further handshake is refused (counted) and its peer connects "
+        "again every 5 s until a place is free.",
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")

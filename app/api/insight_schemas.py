@@ -323,7 +323,9 @@ class ShadowQueueInfo(BaseModel):
     bytes: int = Field(description="Estimated bytes waiting.")
     max_bytes: int = Field(description="The bound (KVSCOPE_INSIGHT_QUEUE_BYTES).")
     items: int
-    shed: int = Field(description="Frames shed because the queue was full.")
+    shed: int = Field(
+        description="Frames shed because the queue, or their publisher's share of it, was full."
+    )
 
     @classmethod
     def of(cls, queue: ShadowQueue) -> ShadowQueueInfo:

@@ -52,7 +52,7 @@ _LISTENER_COUNTERS = (
     ("kvscope_sidecar_listen_refused_frames_total",
      "Listen-socket frames of new streams once the most publishers are tracked.", "refused"),
     ("kvscope_sidecar_listen_refused_connections_total",
-     "Listen-socket handshakes refused while max_connections peers were connected.",
+     "Listen-socket handshakes refused while max_connections peers were admitted.",
      "refused_connections"),
 )  # fmt: skip
 """The listen socket's own counts; its publishers' frames are counted per publisher above."""
@@ -100,7 +100,7 @@ class SidecarCollector(Collector):
                 yield CounterMetricFamily(name, help_text, getattr(listener, attribute))
             yield GaugeMetricFamily(
                 "kvscope_sidecar_listen_connections",
-                "Peers connected to the listen socket (refused ones until ZMQ closes them).",
+                "Peers admitted to the listen socket and still connected.",
                 listener.connections,
             )
         index = self._state.index

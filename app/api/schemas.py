@@ -104,11 +104,12 @@ class ListenerInfo(BaseModel):
     publishers: int = Field(description="Listen-mode publishers tracked.")
     max_publishers: int
     connections: int = Field(
-        description="Peers connected now (a refused one until ZMQ has closed it)."
+        description="Peers admitted (their handshake accepted) and still connected."
     )
     max_connections: int
     refused_connections: int = Field(
-        description="Handshakes refused while max_connections peers were connected."
+        description="Handshakes refused while max_connections peers were admitted (each "
+        "refused peer connects again, and may be counted again, every 5 s)."
     )
 
     @classmethod

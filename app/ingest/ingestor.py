@@ -122,10 +122,13 @@ class Ingestor:
                     sock.setsockopt(zmq.SUBSCRIBE, topic)
                 sock.connect(publisher.source.endpoint)
                 self._sockets[sock] = publisher
+        # The listen socket, its gate and their monitor in a context of their own (see
+        # app/ingest/listen_gate.py: a full monitor holds up its context's I/O thread).
+        self._listen_ctx = zmq.Context()
         self._gate: ListenGate | None = None
         self._listen: zmq.Socket | None = None
         if state.listener is not None:
-            self._gate = ListenGate(self._ctx, state.listener)
+            self._gate = ListenGate(self._listen_ctx, state.listener)
             self._listen = self._bind(state.listener, self._gate)
         self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
         insight = state.insight
@@ -134,7 +137,7 @@ class Ingestor:
     def _bind(self, listener: ListenerState, gate: ListenGate) -> zmq.Socket:
         """The listen socket behind ``gate``, bound to every endpoint; ``ListenError`` naming
         the one that fails."""
-        sock = receiving_socket(self._ctx, zmq.SUB, self.config)
+        sock = receiving_socket(self._listen_ctx, zmq.SUB, self.config)
         sock.setsockopt(zmq.SUBSCRIBE, b"")  # every topic: each engine publishes on its own
         gate.prepare(sock)
         bound = []
@@ -143,7 +146,7 @@ class Ingestor:
             try:
                 sock.bind(endpoint)
             except zmq.ZMQError as exc:
-                self._ctx.destroy(linger=0)
+                self._destroy()
                 raise ListenError(f"cannot bind {endpoint!r}: {zmq.strerror(exc.errno)}") from None
             bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         listener.bound = tuple(bound)
@@ -159,6 +162,10 @@ class Ingestor:
         if self._thread.is_alive():
             self._thread.join()
         self._shadows.close()
+        self._destroy()
+
+    def _destroy(self) -> None:
+        self._listen_ctx.destroy(linger=0)
         self._ctx.destroy(linger=0)
 
     # --- the loop -------------------------------------------------------------------

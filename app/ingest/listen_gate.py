@@ -1,4 +1,4 @@
-"""The listen socket's door: at most ``max_connections`` peers connected at once.
+"""The listen socket's door: at most ``max_connections`` peers admitted at once.
 
 ZMQ accepts any number of connections on a bound socket and gives each a
 receive queue of its own (up to ``receive_buffer_bytes``, app/ingest/sockets.py),
@@ -6,17 +6,26 @@ so whoever reaches the endpoint could open connections until the sidecar
 runs out of memory; ZMQ has no option that limits them. It does ask a ZAP
 handler (ZMQ's authentication protocol, RFC 27) before a connection's
 handshake completes, on a socket that has a ZAP domain: the gate is that
-handler. It knows the connections open from the socket's monitor (accepted
-and disconnected, by file descriptor) and refuses a handshake while they
-are over the limit. ZMQ then closes that connection and, taking a refused
-handshake as final, does not retry it: the peer connects again when it
-restarts. The monitor's events are read before each answer, so a burst of
-connections is counted before any of them is let in, and ZMQ heartbeats
-drop a peer that vanished without closing, so its place is freed.
+handler. It admits a handshake while fewer than the limit are admitted, and
+answers 300 (a temporary refusal) past it: ZMQ then holds that connection
+until its handshake times out (``HANDSHAKE_IVL_MS``) and closes it, and the
+peer connects again, so a refused engine gets in once a place is free. A
+connection that never finishes its handshake (a port scan, an idle TCP
+socket) is never admitted and is closed by the same timeout.
+
+The socket's monitor tells when a connection closes, by file descriptor; a
+ZAP request names no descriptor, so each answer is given to the oldest
+connection accepted and not yet answered. Handshakes that finish out of
+order can swap two answers, which shifts the count by one until both
+connections close; the count is never off for longer. The gate, its socket
+and the monitor live in a ZMQ context of their own: a monitor whose queue
+is full blocks its context's I/O thread, which must never hold up the
+connect-mode sockets.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from typing import Final
 
 import zmq
@@ -27,12 +36,18 @@ from app.state.listener import ListenerState
 ZAP_ENDPOINT: Final = "inproc://zeromq.zap.01"
 """Where ZMQ sends a context's ZAP requests (fixed by RFC 27)."""
 ZAP_DOMAIN: Final = b"kvscope.listen"
-"""Set on the listen socket only: ZMQ asks the handler about no other socket's peers."""
+"""Set on the listen socket: ZMQ asks the handler about that socket's peers only."""
 ZAP_VERSION: Final = b"1.0"
-HEARTBEAT_IVL_MS: Final = 5_000
-HEARTBEAT_TIMEOUT_MS: Final = 15_000
+ADMITTED: Final = (b"200", b"OK")
+REFUSED: Final = (b"300", b"too many connections; try again")
+HANDSHAKE_IVL_MS: Final = 5_000
+"""How long a connection may take to finish its handshake: a refused one is closed after
+this, and its peer connects again."""
+HEARTBEAT_IVL_MS: Final = 10_000
+HEARTBEAT_TIMEOUT_MS: Final = 60_000
 """A peer that answers no ZMQ heartbeat for this long is disconnected, so a host that
-vanished without closing its connection frees its place."""
+vanished without closing its connection frees its place (long enough that a stalled
+reader, whose full queue delays the answers, keeps its peers)."""
 
 
 class ListenGate:
@@ -48,11 +63,16 @@ class ListenGate:
         self._zap = ctx.socket(zmq.ROUTER)
         self._zap.bind(ZAP_ENDPOINT)
         self._monitor: zmq.Socket | None = None
-        self._open: set[int] = set()
+        self._unanswered: OrderedDict[int, None] = OrderedDict()
+        """Connections accepted and not answered yet, oldest first (by descriptor)."""
+        self._answers: deque[bool] = deque()
+        """Answers given before their connection's acceptance was read, in order."""
+        self._admitted: set[int] = set()
 
     def prepare(self, sock: zmq.Socket) -> None:
         """Route ``sock``'s handshakes through the gate and watch its connections."""
         sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
         sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self._monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
@@ -68,8 +88,7 @@ class ListenGate:
             self._answer()
 
     def _read_events(self) -> None:
-        """Every event the monitor holds: the open connections, by file descriptor (a
-        descriptor accepted again was closed and reused, so a lost event heals itself)."""
+        """Every event the monitor holds: connections accepted, and closed."""
         monitor = self._monitor
         if monitor is None:
             return
@@ -78,25 +97,40 @@ class ListenGate:
                 event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 break
+            fd = event["value"]
             if event["event"] == zmq.EVENT_ACCEPTED:
-                self._open.add(event["value"])
+                self._forget(fd)  # a descriptor reused: whatever it was has closed
+                if not self._answers:
+                    self._unanswered[fd] = None
+                elif self._answers.popleft():
+                    self._admitted.add(fd)
             elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self._open.discard(event["value"])
-        self.listener.connections = len(self._open)
+                self._forget(fd)
+        self.listener.connections = len(self._admitted) + self._answers.count(True)
+
+    def _forget(self, fd: int) -> None:
+        self._unanswered.pop(fd, None)
+        self._admitted.discard(fd)
 
     def _answer(self) -> None:
-        """Answer every waiting request: 200 while the connections open (this one among
-        them) are within the limit, 400 past it."""
+        """Answer every waiting request: admitted while fewer than the limit are, else a
+        temporary refusal."""
         while True:
             try:
                 request = self._zap.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
             # [peer, b"", version, request id, domain, address, routing id, mechanism, ...]
             if len(request) < 8 or request[2] != ZAP_VERSION:
                 continue  # not a ZAP request of this version: ZMQ sends none such
-            admitted = len(self._open) <= self.listener.max_connections
-            if not admitted:
-                self.listener.refused_connections += 1
-            status = (b"200", b"OK") if admitted else (b"400", b"too many connections")
+            admitted = self.listener.connections < self.listener.max_connections
+            if self._unanswered:
+                fd, _ = self._unanswered.popitem(last=False)
+                if admitted:
+                    self._admitted.add(fd)
+            else:  # its acceptance is still on its way through the monitor
+                self._answers.append(admitted)
+            self.listener.connections += admitted
+            self.listener.refused_connections += not admitted
+            status = ADMITTED if admitted else REFUSED
             self._zap.send_multipart([request[0], b"", ZAP_VERSION, request[3], *status, b"", b""])

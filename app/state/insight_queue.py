@@ -99,7 +99,7 @@ class ShadowQueue:
     """Items refused because the queue, or their owner's share of it, was full."""
     _queue: deque[ShadowWork] = field(default_factory=deque)
     _held: dict[Hashable, int] = field(default_factory=dict)
-    """Bytes queued per owner (owners with none are left out)."""
+    """Bytes queued per owner (an owner leaves it when its last item is taken)."""
     _asked: OrderedDict[Hashable, float] = field(default_factory=OrderedDict)
     """When each owner last put, oldest first: those within ``ACTIVE_S`` share the queue."""
     _ready: threading.Condition = field(default_factory=threading.Condition)
@@ -107,11 +107,9 @@ class ShadowQueue:
     def put(self, work: ShadowWork) -> bool:
         """Queue ``work``, or shed it (its ``shed`` called, counted) when it does not fit."""
         with self._ready:
+            share = self.max_bytes / self._active(work.owner)  # first: an owner refused counts
             held = self._held.get(work.owner, 0) + work.bytes
-            fits = (
-                self.bytes + work.bytes <= self.max_bytes
-                and held <= self.max_bytes / self._active(work.owner)
-            )
+            fits = self.bytes + work.bytes <= self.max_bytes and held <= share
             if fits:
                 self._queue.append(work)
                 self._held[work.owner] = held

@@ -124,3 +124,14 @@ def test_what_an_owner_holds_falls_as_its_items_leave() -> None:
     assert queue.put(item("a", 500))
     assert not queue.put(item("b", 200))
     assert queue.bytes == 900
+
+
+def test_a_flood_that_came_first_gives_up_its_share_once_another_publisher_asks() -> None:
+    """An owner refused for a full queue was not counted as asking, so a flood that filled
+    the queue first kept all of it, and every frame of the others was shed."""
+    queue = ShadowQueue(1_000, Clock())
+    assert all(queue.put(item("flood", 100)) for _ in range(10))
+    assert not queue.put(item("quiet", 100)), "the queue is full"
+    queue.get(0)
+    assert not queue.put(item("flood", 100)), "the flood holds over its half now"
+    assert queue.put(item("quiet", 100)), "the place it left is the quiet one's"

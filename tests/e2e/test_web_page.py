@@ -628,7 +628,9 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
             )
             page.goto(f"{sidecar.url}/#/publishers")
             line = page.get_by_text("Listening on")
-            sync_api.expect(line).to_contain_text("1 of at most 128 peers connected, 0 refused.")
+            sync_api.expect(line).to_contain_text(
+                "1 of at most 128 peers admitted, 0 handshakes refused."
+            )
             context.close()
         finally:
             raw.close()

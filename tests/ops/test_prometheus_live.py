@@ -1,7 +1,10 @@
-"""A real Prometheus, with the shipped config and rules, scrapes a live `kvscope demo`.
+"""A real Prometheus, with the shipped config and rules, scrapes two live `kvscope demo`s.
 
-The config is the shipped prometheus.yml with only the sidecar's target moved
-to the demo's loopback port, the intervals cut to 1 s (so rates exist within
+One demo runs lru (the distance to the optimum is its own policy's), the other
+gated (whose admission candidates have a panel of their own, and whose distance
+to the optimum the curve does not tell). The config is the shipped
+prometheus.yml with only the sidecar's targets moved to the demos' loopback
+ports, the intervals cut to 1 s (so rates exist within
 seconds) and the vLLM job left out (no vLLM here). Through Prometheus' HTTP
 API, every query of every dashboard panel must return data, every rule must
 evaluate cleanly, and every metric a panel or rule names must be one the demo
@@ -55,14 +58,14 @@ PROMETHEUS_OWN = {"up"}
 """Series Prometheus makes itself for every target."""
 
 
-def config_for(target: str, tmp_path: Path) -> Path:
-    """The shipped config, scraping only ``target`` for the sidecar, every second."""
+def config_for(targets: list[str], tmp_path: Path) -> Path:
+    """The shipped config, scraping only ``targets`` for the sidecar, every second."""
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     jobs = [job for job in config["scrape_configs"] if job["job_name"] == "kvscope"]
     if len(jobs) != 1:
         raise ValueError(f"{PROMETHEUS_CONFIG} has {len(jobs)} jobs named kvscope, not one")
     (job,) = jobs
-    job["static_configs"] = [{"targets": [target]}]
+    job["static_configs"] = [{"targets": targets}]
     config["scrape_configs"] = [job]
     config["global"].update(scrape_interval="1s", evaluation_interval="1s")
     config["rule_files"] = [str(PROMETHEUS_DIR / pattern) for pattern in config["rule_files"]]
@@ -72,18 +75,19 @@ def config_for(target: str, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo() -> Iterator[str]:
-    """One live demo for the module, under the gated policy, whose admission candidates
-    have a panel of their own: its base URL."""
-    with running_demo(rate=300, policy="gated") as base:
-        yield base
+def demos() -> Iterator[dict[str, str]]:
+    """The module's two live demos' base URLs, by policy."""
+    with running_demo(rate=300) as lru, running_demo(rate=300, policy="gated") as gated:
+        yield {"lru": lru, "gated": gated}
 
 
 @pytest.fixture(scope="module")
-def prometheus(demo: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    """Prometheus with the shipped config and rules, scraping the demo; its API client."""
+def prometheus(
+    demos: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[httpx.Client]:
+    """Prometheus with the shipped config and rules, scraping both demos; its API client."""
     tmp_path = tmp_path_factory.mktemp("prometheus")
-    config = config_for(urlsplit(demo).netloc, tmp_path)
+    config = config_for([urlsplit(base).netloc for base in demos.values()], tmp_path)
     with running_prometheus(config, tmp_path / "tsdb") as api:
         yield api
 
@@ -136,16 +140,19 @@ def listen_mode_names() -> set[str]:
     return {name for name in names if name.startswith("kvscope_sidecar_listen_")}
 
 
-def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(demo: str) -> None:
-    # The optimum's gauges appear with its first computation over the window.
-    body = wait_for(
-        lambda: worker_exposition(demo),
-        lambda text: "kvscope_sidecar_window_optimum_hits{" in text,
-        "the optimum's first computation", WAIT_S,
-    )  # fmt: skip
-    exported = {
-        sample.name for family in text_string_to_metric_families(body) for sample in family.samples
-    } | listen_mode_names()
+def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(
+    demos: dict[str, str],
+) -> None:
+    exported = listen_mode_names()
+    for base in demos.values():
+        # The optimum's gauges appear with its first computation over the window.
+        body = wait_for(
+            lambda base=base: worker_exposition(base),
+            lambda text: "kvscope_sidecar_window_optimum_hits{" in text,
+            "the optimum's first computation", WAIT_S,
+        )  # fmt: skip
+        families = text_string_to_metric_families(body)
+        exported |= {sample.name for family in families for sample in family.samples}
     exprs = [q.expr for q in panel_queries()] + [rule["expr"] for rule in rules()]
     named = {name for expr in exprs for name in metric_names(expr) if not is_vllm(name)}
     unknown = named - exported - recorded_names() - PROMETHEUS_OWN
@@ -153,18 +160,21 @@ def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(demo: str) ->
 
 
 def test_the_efficiency_panel_shows_the_figure_the_sidecars_api_gives(
-    demo: str, prometheus: httpx.Client
+    demos: dict[str, str], prometheus: httpx.Client
 ) -> None:
     """Through the shipped rules, the efficiency and the optimum's hit ratio Prometheus records
-    are /api/v1/insight's for the same computation of the optimum (the run counter names it)."""
+    are /api/v1/insight's for the same computation of the optimum (the run counter names it).
+    The gated demo has none: the curve does not simulate its policy."""
+    lru = f'instance="{urlsplit(demos["lru"]).netloc}"'
 
     def recorded(name: str, runs: int) -> list[float]:
-        same_run = f"kvscope_sidecar_window_optimum_runs_total == {runs}"
-        found = query(prometheus, f"{name} and on (publisher) ({same_run})")
+        same_run = f"kvscope_sidecar_window_optimum_runs_total{{{lru}}} == {runs}"
+        found = query(prometheus, f"{name}{{{lru}}} and on (instance, publisher) ({same_run})")
         return [float(series["value"][1]) for series in found]
 
     def agrees() -> bool:
-        (publisher,) = httpx.get(f"{demo}/api/v1/insight", timeout=10).json()["publishers"]
+        insight = httpx.get(f"{demos['lru']}/api/v1/insight", timeout=10).json()
+        (publisher,) = insight["publishers"]
         optimum, efficiency = publisher["optimum"], publisher["efficiency"]
         if optimum is None or efficiency is None:
             return False
@@ -174,8 +184,10 @@ def test_the_efficiency_panel_shows_the_figure_the_sidecars_api_gives(
         return same_efficiency and best == pytest.approx([optimum["hit_ratio"]])
 
     wait_for(agrees, bool, "Prometheus records the API's efficiency", WAIT_S)
+    (gated,) = httpx.get(f"{demos['gated']}/api/v1/insight", timeout=10).json()["publishers"]
+    assert gated["efficiency"] is None
     (efficiency,) = query(prometheus, WINDOW_EFFICIENCY)
     (tier,) = query(prometheus, WINDOW_TIER_HIT_RATIO)
-    (best,) = query(prometheus, WINDOW_OPTIMUM_HIT_RATIO)
+    (best,) = query(prometheus, f"{WINDOW_OPTIMUM_HIT_RATIO}{{{lru}}}")
     assert 0 < float(efficiency["value"][1]) <= 1
     assert float(tier["value"][1]) <= float(best["value"][1])
