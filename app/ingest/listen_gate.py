@@ -13,19 +13,21 @@ peer connects again, so a refused engine gets in once a place is free. A
 connection that never finishes its handshake (a port scan, an idle TCP
 socket) is never admitted and is closed by the same timeout.
 
-The socket's monitor tells when a connection closes, by file descriptor; a
-ZAP request names no descriptor, so each answer is given to the oldest
-connection accepted and not yet answered. Handshakes that finish out of
-order can swap two answers, which shifts the count by one until both
-connections close; the count is never off for longer. The gate, its socket
-and the monitor live in a ZMQ context of their own: a monitor whose queue
-is full blocks its context's I/O thread, which must never hold up the
-connect-mode sockets.
+A ZAP request names no connection, and the socket's monitor names
+connections only by file descriptor, so the gate counts without pairing
+them: a connection still open ``SETTLED_S`` after it was accepted finished
+its handshake (ZMQ would have closed it otherwise), so it was admitted; one
+younger than that is counted by its admission instead, an answer given
+within ``SETTLED_S``. The count can only be high, never low, and only for
+that long. The gate, its socket and the monitor live in a ZMQ context of
+their own: a monitor whose queue is full blocks its context's I/O thread,
+which must never hold up the connect-mode sockets.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+import time
+from collections import deque
 from typing import Final
 
 import zmq
@@ -43,6 +45,9 @@ REFUSED: Final = (b"300", b"too many connections; try again")
 HANDSHAKE_IVL_MS: Final = 5_000
 """How long a connection may take to finish its handshake: a refused one is closed after
 this, and its peer connects again."""
+SETTLED_S: Final = HANDSHAKE_IVL_MS / 1000 + 1.0
+"""A connection open this long after it was accepted was admitted (a second's margin for
+ZMQ's I/O thread to close the others)."""
 HEARTBEAT_IVL_MS: Final = 10_000
 HEARTBEAT_TIMEOUT_MS: Final = 60_000
 """A peer that answers no ZMQ heartbeat for this long is disconnected, so a host that
@@ -63,11 +68,10 @@ class ListenGate:
         self._zap = ctx.socket(zmq.ROUTER)
         self._zap.bind(ZAP_ENDPOINT)
         self._monitor: zmq.Socket | None = None
-        self._unanswered: OrderedDict[int, None] = OrderedDict()
-        """Connections accepted and not answered yet, oldest first (by descriptor)."""
-        self._answers: deque[bool] = deque()
-        """Answers given before their connection's acceptance was read, in order."""
-        self._admitted: set[int] = set()
+        self._opened: dict[int, float] = {}
+        """When each open connection was accepted (monotonic seconds), by descriptor."""
+        self._admissions: deque[float] = deque()
+        """When each handshake of the last ``SETTLED_S`` was admitted, oldest first."""
 
     def prepare(self, sock: zmq.Socket) -> None:
         """Route ``sock``'s handshakes through the gate and watch its connections."""
@@ -97,20 +101,19 @@ class ListenGate:
                 event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 break
-            fd = event["value"]
-            if event["event"] == zmq.EVENT_ACCEPTED:
-                self._forget(fd)  # a descriptor reused: whatever it was has closed
-                if not self._answers:
-                    self._unanswered[fd] = None
-                elif self._answers.popleft():
-                    self._admitted.add(fd)
+            if event["event"] == zmq.EVENT_ACCEPTED:  # a descriptor reused: the old one closed
+                self._opened[event["value"]] = time.monotonic()
             elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self._forget(fd)
-        self.listener.connections = len(self._admitted) + self._answers.count(True)
+                self._opened.pop(event["value"], None)
+        self.listener.connections = self._admitted()
 
-    def _forget(self, fd: int) -> None:
-        self._unanswered.pop(fd, None)
-        self._admitted.discard(fd)
+    def _admitted(self) -> int:
+        """Connections admitted and open: those settled, and those admitted since."""
+        settled = time.monotonic() - SETTLED_S
+        admissions = self._admissions
+        while admissions and admissions[0] < settled:
+            admissions.popleft()
+        return sum(opened < settled for opened in self._opened.values()) + len(admissions)
 
     def _answer(self) -> None:
         """Answer every waiting request: admitted while fewer than the limit are, else a
@@ -123,14 +126,11 @@ class ListenGate:
             # [peer, b"", version, request id, domain, address, routing id, mechanism, ...]
             if len(request) < 8 or request[2] != ZAP_VERSION:
                 continue  # not a ZAP request of this version: ZMQ sends none such
-            admitted = self.listener.connections < self.listener.max_connections
-            if self._unanswered:
-                fd, _ = self._unanswered.popitem(last=False)
-                if admitted:
-                    self._admitted.add(fd)
-            else:  # its acceptance is still on its way through the monitor
-                self._answers.append(admitted)
-            self.listener.connections += admitted
-            self.listener.refused_connections += not admitted
+            admitted = self._admitted() < self.listener.max_connections
+            if admitted:
+                self._admissions.append(time.monotonic())
+            else:
+                self.listener.refused_connections += 1
             status = ADMITTED if admitted else REFUSED
             self._zap.send_multipart([request[0], b"", ZAP_VERSION, request[3], *status, b"", b""])
+        self.listener.connections = self._admitted()

@@ -132,6 +132,8 @@ def curve_verdicts(
                 policy=policy,
             )
         ]
+    if policy not in curve.hit_ratios:  # its first replay came after the curve was read
+        return [Verdict("warming_up", f"{policy}'s simulation has not replayed the sample yet")]
     if basis.rate * current < MIN_SCALED_BLOCKS:
         return [_too_small("the tier's size or policy", current, basis.rate)]
     if basis.touched_blocks < math.floor(basis.rate * current):

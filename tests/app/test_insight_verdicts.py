@@ -120,3 +120,13 @@ def test_admission_is_said_to_save_writes_and_to_win_hits_only_where_there_are_s
 def test_one_stranded_block_is_one_block() -> None:
     (one,) = stranded_verdicts({"GPU": 1})
     assert one.text.startswith("1 block on GPU is stranded: held, but a block before it")
+
+
+def test_a_curve_read_before_the_tiers_policy_replayed_gets_no_verdict_not_an_error() -> None:
+    """The curve and its basis are read one after the other: the shadow thread's first
+    replay in between once made the API fail with a KeyError."""
+    only_lru = HitRatioCurve(
+        scaled_capacities(2_000), {"lru": (0.1,) * len(scaled_capacities(2_000))}, 2_000, False
+    )
+    (verdict,) = curve_verdicts(only_lru, "arc", basis(0.05))
+    assert verdict.kind == "warming_up"

@@ -328,3 +328,30 @@ def test_connections_that_never_finish_a_handshake_take_no_place(
         for sock in idle:
             sock.close()
         ingestor.close()
+
+
+def test_an_idle_connection_closing_frees_no_place_an_engine_holds(
+    peers: list[RawPublisher],
+) -> None:
+    """Answers were once paired with the oldest unanswered connection: an idle socket took
+    an engine's admission, and when ZMQ closed it the engine's place looked free, so the
+    limit could be passed again and again."""
+    ingestor = listening(listen_max_connections=1)
+    listener = ingestor.state.listener
+    assert listener is not None
+    host, port = bound(ingestor).removeprefix("tcp://").rsplit(":", 1)
+    idle = socket.create_connection((host, int(port)))
+    idle.settimeout(30)
+    try:
+        engine = RawPublisher(bound(ingestor), b"engine")
+        peers.append(engine)
+        heard(ingestor, engine, "engine", 0)
+        while idle.recv(4096):  # ZMQ's greeting, then its close at the handshake timeout
+            pass
+        other = RawPublisher(bound(ingestor), b"other")
+        peers.append(other)
+        wait_until(lambda: listener.refused_connections >= 1, "the second engine is refused")
+        assert "other@0" not in ingestor.state.publishers and listener.connections == 1
+    finally:
+        idle.close()
+        ingestor.close()
