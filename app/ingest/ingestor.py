@@ -128,18 +128,17 @@ class Ingestor:
         self._gate: ListenGate | None = None
         self._listen: zmq.Socket | None = None
         if state.listener is not None:
-            self._gate = ListenGate(self._listen_ctx, state.listener)
-            self._listen = self._bind(state.listener, self._gate)
+            self._listen, self._gate = self._bind(state.listener)
         self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
         insight = state.insight
         self._shadows = ShadowThread(insight.queue, insight.config.cpu_share)
 
-    def _bind(self, listener: ListenerState, gate: ListenGate) -> zmq.Socket:
-        """The listen socket behind ``gate``, bound to every endpoint; ``ListenError`` naming
+    def _bind(self, listener: ListenerState) -> tuple[zmq.Socket, ListenGate]:
+        """The listen socket and its gate, bound to every endpoint; ``ListenError`` naming
         the one that fails."""
         sock = receiving_socket(self._listen_ctx, zmq.SUB, self.config)
         sock.setsockopt(zmq.SUBSCRIBE, b"")  # every topic: each engine publishes on its own
-        gate.prepare(sock)
+        gate = ListenGate(self._listen_ctx, sock, listener)
         bound = []
         for endpoint in listener.endpoints:
             sock.setsockopt(zmq.IPV6, "[" in endpoint)
@@ -150,7 +149,7 @@ class Ingestor:
                 raise ListenError(f"cannot bind {endpoint!r}: {zmq.strerror(exc.errno)}") from None
             bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         listener.bound = tuple(bound)
-        return sock
+        return sock, gate
 
     def start(self) -> None:
         self._shadows.start()

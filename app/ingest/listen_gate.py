@@ -58,32 +58,25 @@ reader, whose full queue delays the answers, keeps its peers)."""
 class ListenGate:
     """The ZAP handler and the monitor of one listen socket, read by the ingest thread.
 
-    ``prepare`` sets the socket up before it binds (ZMQ copies a socket's
-    options into each connection as it is made); the ingest thread polls
-    ``sockets`` and hands each ready one to ``on_ready``.
+    Built on the listen socket before it binds (ZMQ copies a socket's options
+    into each connection as it is made); the ingest thread polls ``sockets``
+    and hands each ready one to ``on_ready``.
     """
 
-    def __init__(self, ctx: zmq.Context, listener: ListenerState) -> None:
+    def __init__(self, ctx: zmq.Context, sock: zmq.Socket, listener: ListenerState) -> None:
         self.listener = listener
         self._zap = ctx.socket(zmq.ROUTER)
         self._zap.bind(ZAP_ENDPOINT)
-        self._monitor: zmq.Socket | None = None
-        self._opened: dict[int, float] = {}
-        """When each open connection was accepted (monotonic seconds), by descriptor."""
-        self._admissions: deque[float] = deque()
-        """When each handshake of the last ``SETTLED_S`` was admitted, oldest first."""
-
-    def prepare(self, sock: zmq.Socket) -> None:
-        """Route ``sock``'s handshakes through the gate and watch its connections."""
         sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
         sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self._monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-
-    @property
-    def sockets(self) -> tuple[zmq.Socket, ...]:
-        return (self._zap,) if self._monitor is None else (self._zap, self._monitor)
+        self.sockets = (self._zap, self._monitor)
+        self._opened: dict[int, float] = {}
+        """When each open connection was accepted (monotonic seconds), by descriptor."""
+        self._admissions: deque[float] = deque()
+        """When each handshake of the last ``SETTLED_S`` was admitted, oldest first."""
 
     def on_ready(self, sock: zmq.Socket) -> None:
         """Read what is waiting: the monitor's events, then (for the ZAP socket) answers."""
@@ -94,8 +87,6 @@ class ListenGate:
     def _read_events(self) -> None:
         """Every event the monitor holds: connections accepted, and closed."""
         monitor = self._monitor
-        if monitor is None:
-            return
         while True:
             try:
                 event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))

@@ -143,6 +143,19 @@ def settled(insight: PublisherInsight, frames: int) -> None:
     )
 
 
+def optimum_ran(sidecar, trace, policy: str) -> PublisherInsight:
+    """The trace's frames from a tier of 400 blocks under ``policy``, into the sidecar, until
+    the shadow thread has caught up and computed the optimum: the publisher's insight."""
+    raw, ingestor, _ = sidecar
+    payloads = frames(trace, capacity=400, policy=policy)
+    send(raw, 0, payloads)
+    insight = insight_of(ingestor, raw)
+    settled(insight, len(payloads))
+    queue = ingestor.state.insight.queue
+    wait_until(lambda: queue.unfinished == 0 and insight.optimum is not None, "the optimum ran")
+    return insight
+
+
 def test_the_curve_is_the_estimators_on_the_same_sample(sidecar, trace) -> None:
     raw, ingestor, _ = sidecar
     payloads = frames(trace, capacity=400)
@@ -288,13 +301,8 @@ def test_the_api_and_the_metrics_show_the_curve_the_stream_and_the_verdicts(side
 def test_the_optimum_is_the_librarys_over_the_window_and_the_api_and_metrics_show_it(
     sidecar, trace
 ) -> None:
-    raw, ingestor, settings = sidecar
-    payloads = frames(trace, capacity=400, policy="arc")
-    send(raw, 0, payloads)
-    insight = insight_of(ingestor, raw)
-    settled(insight, len(payloads))
-    queue = ingestor.state.insight.queue
-    wait_until(lambda: queue.unfinished == 0 and insight.optimum is not None, "the optimum ran")
+    _, ingestor, settings = sidecar
+    insight = optimum_ran(sidecar, trace, "arc")
     computed = insight.optimum
     assert computed is not None and insight.optimum_runs >= 1
     result = computed.result
@@ -518,13 +526,8 @@ def test_a_publisher_that_floods_the_shadow_queue_sheds_only_its_own_frames(trac
 def test_a_tier_under_a_policy_the_curve_does_not_simulate_is_told_so(sidecar, trace) -> None:
     """The window once replayed gated at the sample's scale, where its sizes do not hold,
     and said the tier got 26% of the optimum's hits when it got none."""
-    raw, ingestor, settings = sidecar
-    payloads = frames(trace, capacity=400, policy="gated")
-    send(raw, 0, payloads)
-    insight = insight_of(ingestor, raw)
-    settled(insight, len(payloads))
-    queue = ingestor.state.insight.queue
-    wait_until(lambda: queue.unfinished == 0 and insight.optimum is not None, "the optimum ran")
+    _, ingestor, settings = sidecar
+    optimum_ran(sidecar, trace, "gated")
     with TestClient(create_app(settings, ingestor.state), base_url="http://localhost") as http:
         (publisher,) = http.get("/api/v1/insight").json()["publishers"]
         metrics = http.get("/metrics").text
