@@ -18,6 +18,7 @@ from app.state.insight_verdicts import (
     curve_verdicts,
     optimum_verdict,
     stranded_verdicts,
+    window_efficiency,
 )
 from app.state.publisher import PublisherState
 from offload.insight.curve import HitRatioCurve
@@ -131,7 +132,8 @@ class WindowOptimumInfo(BaseModel):
         "what `efficiency` sets against `hit_ratio`."
     )
     policy: str = Field(
-        description="The policy replayed: the tier's, or lru when the sidecar does not know it."
+        description="The policy replayed: the tier's where the curve simulates it "
+        "(KVSCOPE_INSIGHT_POLICIES), else lru, standing in (`efficiency` is then null)."
     )
     capacity_blocks: int = Field(description="The scaled capacity both were replayed at.")
     rate: float = Field(description="The window's sampling rate.")
@@ -181,8 +183,8 @@ class VerdictInfo(BaseModel):
     kind: VerdictKind = Field(
         description="warming_up: too little seen yet; sample_small: too few sampled blocks "
         "for a verdict (the sentence says the rate that would do); not_simulated: the tier's "
-        "policy is not among the curve's; capacity, policy, optimum, admission, stranded: "
-        "findings."
+        "policy is not among the curve's; shed: a simulation lost over a tenth of the stream "
+        "to a full shadow queue; capacity, policy, optimum, admission, stranded: findings."
     )
     text: str
     policy: str | None = None
@@ -192,7 +194,8 @@ class VerdictInfo(BaseModel):
     )
     share: float | None = Field(
         default=None,
-        description="A share in 0..1 (dead writes; the efficiency against the optimum).",
+        description="A share in 0..1 (dead writes; the efficiency against the optimum; the "
+        "stream's share a simulation shed).",
     )
     blocks: int | None = None
     medium: str | None = None
@@ -232,8 +235,10 @@ class PublisherInsightInfo(BaseModel):
     efficiency: float | None = Field(
         default=None,
         description="The tier's policy's hit ratio over the optimum's, on the same window "
-        "(0..1: the share of the reachable hits it gets); null without an optimum, or when "
-        "the optimum hits nothing.",
+        "(0..1: the share of the reachable hits it gets); null without an optimum, when lru "
+        "stood in for a policy the curve does not simulate, when the optimum hits nothing, or "
+        "when the tier is too few sampled blocks at the window's rate (a sample_small "
+        "verdict says so).",
     )
     miss_reasons: dict[str, int] | None = Field(
         default=None,
@@ -270,10 +275,10 @@ class PublisherInsightInfo(BaseModel):
         basis = None if insight is None else insight.basis()
         computed = None if insight is None else insight.optimum
         result = None if computed is None else computed.result
-        efficiency = None if result is None or result.policy != policy else result.efficiency
+        efficiency = window_efficiency(result, policy, capacity)
         verdicts = [
             *curve_verdicts(curve, policy, basis),
-            *optimum_verdict(result, policy),
+            *optimum_verdict(result, policy, capacity),
             *admission_verdict(dead_ratio, efficiency),
             *(
                 candidate_verdict(worker.admission_hit_ratios, worker.admission_followed)

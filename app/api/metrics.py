@@ -30,6 +30,7 @@ from app.api.http_counts import HttpCounts
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
 from app.state.insight import PublisherInsight
+from app.state.insight_verdicts import window_efficiency
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 
@@ -246,7 +247,8 @@ def _optimum_families(sampling: list[tuple[str, PublisherInsight]]) -> Iterator[
         "kvscope_sidecar_window_tier_hits",
         "Estimated hits of the tier's policy over the same window, from empty at the same "
         "size; over window_optimum_hits: the efficiency against the optimum (absent where "
-        "the curve does not simulate the tier's policy).",
+        "the API's efficiency is null: the curve does not simulate the tier's policy, the "
+        "optimum hit nothing, or the tier is too few sampled blocks).",
         labels=["publisher"],
     )
     runs = CounterMetricFamily(
@@ -263,7 +265,10 @@ def _optimum_families(sampling: list[tuple[str, PublisherInsight]]) -> Iterator[
         block_refs.add_metric([name], result.block_refs)
         optimum.add_metric([name], result.optimum_ratio * result.block_refs)
         stream = insight.stream
-        if stream is not None and result.policy == stream.policy:
+        efficiency = (
+            None if stream is None else window_efficiency(result, stream.policy, stream.capacity)
+        )
+        if efficiency is not None:
             tier.add_metric([name], result.tier_ratio * result.block_refs)
     yield from (block_refs, optimum, tier, runs)
 

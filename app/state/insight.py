@@ -39,7 +39,7 @@ from app.state.insight_queue import (
     ShadowWork,
     requests_bytes,
 )
-from app.state.insight_verdicts import CurveBasis
+from app.state.insight_verdicts import CurveBasis, Simulation
 from offload.base import BlockHash
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
@@ -137,6 +137,8 @@ class PublisherInsight:
         self._stack: CurveEstimator | None = None
         self._stack_sampler: SpatialSampler | None = None
         self._shadows: CurveEstimator | None = None
+        self._shadows_shed = 0
+        """Block references of this stream the shadow queue had no room for."""
         self._shadow_sampler: SpatialSampler | None = None
         self._window: WindowOptimum | None = None
         self._window_sampler: SpatialSampler | None = None
@@ -211,6 +213,7 @@ class PublisherInsight:
             )
             self._stack_sampler = _sampler(stream, rates.stack)
             self._shadows = None  # built by the shadow thread, which owns its cost
+            self._shadows_shed = 0
             self._shadow_sampler = _sampler(stream, rates.shadows)
             self._window = (
                 None
@@ -259,9 +262,10 @@ class PublisherInsight:
         def apply(pace: Pace) -> None:
             self._run_shadows(generation, sampled, refs, unsampled, pace)
 
-        def shed() -> None:
+        def shed() -> None:  # on the ingest thread, as the rebuilds: no generation to check
             self.shadow_shed_frames += 1
             self.shadow_shed_block_refs += block_refs
+            self._shadows_shed += block_refs
 
         self.queue.put(ShadowWork(apply, shed, requests_bytes(sampled, refs), self))
 
@@ -345,21 +349,27 @@ class PublisherInsight:
             return None
         ratios = {policy: ratios for part in parts for policy, ratios in part.hit_ratios.items()}
         ordered = {p: ratios[p] for p in self.config.policies if p in ratios}
-        return HitRatioCurve(parts[0].capacities, ordered, parts[0].current, exact=False)
+        exact = all(part.exact for part in parts)
+        return HitRatioCurve(parts[0].capacities, ordered, parts[0].current, exact)
 
     def basis(self) -> CurveBasis | None:
         """What the curve rests on, for its verdicts; None before a stream is simulated."""
         with self.lock:
-            estimators = [e for e in (self._stack, self._shadows) if e is not None]
-            rates = [r for r in (self.rates.stack, self.rates.shadows) if r is not None]
-            if not rates:
+            if self.rates.stack is None and self.rates.shadows is None:
                 return None
-            return CurveBasis(
-                rate=min(rates),
-                simulated_refs={p: e.sampled_refs for e in estimators for p in e.policies},
-                touched_blocks=max((e.touched_blocks for e in estimators), default=0),
-                policies=self.config.policies,
-            )
+            simulations: dict[str, Simulation] = {}
+            for estimator, shed in ((self._stack, 0), (self._shadows, self._shadows_shed)):
+                if estimator is None:
+                    continue
+                simulation = Simulation(
+                    estimator.rate,
+                    estimator.sampled_refs,
+                    estimator.block_refs,
+                    shed,
+                    estimator.touched_blocks,
+                )
+                simulations.update(dict.fromkeys(estimator.policies, simulation))
+            return CurveBasis(simulations, self.config.policies)
 
     def simulated_refs(self) -> dict[str, int]:
         """Sampled references each simulation has replayed, by policy."""

@@ -20,6 +20,7 @@ VerdictKind = Literal[
     "warming_up",
     "sample_small",
     "not_simulated",
+    "shed",
     "capacity",
     "policy",
     "optimum",
@@ -44,24 +45,62 @@ SAMPLED_RESOLUTION_POINTS: Final = 1.0
 this of a full replay's (README, "The hit-ratio curve"); a smaller change is said as such."""
 DEAD_WRITES_WORTH_SAYING: Final = 0.1
 """A share of stores never read from which admission is worth a sentence."""
+MAX_SHED_SHARE: Final = 0.1
+"""The share of the stream's block references a simulation may have lost to a full shadow
+queue and still be compared: each shed frame's blocks are missing from its tiers, so their
+later uses miss there, and its hit ratio reads low by more the more it lost."""
 LITTLE_TO_GAIN: Final = 0.95
 """An efficiency against the optimum from which a policy change has little hit ratio to win."""
 
 
 @dataclass(frozen=True, slots=True)
-class CurveBasis:
-    """What a curve rests on, for the verdicts it can bear.
+class Simulation:
+    """What one simulation of the curve (the stack, or the shadow tiers) rests on.
 
-    ``rate``: the lowest rate its simulations run at (a capacity c is ``rate * c``
-    sampled blocks there); ``simulated_refs``: sampled references each policy has
-    replayed; ``touched_blocks``: distinct sampled blocks seen, up to the largest
-    scaled capacity (``CurveEstimator.touched_blocks``); ``policies``: the policies
-    the curve simulates, whether or not they have replayed anything yet.
+    ``rate``: the rate it runs at (a capacity c is ``rate * c`` sampled blocks
+    there; the stack and the shadows may run at different ones); ``sampled_refs``
+    and ``block_refs``: sampled references and block references it replayed;
+    ``shed_block_refs``: block references of frames the shadow queue had no room
+    for; ``touched_blocks``: distinct sampled blocks seen, up to its largest
+    scaled capacity (``CurveEstimator.touched_blocks``).
     """
 
     rate: float
-    simulated_refs: Mapping[str, int]
+    sampled_refs: int
+    block_refs: int
+    shed_block_refs: int
     touched_blocks: int
+
+    @property
+    def covered_block_refs(self) -> int:
+        """The stream's block references it has dealt with, replayed or shed: rate-free, so
+        two simulations at different rates compare on it (the one behind has frames queued)."""
+        return self.block_refs + self.shed_block_refs
+
+    @property
+    def shed_share(self) -> float:
+        covered = self.covered_block_refs
+        return self.shed_block_refs / covered if covered else 0.0
+
+    def too_small(self, capacity: int) -> bool:
+        """Whether a tier of ``capacity`` blocks is too few sampled blocks here (never at
+        rate 1: the replay is then the tier's own, block for block)."""
+        return _too_few_sampled(self.rate, capacity)
+
+    def unfilled(self, capacity: int) -> int | None:
+        """The sampled blocks a tier of ``capacity`` blocks holds here, while the stream has
+        touched fewer (the tier has never been full); None once it has been."""
+        held = math.floor(self.rate * capacity)
+        return held if self.touched_blocks < held else None
+
+
+@dataclass(frozen=True, slots=True)
+class CurveBasis:
+    """What a curve rests on, for the verdicts it can bear: each policy's simulation (a
+    policy whose simulation is not built yet is absent), and the policies the curve
+    simulates, whether or not they have replayed anything yet."""
+
+    simulations: Mapping[str, Simulation]
     policies: tuple[str, ...]
 
 
@@ -90,16 +129,47 @@ def _points(value: float) -> str:
     return f"~{abs(value):.1f} points"
 
 
+def _too_few_sampled(rate: float, capacity: int) -> bool:
+    return rate < 1.0 and rate * capacity < MIN_SCALED_BLOCKS
+
+
+def _rate_up(rate: float) -> float:
+    """``rate`` rounded up to two significant digits (to nearest could fall short), at most 1."""
+    scale = 10.0 ** (1 - math.floor(math.log10(rate)))
+    return min(1.0, math.ceil(round(rate * scale, 9)) / scale)
+
+
 def _too_small(what: str, capacity: int, rate: float) -> Verdict:
     """No verdict on ``what``: the tier of ``capacity`` blocks is too few sampled blocks."""
-    need = min(1.0, MIN_SCALED_BLOCKS / capacity)
     return Verdict(
         "sample_small",
         f"no verdict on {what}: at a sample rate of {rate:g}, {capacity:,} blocks are "
         f"{rate * capacity:.1f} sampled blocks, under the {MIN_SCALED_BLOCKS} a simulated "
-        f"tier needs; a rate of at least {need:.2g} would do (the worker's sample_rate, "
-        "within the sidecar's KVSCOPE_INSIGHT_MAX_BYTES)",
+        f"tier needs; a rate of at least {_rate_up(MIN_SCALED_BLOCKS / capacity):g} would do "
+        "(the worker's sample_rate, within the sidecar's KVSCOPE_INSIGHT_MAX_BYTES)",
         blocks=capacity,
+    )
+
+
+def _shed(policy: str, simulation: Simulation, what: str) -> Verdict:
+    return Verdict(
+        "shed",
+        f"no verdict on {what}: {policy}'s simulation lost {simulation.shed_share:.0%} of "
+        "the stream's block references to a full shadow queue (the shadow thread is behind: "
+        "KVSCOPE_INSIGHT_CPU_SHARE, KVSCOPE_INSIGHT_QUEUE_BYTES), so its hit ratio reads low",
+        policy=policy,
+        share=simulation.shed_share,
+    )
+
+
+def _not_full(policy: str, held: int, simulation: Simulation) -> Verdict:
+    return Verdict(
+        "warming_up",
+        f"the tier has not been full yet in {policy}'s simulation "
+        f"({simulation.touched_blocks:,} distinct sampled blocks seen of the {held:,} it "
+        "holds at its rate): every miss so far is a first use, and its verdicts wait until "
+        "it fills",
+        policy=policy,
     )
 
 
@@ -109,8 +179,8 @@ def curve_verdicts(
     """What the curve says of the tier's size and of its policy, once it can say it."""
     if curve is None or curve.current is None or policy is None or basis is None:
         return []
-    refs = basis.simulated_refs
-    fewest = min(refs.get(p, 0) for p in basis.policies)
+    simulations = basis.simulations
+    fewest = min(simulations[p].sampled_refs if p in simulations else 0 for p in basis.policies)
     if fewest < MIN_SAMPLED_REFS:
         return [
             Verdict(
@@ -132,19 +202,16 @@ def curve_verdicts(
                 policy=policy,
             )
         ]
-    if policy not in curve.hit_ratios:  # its first replay came after the curve was read
+    own = simulations.get(policy)
+    if own is None or policy not in curve.hit_ratios:  # read before its first replay
         return [Verdict("warming_up", f"{policy}'s simulation has not replayed the sample yet")]
-    if basis.rate * current < MIN_SCALED_BLOCKS:
-        return [_too_small("the tier's size or policy", current, basis.rate)]
-    if basis.touched_blocks < math.floor(basis.rate * current):
-        return [
-            Verdict(
-                "warming_up",
-                f"the tier has not been full yet ({basis.touched_blocks:,} distinct sampled "
-                f"blocks seen of the {math.floor(basis.rate * current):,} it holds at this "
-                "rate): every miss so far is a first use, and its verdicts wait until it fills",
-            )
-        ]
+    if own.too_small(current):
+        return [_too_small("the tier's size or policy", current, own.rate)]
+    if own.shed_share > MAX_SHED_SHARE:
+        return [_shed(policy, own, "the tier's size or policy")]
+    held = own.unfilled(current)
+    if held is not None:
+        return [_not_full(policy, held, own)]
     resolution = NO_CHANGE_POINTS if curve.exact else SAMPLED_RESOLUTION_POINTS
     found: list[Verdict] = []
     here = curve.at(policy, current)
@@ -152,8 +219,8 @@ def curve_verdicts(
         blocks = max(1, round(current * multiple))
         if blocks == current or blocks not in curve.capacities:
             continue
-        if basis.rate * blocks < MIN_SCALED_BLOCKS:
-            found.append(_too_small(f"{word} the tier", blocks, basis.rate))
+        if own.too_small(blocks):
+            found.append(_too_small(f"{word} the tier", blocks, own.rate))
             continue
         points = 100 * (curve.at(policy, blocks) - here)
         if abs(points) >= resolution:
@@ -173,40 +240,77 @@ def curve_verdicts(
             )
         )
     for other in curve.policies:
-        if other == policy:
-            continue
-        behind, ahead = sorted((refs.get(other, 0), refs.get(policy, 0)))
-        if behind < CAUGHT_UP * ahead:
-            lagging = other if refs.get(other, 0) == behind else policy
-            found.append(
-                Verdict(
-                    "warming_up",
-                    f"{lagging}'s simulation is behind ({behind:,} of {ahead:,} sampled "
-                    f"references): {other} and {policy} are compared once it catches up",
-                    policy=other,
-                )
-            )
-            continue
-        points = 100 * (curve.at(other, current) - here)
-        if abs(points) < max(POLICY_POINTS, resolution):
-            text = f"{other} would hit about as {policy} does at this size"
-        else:
-            verb = "add" if points > 0 else "lose"
-            text = f"{other} would {verb} {_points(points)} at this size"
-        found.append(Verdict("policy", text, policy=other, multiple=1.0, points=points))
+        theirs = simulations.get(other)
+        if other != policy and theirs is not None:
+            found.extend(_policy_verdict(curve, policy, own, other, theirs, resolution))
     return found
 
 
-def optimum_verdict(result: WindowResult | None, policy: str | None) -> list[Verdict]:
-    """The tier's policy against a clairvoyant cache of the same size, over the window; none
-    when the window replayed another policy than the tier's (one the curve does not
-    simulate: ``curve_verdicts`` says so) or a tier of too few sampled blocks."""
-    efficiency = None if result is None else result.efficiency
-    if result is None or efficiency is None or result.policy != policy:
+def _policy_verdict(
+    curve: HitRatioCurve,
+    policy: str,
+    own: Simulation,
+    other: str,
+    theirs: Simulation,
+    resolution: float,
+) -> list[Verdict]:
+    """``other`` against the tier's ``policy`` at the tier's size, once both simulations
+    can bear it: caught up with each other, on enough sampled blocks, with little shed,
+    each been full."""
+    assert curve.current is not None
+    current = curve.current
+    behind, ahead = sorted((theirs.covered_block_refs, own.covered_block_refs))
+    if behind < CAUGHT_UP * ahead:
+        lagging = other if theirs.covered_block_refs == behind else policy
+        return [
+            Verdict(
+                "warming_up",
+                f"{lagging}'s simulation is behind ({behind:,} of {ahead:,} block "
+                f"references): {other} and {policy} are compared once it catches up",
+                policy=other,
+            )
+        ]
+    if theirs.too_small(current):
+        return [_too_small(f"{other} against {policy}", current, theirs.rate)]
+    if theirs.shed_share > MAX_SHED_SHARE:
+        return [_shed(other, theirs, f"{other} against {policy}")]
+    held = theirs.unfilled(current)
+    if held is not None:
+        return [_not_full(other, held, theirs)]
+    points = 100 * (curve.at(other, current) - curve.at(policy, current))
+    if abs(points) < max(POLICY_POINTS, resolution):
+        text = f"{other} would hit about as {policy} does at this size"
+    else:
+        verb = "add" if points > 0 else "lose"
+        text = f"{other} would {verb} {_points(points)} at this size"
+    return [Verdict("policy", text, policy=other, multiple=1.0, points=points)]
+
+
+def window_efficiency(
+    result: WindowResult | None, policy: str | None, capacity: int | None
+) -> float | None:
+    """The tier's share of the optimum's hits over the window, where it can be told: None
+    without a result, where the window replayed another policy than the tier's (one the
+    curve does not simulate: ``curve_verdicts`` says so), where the optimum hit nothing, or
+    where the tier of ``capacity`` blocks is too few sampled blocks at the window's rate."""
+    if result is None or result.policy != policy or capacity is None:
+        return None
+    return None if _too_few_sampled(result.rate, capacity) else result.efficiency
+
+
+def optimum_verdict(
+    result: WindowResult | None, policy: str | None, capacity: int | None
+) -> list[Verdict]:
+    """The tier's policy (on a tier of ``capacity`` blocks) against a clairvoyant cache of the
+    same size, over the window; a sample_small verdict where that is too few sampled blocks,
+    none where ``window_efficiency`` is None for another reason."""
+    if result is None or result.policy != policy or capacity is None:
         return []
-    if result.capacity < MIN_SCALED_BLOCKS:
-        blocks = round(result.capacity / result.rate)
-        return [_too_small("the distance to the optimum", blocks, result.rate)]
+    if _too_few_sampled(result.rate, capacity):
+        return [_too_small("the distance to the optimum", capacity, result.rate)]
+    efficiency = result.efficiency
+    if efficiency is None:
+        return []
     return [
         Verdict(
             "optimum",

@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
 from app.ingest import Ingestor
-from app.settings import InsightConfig, MiB, SidecarSettings
+from app.settings import InsightConfig, KiB, MiB, SidecarSettings
 from app.state.insight import InsightState, PublisherInsight, SampledStream
-from app.state.insight_verdicts import SAMPLED_RESOLUTION_POINTS
+from app.state.insight_verdicts import SAMPLED_RESOLUTION_POINTS, curve_verdicts
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
 from offload import CPUOffloadingManager
@@ -54,9 +54,11 @@ def trace() -> list[list[int]]:
     return [list(r) for r in load_trace(bundled_trace_path())[:REQUESTS]]
 
 
-def frames(requests: Sequence[Sequence[int]], capacity: int, policy: str = "lru") -> list[bytes]:
+def frames(
+    requests: Sequence[Sequence[int]], capacity: int, policy: str = "lru", rate: float = RATE
+) -> list[bytes]:
     """The sample frames a worker with this tier sends for ``requests``, as payloads."""
-    buffer = SampleBuffer(SpatialSampler(RATE))
+    buffer = SampleBuffer(SpatialSampler(rate))
     config = WorkerConfig(policy=policy, capacity_blocks=capacity, block_size=16)
     payloads = []
     for start in range(0, len(requests), PER_FRAME):
@@ -68,9 +70,11 @@ def frames(requests: Sequence[Sequence[int]], capacity: int, policy: str = "lru"
     return payloads
 
 
-def sample_frames(requests: Sequence[Sequence[int]], capacity: int) -> list[SampleFrame]:
+def sample_frames(
+    requests: Sequence[Sequence[int]], capacity: int, rate: float = RATE
+) -> list[SampleFrame]:
     """Those frames as the sidecar reads them."""
-    return list(map(decode_sample_frame, frames(requests, capacity)))
+    return list(map(decode_sample_frame, frames(requests, capacity, rate=rate)))
 
 
 def test_kvscopes_publisher_feeds_the_curve_on_the_sample_topic(trace) -> None:
@@ -535,6 +539,86 @@ def test_a_tier_under_a_policy_the_curve_does_not_simulate_is_told_so(sidecar, t
     assert publisher["efficiency"] is None
     kinds = [v["kind"] for v in publisher["verdicts"]]
     assert "not_simulated" in kinds and "optimum" not in kinds and "capacity" not in kinds
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    assert families["kvscope_sidecar_window_optimum_hits"].samples
+    assert not families["kvscope_sidecar_window_tier_hits"].samples
+
+
+def test_shadows_at_a_lower_rate_that_shed_frames_are_caught_up_with_the_stack(trace) -> None:
+    """Within a small memory bound the shadows run at a lower rate than the stack; and a
+    full queue sheds some of their frames. Compared on sampled references, arc was behind
+    for good on either count: at a lower rate it is caught up once it has dealt with every
+    frame; one that shed much of the stream is said to have, and not compared."""
+    state = InsightState(InsightConfig(max_bytes=1 * MiB, queue_bytes=256 * KiB))
+    insight = state.new_publisher()
+    payloads = sample_frames(trace, capacity=1_000)  # ~40 KiB of queue each
+    for seq, frame in enumerate(payloads):
+        insight.receive(seq, frame)
+        if seq < len(payloads) // 3:  # then no shadow thread: the queue fills, and sheds
+            while (work := state.queue.get(0)) is not None:
+                work.apply(lambda: None)
+    assert insight.shadow_shed_frames > 0
+    rates = insight.rates
+    assert rates.shadows is not None and rates.stack is not None
+    assert rates.shadows < rates.stack
+    basis = insight.basis()
+    assert basis is not None
+    lru, arc = basis.simulations["lru"], basis.simulations["arc"]
+    assert arc.covered_block_refs < lru.covered_block_refs, "frames still queued"
+    (lag,) = [v for v in curve_verdicts(insight.curve(), "lru", basis) if v.policy == "arc"]
+    assert lag.kind == "warming_up" and "behind" in lag.text
+    while (work := state.queue.get(0)) is not None:
+        work.apply(lambda: None)
+    basis = insight.basis()
+    assert basis is not None
+    lru, arc = basis.simulations["lru"], basis.simulations["arc"]
+    assert arc.sampled_refs < lru.sampled_refs
+    assert arc.covered_block_refs == lru.covered_block_refs == insight.block_refs
+    assert arc.shed_block_refs == insight.shadow_shed_block_refs
+    (shed,) = [v for v in curve_verdicts(insight.curve(), "lru", basis) if v.policy == "arc"]
+    assert shed.kind == "shed" and shed.share == pytest.approx(arc.shed_share)
+
+
+def test_a_curve_replayed_whole_at_rate_one_is_exact(trace) -> None:
+    """Every simulation at rate 1 replays the tier's own stream: the curve said it was
+    sampled all the same, and its verdicts read changes under a point as noise."""
+    state = InsightState()
+    insight = state.new_publisher()
+    for seq, frame in enumerate(sample_frames(trace[:600], capacity=50, rate=1.0)):
+        insight.receive(seq, frame)
+    while (work := state.queue.get(0)) is not None:
+        work.apply(lambda: None)
+    assert insight.rates.stack == insight.rates.shadows == 1.0
+    curve = insight.curve()
+    assert curve is not None and curve.exact
+    narrowed = InsightState(InsightConfig(max_bytes=256 * KiB)).new_publisher()
+    narrowed.receive(0, sample_frames(trace[:600], capacity=5_000, rate=1.0)[0])
+    assert narrowed.rates.stack is not None and narrowed.rates.stack < 1.0
+    curve = narrowed.curve()
+    assert curve is not None and not curve.exact
+
+
+def test_an_optimum_on_too_few_sampled_blocks_shows_no_efficiency_anywhere(trace) -> None:
+    """The verdict withheld the distance to the optimum on a tier of 10 sampled blocks, while
+    the API gave its efficiency and the metrics its tier hits (and so the recording rule)."""
+    settings = SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    state = SidecarState.from_settings(settings)
+    (publisher,) = state.publishers.values()
+    insight = publisher.insight = state.insight.new_publisher()
+    for seq, frame in enumerate(sample_frames(trace, capacity=100)):
+        insight.receive(seq, frame)
+        while (work := state.insight.queue.get(0)) is not None:
+            work.apply(lambda: None)
+    assert insight.optimum is not None and insight.optimum.result.efficiency is not None
+    with TestClient(create_app(settings, state), base_url="http://localhost") as http:
+        (shown,) = http.get("/api/v1/insight").json()["publishers"]
+        metrics = http.get("/metrics").text
+    assert shown["optimum"]["capacity_blocks"] == 10 and shown["efficiency"] is None
+    verdicts = shown["verdicts"]
+    assert "optimum" not in [v["kind"] for v in verdicts]
+    assert any(
+        v["kind"] == "sample_small" and "the distance to the optimum" in v["text"] for v in verdicts
+    )
     families = {f.name: f for f in text_string_to_metric_families(metrics)}
     assert families["kvscope_sidecar_window_optimum_hits"].samples
     assert not families["kvscope_sidecar_window_tier_hits"].samples

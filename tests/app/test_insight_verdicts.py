@@ -9,11 +9,13 @@ import pytest
 from app.state.insight_verdicts import (
     MIN_SCALED_BLOCKS,
     CurveBasis,
+    Simulation,
     Verdict,
     admission_verdict,
     curve_verdicts,
     optimum_verdict,
     stranded_verdicts,
+    window_efficiency,
 )
 from offload.insight.curve import HitRatioCurve, scaled_capacities
 from offload.insight.window_optimum import WindowResult
@@ -32,9 +34,28 @@ def curve_around(current: int, lru: float, arc: float, *, exact: bool = False) -
     return HitRatioCurve(capacities, ratios, current, exact)
 
 
-def basis(rate: float, *, refs: int = 5_000, arc_refs: int | None = None, touched: int = 10**6):
-    simulated = {"lru": refs, "arc": refs if arc_refs is None else arc_refs}
-    return CurveBasis(rate, simulated, touched, POLICIES)
+def basis(
+    rate: float,
+    *,
+    refs: int = 5_000,
+    arc_refs: int | None = None,
+    touched: int = 10**6,
+    arc_rate: float | None = None,
+    arc_touched: int | None = None,
+    arc_shed_share: float = 0.0,
+) -> CurveBasis:
+    """The stack (lru) at ``rate`` and the shadows (arc) at ``arc_rate``; ``refs`` block
+    references covered (arc: ``arc_shed_share`` of them shed), twenty per sampled one at
+    rate 1."""
+    arc_rate = rate if arc_rate is None else arc_rate
+    arc_refs = refs if arc_refs is None else arc_refs
+    stack = Simulation(rate, round(refs * rate * 20), refs, 0, touched)
+    arc_touched = touched if arc_touched is None else arc_touched
+    arc_shed = round(arc_refs * arc_shed_share)
+    shadows = Simulation(
+        arc_rate, round(arc_refs * arc_rate * 20), arc_refs - arc_shed, arc_shed, arc_touched
+    )
+    return CurveBasis({"lru": stack, "arc": shadows}, POLICIES)
 
 
 def kinds(verdicts: list[Verdict]) -> list[str]:
@@ -49,6 +70,19 @@ def test_a_tier_of_too_few_sampled_blocks_gets_no_verdict_but_the_rate_that_woul
     assert "0.4 sampled blocks" in verdict.text and "a rate of at least 1 " in verdict.text
     (verdict,) = curve_verdicts(curve_around(4_000, 0.06, 0.07), "lru", basis(0.002))
     assert verdict.kind == "sample_small" and "a rate of at least 0.004 " in verdict.text
+
+
+def test_the_rate_said_to_do_is_rounded_up_so_it_does() -> None:
+    """16 sampled blocks of 3,000 need a rate of 0.00533: rounded to nearest (0.0053) it
+    gave 15.9 sampled blocks, and the verdict it named would have been withheld again."""
+    (verdict,) = curve_verdicts(curve_around(3_000, 0.06, 0.07), "lru", basis(0.002))
+    assert "a rate of at least 0.0054 " in verdict.text
+
+
+def test_at_rate_one_no_tier_is_too_small_for_a_verdict() -> None:
+    """At rate 1 the replay is the tier's own, block for block: 8 blocks are 8 blocks."""
+    verdicts = curve_verdicts(curve_around(8, 0.1, 0.1, exact=True), "lru", basis(1.0))
+    assert kinds(verdicts) == ["capacity", "capacity", "policy"]
 
 
 def test_halving_a_tier_to_too_few_sampled_blocks_is_withheld_alone() -> None:
@@ -73,15 +107,56 @@ def test_a_tier_that_has_never_been_full_waits_for_its_verdicts() -> None:
     assert "capacity" in kinds(full)
 
 
+def test_each_simulation_is_full_or_not_at_its_own_rate() -> None:
+    """The shadows may run at a lower rate than the stack (a large tier in the memory
+    bound): the fullness test once took the stack's count against the lower rate, so arc
+    was compared while it had not been full. 2,000 blocks are 20 sampled ones at 0.01."""
+    curve = curve_around(2_000, 0.30, 0.25)
+    low = basis(0.05, touched=100, arc_rate=0.01, arc_touched=19)
+    verdicts = curve_verdicts(curve, "lru", low)
+    assert kinds(verdicts) == ["capacity", "capacity", "warming_up"]
+    assert verdicts[-1].policy == "arc" and "19 distinct sampled blocks" in verdicts[-1].text
+    filled = basis(0.05, touched=100, arc_rate=0.01, arc_touched=20)
+    assert kinds(curve_verdicts(curve, "lru", filled))[-1] == "policy"
+
+
 def test_a_policy_whose_simulation_lags_is_not_compared_until_it_catches_up() -> None:
     curve = curve_around(2_000, 0.30, 0.25)
     behind = curve_verdicts(curve, "lru", basis(0.05, refs=1_108, arc_refs=801))
     assert "policy" not in kinds(behind)
     (lag,) = [v for v in behind if v.kind == "warming_up"]
-    assert "arc's simulation is behind (801 of 1,108" in lag.text
+    assert "arc's simulation is behind (801 of 1,108 block references" in lag.text
     caught_up = curve_verdicts(curve, "lru", basis(0.05, refs=1_108, arc_refs=1_000))
     (policy,) = [v for v in caught_up if v.kind == "policy"]
     assert policy.points == pytest.approx(-5.0)
+
+
+def test_simulations_at_two_rates_are_caught_up_on_the_stream_not_on_the_sample() -> None:
+    """At a tenth of the stack's rate the shadows replay a tenth of its sampled references:
+    compared on those, arc was behind forever, and never compared."""
+    curve = curve_around(4_000, 0.30, 0.25)
+    verdicts = curve_verdicts(curve, "lru", basis(0.05, arc_rate=0.005))
+    (policy,) = [v for v in verdicts if v.kind == "policy"]
+    assert policy.points == pytest.approx(-5.0)
+
+
+def test_a_simulation_that_shed_much_of_the_stream_is_not_compared() -> None:
+    """Shed frames are covered (not behind, so never waited for) but their blocks are
+    missing from the shadow tiers: arc read low, and lost to lru by what it had shed."""
+    curve = curve_around(2_000, 0.30, 0.25)
+    shed = curve_verdicts(curve, "lru", basis(0.05, arc_shed_share=0.5))
+    assert shed[-1].kind == "shed" and shed[-1].share == pytest.approx(0.5)
+    assert "arc's simulation lost 50% of the stream" in shed[-1].text
+    (own,) = curve_verdicts(curve, "arc", basis(0.05, arc_shed_share=0.5))
+    assert own.kind == "shed", "the tier's own policy shed: no verdict on its size either"
+    little = curve_verdicts(curve, "lru", basis(0.05, arc_shed_share=0.05))
+    assert little[-1].kind == "policy"
+
+
+def test_a_policy_at_a_rate_too_low_for_the_tier_is_not_compared() -> None:
+    curve = curve_around(2_000, 0.30, 0.25)
+    verdicts = curve_verdicts(curve, "lru", basis(0.05, arc_rate=0.005))
+    assert verdicts[-1].kind == "sample_small" and "arc against lru" in verdicts[-1].text
 
 
 @pytest.mark.parametrize(("exact", "said"), [(False, "by less than 1 point"), (True, "~0.7")])
@@ -95,16 +170,39 @@ def test_a_change_below_what_the_curve_resolves_is_said_as_such(exact: bool, sai
     assert said in doubling.text and doubling.points == pytest.approx(0.7)
 
 
-def window(policy: str, capacity: int, optimum_hits: int, tier_hits: int) -> WindowResult:
-    return WindowResult(policy, capacity, 0.05, 2_000, 40_000, optimum_hits, tier_hits, 0.1)
+def window(
+    policy: str, capacity: int, optimum_hits: int, tier_hits: int, rate: float = 0.05
+) -> WindowResult:
+    """A window over a tier of ``capacity`` blocks (scaled as the window scales it)."""
+    scaled = max(1, round(rate * capacity))
+    refs = round(40_000 * rate)
+    return WindowResult(policy, scaled, rate, refs, 40_000, optimum_hits, tier_hits, 0.1)
 
 
 def test_the_optimum_verdict_speaks_only_of_the_tiers_own_policy_on_enough_blocks() -> None:
-    assert kinds(optimum_verdict(window("arc", 100, 500, 400), "arc")) == ["optimum"]
-    assert optimum_verdict(window("lru", 100, 500, 400), "gated") == [], "lru stood in for it"
-    (small,) = optimum_verdict(window("lru", 1, 500, 400), "lru")
+    assert kinds(optimum_verdict(window("arc", 2_000, 500, 400), "arc", 2_000)) == ["optimum"]
+    assert window_efficiency(window("arc", 2_000, 500, 400), "arc", 2_000) is not None
+    stood_in = window("lru", 2_000, 500, 400)
+    assert optimum_verdict(stood_in, "gated", 2_000) == [], "lru stood in for it"
+    assert window_efficiency(stood_in, "gated", 2_000) is None
+    (small,) = optimum_verdict(window("lru", 20, 500, 400), "lru", 20)
     assert small.kind == "sample_small" and small.blocks == 20
-    assert optimum_verdict(window("lru", 100, 0, 0), "lru") == [], "no reachable hit"
+    nothing = window("lru", 2_000, 0, 0)
+    assert optimum_verdict(nothing, "lru", 2_000) == [], "no reachable hit"
+    assert window_efficiency(nothing, "lru", 2_000) is None
+
+
+def test_the_optimum_is_withheld_on_the_tiers_own_size_and_its_efficiency_with_it() -> None:
+    """The size was rebuilt from the scaled one (round(15.5) = 16 sampled blocks passed as
+    enough for a 310-block tier at 0.05), and the API gave the efficiency the verdict
+    withheld."""
+    small = window("lru", 310, 500, 400)
+    (verdict,) = optimum_verdict(small, "lru", 310)
+    assert verdict.kind == "sample_small" and verdict.blocks == 310
+    assert window_efficiency(small, "lru", 310) is None
+    exact = window("lru", 8, 50, 40, rate=1.0)
+    assert kinds(optimum_verdict(exact, "lru", 8)) == ["optimum"], "rate 1: the tier's own"
+    assert window_efficiency(exact, "lru", 8) == pytest.approx(0.8)
 
 
 def test_admission_is_said_to_save_writes_and_to_win_hits_only_where_there_are_some() -> None:
