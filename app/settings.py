@@ -16,6 +16,7 @@ remaining publishers without replay. Listen mode has no positions to match, so
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from dataclasses import dataclass
@@ -158,6 +159,12 @@ class SidecarSettings(BaseSettings):
         description="Most peers admitted to the listen socket at once (each has a receive "
         "queue of its own); a further handshake is refused (counted) and its peer connects "
         "again every 5 s until a place is free.",
+    )
+    listen_allow: EndpointList = Field(
+        default_factory=list,
+        description="Networks (ADDRESS or ADDRESS/PREFIX, comma-separated) a peer of the "
+        "listen socket must connect from; empty: any. A peer from elsewhere is refused at its "
+        "handshake (counted) and not admitted again.",
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
@@ -356,6 +363,7 @@ class SidecarSettings(BaseSettings):
         "replay",
         "listen",
         "listen_replay",
+        "listen_allow",
         "allowed_hosts",
         "insight_policies",
         mode="before",
@@ -391,6 +399,19 @@ class SidecarSettings(BaseSettings):
                 )
         _no_repeats(endpoints, "is listed twice")
         return endpoints
+
+    @field_validator("listen_allow")
+    @classmethod
+    def _allow_is_networks(cls, networks: list[str]) -> list[str]:
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{network[:80]!r} is not an IP network (expected an address or "
+                    "ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fd00::/8)"
+                ) from None
+        return networks
 
     @field_validator("listen_replay")
     @classmethod

@@ -111,6 +111,12 @@ class ListenerInfo(BaseModel):
         description="Handshakes refused while max_connections peers were admitted (each "
         "refused peer connects again, and may be counted again, every 5 s)."
     )
+    allow: list[str] = Field(
+        description="The networks a peer must connect from (KVSCOPE_LISTEN_ALLOW); empty: any."
+    )
+    refused_addresses: int = Field(
+        description="Handshakes refused for good: the peer's address is outside `allow`."
+    )
 
     @classmethod
     def of(cls, listener: ListenerState, publishers: list[PublisherState]) -> ListenerInfo:
@@ -124,6 +130,8 @@ class ListenerInfo(BaseModel):
             connections=listener.connections,
             max_connections=listener.max_connections,
             refused_connections=listener.refused_connections,
+            allow=[str(network) for network in listener.allow],
+            refused_addresses=listener.refused_addresses,
         )
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
+from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 from typing import Final
 
 import zmq
@@ -42,6 +44,8 @@ ZAP_DOMAIN: Final = b"kvscope.listen"
 ZAP_VERSION: Final = b"1.0"
 ADMITTED: Final = (b"200", b"OK")
 REFUSED: Final = (b"300", b"too many connections; try again")
+NOT_ALLOWED: Final = (b"400", b"address not allowed")
+"""A final refusal: ZMQ closes the connection at once and the peer does not retry it."""
 HANDSHAKE_IVL_MS: Final = 5_000
 """How long a connection may take to finish its handshake: a refused one is closed after
 this, and its peer connects again."""
@@ -106,9 +110,21 @@ class ListenGate:
             admissions.popleft()
         return sum(opened < settled for opened in self._opened.values()) + len(admissions)
 
+    def _decide(self, address: bytes) -> tuple[bytes, bytes]:
+        """A final refusal for a peer outside ``allow``; else admitted while fewer than the
+        limit are, a temporary refusal past it."""
+        listener = self.listener
+        if listener.allow and not allowed(address, listener.allow):
+            listener.refused_addresses += 1
+            return NOT_ALLOWED
+        if self._admitted() < listener.max_connections:
+            self._admissions.append(time.monotonic())
+            return ADMITTED
+        listener.refused_connections += 1
+        return REFUSED
+
     def _answer(self) -> None:
-        """Answer every waiting request: admitted while fewer than the limit are, else a
-        temporary refusal."""
+        """Answer every waiting request (``_decide``)."""
         while True:
             try:
                 request = self._zap.recv_multipart(zmq.NOBLOCK)
@@ -117,11 +133,20 @@ class ListenGate:
             # [peer, b"", version, request id, domain, address, routing id, mechanism, ...]
             if len(request) < 8 or request[2] != ZAP_VERSION:
                 continue  # not a ZAP request of this version: ZMQ sends none such
-            admitted = self._admitted() < self.listener.max_connections
-            if admitted:
-                self._admissions.append(time.monotonic())
-            else:
-                self.listener.refused_connections += 1
-            status = ADMITTED if admitted else REFUSED
+            status = self._decide(request[5])
             self._zap.send_multipart([request[0], b"", ZAP_VERSION, request[3], *status, b"", b""])
         self.listener.connections = self._admitted()
+
+
+def allowed(address: bytes, networks: Sequence[IPv4Network | IPv6Network]) -> bool:
+    """Whether the peer address of a ZAP request (an IP as text) is in one of ``networks``;
+    an IPv4 peer of a dual-stack socket, shown IPv4-mapped, counts as its IPv4 address.
+    An address that does not parse is in none."""
+    try:
+        ip = ip_address(address.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    candidates = [ip]
+    if isinstance(ip, IPv6Address) and ip.ipv4_mapped is not None:
+        candidates.append(ip.ipv4_mapped)
+    return any(candidate in network for candidate in candidates for network in networks)

@@ -3,13 +3,14 @@
 Frames that reach a publisher's stream are counted in that publisher's state;
 these counters hold the rest: frames too malformed to name a stream, and
 frames of new streams once ``max_publishers`` are tracked. The connections
-open now and those refused past ``max_connections`` are the listen gate's
-(app/ingest/listen_gate.py).
+open now, those refused past ``max_connections`` and those refused from an
+address outside ``allow`` are the listen gate's (app/ingest/listen_gate.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
 
 
 @dataclass(slots=True)
@@ -20,6 +21,8 @@ class ListenerState:
     """As configured (``--listen``)."""
     max_publishers: int
     max_connections: int
+    allow: tuple[IPv4Network | IPv6Network, ...] = ()
+    """The networks a peer must connect from (``listen_allow``); empty: any."""
     bound: tuple[str, ...] = ()
     """As bound, wildcard ports resolved: what publishers connect to. Empty until bound."""
     frames: int = 0
@@ -27,6 +30,7 @@ class ListenerState:
     refused: int = 0
     connections: int = 0
     refused_connections: int = 0
+    refused_addresses: int = 0
 
     @property
     def name(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
+from ipaddress import ip_network
 
 from app.settings import IngestConfig, SidecarSettings
 from app.state.block_index import BlockIndex
@@ -61,6 +62,7 @@ class SidecarState:
                 tuple(settings.listen),
                 settings.listen_max_publishers,
                 settings.listen_max_connections,
+                tuple(ip_network(network, strict=False) for network in settings.listen_allow),
             )
             if settings.listen
             else None

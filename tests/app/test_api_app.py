@@ -201,7 +201,9 @@ def test_rates_and_block_bytes_come_from_ingest_not_from_reads(
 
 def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
     settings = SidecarSettings(
-        listen=["tcp://127.0.0.1:*"], listen_replay=[f"engine-a@0={free_tcp_endpoint()}"]
+        listen=["tcp://127.0.0.1:*"],
+        listen_replay=[f"engine-a@0={free_tcp_endpoint()}"],
+        listen_allow=["127.0.0.0/8", "::1"],
     )
     state = SidecarState.from_settings(settings)
     ingestor = Ingestor(state)
@@ -245,6 +247,8 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             assert (listener["publishers"], listener["max_publishers"]) == (2, 64)
             assert (listener["connections"], listener["max_connections"]) == (1, 128)
             assert listener["refused_connections"] == 0
+            assert listener["allow"] == ["127.0.0.0/8", "::1/128"]
+            assert listener["refused_addresses"] == 0
 
             metrics = http.get("/metrics").text
             assert 'kvscope_sidecar_frames_total{publisher="engine-b@0"}' in metrics
@@ -253,6 +257,7 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             assert "kvscope_sidecar_listen_refused_frames_total 0.0" in metrics
             assert "kvscope_sidecar_listen_connections 1.0" in metrics
             assert "kvscope_sidecar_listen_refused_connections_total 0.0" in metrics
+            assert "kvscope_sidecar_listen_refused_addresses_total 0.0" in metrics
             capacity = next(
                 sample
                 for family in text_string_to_metric_families(metrics)

@@ -289,6 +289,9 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
          "(expected tcp://HOST:PORT, e.g. tcp://*:5557"),
         ([], {"KVSCOPE_LISTEN": "tcp://*:70000"},
          "--listen / KVSCOPE_LISTEN: Value error, 'tcp://*:70000' is not an endpoint to listen on"),
+        (["--listen", "tcp://*:5557"], {"KVSCOPE_LISTEN_ALLOW": "10.0.0.0/8,engine"},
+         "--listen-allow / KVSCOPE_LISTEN_ALLOW: Value error, 'engine' is not an IP network "
+         "(expected an address or ADDRESS/PREFIX"),
         (["--listen", "tcp://*:5557", "--listen-replay", "vllm-gpu=tcp://engine:5558"], {},
          "--listen-replay / KVSCOPE_LISTEN_REPLAY: Value error, 'vllm-gpu' is not a stream name"),
         ([], {}, "settings: Value error, no publisher to read: give connect (--connect"),

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from ipaddress import ip_network
 
 import msgspec
 import pytest
+from pydantic import ValidationError
 
 from app.ingest import Ingestor, ListenError
+from app.ingest.listen_gate import allowed
 from app.settings import SidecarSettings
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
@@ -355,3 +358,53 @@ def test_an_idle_connection_closing_frees_no_place_an_engine_holds(
     finally:
         idle.close()
         ingestor.close()
+
+
+def test_a_peer_outside_the_allowed_networks_is_refused_for_good_and_takes_no_place(
+    peers: list[RawPublisher],
+) -> None:
+    """Any host that reached the endpoint could hold every place with handshakes that
+    complete: with listen_allow only the engines' networks are admitted. The loopback
+    network routes all of 127/8, so a peer connecting from 127.0.0.2 is another host."""
+    ingestor = listening(listen_max_connections=1, listen_allow=["127.0.0.1/32", "fd00::/8"])
+    listener = ingestor.state.listener
+    assert listener is not None
+    try:
+        port = bound(ingestor).rsplit(":", 1)[1]
+        stranger = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"stranger")
+        peers.append(stranger)
+        wait_until(lambda: listener.refused_addresses == 1, "the stranger is refused")
+        for seq in range(3):
+            stranger.send(seq, kv_payload(stored(100 + seq), rank=0))
+        engine = RawPublisher(bound(ingestor), b"engine")
+        peers.append(engine)
+        heard(ingestor, engine, "engine", 0)  # the one place was the engine's to take
+        assert "stranger@0" not in ingestor.state.publishers
+        assert (listener.refused_addresses, listener.refused_connections) == (1, 0)
+    finally:
+        ingestor.close()
+
+
+@pytest.mark.parametrize(
+    ("address", "networks", "expected"),
+    [
+        (b"10.1.2.3", ["10.0.0.0/8"], True),
+        (b"10.1.2.3", ["192.168.0.0/16", "10.1.2.3"], True),
+        (b"11.0.0.1", ["10.0.0.0/8"], False),
+        (b"::ffff:10.1.2.3", ["10.0.0.0/8"], True),  # an IPv4 peer of a dual-stack socket
+        (b"fd00::5", ["fd00::/8"], True),
+        (b"fd00::5", ["10.0.0.0/8"], False),
+        (b"not an address", ["0.0.0.0/0"], False),
+        (b"\xff\xfe", ["0.0.0.0/0"], False),
+    ],
+)
+def test_an_address_is_allowed_by_network(address: bytes, networks: list[str], expected: bool):
+    parsed = [ip_network(network) for network in networks]
+    assert allowed(address, parsed) is expected
+
+
+def test_listen_allow_names_a_network_that_does_not_parse() -> None:
+    with pytest.raises(ValidationError, match=r"'10\.0\.0\.0/33' is not an IP network"):
+        SidecarSettings(listen=[LISTEN], listen_allow=["10.0.0.0/8", "10.0.0.0/33"])
+    settings = SidecarSettings(listen=[LISTEN], listen_allow="10.0.0.0/8, 192.168.1.5")
+    assert settings.listen_allow == ["10.0.0.0/8", "192.168.1.5"]

@@ -603,8 +603,11 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
 ) -> None:
     """A listen-mode peer names its stream by its topic: 128 bytes that are not plain text
     print as 260 characters of hex, which the publisher filter once stretched past the window.
-    The publishers view counts the listen socket's peers against their limit."""
-    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    The publishers view counts the listen socket's peers against their limit, and names the
+    networks they may come from."""
+    settings = SidecarSettings(  # env aside
+        listen=["tcp://127.0.0.1:*"], listen_allow=["127.0.0.0/8"], port=0, token=None
+    )
     with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
         bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
         raw = RawPublisher(connect=bound, topic=b"\xfe" * 128)
@@ -629,7 +632,8 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
             page.goto(f"{sidecar.url}/#/publishers")
             line = page.get_by_text("Listening on")
             sync_api.expect(line).to_contain_text(
-                "1 of at most 128 peers admitted, 0 handshakes refused."
+                "1 of at most 128 peers admitted, 0 handshakes refused; peers from "
+                "127.0.0.0/8 only, 0 from elsewhere refused."
             )
             context.close()
         finally:
