@@ -264,7 +264,7 @@ class PublisherInsightInfo(BaseModel):
         stream = None if insight is None else insight.stream
         policy = stream.policy if stream else (frame.config.policy if frame else None)
         capacity = stream.capacity if stream else (frame.config.capacity_blocks if frame else None)
-        curve = None if insight is None else insight.curve()
+        curve, basis = (None, None) if insight is None else insight.curve_and_basis()
         dead_ratio = None
         if worker is not None and worker.stores_completed:
             dead_ratio = worker.dead_write_blocks / worker.stores_completed
@@ -272,7 +272,6 @@ class PublisherInsightInfo(BaseModel):
         if insight is not None:
             held, size = insight.memory()
             memory = InsightMemory(held_blocks=held, bytes=size, max_bytes=max_bytes)
-        basis = None if insight is None else insight.basis()
         computed = None if insight is None else insight.optimum
         result = None if computed is None else computed.result
         efficiency = window_efficiency(result, policy, capacity)

@@ -338,11 +338,20 @@ class PublisherInsight:
         """The curve so far, every simulated policy that has replayed a sampled reference; None
         before (with none, a ratio adjusted for the sample is 1.0 at every capacity)."""
         with self.lock:
-            parts = [
-                estimator.curve()
-                for estimator in (self._stack, self._shadows)
-                if estimator is not None and estimator.sampled_refs > 0
-            ]
+            return self._curve()
+
+    def curve_and_basis(self) -> tuple[HitRatioCurve | None, CurveBasis | None]:
+        """The curve and what it rests on, read at one moment: read one after the other, a
+        rebuild or a shadow replay in between set a curve against another moment's basis."""
+        with self.lock:
+            return self._curve(), self._basis()
+
+    def _curve(self) -> HitRatioCurve | None:
+        parts = [
+            estimator.curve()
+            for estimator in (self._stack, self._shadows)
+            if estimator is not None and estimator.sampled_refs > 0
+        ]
         # Only parts of one stream: a simulation of another capacity is never mixed in.
         parts = [part for part in parts if part.capacities == parts[0].capacities]
         if not parts:
@@ -352,15 +361,13 @@ class PublisherInsight:
         exact = all(part.exact for part in parts)
         return HitRatioCurve(parts[0].capacities, ordered, parts[0].current, exact)
 
-    def basis(self) -> CurveBasis | None:
+    def _basis(self) -> CurveBasis | None:
         """What the curve rests on, for its verdicts; None before a stream is simulated."""
-        with self.lock:
-            if self.rates.stack is None and self.rates.shadows is None:
-                return None
-            simulations: dict[str, Simulation] = {}
-            for estimator, shed in ((self._stack, 0), (self._shadows, self._shadows_shed)):
-                if estimator is None:
-                    continue
+        if self.rates.stack is None and self.rates.shadows is None:
+            return None
+        simulations: dict[str, Simulation] = {}
+        for estimator, shed in ((self._stack, 0), (self._shadows, self._shadows_shed)):
+            if estimator is not None:
                 simulation = Simulation(
                     estimator.rate,
                     estimator.sampled_refs,
@@ -369,7 +376,7 @@ class PublisherInsight:
                     estimator.touched_blocks,
                 )
                 simulations.update(dict.fromkeys(estimator.policies, simulation))
-            return CurveBasis(simulations, self.config.policies)
+        return CurveBasis(simulations, self.config.policies)
 
     def simulated_refs(self) -> dict[str, int]:
         """Sampled references each simulation has replayed, by policy."""

@@ -561,21 +561,21 @@ def test_shadows_at_a_lower_rate_that_shed_frames_are_caught_up_with_the_stack(t
     rates = insight.rates
     assert rates.shadows is not None and rates.stack is not None
     assert rates.shadows < rates.stack
-    basis = insight.basis()
+    curve, basis = insight.curve_and_basis()
     assert basis is not None
     lru, arc = basis.simulations["lru"], basis.simulations["arc"]
     assert arc.covered_block_refs < lru.covered_block_refs, "frames still queued"
-    (lag,) = [v for v in curve_verdicts(insight.curve(), "lru", basis) if v.policy == "arc"]
+    (lag,) = [v for v in curve_verdicts(curve, "lru", basis) if v.policy == "arc"]
     assert lag.kind == "warming_up" and "behind" in lag.text
     while (work := state.queue.get(0)) is not None:
         work.apply(lambda: None)
-    basis = insight.basis()
+    curve, basis = insight.curve_and_basis()
     assert basis is not None
     lru, arc = basis.simulations["lru"], basis.simulations["arc"]
     assert arc.sampled_refs < lru.sampled_refs
     assert arc.covered_block_refs == lru.covered_block_refs == insight.block_refs
     assert arc.shed_block_refs == insight.shadow_shed_block_refs
-    (shed,) = [v for v in curve_verdicts(insight.curve(), "lru", basis) if v.policy == "arc"]
+    (shed,) = [v for v in curve_verdicts(curve, "lru", basis) if v.policy == "arc"]
     assert shed.kind == "shed" and shed.share == pytest.approx(arc.shed_share)
 
 

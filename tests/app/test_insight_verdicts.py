@@ -221,8 +221,9 @@ def test_one_stranded_block_is_one_block() -> None:
 
 
 def test_a_curve_read_before_the_tiers_policy_replayed_gets_no_verdict_not_an_error() -> None:
-    """The curve and its basis are read one after the other: the shadow thread's first
-    replay in between once made the API fail with a KeyError."""
+    """The curve and its basis were once read one after the other, and the shadow thread's
+    first replay in between made the API fail with a KeyError; they are read together now,
+    and the verdicts still take a curve that lacks the tier's policy as warming up."""
     only_lru = HitRatioCurve(
         scaled_capacities(2_000), {"lru": (0.1,) * len(scaled_capacities(2_000))}, 2_000, False
     )
