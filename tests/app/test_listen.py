@@ -15,6 +15,7 @@ from ipaddress import ip_network
 
 import msgspec
 import pytest
+import zmq
 from pydantic import ValidationError
 
 from app.ingest import Ingestor, ListenError
@@ -408,3 +409,40 @@ def test_listen_allow_names_a_network_that_does_not_parse() -> None:
         SidecarSettings(listen=[LISTEN], listen_allow=["10.0.0.0/8", "10.0.0.0/33"])
     settings = SidecarSettings(listen=[LISTEN], listen_allow="10.0.0.0/8, 192.168.1.5")
     assert settings.listen_allow == ["10.0.0.0/8", "192.168.1.5"]
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_a_dual_stack_listen_socket_matches_an_ipv4_peer_by_its_ipv4_address(
+    peers: list[RawPublisher],
+) -> None:
+    """On a socket bound to [::] an IPv4 peer's address reaches the gate IPv4-mapped
+    (::ffff:127.0.0.1): matched as such, it missed every IPv4 network named."""
+    ingestor = listening("tcp://[::]:*", listen_allow=["127.0.0.1"])
+    listener = ingestor.state.listener
+    assert listener is not None
+    try:
+        port = bound(ingestor).rsplit(":", 1)[1]
+        engine = RawPublisher(f"tcp://127.0.0.1:{port}", b"engine")
+        peers.append(engine)
+        heard(ingestor, engine, "engine", 0)
+        ctx = zmq.Context()
+        stranger = ctx.socket(zmq.PUB)
+        stranger.setsockopt(zmq.IPV6, 1)
+        stranger.setsockopt(zmq.LINGER, 0)
+        stranger.connect(f"tcp://[::1]:{port}")
+        try:
+            wait_until(lambda: listener.refused_addresses == 1, "the IPv6 peer is refused")
+        finally:
+            ctx.destroy()
+        assert listener.refused_connections == 0
+    finally:
+        ingestor.close()
