@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from app.ingest import Ingestor, ListenError
 from app.ingest.listen_gate import allowed
 from app.settings import SidecarSettings
+from app.state.listener import ListenerState
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
@@ -59,6 +60,17 @@ def listening(listen: str = LISTEN, **settings: object) -> Ingestor:
 def bound(ingestor: Ingestor) -> str:
     assert ingestor.state.listener is not None
     return ingestor.state.listener.bound[0]
+
+
+def listener_of(ingestor: Ingestor) -> ListenerState:
+    listener = ingestor.state.listener
+    assert listener is not None
+    return listener
+
+
+def port_of(ingestor: Ingestor) -> str:
+    """The listen socket's bound port (for an endpoint of another address or source)."""
+    return bound(ingestor).rsplit(":", 1)[1]
 
 
 def heard(ingestor: Ingestor, raw: RawPublisher, engine_id: str, rank: int) -> PublisherState:
@@ -183,8 +195,7 @@ def test_malformed_frames_and_streams_past_the_cap_are_counted_never_applied(
     peers: list[RawPublisher],
 ) -> None:
     ingestor = listening(listen_max_publishers=1)
-    listener = ingestor.state.listener
-    assert listener is not None
+    listener = listener_of(ingestor)
     try:
         raw = RawPublisher(connect=bound(ingestor), topic=b"x")
         peers.append(raw)
@@ -272,8 +283,7 @@ def test_a_peer_past_max_connections_is_refused_until_a_place_is_free_then_admit
     """ZMQ lets any number of peers connect, each with a receive queue of its own: the
     sidecar's memory grew with the connections anyone who reached the endpoint opened."""
     ingestor = listening(listen_max_connections=2)
-    listener = ingestor.state.listener
-    assert listener is not None
+    listener = listener_of(ingestor)
     try:
         first, second = RawPublisher(bound(ingestor), b"a"), RawPublisher(bound(ingestor), b"b")
         peers += [first, second]
@@ -302,8 +312,7 @@ def test_a_burst_of_connections_admits_max_connections_and_the_rest_keep_trying(
     """Counting every accepted socket once refused a whole burst (each pending handshake
     saw the others), and a refusal ZMQ takes as final kept them out for good."""
     ingestor = listening(listen_max_connections=2)
-    listener = ingestor.state.listener
-    assert listener is not None
+    listener = listener_of(ingestor)
     try:
         peers += [RawPublisher(bound(ingestor), b"p%d" % n) for n in range(8)]
         wait_until(
@@ -341,8 +350,7 @@ def test_an_idle_connection_closing_frees_no_place_an_engine_holds(
     an engine's admission, and when ZMQ closed it the engine's place looked free, so the
     limit could be passed again and again."""
     ingestor = listening(listen_max_connections=1)
-    listener = ingestor.state.listener
-    assert listener is not None
+    listener = listener_of(ingestor)
     host, port = bound(ingestor).removeprefix("tcp://").rsplit(":", 1)
     idle = socket.create_connection((host, int(port)))
     idle.settimeout(30)
@@ -368,10 +376,9 @@ def test_a_peer_outside_the_allowed_networks_is_refused_for_good_and_takes_no_pl
     complete: with listen_allow only the engines' networks are admitted. The loopback
     network routes all of 127/8, so a peer connecting from 127.0.0.2 is another host."""
     ingestor = listening(listen_max_connections=1, listen_allow=["127.0.0.1/32", "fd00::/8"])
-    listener = ingestor.state.listener
-    assert listener is not None
+    listener = listener_of(ingestor)
     try:
-        port = bound(ingestor).rsplit(":", 1)[1]
+        port = port_of(ingestor)
         stranger = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"stranger")
         peers.append(stranger)
         wait_until(lambda: listener.refused_addresses == 1, "the stranger is refused")
@@ -427,10 +434,9 @@ def test_a_dual_stack_listen_socket_matches_an_ipv4_peer_by_its_ipv4_address(
     """On a socket bound to [::] an IPv4 peer's address reaches the gate IPv4-mapped
     (::ffff:127.0.0.1): matched as such, it missed every IPv4 network named."""
     ingestor = listening("tcp://[::]:*", listen_allow=["127.0.0.1"])
-    listener = ingestor.state.listener
-    assert listener is not None
+    listener = listener_of(ingestor)
     try:
-        port = bound(ingestor).rsplit(":", 1)[1]
+        port = port_of(ingestor)
         engine = RawPublisher(f"tcp://127.0.0.1:{port}", b"engine")
         peers.append(engine)
         heard(ingestor, engine, "engine", 0)
