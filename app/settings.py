@@ -403,15 +403,11 @@ class SidecarSettings(BaseSettings):
     @field_validator("listen_allow")
     @classmethod
     def _allow_is_networks(cls, networks: list[str]) -> list[str]:
-        for network in networks:
-            try:
-                ipaddress.ip_network(network, strict=False)
-            except ValueError:
-                raise ValueError(
-                    f"{network[:80]!r} is not an IP network (expected an address or "
-                    "ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fd00::/8)"
-                ) from None
-        return networks
+        """Each network in its canonical text, an IPv4-mapped one as the IPv4 network it
+        names (the gate matches an IPv4 peer by its IPv4 address, whichever socket it
+        reached); a scope id is refused, as containment ignores it and would admit the
+        network on every interface."""
+        return [_allowed_network(network) for network in networks]
 
     @field_validator("listen_replay")
     @classmethod
@@ -532,6 +528,27 @@ class SidecarSettings(BaseSettings):
     def listen_streams(self) -> list[ListenStream]:
         """The listen-mode streams declared with a replay endpoint; others appear as they send."""
         return [_declared_stream(pair) for pair in self.listen_replay]
+
+
+def _allowed_network(text: str) -> str:
+    """One ``listen_allow`` entry as canonical network text (``_allow_is_networks``)."""
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise ValueError(
+            f"{text[:80]!r} is not an IP network (expected an address or "
+            "ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fd00::/8)"
+        ) from None
+    if isinstance(network, ipaddress.IPv6Network):
+        if network.network_address.scope_id is not None:
+            raise ValueError(
+                f"{text[:80]!r} names a scope id, which a peer's address is not matched "
+                "on: name the network without it (e.g. fe80::/64)"
+            )
+        mapped = network.network_address.ipv4_mapped
+        if mapped is not None and network.prefixlen >= 96:
+            return str(ipaddress.IPv4Network((mapped, network.prefixlen - 96)))
+    return str(network)
 
 
 def _declared_stream(pair: str) -> ListenStream:

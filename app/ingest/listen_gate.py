@@ -112,9 +112,10 @@ class ListenGate:
 
     def _decide(self, address: bytes) -> tuple[bytes, bytes]:
         """A final refusal for a peer outside ``allow``; else admitted while fewer than the
-        limit are, a temporary refusal past it."""
+        limit are, a temporary refusal past it. A peer of an ipc:// endpoint has no IP
+        address: the socket file's permissions say who connects there, not ``allow``."""
         listener = self.listener
-        if listener.allow and not allowed(address, listener.allow):
+        if listener.allow and not ipc_peer(address) and not allowed(address, listener.allow):
             listener.refused_addresses += 1
             return NOT_ALLOWED
         if self._admitted() < listener.max_connections:
@@ -136,6 +137,13 @@ class ListenGate:
             status = self._decide(request[5])
             self._zap.send_multipart([request[0], b"", ZAP_VERSION, request[3], *status, b"", b""])
         self.listener.connections = self._admitted()
+
+
+def ipc_peer(address: bytes) -> bool:
+    """Whether the peer address of a ZAP request is an ipc:// peer's: libzmq shows one as
+    ``localhost:UID:GID:PID`` where the system tells a socket's peer credentials, else as
+    nothing. A TCP peer's is always its IP address."""
+    return not address or address.startswith(b"localhost:")
 
 
 def allowed(address: bytes, networks: Sequence[IPv4Network | IPv6Network]) -> bool:

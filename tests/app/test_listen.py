@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from ipaddress import ip_network
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -19,7 +20,7 @@ import zmq
 from pydantic import ValidationError
 
 from app.ingest import Ingestor, ListenError
-from app.ingest.listen_gate import allowed
+from app.ingest.listen_gate import allowed, ipc_peer
 from app.settings import SidecarSettings
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherState
@@ -393,6 +394,31 @@ def test_a_peer_outside_the_allowed_networks_is_refused_for_good_and_takes_no_pl
         ingestor.close()
 
 
+def test_listen_allow_governs_network_peers_and_lets_an_ipc_peer_in(
+    peers: list[RawPublisher], tmp_path: Path
+) -> None:
+    """A peer of an ipc:// endpoint reaches the gate with no address: the socket file's
+    permissions decide who connects there. Matched as an address it was refused for
+    good, so listen_allow beside an ipc:// endpoint locked every local engine out."""
+    ipc = f"ipc://{tmp_path}/kv.sock"
+    state = SidecarState.from_settings(
+        SidecarSettings(listen=[LISTEN, ipc], listen_allow=["127.0.0.1"])
+    )
+    ingestor = Ingestor(state)
+    ingestor.start()
+    listener = listener_of(ingestor)
+    try:
+        local = RawPublisher(ipc, b"local")
+        peers.append(local)
+        heard(ingestor, local, "local", 0)
+        stranger = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port_of(ingestor)}", b"stranger")
+        peers.append(stranger)
+        wait_until(lambda: listener.refused_addresses == 1, "the tcp stranger is refused")
+        assert listener.refused_connections == 0
+    finally:
+        ingestor.close()
+
+
 @pytest.mark.parametrize(
     ("address", "networks", "expected"),
     [
@@ -411,11 +437,35 @@ def test_an_address_is_allowed_by_network(address: bytes, networks: list[str], e
     assert allowed(address, parsed) is expected
 
 
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [(b"", True), (b"localhost:1000:1000:4242", True), (b"127.0.0.1", False), (b"::1", False)],
+)
+def test_an_ipc_peer_is_told_by_its_address(address: bytes, expected: bool) -> None:
+    assert ipc_peer(address) is expected
+
+
 def test_listen_allow_names_a_network_that_does_not_parse() -> None:
     with pytest.raises(ValidationError, match=r"'10\.0\.0\.0/33' is not an IP network"):
         SidecarSettings(listen=[LISTEN], listen_allow=["10.0.0.0/8", "10.0.0.0/33"])
     settings = SidecarSettings(listen=[LISTEN], listen_allow="10.0.0.0/8, 192.168.1.5")
-    assert settings.listen_allow == ["10.0.0.0/8", "192.168.1.5"]
+    assert settings.listen_allow == ["10.0.0.0/8", "192.168.1.5/32"]
+
+
+def test_listen_allow_refuses_a_scope_id_which_matching_would_ignore() -> None:
+    """fe80::%eth0/64 contains fe80::1 from every interface: the scope id reads as a
+    limit that is not there."""
+    with pytest.raises(ValidationError, match=r"'fe80::%eth0/64' names a scope id"):
+        SidecarSettings(listen=[LISTEN], listen_allow=["fe80::%eth0/64"])
+
+
+def test_an_ipv4_mapped_network_is_allowed_as_its_ipv4_network() -> None:
+    """::ffff:10.0.0.0/104 names 10/8; kept IPv6 it missed an IPv4 peer of an IPv4
+    socket, whose address reaches the gate unmapped."""
+    settings = SidecarSettings(listen=[LISTEN], listen_allow=["::ffff:10.0.0.0/104", "10.1.2.3/8"])
+    assert settings.listen_allow == ["10.0.0.0/8", "10.0.0.0/8"]
+    networks = [ip_network(network) for network in settings.listen_allow]
+    assert allowed(b"10.9.9.9", networks)
 
 
 def _ipv6_loopback() -> bool:
