@@ -110,7 +110,7 @@ def main() -> None:
             "shadow_shed_refs_share": round(
                 publisher.shadow_shed_block_refs / max(1, publisher.block_refs), 3
             ),
-            "simulated_refs": publisher.simulated_refs(),
+            "simulated_refs": publisher.reading().simulated_refs,
             "insight_held_blocks": held, "insight_bytes": size,
             "insight_max_bytes": publisher.config.max_bytes,
             "traced_bytes_third_of_run": traced,

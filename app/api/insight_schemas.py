@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from app.state.insight import ComputedOptimum, PublisherInsight
+from app.state.insight import ComputedOptimum, InsightReading, PublisherInsight
 from app.state.insight_queue import ShadowQueue
 from app.state.insight_verdicts import (
     Verdict,
@@ -34,7 +34,11 @@ class InsightCurve(BaseModel):
     hit_ratios: dict[str, list[float]] = Field(
         description="Per simulated policy, the hit ratio (0..1) at each capacity."
     )
-    exact: bool = Field(description="False: estimated from a sample (SHARDS), not replayed.")
+    exact: bool = Field(
+        description="True: every simulation replayed the tier's whole stream (rate 1, no "
+        "request lost to a sequence gap, the worker's buffer or the shadow queue); false: "
+        "estimated from a sample (SHARDS), or from a stream with requests missing."
+    )
 
     @classmethod
     def of(cls, curve: HitRatioCurve) -> InsightCurve:
@@ -94,8 +98,8 @@ class SampleStreamInfo(BaseModel):
     )
 
     @classmethod
-    def of(cls, insight: PublisherInsight) -> SampleStreamInfo:
-        stream, rates = insight.stream, insight.rates
+    def of(cls, insight: PublisherInsight, reading: InsightReading) -> SampleStreamInfo:
+        stream, rates = reading.stream, reading.rates
         return cls(
             rate=None if stream is None else stream.rate,
             seed=None if stream is None else stream.seed,
@@ -108,7 +112,7 @@ class SampleStreamInfo(BaseModel):
             requests=insight.requests,
             block_refs=insight.block_refs,
             sampled_refs=insight.sampled_refs,
-            simulated_refs=insight.simulated_refs(),
+            simulated_refs=reading.simulated_refs,
             worker_shed_requests=insight.worker_shed_requests,
             worker_shed_block_refs=insight.worker_shed_block_refs,
             shadow_shed_frames=insight.shadow_shed_frames,
@@ -261,10 +265,14 @@ class PublisherInsightInfo(BaseModel):
         cls, state: PublisherState, stranded: dict[str, int], max_bytes: int
     ) -> PublisherInsightInfo:
         frame, worker, insight = state.stats, state.worker, state.insight
-        stream = None if insight is None else insight.stream
+        reading, stream_info = None, None
+        if insight is not None:
+            reading = insight.reading()
+            stream_info = SampleStreamInfo.of(insight, reading)
+        stream = None if reading is None else reading.stream
         policy = stream.policy if stream else (frame.config.policy if frame else None)
         capacity = stream.capacity if stream else (frame.config.capacity_blocks if frame else None)
-        curve, basis = (None, None) if insight is None else insight.curve_and_basis()
+        curve, basis = (None, None) if reading is None else (reading.curve, reading.basis)
         dead_ratio = None
         if worker is not None and worker.stores_completed:
             dead_ratio = worker.dead_write_blocks / worker.stores_completed
@@ -272,12 +280,12 @@ class PublisherInsightInfo(BaseModel):
         if insight is not None:
             held, size = insight.memory()
             memory = InsightMemory(held_blocks=held, bytes=size, max_bytes=max_bytes)
-        computed = None if insight is None else insight.optimum
+        computed = None if reading is None else reading.optimum
         result = None if computed is None else computed.result
         efficiency = window_efficiency(result, policy, capacity)
         verdicts = [
             *curve_verdicts(curve, policy, basis),
-            *optimum_verdict(result, policy, capacity),
+            *optimum_verdict(result, policy, capacity, None if stream is None else stream.rate),
             *admission_verdict(dead_ratio, efficiency),
             *(
                 candidate_verdict(worker.admission_hit_ratios, worker.admission_followed)
@@ -298,7 +306,7 @@ class PublisherInsightInfo(BaseModel):
                 else None
             ),
             curve=None if curve is None else InsightCurve.of(curve),
-            stream=None if insight is None else SampleStreamInfo.of(insight),
+            stream=stream_info,
             memory=memory,
             stranded=stranded,
             dead_write_blocks=None if worker is None else worker.dead_write_blocks,

@@ -29,7 +29,7 @@ from app.api.event_stream import EventStreams
 from app.api.http_counts import HttpCounts
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
-from app.state.insight import PublisherInsight
+from app.state.insight import InsightReading, PublisherInsight
 from app.state.insight_verdicts import window_efficiency
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
@@ -193,9 +193,10 @@ def _insight_families(publishers: list[PublisherState], state: SidecarState) -> 
         labels=["publisher", "policy", "multiple"],
     )
     memory = 0
-    for name, insight in sampling:
-        found = insight.curve()
+    read = [(name, insight, insight.reading()) for name, insight in sampling]
+    for name, insight, reading in read:
         memory += insight.memory()[1]
+        found = reading.curve
         if found is None:
             continue
         for policy, ratios in found.hit_ratios.items():
@@ -217,7 +218,7 @@ def _insight_families(publishers: list[PublisherState], state: SidecarState) -> 
         shed.add_metric([name, "worker"], insight.worker_shed_block_refs)
         shed.add_metric([name, "shadows"], insight.shadow_shed_block_refs)
     yield shed
-    yield from _optimum_families(sampling)
+    yield from _optimum_families(read)
     yield GaugeMetricFamily(
         "kvscope_sidecar_insight_bytes",
         "Estimated memory of the hit-ratio curves' simulations and the optimum's windows, "
@@ -232,9 +233,12 @@ def _insight_families(publishers: list[PublisherState], state: SidecarState) -> 
     )
 
 
-def _optimum_families(sampling: list[tuple[str, PublisherInsight]]) -> Iterator[Metric]:
+def _optimum_families(
+    read: list[tuple[str, PublisherInsight, InsightReading]],
+) -> Iterator[Metric]:
     """The optimum over each publisher's window: its hits and the tier's policy's, and the
-    block references they are out of (efficiency = tier hits / optimum hits)."""
+    block references they are out of (efficiency = tier hits / optimum hits), each from
+    the same reading as its curve."""
     block_refs = GaugeMetricFamily(
         "kvscope_sidecar_window_block_refs",
         "Block references the optimum's window stood for at its latest computation.",
@@ -259,15 +263,15 @@ def _optimum_families(sampling: list[tuple[str, PublisherInsight]]) -> Iterator[
         "Computations of the optimum over the window.",
         labels=["publisher"],
     )
-    for name, insight in sampling:
+    for name, insight, reading in read:
         runs.add_metric([name], insight.optimum_runs)
-        computed = insight.optimum
+        computed = reading.optimum
         if computed is None:
             continue
         result = computed.result
         block_refs.add_metric([name], result.block_refs)
         optimum.add_metric([name], result.optimum_ratio * result.block_refs)
-        stream = insight.stream
+        stream = reading.stream
         efficiency = (
             None if stream is None else window_efficiency(result, stream.policy, stream.capacity)
         )

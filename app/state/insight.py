@@ -98,12 +98,33 @@ class ComputedOptimum:
     max_refs: int
 
 
+@dataclass(frozen=True, slots=True)
+class InsightReading:
+    """What a reader shows of a publisher's insight, read at one moment: read one after the
+    other, a rebuild or a shadow replay in between set one moment's curve against another's
+    basis, stream or optimum. ``curve`` is None before a simulation replayed a sampled
+    reference, ``basis`` before a stream is simulated."""
+
+    stream: SampledStream | None
+    rates: Rates
+    curve: HitRatioCurve | None
+    basis: CurveBasis | None
+    optimum: ComputedOptimum | None
+
+    @property
+    def simulated_refs(self) -> dict[str, int]:
+        """Sampled references each policy's simulation has replayed."""
+        if self.basis is None:
+            return {}
+        return {policy: sim.sampled_refs for policy, sim in self.basis.simulations.items()}
+
+
 class PublisherInsight:
     """A publisher's sampled stream: its health counts and its curve estimators.
 
     ``receive`` runs on the ingest thread (the stack, and queueing the
     shadows' share); the shadow thread runs what it queued; readers call
-    ``curve`` and ``memory``. ``lock`` guards the estimators; the counts are
+    ``reading`` and ``memory``. ``lock`` guards the estimators; the counts are
     plain ints written by the ingest thread only.
     """
 
@@ -139,6 +160,9 @@ class PublisherInsight:
         self._shadows: CurveEstimator | None = None
         self._shadows_shed = 0
         """Block references of this stream the shadow queue had no room for."""
+        self._lossless = True
+        """Whether the simulations have every request of this stream: no frame missed, none
+        shed by the worker or the shadow queue (a replay at rate 1 is then exact)."""
         self._shadow_sampler: SpatialSampler | None = None
         self._window: WindowOptimum | None = None
         self._window_sampler: SpatialSampler | None = None
@@ -153,10 +177,12 @@ class PublisherInsight:
     def receive(self, seq: int, frame: SampleFrame) -> None:
         """Apply one sample frame: the stack now, the shadow tiers' share queued."""
         last = self.last_seq
+        missed = 0
         if last is not None and not last < seq <= last + MAX_SEQ_JUMP:
             self.stream = None  # the publisher restarted: what it sampled before is gone
         elif last is not None:
-            self.missed_frames += seq - last - 1
+            missed = seq - last - 1
+        self.missed_frames += missed
         self.last_seq = seq
         config = frame.config
         stream = SampledStream(frame.rate, frame.seed, config.policy, config.capacity_blocks)
@@ -164,6 +190,9 @@ class PublisherInsight:
             self.resets += 1 if self.frames else 0
             self._rebuild(stream)
             self.since = frame.ts
+        worker_shed = _rise(self._worker_shed[0], frame.shed_requests)
+        if missed or worker_shed:  # which stream a lost request was of is unknown: this one
+            self._lossless = False
         self._simulate(frame)
         self.ts = frame.ts
         self.requests += len(frame.requests) + frame.unsampled_requests
@@ -172,7 +201,7 @@ class PublisherInsight:
         # The worker's counts are its own since it started; the sidecar's only ever rise (a
         # count that went down is a restarted worker's, all of it new), since they are
         # exported as counters and a fall would read as a reset to rate().
-        self.worker_shed_requests += _rise(self._worker_shed[0], frame.shed_requests)
+        self.worker_shed_requests += worker_shed
         self.worker_shed_block_refs += _rise(self._worker_shed[1], frame.shed_block_refs)
         self._worker_shed = (frame.shed_requests, frame.shed_block_refs)
         # Counted last, once the frame is in every simulation (or queued for the shadow
@@ -214,6 +243,7 @@ class PublisherInsight:
             self._stack_sampler = _sampler(stream, rates.stack)
             self._shadows = None  # built by the shadow thread, which owns its cost
             self._shadows_shed = 0
+            self._lossless = True
             self._shadow_sampler = _sampler(stream, rates.shadows)
             self._window = (
                 None
@@ -266,6 +296,7 @@ class PublisherInsight:
             self.shadow_shed_frames += 1
             self.shadow_shed_block_refs += block_refs
             self._shadows_shed += block_refs
+            self._lossless = False
 
         self.queue.put(ShadowWork(apply, shed, requests_bytes(sampled, refs), self))
 
@@ -334,19 +365,16 @@ class PublisherInsight:
 
     # --- readers ----------------------------------------------------------------------
 
-    def curve(self) -> HitRatioCurve | None:
-        """The curve so far, every simulated policy that has replayed a sampled reference; None
-        before (with none, a ratio adjusted for the sample is 1.0 at every capacity)."""
+    def reading(self) -> InsightReading:
+        """The curve, its basis, the stream they model and the optimum, at one moment."""
         with self.lock:
-            return self._curve()
-
-    def curve_and_basis(self) -> tuple[HitRatioCurve | None, CurveBasis | None]:
-        """The curve and what it rests on, read at one moment: read one after the other, a
-        rebuild or a shadow replay in between set a curve against another moment's basis."""
-        with self.lock:
-            return self._curve(), self._basis()
+            return InsightReading(
+                self.stream, self.rates, self._curve(), self._basis(), self.optimum
+            )
 
     def _curve(self) -> HitRatioCurve | None:
+        """The curve so far, every simulated policy that has replayed a sampled reference; None
+        before (with none, a ratio adjusted for the sample is 1.0 at every capacity)."""
         parts = [
             estimator.curve()
             for estimator in (self._stack, self._shadows)
@@ -358,35 +386,39 @@ class PublisherInsight:
             return None
         ratios = {policy: ratios for part in parts for policy, ratios in part.hit_ratios.items()}
         ordered = {p: ratios[p] for p in self.config.policies if p in ratios}
-        exact = all(part.exact for part in parts)
+        exact = self._lossless and all(part.exact for part in parts)
         return HitRatioCurve(parts[0].capacities, ordered, parts[0].current, exact)
 
     def _basis(self) -> CurveBasis | None:
-        """What the curve rests on, for its verdicts; None before a stream is simulated."""
-        if self.rates.stack is None and self.rates.shadows is None:
+        """What the curve rests on, for its verdicts; None before a stream is simulated. The
+        shadow tiers count before the shadow thread builds them (with nothing replayed, and
+        what was shed): a queue that sheds every frame never builds them."""
+        rates, stream = self.rates, self.stream
+        if stream is None or (rates.stack is None and rates.shadows is None):
             return None
         simulations: dict[str, Simulation] = {}
-        for estimator, shed in ((self._stack, 0), (self._shadows, self._shadows_shed)):
-            if estimator is not None:
-                simulation = Simulation(
-                    estimator.rate,
-                    estimator.sampled_refs,
-                    estimator.block_refs,
-                    shed,
-                    estimator.touched_blocks,
+        if self._stack is not None:
+            stack = self._stack
+            simulations[STACK_POLICY] = Simulation(
+                stack.rate, stack.sampled_refs, stack.block_refs, 0, stack.touched_blocks, True
+            )
+        if rates.shadows is not None:
+            shadows = self._shadows
+            simulation = (
+                Simulation(rates.shadows, 0, 0, self._shadows_shed, 0, False)
+                if shadows is None
+                else Simulation(
+                    shadows.rate,
+                    shadows.sampled_refs,
+                    shadows.block_refs,
+                    self._shadows_shed,
+                    shadows.touched_blocks,
+                    False,
                 )
-                simulations.update(dict.fromkeys(estimator.policies, simulation))
-        return CurveBasis(simulations, self.config.policies)
-
-    def simulated_refs(self) -> dict[str, int]:
-        """Sampled references each simulation has replayed, by policy."""
-        with self.lock:
-            return {
-                policy: estimator.sampled_refs
-                for estimator in (self._stack, self._shadows)
-                if estimator is not None
-                for policy in estimator.policies
-            }
+            )
+            simulations.update(dict.fromkeys(self._shadow_policies, simulation))
+        policies = tuple(p for p in self.config.policies if p in simulations)
+        return CurveBasis(simulations, policies, stream.rate)
 
     def memory(self) -> tuple[int, int]:
         """(held blocks, estimated bytes) of the simulations now; the bytes count the

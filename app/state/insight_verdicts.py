@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from offload.insight.curve import HitRatioCurve
+from offload.insight.estimator import scaled_blocks
 from offload.insight.window_optimum import WindowResult
 
 VerdictKind = Literal[
@@ -47,8 +48,9 @@ DEAD_WRITES_WORTH_SAYING: Final = 0.1
 """A share of stores never read from which admission is worth a sentence."""
 MAX_SHED_SHARE: Final = 0.1
 """The share of the stream's block references a simulation may have lost to a full shadow
-queue and still be compared: each shed frame's blocks are missing from its tiers, so their
-later uses miss there, and its hit ratio reads low by more the more it lost."""
+queue and still be compared: its tiers never saw a shed frame's blocks, so their later
+uses miss there while what the frame would have evicted stays, and its hit ratio is off,
+either way, by more the more it lost."""
 LITTLE_TO_GAIN: Final = 0.95
 """An efficiency against the optimum from which a policy change has little hit ratio to win."""
 
@@ -57,12 +59,14 @@ LITTLE_TO_GAIN: Final = 0.95
 class Simulation:
     """What one simulation of the curve (the stack, or the shadow tiers) rests on.
 
-    ``rate``: the rate it runs at (a capacity c is ``rate * c`` sampled blocks
-    there; the stack and the shadows may run at different ones); ``sampled_refs``
-    and ``block_refs``: sampled references and block references it replayed;
-    ``shed_block_refs``: block references of frames the shadow queue had no room
-    for; ``touched_blocks``: distinct sampled blocks seen, up to its largest
-    scaled capacity (``CurveEstimator.touched_blocks``).
+    ``rate``: the rate it runs at (a capacity c is about ``rate * c`` sampled
+    blocks there; the stack and the shadows may run at different ones);
+    ``sampled_refs`` and ``block_refs``: sampled references and block references
+    it replayed; ``shed_block_refs``: block references of frames the shadow queue
+    had no room for; ``touched_blocks``: distinct sampled blocks seen, up to its
+    largest scaled capacity (``CurveEstimator.touched_blocks``); ``stacked``: the
+    LRU stack, not shadow tiers (they scale a capacity differently:
+    ``scaled_blocks``).
     """
 
     rate: float
@@ -70,6 +74,7 @@ class Simulation:
     block_refs: int
     shed_block_refs: int
     touched_blocks: int
+    stacked: bool
 
     @property
     def covered_block_refs(self) -> int:
@@ -90,18 +95,20 @@ class Simulation:
     def unfilled(self, capacity: int) -> int | None:
         """The sampled blocks a tier of ``capacity`` blocks holds here, while the stream has
         touched fewer (the tier has never been full); None once it has been."""
-        held = math.floor(self.rate * capacity)
+        held = scaled_blocks(self.rate, capacity, stacked=self.stacked)
         return held if self.touched_blocks < held else None
 
 
 @dataclass(frozen=True, slots=True)
 class CurveBasis:
-    """What a curve rests on, for the verdicts it can bear: each policy's simulation (a
-    policy whose simulation is not built yet is absent), and the policies the curve
-    simulates, whether or not they have replayed anything yet."""
+    """What a curve rests on, for the verdicts it can bear: each simulated policy's
+    simulation (one not built yet counts what it shed, and nothing replayed), the policies
+    in the curve's order, and the worker's sample rate (a simulation may run below it, to
+    fit the memory bound)."""
 
     simulations: Mapping[str, Simulation]
     policies: tuple[str, ...]
+    worker_rate: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +146,22 @@ def _rate_up(rate: float) -> float:
     return min(1.0, math.ceil(round(rate * scale, 9)) / scale)
 
 
-def _too_small(what: str, capacity: int, rate: float) -> Verdict:
-    """No verdict on ``what``: the tier of ``capacity`` blocks is too few sampled blocks."""
+def _too_small(what: str, capacity: int, rate: float, worker_rate: float | None) -> Verdict:
+    """No verdict on ``what``: the tier of ``capacity`` blocks is too few sampled blocks at
+    ``rate``, which the memory bound may have set below the worker's (``worker_rate``)."""
+    if worker_rate is not None and rate < worker_rate:
+        remedy = (
+            "KVSCOPE_INSIGHT_MAX_BYTES first: the sidecar runs this simulation below the "
+            f"worker's sample_rate of {worker_rate:g} to fit it"
+        )
+    else:
+        remedy = "the worker's sample_rate, within the sidecar's KVSCOPE_INSIGHT_MAX_BYTES"
     return Verdict(
         "sample_small",
         f"no verdict on {what}: at a sample rate of {rate:g}, {capacity:,} blocks are "
         f"{rate * capacity:.1f} sampled blocks, under the {MIN_SCALED_BLOCKS} a simulated "
         f"tier needs; a rate of at least {_rate_up(MIN_SCALED_BLOCKS / capacity):g} would do "
-        "(the worker's sample_rate, within the sidecar's KVSCOPE_INSIGHT_MAX_BYTES)",
+        f"({remedy})",
         blocks=capacity,
     )
 
@@ -156,7 +171,8 @@ def _shed(policy: str, simulation: Simulation, what: str) -> Verdict:
         "shed",
         f"no verdict on {what}: {policy}'s simulation lost {simulation.shed_share:.0%} of "
         "the stream's block references to a full shadow queue (the shadow thread is behind: "
-        "KVSCOPE_INSIGHT_CPU_SHARE, KVSCOPE_INSIGHT_QUEUE_BYTES), so its hit ratio reads low",
+        "KVSCOPE_INSIGHT_CPU_SHARE, KVSCOPE_INSIGHT_QUEUE_BYTES), so its hit ratio is off by "
+        "an amount the sidecar cannot tell",
         policy=policy,
         share=simulation.shed_share,
     )
@@ -180,15 +196,6 @@ def curve_verdicts(
     if curve is None or curve.current is None or policy is None or basis is None:
         return []
     simulations = basis.simulations
-    fewest = min(simulations[p].sampled_refs if p in simulations else 0 for p in basis.policies)
-    if fewest < MIN_SAMPLED_REFS:
-        return [
-            Verdict(
-                "warming_up",
-                f"the curve rests on {fewest} sampled references so far; its verdicts wait "
-                f"for {MIN_SAMPLED_REFS}",
-            )
-        ]
     current = curve.current
     if policy not in basis.policies:
         simulated = ", ".join(basis.policies)
@@ -202,16 +209,11 @@ def curve_verdicts(
                 policy=policy,
             )
         ]
-    own = simulations.get(policy)
-    if own is None or policy not in curve.hit_ratios:  # read before its first replay
-        return [Verdict("warming_up", f"{policy}'s simulation has not replayed the sample yet")]
-    if own.too_small(current):
-        return [_too_small("the tier's size or policy", current, own.rate)]
-    if own.shed_share > MAX_SHED_SHARE:
-        return [_shed(policy, own, "the tier's size or policy")]
-    held = own.unfilled(current)
-    if held is not None:
-        return [_not_full(policy, held, own)]
+    own = simulations[policy]
+    what = "the tier's size or policy"
+    unready = _unready(policy, own, current, what, basis.worker_rate)
+    if unready is not None:
+        return [unready]
     resolution = NO_CHANGE_POINTS if curve.exact else SAMPLED_RESOLUTION_POINTS
     found: list[Verdict] = []
     here = curve.at(policy, current)
@@ -220,7 +222,7 @@ def curve_verdicts(
         if blocks == current or blocks not in curve.capacities:
             continue
         if own.too_small(blocks):
-            found.append(_too_small(f"{word} the tier", blocks, own.rate))
+            found.append(_too_small(f"{word} the tier", blocks, own.rate, basis.worker_rate))
             continue
         points = 100 * (curve.at(policy, blocks) - here)
         if abs(points) >= resolution:
@@ -239,11 +241,35 @@ def curve_verdicts(
                 blocks=blocks,
             )
         )
-    for other in curve.policies:
-        theirs = simulations.get(other)
-        if other != policy and theirs is not None:
-            found.extend(_policy_verdict(curve, policy, own, other, theirs, resolution))
+    found.extend(
+        _policy_verdict(
+            curve, policy, own, other, simulations[other], resolution, basis.worker_rate
+        )
+        for other in basis.policies
+        if other != policy
+    )
     return found
+
+
+def _unready(
+    policy: str, simulation: Simulation, capacity: int, what: str, worker_rate: float
+) -> Verdict | None:
+    """Why ``policy``'s simulation cannot bear a verdict on ``what`` at ``capacity`` blocks
+    yet, if it cannot: too few sampled blocks, too much shed, too few references replayed,
+    or a tier never full."""
+    if simulation.too_small(capacity):
+        return _too_small(what, capacity, simulation.rate, worker_rate)
+    if simulation.shed_share > MAX_SHED_SHARE:
+        return _shed(policy, simulation, what)
+    if simulation.sampled_refs < MIN_SAMPLED_REFS:
+        return Verdict(
+            "warming_up",
+            f"{policy}'s simulation rests on {simulation.sampled_refs} sampled references so "
+            f"far; its verdicts wait for {MIN_SAMPLED_REFS}",
+            policy=policy,
+        )
+    held = simulation.unfilled(capacity)
+    return None if held is None else _not_full(policy, held, simulation)
 
 
 def _policy_verdict(
@@ -253,7 +279,8 @@ def _policy_verdict(
     other: str,
     theirs: Simulation,
     resolution: float,
-) -> list[Verdict]:
+    worker_rate: float,
+) -> Verdict:
     """``other`` against the tier's ``policy`` at the tier's size, once both simulations
     can bear it: caught up with each other, on enough sampled blocks, with little shed,
     each been full."""
@@ -262,28 +289,22 @@ def _policy_verdict(
     behind, ahead = sorted((theirs.covered_block_refs, own.covered_block_refs))
     if behind < CAUGHT_UP * ahead:
         lagging = other if theirs.covered_block_refs == behind else policy
-        return [
-            Verdict(
-                "warming_up",
-                f"{lagging}'s simulation is behind ({behind:,} of {ahead:,} block "
-                f"references): {other} and {policy} are compared once it catches up",
-                policy=other,
-            )
-        ]
-    if theirs.too_small(current):
-        return [_too_small(f"{other} against {policy}", current, theirs.rate)]
-    if theirs.shed_share > MAX_SHED_SHARE:
-        return [_shed(other, theirs, f"{other} against {policy}")]
-    held = theirs.unfilled(current)
-    if held is not None:
-        return [_not_full(other, held, theirs)]
+        return Verdict(
+            "warming_up",
+            f"{lagging}'s simulation is behind ({behind:,} of {ahead:,} block "
+            f"references): {other} and {policy} are compared once it catches up",
+            policy=other,
+        )
+    unready = _unready(other, theirs, current, f"{other} against {policy}", worker_rate)
+    if unready is not None:
+        return unready
     points = 100 * (curve.at(other, current) - curve.at(policy, current))
     if abs(points) < max(POLICY_POINTS, resolution):
         text = f"{other} would hit about as {policy} does at this size"
     else:
         verb = "add" if points > 0 else "lose"
         text = f"{other} would {verb} {_points(points)} at this size"
-    return [Verdict("policy", text, policy=other, multiple=1.0, points=points)]
+    return Verdict("policy", text, policy=other, multiple=1.0, points=points)
 
 
 def window_efficiency(
@@ -299,15 +320,19 @@ def window_efficiency(
 
 
 def optimum_verdict(
-    result: WindowResult | None, policy: str | None, capacity: int | None
+    result: WindowResult | None,
+    policy: str | None,
+    capacity: int | None,
+    worker_rate: float | None,
 ) -> list[Verdict]:
     """The tier's policy (on a tier of ``capacity`` blocks) against a clairvoyant cache of the
-    same size, over the window; a sample_small verdict where that is too few sampled blocks,
-    none where ``window_efficiency`` is None for another reason."""
+    same size, over the window; a sample_small verdict where that is too few sampled blocks
+    (the window may run below the worker's ``worker_rate``), none where
+    ``window_efficiency`` is None for another reason."""
     if result is None or result.policy != policy or capacity is None:
         return []
     if _too_few_sampled(result.rate, capacity):
-        return [_too_small("the distance to the optimum", capacity, result.rate)]
+        return [_too_small("the distance to the optimum", capacity, result.rate, worker_rate)]
     efficiency = result.efficiency
     if efficiency is None:
         return []

@@ -41,6 +41,14 @@ STACK_POLICY = "lru"
 """The policy the stack answers; every other one gets shadow tiers."""
 
 
+def scaled_blocks(rate: float, capacity: int, *, stacked: bool) -> int:
+    """The sampled blocks a tier of ``capacity`` blocks holds at ``rate``: on the stack
+    ``rate * capacity`` floored (a distance d fits when d <= rate * capacity), on a shadow
+    tier rounded, at least one block (a tier holds whole blocks)."""
+    scaled = rate * capacity
+    return math.floor(scaled) if stacked else max(1, round(scaled))
+
+
 class CurveEstimator:
     """The curve around ``current`` (blocks) from a stream sampled at ``rate``.
 
@@ -66,13 +74,13 @@ class CurveEstimator:
         if unknown:
             raise ValueError(f"unknown cache policy {unknown[0]!r}; known: {', '.join(known)}")
         self._stack = (
-            LRUStackCurve([math.floor(self.rate * c) for c in self.capacities])
+            LRUStackCurve([scaled_blocks(self.rate, c, stacked=True) for c in self.capacities])
             if STACK_POLICY in self.policies
             else None
         )
         self._shadows = ShadowTiers(
             [p for p in self.policies if p != STACK_POLICY],
-            [max(1, round(self.rate * c)) for c in self.capacities],
+            [scaled_blocks(self.rate, c, stacked=False) for c in self.capacities],
         )
         self.block_refs = 0
         self.sampled_refs = 0

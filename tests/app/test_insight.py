@@ -141,10 +141,12 @@ def insight_of(ingestor: Ingestor, raw: RawPublisher) -> PublisherInsight:
 def settled(insight: PublisherInsight, frames: int) -> None:
     """Every frame applied, and the shadow thread through all of them."""
     wait_until(lambda: insight.frames == frames, f"{frames} sample frames applied")
-    wait_until(
-        lambda: insight.simulated_refs().get("arc") == insight.simulated_refs().get("lru"),
-        "the shadow tiers caught up",
-    )
+
+    def caught_up() -> bool:
+        simulated = insight.reading().simulated_refs
+        return simulated.get("arc") == simulated.get("lru")
+
+    wait_until(caught_up, "the shadow tiers caught up")
 
 
 def optimum_ran(sidecar, trace, policy: str) -> PublisherInsight:
@@ -171,7 +173,7 @@ def test_the_curve_is_the_estimators_on_the_same_sample(sidecar, trace) -> None:
     sampler = SpatialSampler(RATE)
     for request in trace:
         expected.record(sampler.sample(request), len(request))
-    curve = insight.curve()
+    curve = insight.reading().curve
     assert curve is not None and curve.current == 400 and not curve.exact
     assert curve.capacities == expected.capacities
     assert dict(curve.hit_ratios) == dict(expected.curve().hit_ratios)
@@ -193,10 +195,11 @@ def test_a_new_capacity_or_a_restart_starts_the_curve_over(sidecar, trace) -> No
     resized = frames(half, capacity=800)
     send(raw, count, resized)  # the tier was resized
     settled(insight, 2 * count)
-    curve = insight.curve()
+    curve = insight.reading().curve
     assert insight.resets == 1 and curve is not None and curve.current == 800
     assert first_since is not None and insight.since == decode_sample_frame(resized[0]).ts
-    assert insight.simulated_refs()["lru"] == insight.sampled_refs // 2, "only the new stream"
+    simulated = insight.reading().simulated_refs
+    assert simulated["lru"] == insight.sampled_refs // 2, "only the new stream"
     queue = ingestor.state.insight.queue
     wait_until(lambda: queue.unfinished == 0, "the shadow thread caught up")
     computed = insight.optimum
@@ -205,7 +208,7 @@ def test_a_new_capacity_or_a_restart_starts_the_curve_over(sidecar, trace) -> No
     send(raw, 0, frames(half, capacity=800))  # the sequence went back: a restarted worker
     settled(insight, 3 * count)
     assert insight.resets == 2 and insight.missed_frames == 0
-    assert insight.simulated_refs()["lru"] == insight.sampled_refs // 3
+    assert insight.reading().simulated_refs["lru"] == insight.sampled_refs // 3
 
 
 class CountsSeenUnderTheLock:
@@ -254,7 +257,7 @@ def test_the_api_and_the_metrics_show_the_curve_the_stream_and_the_verdicts(side
     send(raw, 0, payloads)
     insight = insight_of(ingestor, raw)
     settled(insight, len(payloads))
-    curve = insight.curve()
+    curve = insight.reading().curve
     assert curve is not None
     with TestClient(create_app(settings, ingestor.state), base_url="http://localhost") as http:
         answer = http.get("/api/v1/insight")
@@ -476,7 +479,7 @@ def test_no_curve_is_served_before_a_sampled_reference_is_replayed() -> None:
     )  # fmt: skip
     insight.receive(0, decode_sample_frame(encode_sample_frame(frame)))
     assert insight.block_refs == 30
-    assert insight.curve() is None
+    assert insight.reading().curve is None
 
 
 def test_a_curve_never_mixes_simulations_of_two_tiers(trace) -> None:
@@ -492,7 +495,7 @@ def test_a_curve_never_mixes_simulations_of_two_tiers(trace) -> None:
     insight.stream = SampledStream(RATE, 0, "lru", 1)
     insight.rates = insight._rates(insight.stream)
     work.apply(lambda: None)
-    curve = insight.curve()
+    curve = insight.reading().curve
     assert curve is not None and curve.current == 100
 
 
@@ -561,7 +564,8 @@ def test_shadows_at_a_lower_rate_that_shed_frames_are_caught_up_with_the_stack(t
     rates = insight.rates
     assert rates.shadows is not None and rates.stack is not None
     assert rates.shadows < rates.stack
-    curve, basis = insight.curve_and_basis()
+    reading = insight.reading()
+    curve, basis = reading.curve, reading.basis
     assert basis is not None
     lru, arc = basis.simulations["lru"], basis.simulations["arc"]
     assert arc.covered_block_refs < lru.covered_block_refs, "frames still queued"
@@ -569,7 +573,8 @@ def test_shadows_at_a_lower_rate_that_shed_frames_are_caught_up_with_the_stack(t
     assert lag.kind == "warming_up" and "behind" in lag.text
     while (work := state.queue.get(0)) is not None:
         work.apply(lambda: None)
-    curve, basis = insight.curve_and_basis()
+    reading = insight.reading()
+    curve, basis = reading.curve, reading.basis
     assert basis is not None
     lru, arc = basis.simulations["lru"], basis.simulations["arc"]
     assert arc.sampled_refs < lru.sampled_refs
@@ -589,12 +594,12 @@ def test_a_curve_replayed_whole_at_rate_one_is_exact(trace) -> None:
     while (work := state.queue.get(0)) is not None:
         work.apply(lambda: None)
     assert insight.rates.stack == insight.rates.shadows == 1.0
-    curve = insight.curve()
+    curve = insight.reading().curve
     assert curve is not None and curve.exact
     narrowed = InsightState(InsightConfig(max_bytes=256 * KiB)).new_publisher()
     narrowed.receive(0, sample_frames(trace[:600], capacity=5_000, rate=1.0)[0])
     assert narrowed.rates.stack is not None and narrowed.rates.stack < 1.0
-    curve = narrowed.curve()
+    curve = narrowed.reading().curve
     assert curve is not None and not curve.exact
 
 
@@ -622,3 +627,45 @@ def test_an_optimum_on_too_few_sampled_blocks_shows_no_efficiency_anywhere(trace
     families = {f.name: f for f in text_string_to_metric_families(metrics)}
     assert families["kvscope_sidecar_window_optimum_hits"].samples
     assert not families["kvscope_sidecar_window_tier_hits"].samples
+
+
+def test_shadows_whose_every_frame_is_shed_leave_the_stacks_verdicts(trace) -> None:
+    """A queue with no room for a frame never builds the shadow tiers: the curve's basis
+    left arc out, counted it at 0 sampled references, and the lru tier's own verdicts
+    waited for it for good."""
+    state = InsightState(InsightConfig(queue_bytes=1))
+    insight = state.new_publisher()
+    for seq, frame in enumerate(sample_frames(trace, capacity=1_000)):
+        insight.receive(seq, frame)
+    assert state.queue.items == 0 and insight.shadow_shed_block_refs == insight.block_refs
+    reading = insight.reading()
+    assert reading.simulated_refs == {"lru": insight.sampled_refs, "arc": 0}
+    verdicts = curve_verdicts(reading.curve, "lru", reading.basis)
+    assert [v.kind for v in verdicts] == ["capacity", "capacity", "shed"]
+    assert verdicts[-1].policy == "arc" and verdicts[-1].share == 1.0
+    assert [v.kind for v in curve_verdicts(reading.curve, "arc", reading.basis)] == ["shed"]
+
+
+@pytest.mark.parametrize("lost", ["missed frame", "worker shed", "shadow queue shed"])
+def test_a_curve_at_rate_one_that_lost_requests_is_not_exact(trace, lost: str) -> None:
+    """At rate 1 a replay missing requests is the tier's stream no longer: the curve was
+    called exact all the same, and its verdicts read changes of a twentieth of a point."""
+    state = InsightState(InsightConfig(queue_bytes=1 if lost == "shadow queue shed" else 16 * MiB))
+    insight = state.new_publisher()
+    payloads = sample_frames(trace[:600], capacity=50, rate=1.0)
+    for seq, frame in enumerate(payloads):
+        if lost == "missed frame" and seq == 1:
+            continue
+        if lost == "worker shed" and seq == 2:
+            frame = msgspec.structs.replace(frame, shed_requests=3, shed_block_refs=30)
+        insight.receive(seq, frame)
+        while (work := state.queue.get(0)) is not None:
+            work.apply(lambda: None)
+    curve = insight.reading().curve
+    assert curve is not None and not curve.exact
+    restarted = sample_frames(trace[:200], capacity=60, rate=1.0)[0]
+    insight.receive(len(payloads), restarted)  # another capacity: a new stream, lossless
+    while (work := state.queue.get(0)) is not None:
+        work.apply(lambda: None)
+    curve = insight.reading().curve
+    assert curve is not None and curve.exact is (lost != "shadow queue shed")

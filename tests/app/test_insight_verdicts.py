@@ -46,16 +46,21 @@ def basis(
 ) -> CurveBasis:
     """The stack (lru) at ``rate`` and the shadows (arc) at ``arc_rate``; ``refs`` block
     references covered (arc: ``arc_shed_share`` of them shed), twenty per sampled one at
-    rate 1."""
+    rate 1. The worker samples at ``rate``."""
     arc_rate = rate if arc_rate is None else arc_rate
     arc_refs = refs if arc_refs is None else arc_refs
-    stack = Simulation(rate, round(refs * rate * 20), refs, 0, touched)
+    stack = Simulation(rate, round(refs * rate * 20), refs, 0, touched, True)
     arc_touched = touched if arc_touched is None else arc_touched
     arc_shed = round(arc_refs * arc_shed_share)
     shadows = Simulation(
-        arc_rate, round(arc_refs * arc_rate * 20), arc_refs - arc_shed, arc_shed, arc_touched
+        arc_rate,
+        round(arc_refs * arc_rate * 20),
+        arc_refs - arc_shed,
+        arc_shed,
+        arc_touched,
+        False,
     )
-    return CurveBasis({"lru": stack, "arc": shadows}, POLICIES)
+    return CurveBasis({"lru": stack, "arc": shadows}, POLICIES, rate)
 
 
 def kinds(verdicts: list[Verdict]) -> list[str]:
@@ -154,9 +159,22 @@ def test_a_simulation_that_shed_much_of_the_stream_is_not_compared() -> None:
 
 
 def test_a_policy_at_a_rate_too_low_for_the_tier_is_not_compared() -> None:
+    """The shadows run at 0.005 to fit the memory bound while the worker samples at 0.05:
+    the sentence pointed at the worker's rate, which was already enough."""
     curve = curve_around(2_000, 0.30, 0.25)
     verdicts = curve_verdicts(curve, "lru", basis(0.05, arc_rate=0.005))
     assert verdicts[-1].kind == "sample_small" and "arc against lru" in verdicts[-1].text
+    assert (
+        "(KVSCOPE_INSIGHT_MAX_BYTES first: the sidecar runs this simulation below the "
+        "worker's sample_rate of 0.05 to fit it)"
+    ) in verdicts[-1].text
+
+
+def test_a_window_narrowed_to_fit_the_memory_bound_names_the_bound_first() -> None:
+    (narrowed,) = optimum_verdict(window("lru", 310, 500, 400, rate=0.02), "lru", 310, 0.1)
+    assert "KVSCOPE_INSIGHT_MAX_BYTES first" in narrowed.text
+    (worker,) = optimum_verdict(window("lru", 310, 500, 400), "lru", 310, 0.05)
+    assert "(the worker's sample_rate, within" in worker.text
 
 
 @pytest.mark.parametrize(("exact", "said"), [(False, "by less than 1 point"), (True, "~0.7")])
@@ -180,15 +198,15 @@ def window(
 
 
 def test_the_optimum_verdict_speaks_only_of_the_tiers_own_policy_on_enough_blocks() -> None:
-    assert kinds(optimum_verdict(window("arc", 2_000, 500, 400), "arc", 2_000)) == ["optimum"]
+    assert kinds(optimum_verdict(window("arc", 2_000, 500, 400), "arc", 2_000, 0.05)) == ["optimum"]
     assert window_efficiency(window("arc", 2_000, 500, 400), "arc", 2_000) is not None
     stood_in = window("lru", 2_000, 500, 400)
-    assert optimum_verdict(stood_in, "gated", 2_000) == [], "lru stood in for it"
+    assert optimum_verdict(stood_in, "gated", 2_000, 0.05) == [], "lru stood in for it"
     assert window_efficiency(stood_in, "gated", 2_000) is None
-    (small,) = optimum_verdict(window("lru", 20, 500, 400), "lru", 20)
+    (small,) = optimum_verdict(window("lru", 20, 500, 400), "lru", 20, 0.05)
     assert small.kind == "sample_small" and small.blocks == 20
     nothing = window("lru", 2_000, 0, 0)
-    assert optimum_verdict(nothing, "lru", 2_000) == [], "no reachable hit"
+    assert optimum_verdict(nothing, "lru", 2_000, 0.05) == [], "no reachable hit"
     assert window_efficiency(nothing, "lru", 2_000) is None
 
 
@@ -197,11 +215,11 @@ def test_the_optimum_is_withheld_on_the_tiers_own_size_and_its_efficiency_with_i
     enough for a 310-block tier at 0.05), and the API gave the efficiency the verdict
     withheld."""
     small = window("lru", 310, 500, 400)
-    (verdict,) = optimum_verdict(small, "lru", 310)
+    (verdict,) = optimum_verdict(small, "lru", 310, 0.05)
     assert verdict.kind == "sample_small" and verdict.blocks == 310
     assert window_efficiency(small, "lru", 310) is None
     exact = window("lru", 8, 50, 40, rate=1.0)
-    assert kinds(optimum_verdict(exact, "lru", 8)) == ["optimum"], "rate 1: the tier's own"
+    assert kinds(optimum_verdict(exact, "lru", 8, 1.0)) == ["optimum"], "rate 1: the tier's own"
     assert window_efficiency(exact, "lru", 8) == pytest.approx(0.8)
 
 
@@ -221,11 +239,40 @@ def test_one_stranded_block_is_one_block() -> None:
 
 
 def test_a_curve_read_before_the_tiers_policy_replayed_gets_no_verdict_not_an_error() -> None:
-    """The curve and its basis were once read one after the other, and the shadow thread's
-    first replay in between made the API fail with a KeyError; they are read together now,
-    and the verdicts still take a curve that lacks the tier's policy as warming up."""
+    """Before the shadow thread's first replay the curve lacks arc: under arc the tier's
+    verdicts wait (they once failed with a KeyError), under lru arc's comparison does."""
     only_lru = HitRatioCurve(
         scaled_capacities(2_000), {"lru": (0.1,) * len(scaled_capacities(2_000))}, 2_000, False
     )
-    (verdict,) = curve_verdicts(only_lru, "arc", basis(0.05))
-    assert verdict.kind == "warming_up"
+    unreplayed = basis(0.05, arc_refs=0)
+    (verdict,) = curve_verdicts(only_lru, "arc", unreplayed)
+    assert verdict.kind == "warming_up" and "arc's simulation rests on 0 sampled" in verdict.text
+    verdicts = curve_verdicts(only_lru, "lru", unreplayed)
+    assert kinds(verdicts) == ["capacity", "capacity", "warming_up"]
+    assert "arc's simulation is behind (0 of 5,000" in verdicts[-1].text
+
+
+def test_shadows_that_shed_every_frame_leave_the_stack_its_verdicts() -> None:
+    """A shadow queue that sheds every frame never builds the shadow tiers: arc counted as
+    0 sampled references, and the lru tier's own verdicts waited for it forever."""
+    only_lru = HitRatioCurve(
+        scaled_capacities(2_000), {"lru": (0.1,) * len(scaled_capacities(2_000))}, 2_000, False
+    )
+    stack = Simulation(0.05, 5_000, 5_000, 0, 10**6, True)
+    never_built = Simulation(0.05, 0, 0, 5_000, 0, False)
+    shed = CurveBasis({"lru": stack, "arc": never_built}, POLICIES, 0.05)
+    verdicts = curve_verdicts(only_lru, "lru", shed)
+    assert kinds(verdicts) == ["capacity", "capacity", "shed"]
+    assert verdicts[-1].policy == "arc" and verdicts[-1].share == 1.0
+    (own,) = curve_verdicts(only_lru, "arc", shed)
+    assert own.kind == "shed"
+
+
+def test_a_tier_the_stream_has_not_filled_is_judged_at_its_simulations_own_size() -> None:
+    """2,015 blocks at 0.05 are 100.75 sampled blocks: the stack's tier holds 100 (a
+    distance fits when d <= 100.75), a shadow tier 101. With 100 blocks touched the shadow
+    tier was taken for full, from the stack's rounding, and compared."""
+    curve = curve_around(2_015, 0.30, 0.25)
+    verdicts = curve_verdicts(curve, "lru", basis(0.05, touched=100))
+    assert kinds(verdicts)[-1] == "warming_up" and "the 101 it holds" in verdicts[-1].text
+    assert kinds(verdicts)[:2] == ["capacity", "capacity"], "the stack's 100 are full"

@@ -76,10 +76,10 @@ def test_a_bad_sample_frame_is_refused_counted_and_the_curve_kept(payload: bytes
             assert isinstance(insight, PublisherInsight)
             # the shadow thread replays the good frame on its own time: let it finish first
             wait_until(lambda: ingestor.state.insight.queue.unfinished == 0, "the shadows ran")
-            before = insight.curve()
+            before = insight.reading().curve
             send(raw, 1, payload)
             wait_until(lambda: state.malformed == 1, "the frame is counted as malformed")
-            assert insight.frames == 1 and insight.curve() == before
+            assert insight.frames == 1 and insight.reading().curve == before
             send(raw, 2, msgspec.msgpack.encode(frame()))
             wait_until(lambda: insight.frames == 2, "a good frame after it is applied")
     finally:
