@@ -34,7 +34,11 @@ class DecodedEvent(msgspec.Struct, frozen=True, gc=False):
 
     ``block_hashes`` is empty for "cleared"; ``block_size`` and
     ``parent_block_hash`` are known only for "stored". ``medium`` None means
-    ``DEFAULT_MEDIUM`` (the GPU).
+    ``DEFAULT_MEDIUM`` (the GPU). ``group``: the KV cache group whose copy of
+    the blocks this is (vLLM's ``group_idx``: a hybrid model keeps one copy of
+    a block per group, each stored and removed on its own); None where the
+    publisher names none (one group, or kvscope's stream, which counts its
+    groups' copies at the source).
     """
 
     kind: EventKind
@@ -42,6 +46,7 @@ class DecodedEvent(msgspec.Struct, frozen=True, gc=False):
     medium: str | None = None
     block_size: int | None = None
     parent_block_hash: BlockHash | None = None
+    group: int | None = None
 
 
 class DecodedBatch(msgspec.Struct, frozen=True, gc=False):
@@ -60,6 +65,7 @@ class DecodedBatch(msgspec.Struct, frozen=True, gc=False):
 
 
 _BlockSize = Annotated[int, msgspec.Meta(ge=0, le=2**32)]
+_Group = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 
 
 class _ArrayStored(msgspec.Struct, array_like=True, tag="BlockStored", gc=False):
@@ -85,11 +91,13 @@ class _MapStored(msgspec.Struct, tag="BlockStored", gc=False):
     parent_block_hash: BlockHash | None = None
     block_size: _BlockSize | None = None
     medium: Medium | None = None
+    group_idx: _Group | None = None
 
 
 class _MapRemoved(msgspec.Struct, tag="BlockRemoved", gc=False):
     block_hashes: list[BlockHash]
     medium: Medium | None = None
+    group_idx: _Group | None = None
 
 
 class _MapCleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):
@@ -197,11 +205,23 @@ def _decode_event(raw: msgspec.Raw) -> _WireEvent | None:
 
 
 def _normalise(event: _WireEvent) -> DecodedEvent:
-    if isinstance(event, _ArrayStored | _MapStored):
+    """One wire event in the internal form (the array era predates KV cache groups)."""
+    if isinstance(event, _MapStored):
+        return DecodedEvent(
+            "stored",
+            event.block_hashes,
+            event.medium,
+            event.block_size,
+            event.parent_block_hash,
+            event.group_idx,
+        )
+    if isinstance(event, _ArrayStored):
         return DecodedEvent(
             "stored", event.block_hashes, event.medium, event.block_size, event.parent_block_hash
         )
-    if isinstance(event, _ArrayRemoved | _MapRemoved):
+    if isinstance(event, _MapRemoved):
+        return DecodedEvent("removed", event.block_hashes, event.medium, group=event.group_idx)
+    if isinstance(event, _ArrayRemoved):
         return DecodedEvent("removed", event.block_hashes, event.medium)
     return DecodedEvent("cleared", [])
 

@@ -29,6 +29,7 @@ from app.api.event_stream import EventStreams
 from app.api.http_counts import HttpCounts
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
+from app.state.block_index import MAX_GROUPS
 from app.state.insight import InsightReading, PublisherInsight
 from app.state.insight_verdicts import window_efficiency
 from app.state.publisher import PublisherState
@@ -111,6 +112,7 @@ class SidecarCollector(Collector):
         with self._state.lock:
             tracked, overflow = len(index), index.overflow
             refused_media = index.refused_media_events
+            refused_groups = index.refused_group_events
             usage = index.usage()
         yield GaugeMetricFamily("kvscope_sidecar_tracked_blocks", "Blocks indexed.", tracked)
         stranded = GaugeMetricFamily(
@@ -132,6 +134,12 @@ class SidecarCollector(Collector):
             "kvscope_sidecar_refused_media_events_total",
             "Events refused for naming a medium past max_media.",
             refused_media,
+        )
+        yield CounterMetricFamily(
+            "kvscope_sidecar_refused_group_events_total",
+            f"Events refused for naming a KV cache group past the {MAX_GROUPS} tracked per "
+            "publisher and medium.",
+            refused_groups,
         )
         yield GaugeMetricFamily(
             "kvscope_sidecar_conflicting_samples",

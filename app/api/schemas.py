@@ -212,6 +212,11 @@ class Event(BaseModel):
     block_count: int = Field(description="How many block hashes the event carried.")
     block_size: int | None
     parent_block_hash: str | None
+    group: int | None = Field(
+        default=None,
+        description="The KV cache group whose copy of the blocks this is (vLLM's group_idx: "
+        "a hybrid model holds a block once per group); null where the publisher names none.",
+    )
 
     @classmethod
     def of(cls, logged: LoggedEvent) -> Event:
@@ -229,6 +234,7 @@ class Event(BaseModel):
             block_count=len(event.block_hashes),
             block_size=event.block_size,
             parent_block_hash=None if parent is None else render_block_hash(parent),
+            group=event.group,
         )
 
 

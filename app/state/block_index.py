@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
 from itertools import islice
+from typing import Final
 
 import msgspec
 
@@ -25,6 +26,11 @@ from app.state.stranded import StrandedBlocks
 # (app/state/listing.py) keeps the creation order in chunks it never walks
 # either. So an index of millions of blocks adds nothing to a full collection.
 # The dicts are shards (app/state/shards.py), so none is big enough to stall on a rebuild.
+
+MAX_GROUPS: Final = 64
+"""Most KV cache groups tracked per publisher and medium: each is a location bit of its
+own, and the network names them (vLLM's hybrid models have a few; one group per layer
+of a very deep model stays within it)."""
 
 
 class BlockEntry(msgspec.Struct, frozen=True):
@@ -77,6 +83,10 @@ class BlockIndex:
     """
 
     def __init__(self, max_blocks: int, max_media: int = 16) -> None:
+        """A location is a (publisher, medium, KV cache group): a hybrid model holds a block
+        once per group, each copy stored and removed on its own, so a block leaves a
+        medium when its last group's copy does, and a medium's count is of copies (the
+        blocks its pool spends)."""
         if max_blocks < 1:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
         if max_media < 1:
@@ -91,13 +101,18 @@ class BlockIndex:
         """Events refused because they named a medium past ``max_media``, and media past it
         that a stats frame gave block sizes for."""
         self._media: set[str] = set()
+        self.refused_group_events = 0
+        """Events refused because they named a KV cache group past ``MAX_GROUPS`` for their
+        publisher and medium."""
+        self._groups: dict[tuple[str, str], int] = {}  # (publisher, medium) -> groups seen
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
         self._shards: tuple[dict[Hashable, HeldBlock], ...] = tuple({} for _ in range(SHARDS))
         self._held = 0  # blocks in all shards
         self._listing = Listing()
         self._next_seq = 0
-        self._locations: dict[tuple[str, str], int] = {}  # (publisher, medium) -> bit number
+        # (publisher, medium, group) -> bit number
+        self._locations: dict[tuple[str, str, int | None], int] = {}
         self._location_names: list[tuple[str, str]] = []  # bit number -> (publisher, medium)
         self._counts: list[int] = []  # bit number -> blocks held there
         self._block_bytes: dict[str, dict[str, int]] = {}  # publisher -> medium -> bytes
@@ -126,7 +141,7 @@ class BlockIndex:
         self._listing.settle()
 
     def _store(self, publisher: str, event: DecodedEvent, now: float) -> None:
-        number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
+        number = self._location(publisher, event.medium or DEFAULT_MEDIUM, event.group)
         if number is None:
             return
         bit = 1 << number
@@ -178,7 +193,7 @@ class BlockIndex:
         self.overflow += refused
 
     def _remove(self, publisher: str, event: DecodedEvent) -> None:
-        number = self._location(publisher, event.medium or DEFAULT_MEDIUM)
+        number = self._location(publisher, event.medium or DEFAULT_MEDIUM, event.group)
         if number is None:
             return
         bit = 1 << number
@@ -208,12 +223,13 @@ class BlockIndex:
         self._listing.dead += gone
         self.untracked_removals += len(event.block_hashes) - removed
 
-    def _location(self, publisher: str, medium: str) -> int | None:
-        """The bit number of a (publisher, medium) pair, allocated on first sight.
+    def _location(self, publisher: str, medium: str, group: int | None) -> int | None:
+        """The bit number of a (publisher, medium, group), allocated on first sight.
 
-        None (the event counted in ``refused_media_events``) for a medium past ``max_media``.
+        None for a medium past ``max_media`` (the event counted in ``refused_media_events``)
+        or a group past ``MAX_GROUPS`` (counted in ``refused_group_events``).
         """
-        key = (publisher, medium)
+        key = (publisher, medium, group)
         number = self._locations.get(key)
         if number is None:
             if medium not in self._media:
@@ -221,8 +237,14 @@ class BlockIndex:
                     self.refused_media_events += 1
                     return None
                 self._media.add(medium)
+            pair = (publisher, medium)
+            groups = self._groups.get(pair, 0)
+            if groups >= MAX_GROUPS:
+                self.refused_group_events += 1
+                return None
+            self._groups[pair] = groups + 1
             number = self._locations[key] = len(self._location_names)
-            self._location_names.append(key)
+            self._location_names.append(pair)
             self._counts.append(0)
             if medium != DEFAULT_MEDIUM:
                 self._lower_tier_bits |= 1 << number
@@ -273,14 +295,18 @@ class BlockIndex:
     # --- queries --------------------------------------------------------------------
 
     def usage(self) -> list[Usage]:
-        """Blocks (and bytes where known) per publisher and medium, in order of first sight."""
-        rows = []
+        """Blocks (and bytes where known) per publisher and medium, in order of first sight;
+        a block held by two KV cache groups there is two copies, and counts twice."""
+        summed: dict[tuple[str, str], tuple[int, int]] = {}
         stranded = self.stranded.counts
-        for number, (publisher, medium) in enumerate(self._location_names):
-            blocks = self._counts[number]
+        for number, pair in enumerate(self._location_names):
+            blocks, strays = summed.get(pair, (0, 0))
+            summed[pair] = (blocks + self._counts[number], strays + stranded.get(number, 0))
+        rows = []
+        for (publisher, medium), (blocks, strays) in summed.items():
             block_bytes = self._block_bytes.get(publisher, {}).get(medium)
             size = None if block_bytes is None else blocks * block_bytes
-            rows.append(Usage(publisher, medium, blocks, size, stranded.get(number, 0)))
+            rows.append(Usage(publisher, medium, blocks, size, strays))
         return rows
 
     def blocks_by_medium(self) -> dict[str, int]:

@@ -16,17 +16,21 @@ from hypothesis import strategies as st
 
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
-from app.state.block_index import BlockIndex, PrefixMatch, Usage
+from app.state.block_index import MAX_GROUPS, BlockIndex, PrefixMatch, Usage
 
 
 def stored(
-    hashes: list, medium: str | None = "CPU", block_size: int = 16, parent: int | None = None
+    hashes: list,
+    medium: str | None = "CPU",
+    block_size: int = 16,
+    parent: int | None = None,
+    group: int | None = None,
 ) -> DecodedEvent:
-    return DecodedEvent("stored", hashes, medium, block_size, parent)
+    return DecodedEvent("stored", hashes, medium, block_size, parent, group)
 
 
-def removed(hashes: list, medium: str | None = "CPU") -> DecodedEvent:
-    return DecodedEvent("removed", hashes, medium)
+def removed(hashes: list, medium: str | None = "CPU", group: int | None = None) -> DecodedEvent:
+    return DecodedEvent("removed", hashes, medium, group=group)
 
 
 CLEARED = DecodedEvent("cleared", [])
@@ -316,6 +320,35 @@ def test_a_full_collection_walks_nothing_of_a_large_index() -> None:
     assert stranded_by_medium(index) == {"CPU": blocks - 2000}  # the conversations left
 
 
+def test_a_block_leaves_a_medium_with_its_last_kv_cache_groups_copy() -> None:
+    """vLLM's hybrid models hold a block once per KV cache group, each copy stored and
+    removed on its own (a sliding-window group lets its copies go first). Keyed by
+    (publisher, medium) the first group's removal dropped the block from the GPU while
+    the full-attention group still held it, and the later removal counted as untracked."""
+    index = BlockIndex(max_blocks=100)
+    index.apply("w", batch(stored([1, 2], None, group=0), stored([1, 2], None, group=1)), 1.0)
+    assert index.usage() == [Usage("w", "GPU", 4, None)], "two copies of two blocks"
+    index.apply("w", batch(removed([1, 2], None, group=1)), now=2.0)
+    entry = index.get(1)
+    assert entry is not None and entry.media == ("GPU",)
+    assert index.lookup_prefix([1, 2]) == PrefixMatch({"GPU": 2}, 2)
+    assert index.usage() == [Usage("w", "GPU", 2, None)]
+    index.apply("w", batch(removed([1, 2], None, group=0)), now=3.0)
+    assert index.get(1) is None and len(index) == 0
+    assert index.untracked_removals == 0
+
+
+def test_kv_cache_groups_past_the_cap_are_refused_and_counted() -> None:
+    """Groups are location bits, and the network names them: a peer naming thousands
+    would make every mask and every answer that long."""
+    index = BlockIndex(max_blocks=10_000)
+    index.apply("w", batch(*(stored([g], None, group=g) for g in range(MAX_GROUPS + 10))), 1.0)
+    assert index.refused_group_events == 10
+    assert index.usage() == [Usage("w", "GPU", MAX_GROUPS, None)]
+    index.apply("v", batch(stored([1], None, group=MAX_GROUPS + 5)), now=2.0)
+    assert index.refused_group_events == 10, "the cap is per publisher and medium"
+
+
 def test_max_blocks_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_blocks"):
         BlockIndex(max_blocks=0)
@@ -325,31 +358,39 @@ def test_max_blocks_must_be_positive() -> None:
 
 PUBLISHERS = ("a", "b")
 MEDIA = (None, "CPU", "GPU")
+GROUPS = (None, 0, 1)
 event = st.one_of(
     st.builds(
         stored,
         st.lists(st.integers(0, 9), max_size=5),
         st.sampled_from(MEDIA),
         parent=st.one_of(st.none(), st.integers(0, 9)),
+        group=st.sampled_from(GROUPS),
     ),
-    st.builds(removed, st.lists(st.integers(0, 9), max_size=5), st.sampled_from(MEDIA)),
+    st.builds(
+        removed,
+        st.lists(st.integers(0, 9), max_size=5),
+        st.sampled_from(MEDIA),
+        group=st.sampled_from(GROUPS),
+    ),
     st.just(CLEARED),
 )
 step = st.tuples(st.sampled_from(PUBLISHERS), st.lists(event, max_size=4))
 
 
 class Model:
-    """The index's contract written the obvious way: hash -> set of (publisher, medium)."""
+    """The index's contract written the obvious way: hash -> set of (publisher, medium,
+    KV cache group), a block's copies."""
 
     def __init__(self, max_blocks: int) -> None:
         self.max_blocks = max_blocks
-        self.blocks: dict[Hashable, set[tuple[str, str]]] = {}  # insertion order = listing
+        self.blocks: dict[Hashable, set[tuple[str, str, int | None]]] = {}  # listing order
         self.hits: dict[Hashable, int] = {}
         self.parents: dict[Hashable, Hashable | None] = {}  # of held blocks, from their store
         self.overflow = self.untracked = 0
 
     def apply(self, publisher: str, event: DecodedEvent) -> None:
-        where = (publisher, event.medium or "GPU")
+        where = (publisher, event.medium or "GPU", event.group)
         if event.kind == "cleared":
             for block_hash in list(self.blocks):
                 self._discard(
@@ -365,7 +406,7 @@ class Model:
                 else:
                     self._discard(block_hash, {where})
             elif held is not None:
-                if where[1] == "GPU" and any(medium != "GPU" for _p, medium in held):
+                if where[1] == "GPU" and any(medium != "GPU" for _p, medium, _g in held):
                     self.hits[block_hash] += 1
                 held.add(where)
             elif len(self.blocks) >= self.max_blocks:
@@ -383,11 +424,11 @@ class Model:
                 seen.add(above)
                 above = self.parents[above]
             if above is not None:
-                for _publisher, medium in held:
+                for _publisher, medium, _group in held:
                     counts[medium] = counts.get(medium, 0) + 1
         return counts
 
-    def _discard(self, block_hash: Hashable, locations: set[tuple[str, str]]) -> None:
+    def _discard(self, block_hash: Hashable, locations: set[tuple[str, str, int | None]]) -> None:
         self.blocks[block_hash] -= locations
         if not self.blocks[block_hash]:
             del self.blocks[block_hash], self.hits[block_hash], self.parents[block_hash]
@@ -407,11 +448,15 @@ def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int) -> None:
         held = model.blocks.get(block_hash)
         assert (entry is None) == (held is None)
         if entry is not None and held is not None:
-            assert entry.publishers == tuple(sorted({p for p, _m in held}))
-            assert entry.media == tuple(sorted({m for _p, m in held}))
+            assert entry.publishers == tuple(sorted({p for p, _m, _g in held}))
+            assert entry.media == tuple(sorted({m for _p, m, _g in held}))
             assert entry.hits == model.hits[block_hash]
     for row in index.usage():
-        expected = sum((row.publisher, row.medium) in held for held in model.blocks.values())
+        expected = sum(
+            (p, m) == (row.publisher, row.medium)
+            for held in model.blocks.values()
+            for p, m, _g in held
+        )
         assert row.blocks == expected
     assert (index.overflow, index.untracked_removals) == (model.overflow, model.untracked)
     stranded = {medium: n for medium, n in stranded_by_medium(index).items() if n}

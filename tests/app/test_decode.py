@@ -119,6 +119,27 @@ def test_batch_encoded_as_a_map_is_read() -> None:
     assert decode_kv_payload(payload) == DecodedBatch(4.0, 1, [DecodedEvent("removed", [9])])
 
 
+def test_map_era_events_name_their_kv_cache_group() -> None:
+    """A hybrid model's copies of one block, one per group, are told apart by group_idx."""
+    events = [
+        {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
+         "token_ids": [], "block_size": 16, "lora_id": None, "medium": None, "group_idx": 1},
+        {"type": "BlockRemoved", "block_hashes": [1], "medium": None, "group_idx": 0},
+    ]  # fmt: skip
+    batch = decode_kv_payload(encode([1.0, events]))
+    assert batch.events == [
+        DecodedEvent("stored", [1], None, 16, None, group=1),
+        DecodedEvent("removed", [1], None, group=0),
+    ]
+
+
+@pytest.mark.parametrize("group", [-1, 2**31, 1.5, "0", [0]], ids=repr)
+def test_a_group_that_is_no_group_index_makes_its_event_malformed(group: Any) -> None:
+    event = {"type": "BlockRemoved", "block_hashes": [1], "medium": None, "group_idx": group}
+    batch = decode_kv_payload(encode([1.0, [event, ["BlockRemoved", [2]]]]))
+    assert (batch.events, batch.malformed) == ([DecodedEvent("removed", [2])], 1)
+
+
 # --- array era (vLLM < 0.26) ------------------------------------------------------
 
 STORED_TAILS = {
