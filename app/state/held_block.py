@@ -24,8 +24,8 @@ class HeldBlock(msgspec.Struct, gc=False):
     """Which of the index's dicts holds it, and of the stranded count's holds its children
     (app/state/shards.py): computed once, when it is entered."""
     mask: int
-    """Location bits: one per (publisher, medium) the block is held on; zero once the block is
-    gone (the listing keeps the record until it sweeps it)."""
+    """Location bits: one per (publisher, medium, KV cache group) the block is held on; zero
+    once the block is gone (the listing keeps the record until it sweeps it)."""
     seq: int
     """Its sequence number, taken when it was entered: its place in the listing."""
     first: float
