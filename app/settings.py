@@ -468,6 +468,21 @@ class SidecarSettings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _allow_can_guard_listen(self) -> SidecarSettings:
+        """An abstract ipc socket (``ipc://@name``) has no file whose permissions say who
+        connects, and its peers no IP address for ``listen_allow`` to match: with both set,
+        any local process of any user would pass a gate the settings say is closed."""
+        if self.listen_allow:
+            for endpoint in self.listen:
+                if endpoint.startswith("ipc://@"):
+                    raise ValueError(
+                        f"listen_allow (KVSCOPE_LISTEN_ALLOW) cannot guard {endpoint!r}: an "
+                        "abstract socket has no file whose permissions say who connects, and "
+                        "its peers no IP address to match; listen on ipc://PATH instead"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _topics_differ(self) -> SidecarSettings:
         if self.kv_topic == self.stats_topic:
             raise ValueError(f"kv_topic and stats_topic must differ, both are {self.kv_topic!r}")
@@ -540,7 +555,7 @@ def _allowed_network(text: str) -> str:
             "ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fd00::/8)"
         ) from None
     if isinstance(network, ipaddress.IPv6Network):
-        if network.network_address.scope_id is not None:
+        if "%" in text.partition("/")[0]:  # the network's own address has lost it to the mask
             raise ValueError(
                 f"{text[:80]!r} names a scope id, which a peer's address is not matched "
                 "on: name the network without it (e.g. fe80::/64)"

@@ -81,6 +81,8 @@ class ListenGate:
         """When each open connection was accepted (monotonic seconds), by descriptor."""
         self._admissions: deque[float] = deque()
         """When each handshake of the last ``SETTLED_S`` was admitted, oldest first."""
+        self._serves_ipc = any(e.startswith("ipc://") for e in listener.endpoints)
+        """Whether a peer without an IP address can be an ipc:// endpoint's (``ipc_peer``)."""
 
     def on_ready(self, sock: zmq.Socket) -> None:
         """Read what is waiting: the monitor's events, then (for the ZAP socket) answers."""
@@ -113,9 +115,11 @@ class ListenGate:
     def _decide(self, address: bytes) -> tuple[bytes, bytes]:
         """A final refusal for a peer outside ``allow``; else admitted while fewer than the
         limit are, a temporary refusal past it. A peer of an ipc:// endpoint has no IP
-        address: the socket file's permissions say who connects there, not ``allow``."""
+        address: the socket file's permissions say who connects there, not ``allow`` (the
+        settings refuse ``allow`` beside an abstract socket, which has no file)."""
         listener = self.listener
-        if listener.allow and not ipc_peer(address) and not allowed(address, listener.allow):
+        local = self._serves_ipc and ipc_peer(address)
+        if listener.allow and not local and not allowed(address, listener.allow):
             listener.refused_addresses += 1
             return NOT_ALLOWED
         if self._admitted() < listener.max_connections:
@@ -140,10 +144,12 @@ class ListenGate:
 
 
 def ipc_peer(address: bytes) -> bool:
-    """Whether the peer address of a ZAP request is an ipc:// peer's: libzmq shows one as
-    ``localhost:UID:GID:PID`` where the system tells a socket's peer credentials, else as
-    nothing. A TCP peer's is always its IP address."""
-    return not address or address.startswith(b"localhost:")
+    """Whether the peer address of a ZAP request can be an ipc:// peer's: libzmq shows one
+    as ``localhost:UID:GID:PID`` where the system tells a socket's peer credentials, else
+    as ``localhost`` (or nothing, where the name lookup fails). A TCP peer's is its IP
+    address (or nothing, where the lookup of the peer fails: only a socket that binds an
+    ipc:// endpoint lets such a peer past ``allow``)."""
+    return not address or address == b"localhost" or address.startswith(b"localhost:")
 
 
 def allowed(address: bytes, networks: Sequence[IPv4Network | IPv6Network]) -> bool:
@@ -154,7 +160,6 @@ def allowed(address: bytes, networks: Sequence[IPv4Network | IPv6Network]) -> bo
         ip = ip_address(address.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
         return False
-    candidates = [ip]
     if isinstance(ip, IPv6Address) and ip.ipv4_mapped is not None:
-        candidates.append(ip.ipv4_mapped)
-    return any(candidate in network for candidate in candidates for network in networks)
+        ip = ip.ipv4_mapped  # as it is on an IPv4 socket: ::/0 admits no IPv4 host there
+    return any(ip in network for network in networks)

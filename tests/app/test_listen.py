@@ -20,7 +20,7 @@ import zmq
 from pydantic import ValidationError
 
 from app.ingest import Ingestor, ListenError
-from app.ingest.listen_gate import allowed, ipc_peer
+from app.ingest.listen_gate import ADMITTED, NOT_ALLOWED, ListenGate, allowed, ipc_peer
 from app.settings import SidecarSettings
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherState
@@ -426,6 +426,7 @@ def test_listen_allow_governs_network_peers_and_lets_an_ipc_peer_in(
         (b"10.1.2.3", ["192.168.0.0/16", "10.1.2.3"], True),
         (b"11.0.0.1", ["10.0.0.0/8"], False),
         (b"::ffff:10.1.2.3", ["10.0.0.0/8"], True),  # an IPv4 peer of a dual-stack socket
+        (b"::ffff:203.0.113.9", ["::/0"], False),  # as on an IPv4 socket: no IPv6 network
         (b"fd00::5", ["fd00::/8"], True),
         (b"fd00::5", ["10.0.0.0/8"], False),
         (b"not an address", ["0.0.0.0/0"], False),
@@ -439,10 +440,33 @@ def test_an_address_is_allowed_by_network(address: bytes, networks: list[str], e
 
 @pytest.mark.parametrize(
     ("address", "expected"),
-    [(b"", True), (b"localhost:1000:1000:4242", True), (b"127.0.0.1", False), (b"::1", False)],
+    [
+        (b"", True),
+        (b"localhost", True),  # where the system does not tell a socket's peer credentials
+        (b"localhost:1000:1000:4242", True),
+        (b"127.0.0.1", False),
+        (b"::1", False),
+    ],
 )
 def test_an_ipc_peer_is_told_by_its_address(address: bytes, expected: bool) -> None:
     assert ipc_peer(address) is expected
+
+
+@pytest.mark.parametrize("endpoints", [("tcp://127.0.0.1:*",), ("tcp://127.0.0.1:*", "ipc:///x")])
+def test_a_peer_without_an_ip_address_passes_allow_only_where_ipc_is_served(
+    endpoints: tuple[str, ...],
+) -> None:
+    """libzmq leaves a TCP peer's address empty when it cannot look the peer up: on a
+    socket that serves no ipc:// endpoint such a peer is no local process, and is refused."""
+    listener = ListenerState(endpoints, 8, 8, allow=(ip_network("10.0.0.0/8"),))
+    ctx = zmq.Context()
+    try:
+        gate = ListenGate(ctx, ctx.socket(zmq.SUB), listener)
+        serves_ipc = len(endpoints) == 2
+        for address in (b"", b"localhost"):
+            assert gate._decide(address) == (ADMITTED if serves_ipc else NOT_ALLOWED)
+    finally:
+        ctx.destroy(linger=0)
 
 
 def test_listen_allow_names_a_network_that_does_not_parse() -> None:
@@ -457,6 +481,16 @@ def test_listen_allow_refuses_a_scope_id_which_matching_would_ignore() -> None:
     limit that is not there."""
     with pytest.raises(ValidationError, match=r"'fe80::%eth0/64' names a scope id"):
         SidecarSettings(listen=[LISTEN], listen_allow=["fe80::%eth0/64"])
+    with pytest.raises(ValidationError, match=r"'fe80::1%eth0/64' names a scope id"):
+        SidecarSettings(listen=[LISTEN], listen_allow=["fe80::1%eth0/64"])  # masked: lost
+
+
+def test_listen_allow_refuses_an_abstract_ipc_socket_it_cannot_guard() -> None:
+    """ipc://@name has no file, so no permissions: with allow beside it any local process
+    of any user got in through a gate the settings said was closed."""
+    with pytest.raises(ValidationError, match=r"cannot guard 'ipc://@kvscope'"):
+        SidecarSettings(listen=[LISTEN, "ipc://@kvscope"], listen_allow=["10.0.0.0/8"])
+    assert SidecarSettings(listen=["ipc://@kvscope"]).listen == ["ipc://@kvscope"]
 
 
 def test_an_ipv4_mapped_network_is_allowed_as_its_ipv4_network() -> None:
