@@ -163,6 +163,8 @@ class PublisherInsight:
         self._lossless = True
         """Whether the simulations have every request of this stream: no frame missed, none
         shed by the worker or the shadow queue (a replay at rate 1 is then exact)."""
+        self._stream_block_refs = 0
+        """Block references of this stream's frames, replayed, queued or shed."""
         self._shadow_sampler: SpatialSampler | None = None
         self._window: WindowOptimum | None = None
         self._window_sampler: SpatialSampler | None = None
@@ -191,8 +193,11 @@ class PublisherInsight:
             self._rebuild(stream)
             self.since = frame.ts
         worker_shed = _rise(self._worker_shed[0], frame.shed_requests)
-        if missed or worker_shed:  # which stream a lost request was of is unknown: this one
+        # Which stream a lost request was of is unknown: this one. What the worker shed before
+        # this sidecar's first frame of it is older than any stream here.
+        if missed or (worker_shed and last is not None):
             self._lossless = False
+        self._stream_block_refs += frame.block_refs
         self._simulate(frame)
         self.ts = frame.ts
         self.requests += len(frame.requests) + frame.unsampled_requests
@@ -244,6 +249,7 @@ class PublisherInsight:
             self._shadows = None  # built by the shadow thread, which owns its cost
             self._shadows_shed = 0
             self._lossless = True
+            self._stream_block_refs = 0
             self._shadow_sampler = _sampler(stream, rates.shadows)
             self._window = (
                 None
@@ -418,7 +424,7 @@ class PublisherInsight:
             )
             simulations.update(dict.fromkeys(self._shadow_policies, simulation))
         policies = tuple(p for p in self.config.policies if p in simulations)
-        return CurveBasis(simulations, policies, stream.rate)
+        return CurveBasis(simulations, policies, stream.rate, self._stream_block_refs)
 
     def memory(self) -> tuple[int, int]:
         """(held blocks, estimated bytes) of the simulations now; the bytes count the

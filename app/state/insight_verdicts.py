@@ -82,11 +82,6 @@ class Simulation:
         two simulations at different rates compare on it (the one behind has frames queued)."""
         return self.block_refs + self.shed_block_refs
 
-    @property
-    def shed_share(self) -> float:
-        covered = self.covered_block_refs
-        return self.shed_block_refs / covered if covered else 0.0
-
     def too_small(self, capacity: int) -> bool:
         """Whether a tier of ``capacity`` blocks is too few sampled blocks here (never at
         rate 1: the replay is then the tier's own, block for block)."""
@@ -103,12 +98,18 @@ class Simulation:
 class CurveBasis:
     """What a curve rests on, for the verdicts it can bear: each simulated policy's
     simulation (one not built yet counts what it shed, and nothing replayed), the policies
-    in the curve's order, and the worker's sample rate (a simulation may run below it, to
-    fit the memory bound)."""
+    in the curve's order, the worker's sample rate (a simulation may run below it, to fit
+    the memory bound), and the block references the stream has brought since the
+    simulations began (what a lagging shadow has not dealt with yet is queued, not lost)."""
 
     simulations: Mapping[str, Simulation]
     policies: tuple[str, ...]
     worker_rate: float
+    block_refs: int
+
+    def shed_share(self, simulation: Simulation) -> float:
+        """The share of the stream ``simulation`` lost to a full shadow queue so far."""
+        return simulation.shed_block_refs / self.block_refs if self.block_refs else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +149,19 @@ def _rate_up(rate: float) -> float:
 
 def _too_small(what: str, capacity: int, rate: float, worker_rate: float | None) -> Verdict:
     """No verdict on ``what``: the tier of ``capacity`` blocks is too few sampled blocks at
-    ``rate``, which the memory bound may have set below the worker's (``worker_rate``)."""
-    if worker_rate is not None and rate < worker_rate:
+    ``rate``, which the memory bound may have set below the worker's (``worker_rate``):
+    the sentence names what must rise, the bound, the worker's rate, or both."""
+    needed = _rate_up(MIN_SCALED_BLOCKS / capacity)
+    narrowed = worker_rate is not None and rate < worker_rate
+    if narrowed and needed <= worker_rate:
         remedy = (
-            "KVSCOPE_INSIGHT_MAX_BYTES first: the sidecar runs this simulation below the "
-            f"worker's sample_rate of {worker_rate:g} to fit it"
+            "KVSCOPE_INSIGHT_MAX_BYTES: the sidecar runs this simulation below the worker's "
+            f"sample_rate of {worker_rate:g} to fit it"
+        )
+    elif narrowed:
+        remedy = (
+            f"the worker's sample_rate, now {worker_rate:g}, and KVSCOPE_INSIGHT_MAX_BYTES: "
+            "the sidecar runs this simulation below the worker's rate to fit it"
         )
     else:
         remedy = "the worker's sample_rate, within the sidecar's KVSCOPE_INSIGHT_MAX_BYTES"
@@ -160,21 +169,20 @@ def _too_small(what: str, capacity: int, rate: float, worker_rate: float | None)
         "sample_small",
         f"no verdict on {what}: at a sample rate of {rate:g}, {capacity:,} blocks are "
         f"{rate * capacity:.1f} sampled blocks, under the {MIN_SCALED_BLOCKS} a simulated "
-        f"tier needs; a rate of at least {_rate_up(MIN_SCALED_BLOCKS / capacity):g} would do "
-        f"({remedy})",
+        f"tier needs; a rate of at least {needed:g} would do ({remedy})",
         blocks=capacity,
     )
 
 
-def _shed(policy: str, simulation: Simulation, what: str) -> Verdict:
+def _shed(policy: str, share: float, what: str) -> Verdict:
     return Verdict(
         "shed",
-        f"no verdict on {what}: {policy}'s simulation lost {simulation.shed_share:.0%} of "
+        f"no verdict on {what}: {policy}'s simulation lost {share:.0%} of "
         "the stream's block references to a full shadow queue (the shadow thread is behind: "
         "KVSCOPE_INSIGHT_CPU_SHARE, KVSCOPE_INSIGHT_QUEUE_BYTES), so its hit ratio is off by "
         "an amount the sidecar cannot tell",
         policy=policy,
-        share=simulation.shed_share,
+        share=share,
     )
 
 
@@ -211,7 +219,7 @@ def curve_verdicts(
         ]
     own = simulations[policy]
     what = "the tier's size or policy"
-    unready = _unready(policy, own, current, what, basis.worker_rate)
+    unready = _unready(policy, own, current, what, basis)
     if unready is not None:
         return [unready]
     resolution = NO_CHANGE_POINTS if curve.exact else SAMPLED_RESOLUTION_POINTS
@@ -242,9 +250,7 @@ def curve_verdicts(
             )
         )
     found.extend(
-        _policy_verdict(
-            curve, policy, own, other, simulations[other], resolution, basis.worker_rate
-        )
+        _policy_verdict(curve, policy, own, other, simulations[other], resolution, basis)
         for other in basis.policies
         if other != policy
     )
@@ -252,15 +258,16 @@ def curve_verdicts(
 
 
 def _unready(
-    policy: str, simulation: Simulation, capacity: int, what: str, worker_rate: float
+    policy: str, simulation: Simulation, capacity: int, what: str, basis: CurveBasis
 ) -> Verdict | None:
     """Why ``policy``'s simulation cannot bear a verdict on ``what`` at ``capacity`` blocks
     yet, if it cannot: too few sampled blocks, too much shed, too few references replayed,
     or a tier never full."""
     if simulation.too_small(capacity):
-        return _too_small(what, capacity, simulation.rate, worker_rate)
-    if simulation.shed_share > MAX_SHED_SHARE:
-        return _shed(policy, simulation, what)
+        return _too_small(what, capacity, simulation.rate, basis.worker_rate)
+    shed = basis.shed_share(simulation)
+    if shed > MAX_SHED_SHARE:
+        return _shed(policy, shed, what)
     if simulation.sampled_refs < MIN_SAMPLED_REFS:
         return Verdict(
             "warming_up",
@@ -279,7 +286,7 @@ def _policy_verdict(
     other: str,
     theirs: Simulation,
     resolution: float,
-    worker_rate: float,
+    basis: CurveBasis,
 ) -> Verdict:
     """``other`` against the tier's ``policy`` at the tier's size, once both simulations
     can bear it: caught up with each other, on enough sampled blocks, with little shed,
@@ -295,7 +302,7 @@ def _policy_verdict(
             f"references): {other} and {policy} are compared once it catches up",
             policy=other,
         )
-    unready = _unready(other, theirs, current, f"{other} against {policy}", worker_rate)
+    unready = _unready(other, theirs, current, f"{other} against {policy}", basis)
     if unready is not None:
         return unready
     points = 100 * (curve.at(other, current) - curve.at(policy, current))

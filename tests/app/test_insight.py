@@ -581,7 +581,8 @@ def test_shadows_at_a_lower_rate_that_shed_frames_are_caught_up_with_the_stack(t
     assert arc.covered_block_refs == lru.covered_block_refs == insight.block_refs
     assert arc.shed_block_refs == insight.shadow_shed_block_refs
     (shed,) = [v for v in curve_verdicts(curve, "lru", basis) if v.policy == "arc"]
-    assert shed.kind == "shed" and shed.share == pytest.approx(arc.shed_share)
+    assert shed.kind == "shed" and shed.share == pytest.approx(basis.shed_share(arc))
+    assert shed.share == pytest.approx(insight.shadow_shed_block_refs / insight.block_refs)
 
 
 def test_a_curve_replayed_whole_at_rate_one_is_exact(trace) -> None:
@@ -669,3 +670,21 @@ def test_a_curve_at_rate_one_that_lost_requests_is_not_exact(trace, lost: str) -
         work.apply(lambda: None)
     curve = insight.reading().curve
     assert curve is not None and curve.exact is (lost != "shadow queue shed")
+
+
+def test_what_the_worker_shed_before_the_sidecar_heard_it_leaves_the_curve_exact(trace) -> None:
+    """The worker's shed counts are its own since it started: the first frame this sidecar
+    heard carried requests shed before it, and the curve was never exact again."""
+    state = InsightState()
+    insight = state.new_publisher()
+    payloads = sample_frames(trace[:600], capacity=50, rate=1.0)
+    for seq, frame in enumerate(payloads, start=100):  # a worker up long before the sidecar
+        insight.receive(seq, msgspec.structs.replace(frame, shed_requests=7))
+        while (work := state.queue.get(0)) is not None:
+            work.apply(lambda: None)
+    curve = insight.reading().curve
+    assert curve is not None and curve.exact and insight.worker_shed_requests == 7
+    later = msgspec.structs.replace(payloads[0], shed_requests=8)
+    insight.receive(100 + len(payloads), later)  # one more shed since: this stream's
+    curve = insight.reading().curve
+    assert curve is not None and not curve.exact

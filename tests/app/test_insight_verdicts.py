@@ -60,7 +60,7 @@ def basis(
         arc_touched,
         False,
     )
-    return CurveBasis({"lru": stack, "arc": shadows}, POLICIES, rate)
+    return CurveBasis({"lru": stack, "arc": shadows}, POLICIES, rate, refs)
 
 
 def kinds(verdicts: list[Verdict]) -> list[str]:
@@ -158,6 +158,18 @@ def test_a_simulation_that_shed_much_of_the_stream_is_not_compared() -> None:
     assert little[-1].kind == "policy"
 
 
+def test_what_a_lagging_shadow_shed_is_a_share_of_the_stream_not_of_what_it_dealt_with() -> None:
+    """Arc has dealt with 1,000 of the stream's 5,000 block references (the rest queued),
+    400 of them shed: counted against the 1,000, the tier under arc was told its simulation
+    lost 40% of the stream (100% before its first replay), when it had lost 8%."""
+    curve = curve_around(2_000, 0.30, 0.25)
+    lagging = basis(0.05, arc_refs=1_000, arc_shed_share=0.4)
+    assert lagging.shed_share(lagging.simulations["arc"]) == pytest.approx(0.08)
+    assert "shed" not in kinds(curve_verdicts(curve, "arc", lagging))
+    behind = curve_verdicts(curve, "lru", lagging)
+    assert behind[-1].kind == "warming_up" and "arc's simulation is behind" in behind[-1].text
+
+
 def test_a_policy_at_a_rate_too_low_for_the_tier_is_not_compared() -> None:
     """The shadows run at 0.005 to fit the memory bound while the worker samples at 0.05:
     the sentence pointed at the worker's rate, which was already enough."""
@@ -165,14 +177,18 @@ def test_a_policy_at_a_rate_too_low_for_the_tier_is_not_compared() -> None:
     verdicts = curve_verdicts(curve, "lru", basis(0.05, arc_rate=0.005))
     assert verdicts[-1].kind == "sample_small" and "arc against lru" in verdicts[-1].text
     assert (
-        "(KVSCOPE_INSIGHT_MAX_BYTES first: the sidecar runs this simulation below the "
+        "(KVSCOPE_INSIGHT_MAX_BYTES: the sidecar runs this simulation below the "
         "worker's sample_rate of 0.05 to fit it)"
     ) in verdicts[-1].text
 
 
 def test_a_window_narrowed_to_fit_the_memory_bound_names_the_bound_first() -> None:
     (narrowed,) = optimum_verdict(window("lru", 310, 500, 400, rate=0.02), "lru", 310, 0.1)
-    assert "KVSCOPE_INSIGHT_MAX_BYTES first" in narrowed.text
+    assert "(KVSCOPE_INSIGHT_MAX_BYTES: the sidecar runs" in narrowed.text
+    (both,) = optimum_verdict(window("lru", 1_000, 500, 400, rate=0.006), "lru", 1_000, 0.01)
+    assert "a rate of at least 0.016 would do (the worker's sample_rate, now 0.01, and " in (
+        both.text
+    ), "the bound alone lifts the window to 0.01: 10 sampled blocks, still too few"
     (worker,) = optimum_verdict(window("lru", 310, 500, 400), "lru", 310, 0.05)
     assert "(the worker's sample_rate, within" in worker.text
 
@@ -260,7 +276,7 @@ def test_shadows_that_shed_every_frame_leave_the_stack_its_verdicts() -> None:
     )
     stack = Simulation(0.05, 5_000, 5_000, 0, 10**6, True)
     never_built = Simulation(0.05, 0, 0, 5_000, 0, False)
-    shed = CurveBasis({"lru": stack, "arc": never_built}, POLICIES, 0.05)
+    shed = CurveBasis({"lru": stack, "arc": never_built}, POLICIES, 0.05, 5_000)
     verdicts = curve_verdicts(only_lru, "lru", shed)
     assert kinds(verdicts) == ["capacity", "capacity", "shed"]
     assert verdicts[-1].policy == "arc" and verdicts[-1].share == 1.0
