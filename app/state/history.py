@@ -22,7 +22,7 @@ value ring per series, each value a C double (8 bytes); at most
 counted. The rings' payload is therefore at most
 ``8 * (max_series + 1) * sum(points of each tier)`` bytes (``max_bytes``):
 with the default tiers (1 s for 15 min, 10 s for 6 h: 3,060 points) and 512
-series, 12.5 MiB. Series keys, the per-tier pending bucket and Python object
+series, about 12 MiB. Series keys, the per-tier pending bucket and Python object
 headers add a little per series, not per point.
 
 Written by the ingest thread, read by the API: one lock around each call,
