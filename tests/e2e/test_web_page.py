@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import msgspec
 import pytest
 
 from app.server import Sidecar
@@ -639,6 +640,43 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
         finally:
             raw.close()
     assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
+
+
+def test_the_feed_names_the_kv_cache_group_of_an_event(browser: sync_api.Browser) -> None:
+    """A hybrid model's GPU pool announces each KV cache group's copy of a block on its own:
+    the feed says which copy an event is of."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    stored = {
+        "type": "BlockStored",
+        "block_hashes": [7],
+        "parent_block_hash": None,
+        "token_ids": [],
+        "block_size": 16,
+        "lora_id": None,
+        "medium": None,
+        "group_idx": 1,
+    }
+    payload = msgspec.msgpack.encode([1.0, [stored], 0])  # fmt: skip
+    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        raw = RawPublisher(connect=bound, topic=b"engine")
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            page.goto(f"{sidecar.url}/#/events")
+            sent = iter(range(10**6))
+
+            def first_item() -> str:
+                raw.send(next(sent), payload)  # until the peer's connection takes it
+                return page.evaluate(
+                    "() => document.querySelector('#event-feed li')?.textContent ?? ''"
+                )
+
+            item = wait_for(first_item, lambda text: "group" in text, "a grouped event shown")
+            assert re.fullmatch(r"#\d+ stored GPU group 1 \[7\]", item), item
+        finally:
+            context.close()
+            raw.close()
 
 
 def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(

@@ -16,7 +16,12 @@ function item(e) {
   const hashes = e.block_hashes.slice(0, HASHES_SHOWN).join(", ");
   const more = e.block_count > HASHES_SHOWN ? ` +${count(e.block_count - HASHES_SHOWN)}` : "";
   return h("li", { class: e.kind, "data-id": String(e.id), "data-medium": e.medium ?? "", title: e.publisher,
-    text: `#${e.id} ${e.kind} ${e.medium ?? "every medium"} [${hashes}${more}]` });
+    text: `#${e.id} ${e.kind} ${e.medium ?? "every medium"}${group(e)} [${hashes}${more}]` });
+}
+
+// A hybrid model holds a block once per KV cache group: which copy an event is of.
+function group(e) {
+  return e.group === null || e.group === undefined ? "" : ` group ${e.group}`;
 }
 
 class Follower {
