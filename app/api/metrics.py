@@ -29,7 +29,7 @@ from app.api.event_stream import EventStreams
 from app.api.http_counts import HttpCounts
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
-from app.state.block_index import MAX_GROUPS
+from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS
 from app.state.insight import InsightReading, PublisherInsight
 from app.state.insight_verdicts import window_efficiency
 from app.state.publisher import PublisherState
@@ -112,13 +112,13 @@ class SidecarCollector(Collector):
         with self._state.lock:
             tracked, overflow = len(index), index.overflow
             refused_media = index.refused_media_events
-            refused_groups = index.refused_group_events
+            refused_locations = index.refused_location_events
             usage = index.usage()
         yield GaugeMetricFamily("kvscope_sidecar_tracked_blocks", "Blocks indexed.", tracked)
         stranded = GaugeMetricFamily(
             "kvscope_sidecar_stranded_blocks",
-            "Blocks held that no prefix lookup reaches: a block before them in their chain "
-            "is held nowhere.",
+            "Block copies held (one per KV cache group) that no prefix lookup reaches: a "
+            "block before them in their chain is held nowhere.",
             labels=["publisher", "medium"],
         )
         for row in usage:
@@ -136,10 +136,10 @@ class SidecarCollector(Collector):
             refused_media,
         )
         yield CounterMetricFamily(
-            "kvscope_sidecar_refused_group_events_total",
+            "kvscope_sidecar_refused_location_events_total",
             f"Events refused for naming a KV cache group past the {MAX_GROUPS} tracked per "
-            "publisher and medium.",
-            refused_groups,
+            f"publisher and medium, or a location past {MAX_LOCATIONS} in all.",
+            refused_locations,
         )
         yield GaugeMetricFamily(
             "kvscope_sidecar_conflicting_samples",

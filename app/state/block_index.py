@@ -27,10 +27,13 @@ from app.state.stranded import StrandedBlocks
 # either. So an index of millions of blocks adds nothing to a full collection.
 # The dicts are shards (app/state/shards.py), so none is big enough to stall on a rebuild.
 
-MAX_GROUPS: Final = 64
+MAX_GROUPS: Final = 16
 """Most KV cache groups tracked per publisher and medium: each is a location bit of its
-own, and the network names them (vLLM's hybrid models have a few; one group per layer
-of a very deep model stays within it)."""
+own, and the network names them (vLLM's hybrid models have a handful)."""
+MAX_LOCATIONS: Final = 1024
+"""Most locations (publisher, medium, group) in all: every held block's mask is as wide as
+the highest bit, so its memory and the walks over it grow with them (64 publishers on
+16 media, the worst case before groups)."""
 
 
 class BlockEntry(msgspec.Struct, frozen=True):
@@ -101,10 +104,11 @@ class BlockIndex:
         """Events refused because they named a medium past ``max_media``, and media past it
         that a stats frame gave block sizes for."""
         self._media: set[str] = set()
-        self.refused_group_events = 0
+        self.refused_location_events = 0
         """Events refused because they named a KV cache group past ``MAX_GROUPS`` for their
-        publisher and medium."""
-        self._groups: dict[tuple[str, str], int] = {}  # (publisher, medium) -> groups seen
+        publisher and medium, or a location past ``MAX_LOCATIONS``."""
+        # (publisher, medium) -> the bits of its groups, to tell a pair's first copy
+        self._pair_bits: dict[tuple[str, str], int] = {}
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
         self._shards: tuple[dict[Hashable, HeldBlock], ...] = tuple({} for _ in range(SHARDS))
@@ -146,6 +150,8 @@ class BlockIndex:
             return
         bit = 1 << number
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
+        # Another group's copy on this medium came with the same reload: one hit, not two.
+        copies = self._pair_bits[publisher, event.medium or DEFAULT_MEDIUM]
         shards = self._shards
         records = self._listing.open  # this event's new records go at its end
         listed, first_new = records.append, len(records)
@@ -178,7 +184,7 @@ class BlockIndex:
                 continue
             parent, parent_shard = block_hash, shard
             entry.last = now
-            if entry.mask & reload_bits:
+            if entry.mask & reload_bits and not entry.mask & copies:
                 entry.hits += 1
             if not entry.mask & bit:
                 entry.mask |= bit
@@ -226,8 +232,9 @@ class BlockIndex:
     def _location(self, publisher: str, medium: str, group: int | None) -> int | None:
         """The bit number of a (publisher, medium, group), allocated on first sight.
 
-        None for a medium past ``max_media`` (the event counted in ``refused_media_events``)
-        or a group past ``MAX_GROUPS`` (counted in ``refused_group_events``).
+        None for a medium past ``max_media`` (the event counted in ``refused_media_events``),
+        or a group past ``MAX_GROUPS`` or a location past ``MAX_LOCATIONS`` (counted in
+        ``refused_location_events``).
         """
         key = (publisher, medium, group)
         number = self._locations.get(key)
@@ -238,12 +245,13 @@ class BlockIndex:
                     return None
                 self._media.add(medium)
             pair = (publisher, medium)
-            groups = self._groups.get(pair, 0)
-            if groups >= MAX_GROUPS:
-                self.refused_group_events += 1
+            bits = self._pair_bits.get(pair, 0)
+            number = len(self._location_names)
+            if bits.bit_count() >= MAX_GROUPS or number >= MAX_LOCATIONS:
+                self.refused_location_events += 1
                 return None
-            self._groups[pair] = groups + 1
-            number = self._locations[key] = len(self._location_names)
+            self._pair_bits[pair] = bits | 1 << number
+            self._locations[key] = number
             self._location_names.append(pair)
             self._counts.append(0)
             if medium != DEFAULT_MEDIUM:
@@ -388,8 +396,11 @@ class BlockIndex:
         return bits
 
     def _snapshot(self, entry: HeldBlock) -> BlockEntry:
-        mask = entry.mask
-        held = [key for number, key in enumerate(self._location_names) if mask >> number & 1]
+        names, mask, held = self._location_names, entry.mask, []
+        while mask:  # the set bits only: a mask is as wide as the highest location
+            low = mask & -mask
+            held.append(names[low.bit_length() - 1])
+            mask ^= low
         return BlockEntry(
             block_hash=entry.block_hash,
             media=tuple(sorted({medium for _owner, medium in held})),

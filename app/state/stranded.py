@@ -126,14 +126,14 @@ class StrandedBlocks:
             self._walk(entry, True)
 
     def count(self, mask: int, delta: int) -> None:
-        """A stranded block entered (1) or left (-1) the locations ``mask``."""
+        """A stranded block entered (1) or left (-1) the locations ``mask``: its set bits
+        only, so the cost is the block's locations, not the highest bit number."""
         counts = self.counts
-        bit = 0
         while mask:
-            if mask & 1:
-                counts[bit] = counts.get(bit, 0) + delta
-            mask >>= 1
-            bit += 1
+            low = mask & -mask
+            bit = low.bit_length() - 1
+            counts[bit] = counts.get(bit, 0) + delta
+            mask ^= low
 
     def _walk(self, top: HeldBlock, stranded: bool) -> None:
         """Set the flag of every block under ``top`` (not ``top``) that now changes."""

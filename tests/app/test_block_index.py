@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
-from app.state.block_index import MAX_GROUPS, BlockIndex, PrefixMatch, Usage
+from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS, BlockIndex, PrefixMatch, Usage
 
 
 def stored(
@@ -338,15 +338,53 @@ def test_a_block_leaves_a_medium_with_its_last_kv_cache_groups_copy() -> None:
     assert index.untracked_removals == 0
 
 
-def test_kv_cache_groups_past_the_cap_are_refused_and_counted() -> None:
+def test_kv_cache_groups_and_locations_past_their_caps_are_refused_and_counted() -> None:
     """Groups are location bits, and the network names them: a peer naming thousands
-    would make every mask and every answer that long."""
+    would make every mask that wide, and every walk over one that long."""
     index = BlockIndex(max_blocks=10_000)
     index.apply("w", batch(*(stored([g], None, group=g) for g in range(MAX_GROUPS + 10))), 1.0)
-    assert index.refused_group_events == 10
+    assert index.refused_location_events == 10
     assert index.usage() == [Usage("w", "GPU", MAX_GROUPS, None)]
     index.apply("v", batch(stored([1], None, group=MAX_GROUPS + 5)), now=2.0)
-    assert index.refused_group_events == 10, "the cap is per publisher and medium"
+    assert index.refused_location_events == 10, "the group cap is per publisher and medium"
+    for publisher in range(MAX_LOCATIONS // MAX_GROUPS + 1):
+        groups = [stored([10], None, group=g) for g in range(MAX_GROUPS)]
+        index.apply(f"p{publisher}", batch(*groups), now=3.0)
+    assert len(index._location_names) == MAX_LOCATIONS
+    tried = MAX_GROUPS + 1 + (MAX_LOCATIONS // MAX_GROUPS + 1) * MAX_GROUPS
+    assert index.refused_location_events == 10 + tried - MAX_LOCATIONS
+
+
+def test_one_reload_into_a_hybrid_models_gpu_is_one_hit_whatever_its_groups() -> None:
+    """Each KV cache group's copy of a reloaded block is a GPU store of its own: counted
+    one by one, a reload was a hit per group."""
+    index = BlockIndex(max_blocks=100)
+    index.apply("w", batch(stored([1, 2], "CPU")), now=1.0)
+    groups = [stored([1, 2], None, group=g) for g in range(4)]
+    index.apply("w", batch(*groups), now=2.0)
+    entry = index.get(1)
+    assert entry is not None and entry.hits == 1
+    index.apply("w", batch(*(removed([1, 2], None, group=g) for g in range(4))), now=3.0)
+    index.apply("w", batch(*groups), now=4.0)
+    entry = index.get(1)
+    assert entry is not None and entry.hits == 2, "a second reload is a second hit"
+
+
+def test_a_block_at_a_high_location_bit_is_counted_and_shown_at_that_bit() -> None:
+    """Stranded counts and snapshots walk a mask's set bits only (counting every bit up to
+    the highest once took minutes at 65,536 locations, measured, not tested): they must
+    still land on the right location a thousand bits up."""
+    index = BlockIndex(max_blocks=100_000)
+    for publisher in range(MAX_LOCATIONS // MAX_GROUPS - 1):  # and one location for "last"
+        index.apply(f"p{publisher}", batch(*(removed([0], None, group=g) for g in range(16))), 1.0)
+    chain = list(range(1, 20_001))
+    index.apply("last", batch(stored(chain[:1], None), stored(chain[1:], None, parent=1)), 2.0)
+    assert index.refused_location_events == 0
+    assert len(index._location_names) == MAX_LOCATIONS - MAX_GROUPS + 1
+    index.apply("last", batch(removed([1], None)), now=3.0)
+    assert stranded_by_medium(index) == {"GPU": 19_999}
+    (first, *_), _cursor = index.page(limit=10)
+    assert first.publishers == ("last",)
 
 
 def test_max_blocks_must_be_positive() -> None:
@@ -406,7 +444,9 @@ class Model:
                 else:
                     self._discard(block_hash, {where})
             elif held is not None:
-                if where[1] == "GPU" and any(medium != "GPU" for _p, medium, _g in held):
+                lower = any(medium != "GPU" for _p, medium, _g in held)
+                copy = any((p, m) == where[:2] for p, m, _g in held)  # another group's
+                if where[1] == "GPU" and lower and not copy:
                     self.hits[block_hash] += 1
                 held.add(where)
             elif len(self.blocks) >= self.max_blocks:
