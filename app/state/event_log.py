@@ -37,22 +37,28 @@ DEFAULT_MAX_BYTES: Final = 64 * 2**20
 DEFAULT_MAX_BATCH_EVENTS: Final = 1000
 
 # What one logged event costs in memory, at most (CPython, 64-bit): the
-# LoggedEvent and DecodedEvent objects and the hash list's header, plus per hash
+# LoggedEvent and DecodedEvent objects, the hash list's header and the medium
+# (329 bytes with tracemalloc, rounded up), plus per hash, the parent's included,
 # its pointer and object: an int's, or a bytes object's header and at most
 # MAX_HASH_BYTES of content (decoding refuses longer hashes).
-_EVENT_BYTES: Final = 300
-_INT_HASH_BYTES: Final = 8 + 32
+_EVENT_BYTES: Final = 360
+_INT_HASH_BYTES: Final = 8 + 40  # a 64-bit int is 36 bytes, 40 as the allocator rounds it
 _BYTES_HASH_BYTES: Final = 8 + 33 + MAX_HASH_BYTES
 
 _ID: Final = attrgetter("id")
 
 
 def estimated_bytes(event: DecodedEvent) -> int:
-    """The memory one event keeps, by its hash count, every hash priced as a bytes hash if
-    any is one (by its first alone, ints then bytes held 2.6 times the bound)."""
+    """The memory one event keeps, by its hash count (its parent's too), every hash priced
+    as a bytes hash if any is one (by its first alone, ints then bytes held 2.6 times the
+    bound)."""
     hashes = event.block_hashes
-    per_hash = _BYTES_HASH_BYTES if bytes in set(map(type, hashes)) else _INT_HASH_BYTES
-    return _EVENT_BYTES + len(hashes) * per_hash
+    kinds = set(map(type, hashes))
+    parent = event.parent_block_hash
+    if parent is not None:
+        kinds.add(type(parent))
+    per_hash = _BYTES_HASH_BYTES if bytes in kinds else _INT_HASH_BYTES
+    return _EVENT_BYTES + (len(hashes) + (parent is not None)) * per_hash
 
 
 class LoggedEvent(NamedTuple):
