@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import gc
 import logging
+import signal
 import socket
 import sys
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -61,6 +63,14 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.bound = bind_http(config.host, config.port)
         self.url_file = url_file
+        self.interrupted = False
+        """Whether a SIGINT stopped it: uvicorn raises the signal again once shut down, but
+        asyncio's own handler, back in place by then, swallows it when the server's task
+        has already ended, and Ctrl-C then exited 0 now and then instead of 130."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.interrupted = self.interrupted or sig == signal.SIGINT
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=self.bound)
@@ -79,7 +89,7 @@ class _Server(uvicorn.Server):
 
 def http_server(
     app: FastAPI, host: str, port: int, log_level: str = "info", url_file: Path | None = None
-) -> uvicorn.Server:
+) -> _Server:
     """uvicorn over ``app`` (from ``create_app``), each connection bounded by the app's limits
     (app/api/http_connection.py), with the access log's targets redacted (app/api/access_log.py);
     once listening it writes its URL to ``url_file``, when given (app/http_socket.py)."""
@@ -99,9 +109,7 @@ def http_server(
     return _Server(config, url_file)
 
 
-def build_server(
-    settings: SidecarSettings, log_level: str = "info"
-) -> tuple[uvicorn.Server, Ingestor]:
+def build_server(settings: SidecarSettings, log_level: str = "info") -> tuple[_Server, Ingestor]:
     """The uvicorn server over the API, and the (not yet started) ingestor that feeds it;
     sets the interpreter's switch interval for the process (``GIL_SWITCH_S``)."""
     sys.setswitchinterval(GIL_SWITCH_S)
@@ -129,6 +137,8 @@ def run_server(settings: SidecarSettings) -> None:
         server.run()
     finally:
         ingestor.close()
+    if server.interrupted:
+        raise KeyboardInterrupt  # whether or not uvicorn's own raise of it got through
 
 
 class HttpServer(Closeable):
