@@ -145,13 +145,14 @@ class BlockIndex:
         self._listing.settle()
 
     def _store(self, publisher: str, event: DecodedEvent, now: float) -> None:
-        number = self._location(publisher, event.medium or DEFAULT_MEDIUM, event.group)
+        medium = event.medium or DEFAULT_MEDIUM
+        number = self._location(publisher, medium, event.group)
         if number is None:
             return
         bit = 1 << number
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
         # Another group's copy on this medium came with the same reload: one hit, not two.
-        copies = self._pair_bits[publisher, event.medium or DEFAULT_MEDIUM]
+        copies = self._pair_bits[publisher, medium]
         shards = self._shards
         records = self._listing.open  # this event's new records go at its end
         listed, first_new = records.append, len(records)
