@@ -16,7 +16,7 @@ import msgspec
 
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
-from app.state.held_block import HeldBlock
+from app.state.held_block import HeldBlock, location_numbers
 from app.state.listing import Listing
 from app.state.shards import SHARD_RUN, SHARDS, shard_of
 from app.state.stranded import StrandedBlocks
@@ -397,11 +397,8 @@ class BlockIndex:
         return bits
 
     def _snapshot(self, entry: HeldBlock) -> BlockEntry:
-        names, mask, held = self._location_names, entry.mask, []
-        while mask:  # the set bits only: a mask is as wide as the highest location
-            low = mask & -mask
-            held.append(names[low.bit_length() - 1])
-            mask ^= low
+        names = self._location_names
+        held = [names[number] for number in location_numbers(entry.mask)]
         return BlockEntry(
             block_hash=entry.block_hash,
             media=tuple(sorted({medium for _owner, medium in held})),

@@ -10,6 +10,8 @@ hashes only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import msgspec
 
 from offload.wire.labels import BlockHash
@@ -42,3 +44,12 @@ class HeldBlock(msgspec.Struct, gc=False):
     """The parent's shard (0 without a parent)."""
     stranded: bool
     """Whether a block above it is held nowhere, so no prefix lookup reaches it."""
+
+
+def location_numbers(mask: int) -> Iterator[int]:
+    """The bit numbers set in a location mask, lowest first: its set bits only, as a mask is
+    as wide as its highest location (walking every bit up to it once took minutes)."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low

@@ -33,7 +33,7 @@ from collections.abc import Hashable
 
 import msgspec
 
-from app.state.held_block import HeldBlock
+from app.state.held_block import HeldBlock, location_numbers
 from app.state.shards import SHARDS, shard_of
 
 
@@ -129,11 +129,8 @@ class StrandedBlocks:
         """A stranded block entered (1) or left (-1) the locations ``mask``: its set bits
         only, so the cost is the block's locations, not the highest bit number."""
         counts = self.counts
-        while mask:
-            low = mask & -mask
-            bit = low.bit_length() - 1
+        for bit in location_numbers(mask):
             counts[bit] = counts.get(bit, 0) + delta
-            mask ^= low
 
     def _walk(self, top: HeldBlock, stranded: bool) -> None:
         """Set the flag of every block under ``top`` (not ``top``) that now changes."""
