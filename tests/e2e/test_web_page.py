@@ -217,11 +217,17 @@ def test_the_cards_show_the_numbers_the_api_returns_with_units_and_they_move(
         )
         return value, unit, detail
 
-    blocks_cpu, unit, _ = card("blocks:CPU")
+    blocks_cpu, unit, held = card("blocks:CPU")
     _, _, hit_detail = card("hit-ratio")
+    _, _, tracked_detail = card("events-rate")
     stats = api(page, demo, "stats")  # read after the page did: counters only grow
     capacity = stats["publishers"][0]["capacity_blocks"]
     assert unit == "blocks" and 0 < number(blocks_cpu) <= capacity
+    # A medium counts copies, the index distinct blocks: each card says which it shows.
+    assert held.startswith("copies held, ") and held.endswith("B"), held
+    assert "KV cache groups" in (page.get_attribute("[data-card='blocks:CPU'] h2", "title") or "")
+    tracked, most = tracked_detail.split(" distinct blocks tracked, at most ")
+    assert 0 < number(tracked) <= number(most) == stats["max_blocks"], tracked_detail
     hits, looked_up = map(number, hit_detail.removesuffix(" blocks looked up").split(" of "))
     assert 0 <= hits <= looked_up <= stats["lookup_blocks"], hit_detail
     assert card("hit-ratio")[1] == "%"

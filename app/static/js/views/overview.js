@@ -69,12 +69,17 @@ const CHARTS = [
   },
 ];
 
-function card(id, title) {
+// A medium's card counts copies, as vLLM announces them; the index tracks distinct hashes,
+// so a hybrid model's GPU card can read more blocks than the index tracks.
+const COPIES = "Copies held: a block held by two workers, or by two KV cache groups of one "
+  + "worker, counts twice";
+
+function card(id, title, hint) {
   const value = h("span", { class: "value", text: "–" });
   const unit = h("span", { class: "unit" });
   const detail = h("p", { class: "detail" });
   const element = h("div", { class: "card", "data-card": id },
-    h("h2", { text: title }), h("p", { class: "big" }, value, " ", unit), detail);
+    h("h2", { text: title, title: hint }), h("p", { class: "big" }, value, " ", unit), detail);
   return { element, show(number, unitText, detailText = "") {
     value.textContent = number;
     unit.textContent = unitText;
@@ -118,13 +123,13 @@ function mount(panel, context) {
     const media = mediaOf(s);
     for (const medium of media) {
       if (!mediumCards.has(medium)) {
-        const made = card(`blocks:${medium}`, `${medium} blocks`);
+        const made = card(`blocks:${medium}`, `${medium} blocks`, COPIES);
         mediumCards.set(medium, made);
         cards.insertBefore(made.element, cards.children[mediumCards.size - 1] ?? null);
       }
       const bytes = s.bytes_by_medium[medium];
       mediumCards.get(medium).show(count(s.blocks_by_medium[medium]), "blocks",
-        bytes === undefined ? "" : withUnit(bytes, "bytes"));
+        bytes === undefined ? "copies held" : `copies held, ${withUnit(bytes, "bytes")}`);
     }
     fixed.hitRatio.show(...parts(s.hit_ratio, "ratio"),
       `${count(s.lookup_hit_blocks)} of ${count(s.lookup_blocks)} blocks looked up`);
@@ -133,7 +138,7 @@ function mount(panel, context) {
     const evicted = Object.values(s.evictions).reduce((a, b) => a + b, 0);
     fixed.evictions.show(...parts(s.evictions_per_s, "blocks/s"), `${count(evicted)} evicted in all`);
     fixed.events.show(...parts(s.events_per_s, "events/s"),
-      `${count(s.tracked_blocks)} of ${count(s.max_blocks)} blocks tracked`);
+      `${count(s.tracked_blocks)} distinct blocks tracked, at most ${count(s.max_blocks)}`);
     drawnCards = true;
     firstRender();
   }
