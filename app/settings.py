@@ -160,6 +160,15 @@ class SidecarSettings(BaseSettings):
         "queue of its own); a further handshake is refused (counted) and its peer connects "
         "again every 5 s until a place is free.",
     )
+    listen_max_connections_per_host: int = Field(
+        default=32,
+        ge=1,
+        le=65_536,
+        description="Most peers admitted to the listen socket at once from one IP address, so "
+        "that one host cannot take every place; a further handshake from it is refused "
+        "(counted) and its peer connects again every 5 s. ipc:// peers are held to "
+        "listen_max_connections only.",
+    )
     listen_allow: EndpointList = Field(
         default_factory=list,
         description="Networks (ADDRESS or ADDRESS/PREFIX, comma-separated) a peer of the "

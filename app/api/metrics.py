@@ -56,6 +56,9 @@ _LISTENER_COUNTERS = (
     ("kvscope_sidecar_listen_refused_connections_total",
      "Listen-socket handshakes refused while max_connections peers were admitted.",
      "refused_connections"),
+    ("kvscope_sidecar_listen_refused_host_connections_total",
+     "Listen-socket handshakes refused while their host had max_connections_per_host peers "
+     "admitted.", "refused_host_connections"),
     ("kvscope_sidecar_listen_refused_addresses_total",
      "Listen-socket handshakes refused for good: the peer's address is outside listen_allow.",
      "refused_addresses"),

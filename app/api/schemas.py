@@ -111,6 +111,14 @@ class ListenerInfo(BaseModel):
         description="Handshakes refused while max_connections peers were admitted (each "
         "refused peer connects again, and may be counted again, every 5 s)."
     )
+    max_connections_per_host: int = Field(
+        description="Most peers admitted at once from one IP address (ipc:// peers: no limit "
+        "but max_connections)."
+    )
+    refused_host_connections: int = Field(
+        description="Handshakes refused while their host had max_connections_per_host peers "
+        "admitted (each refused peer connects again, and may be counted again, every 5 s)."
+    )
     allow: list[str] = Field(
         description="The networks a peer must connect from (KVSCOPE_LISTEN_ALLOW); empty: any."
     )
@@ -130,6 +138,8 @@ class ListenerInfo(BaseModel):
             connections=listener.connections,
             max_connections=listener.max_connections,
             refused_connections=listener.refused_connections,
+            max_connections_per_host=listener.max_connections_per_host,
+            refused_host_connections=listener.refused_host_connections,
             allow=[str(network) for network in listener.allow],
             refused_addresses=listener.refused_addresses,
         )

@@ -1,4 +1,5 @@
-"""The listen socket's door: at most ``max_connections`` peers admitted at once.
+"""The listen socket's door: at most ``max_connections`` peers admitted at once, and at most
+``max_connections_per_host`` from one host.
 
 ZMQ accepts any number of connections on a bound socket and gives each a
 receive queue of its own (up to ``receive_buffer_bytes``, app/ingest/sockets.py),
@@ -19,17 +20,24 @@ them: a connection still open ``SETTLED_S`` after it was accepted finished
 its handshake (ZMQ would have closed it otherwise), so it was admitted; one
 younger than that is counted by its admission instead, an answer given
 within ``SETTLED_S``. The count can only be high, never low, and only for
-that long. The gate, its socket and the monitor live in a ZMQ context of
-their own: a monitor whose queue is full blocks its context's I/O thread,
-which must never hold up the connect-mode sockets.
+that long. A host's count is kept the same way, each connection's host read on
+both sides: an admission's from its ZAP request's peer address, a settled
+connection's from its descriptor's peer (asked when the monitor names it). A
+host is an IP address; an ipc:// peer has none, and only the total limit
+applies to it (the socket file's permissions say who connects there). The
+gate, its socket and the monitor live in a ZMQ context of their own: a
+monitor whose queue is full blocks its context's I/O thread, which must
+never hold up the connect-mode sockets.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections import deque
 from collections.abc import Sequence
-from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 from typing import Final
 
 import zmq
@@ -44,6 +52,7 @@ ZAP_DOMAIN: Final = b"kvscope.listen"
 ZAP_VERSION: Final = b"1.0"
 ADMITTED: Final = (b"200", b"OK")
 REFUSED: Final = (b"300", b"too many connections; try again")
+HOST_REFUSED: Final = (b"300", b"too many connections from this host; try again")
 NOT_ALLOWED: Final = (b"400", b"address not allowed")
 """A final refusal: ZMQ closes the connection at once and the peer does not retry it."""
 HANDSHAKE_IVL_MS: Final = 5_000
@@ -77,10 +86,12 @@ class ListenGate:
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self._monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.sockets = (self._zap, self._monitor)
-        self._opened: dict[int, float] = {}
-        """When each open connection was accepted (monotonic seconds), by descriptor."""
-        self._admissions: deque[float] = deque()
-        """When each handshake of the last ``SETTLED_S`` was admitted, oldest first."""
+        self._opened: dict[int, tuple[float, str | None]] = {}
+        """When each open connection was accepted (monotonic seconds), and its host, by
+        descriptor."""
+        self._admissions: deque[tuple[float, str | None]] = deque()
+        """When each handshake of the last ``SETTLED_S`` was admitted, and its host, oldest
+        first."""
         self._serves_ipc = any(e.startswith("ipc://") for e in listener.endpoints)
         """Whether a peer without an IP address can be an ipc:// endpoint's (``ipc_peer``)."""
 
@@ -99,34 +110,53 @@ class ListenGate:
             except zmq.Again:
                 break
             if event["event"] == zmq.EVENT_ACCEPTED:  # a descriptor reused: the old one closed
-                self._opened[event["value"]] = time.monotonic()
+                descriptor = event["value"]
+                self._opened[descriptor] = (time.monotonic(), descriptor_host(descriptor))
             elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self._opened.pop(event["value"], None)
         self.listener.connections = self._admitted()
 
     def _admitted(self) -> int:
         """Connections admitted and open: those settled, and those admitted since."""
+        settled = self._settled()
+        opened = sum(at < settled for at, _ in self._opened.values())
+        return opened + len(self._admissions)
+
+    def _admitted_from(self, host: str) -> int:
+        """Connections admitted and open from ``host``, counted as ``_admitted`` counts."""
+        settled = self._settled()
+        opened = sum(at < settled and of == host for at, of in self._opened.values())
+        return opened + sum(of == host for _, of in self._admissions)
+
+    def _settled(self) -> float:
+        """The time before which an open connection was admitted; admissions older than it
+        are forgotten (their connections are settled now, or closed)."""
         settled = time.monotonic() - SETTLED_S
         admissions = self._admissions
-        while admissions and admissions[0] < settled:
+        while admissions and admissions[0][0] < settled:
             admissions.popleft()
-        return sum(opened < settled for opened in self._opened.values()) + len(admissions)
+        return settled
 
     def _decide(self, address: bytes) -> tuple[bytes, bytes]:
         """A final refusal for a peer outside ``allow``; else admitted while fewer than the
-        limit are, a temporary refusal past it. A peer of an ipc:// endpoint has no IP
-        address: the socket file's permissions say who connects there, not ``allow`` (the
-        settings refuse ``allow`` beside an abstract socket, which has no file)."""
+        limits are (in all, and from the peer's host), a temporary refusal past them. A peer
+        of an ipc:// endpoint has no IP address: the socket file's permissions say who
+        connects there, not ``allow`` nor the host limit (the settings refuse ``allow``
+        beside an abstract socket, which has no file)."""
         listener = self.listener
         local = self._serves_ipc and ipc_peer(address)
         if listener.allow and not local and not allowed(address, listener.allow):
             listener.refused_addresses += 1
             return NOT_ALLOWED
-        if self._admitted() < listener.max_connections:
-            self._admissions.append(time.monotonic())
-            return ADMITTED
-        listener.refused_connections += 1
-        return REFUSED
+        if self._admitted() >= listener.max_connections:
+            listener.refused_connections += 1
+            return REFUSED
+        host = address_host(address)  # None for an ipc:// peer
+        if host is not None and self._admitted_from(host) >= listener.max_connections_per_host:
+            listener.refused_host_connections += 1
+            return HOST_REFUSED
+        self._admissions.append((time.monotonic(), host))
+        return ADMITTED
 
     def _answer(self) -> None:
         """Answer every waiting request (``_decide``)."""
@@ -152,14 +182,57 @@ def ipc_peer(address: bytes) -> bool:
     return not address or address == b"localhost" or address.startswith(b"localhost:")
 
 
-def allowed(address: bytes, networks: Sequence[IPv4Network | IPv6Network]) -> bool:
-    """Whether the peer address of a ZAP request (an IP as text) is in one of ``networks``;
-    an IPv4 peer of a dual-stack socket, shown IPv4-mapped, counts as its IPv4 address.
-    An address that does not parse is in none."""
+def address_host(address: bytes) -> str | None:
+    """The host of a ZAP request's peer address (an IP as text), as ``descriptor_host``
+    gives it; None where it is no IP address (an ipc:// peer's)."""
     try:
-        ip = ip_address(address.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        return False
+        ip = peer_ip(address.decode("ascii"))
+    except UnicodeDecodeError:
+        return None
+    return None if ip is None else str(ip)
+
+
+def descriptor_host(descriptor: int) -> str | None:
+    """The host of the peer of an accepted connection's descriptor (ZMQ's, so read through a
+    duplicate that this closes), as ``address_host`` gives it; None for an ipc:// peer, or
+    a descriptor already closed (its connection is then counted as of no host, and only
+    while it is open)."""
+    try:
+        duplicate = os.dup(descriptor)
+    except OSError:
+        return None
+    try:
+        peer = socket.socket(fileno=duplicate)
+    except OSError:
+        os.close(duplicate)
+        return None
+    with peer:
+        try:
+            name = peer.getpeername()
+        except OSError:
+            return None
+    ip = peer_ip(name[0]) if isinstance(name, tuple) else None
+    return None if ip is None else str(ip)
+
+
+def peer_ip(text: str) -> IPv4Address | IPv6Address | None:
+    """A peer's IP address from its text, None if it is not one: an IPv4 peer of a
+    dual-stack socket, shown IPv4-mapped, is its IPv4 address, and a scope id is dropped
+    (the same host, whichever interface it came by)."""
+    try:
+        ip = ip_address(text.partition("%")[0])
+    except ValueError:
+        return None
     if isinstance(ip, IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # as it is on an IPv4 socket: ::/0 admits no IPv4 host there
-    return any(ip in network for network in networks)
+        return ip.ipv4_mapped  # as it is on an IPv4 socket: ::/0 admits no IPv4 host there
+    return ip
+
+
+def allowed(address: bytes, networks: Sequence[IPv4Network | IPv6Network]) -> bool:
+    """Whether the peer address of a ZAP request (an IP as text) is in one of ``networks``
+    (``peer_ip``). An address that does not parse is in none."""
+    try:
+        ip = peer_ip(address.decode("ascii"))
+    except UnicodeDecodeError:
+        return False
+    return ip is not None and any(ip in network for network in networks)

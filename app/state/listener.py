@@ -3,8 +3,9 @@
 Frames that reach a publisher's stream are counted in that publisher's state;
 these counters hold the rest: frames too malformed to name a stream, and
 frames of new streams once ``max_publishers`` are tracked. The connections
-open now, those refused past ``max_connections`` and those refused from an
-address outside ``allow`` are the listen gate's (app/ingest/listen_gate.py).
+open now, those refused past ``max_connections`` or ``max_connections_per_host``
+and those refused from an address outside ``allow`` are the listen gate's
+(app/ingest/listen_gate.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class ListenerState:
     """As configured (``--listen``)."""
     max_publishers: int
     max_connections: int
+    max_connections_per_host: int
     allow: tuple[IPv4Network | IPv6Network, ...] = ()
     """The networks a peer must connect from (``listen_allow``); empty: any."""
     bound: tuple[str, ...] = ()
@@ -30,6 +32,7 @@ class ListenerState:
     refused: int = 0
     connections: int = 0
     refused_connections: int = 0
+    refused_host_connections: int = 0
     refused_addresses: int = 0
 
     @property

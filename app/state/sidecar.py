@@ -62,6 +62,7 @@ class SidecarState:
                 tuple(settings.listen),
                 settings.listen_max_publishers,
                 settings.listen_max_connections,
+                settings.listen_max_connections_per_host,
                 tuple(ip_network(network, strict=False) for network in settings.listen_allow),
             )
             if settings.listen

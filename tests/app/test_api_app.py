@@ -247,6 +247,10 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             assert (listener["publishers"], listener["max_publishers"]) == (2, 64)
             assert (listener["connections"], listener["max_connections"]) == (1, 128)
             assert listener["refused_connections"] == 0
+            assert (listener["max_connections_per_host"], listener["refused_host_connections"]) == (
+                32,
+                0,
+            )
             assert listener["allow"] == ["127.0.0.0/8", "::1/128"]
             assert listener["refused_addresses"] == 0
 
@@ -257,6 +261,7 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             assert "kvscope_sidecar_listen_refused_frames_total 0.0" in metrics
             assert "kvscope_sidecar_listen_connections 1.0" in metrics
             assert "kvscope_sidecar_listen_refused_connections_total 0.0" in metrics
+            assert "kvscope_sidecar_listen_refused_host_connections_total 0.0" in metrics
             assert "kvscope_sidecar_listen_refused_addresses_total 0.0" in metrics
             capacity = next(
                 sample

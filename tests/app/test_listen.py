@@ -9,7 +9,9 @@ listen mode kvscope's own EventPublisher. Waits poll a condition for up to 15 s
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from collections.abc import Iterator
 from ipaddress import ip_network
 from pathlib import Path
@@ -20,7 +22,18 @@ import zmq
 from pydantic import ValidationError
 
 from app.ingest import Ingestor, ListenError
-from app.ingest.listen_gate import ADMITTED, NOT_ALLOWED, ListenGate, allowed, ipc_peer
+from app.ingest.listen_gate import (
+    ADMITTED,
+    HOST_REFUSED,
+    NOT_ALLOWED,
+    REFUSED,
+    SETTLED_S,
+    ListenGate,
+    address_host,
+    allowed,
+    descriptor_host,
+    ipc_peer,
+)
 from app.settings import SidecarSettings
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherState
@@ -324,6 +337,41 @@ def test_a_burst_of_connections_admits_max_connections_and_the_rest_keep_trying(
         ingestor.close()
 
 
+def test_one_host_holds_at_most_its_share_of_places_and_another_host_still_gets_in(
+    peers: list[RawPublisher],
+) -> None:
+    """One host that completed handshake after handshake took every place, and the other
+    hosts' engines were refused until it let go. The loopback network routes all of 127/8,
+    so a peer connecting from 127.0.0.2 is another host."""
+    ingestor = listening(listen_max_connections=8, listen_max_connections_per_host=2)
+    listener = listener_of(ingestor)
+    port = port_of(ingestor)
+    try:
+        first, second = RawPublisher(bound(ingestor), b"a"), RawPublisher(bound(ingestor), b"b")
+        peers += [first, second]
+        heard(ingestor, first, "a", 0)
+        heard(ingestor, second, "b", 0)
+        # Settled: the gate now knows these two by their descriptors, not their admissions.
+        time.sleep(SETTLED_S + 0.5)
+        third = RawPublisher(bound(ingestor), b"c")
+        peers.append(third)
+        wait_until(lambda: listener.refused_host_connections >= 1, "the host's third is refused")
+        other = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"other")
+        peers.append(other)
+        heard(ingestor, other, "other", 0)
+        for seq in range(3):
+            third.send(seq, kv_payload(stored(100 + seq), rank=0))
+        second.send(0, kv_payload(stored(1), rank=0))
+        wait_until(lambda: blocks_of(ingestor, "b@0") == {1}, "the second peer's batch")
+        assert "c@0" not in ingestor.state.publishers
+        assert (listener.connections, listener.refused_connections) == (3, 0)
+        peers.remove(first)
+        first.close()
+        heard(ingestor, third, "c", 0)  # it connects again and takes its host's place
+    finally:
+        ingestor.close()
+
+
 def test_connections_that_never_finish_a_handshake_take_no_place(
     peers: list[RawPublisher],
 ) -> None:
@@ -452,13 +500,80 @@ def test_an_ipc_peer_is_told_by_its_address(address: bytes, expected: bool) -> N
     assert ipc_peer(address) is expected
 
 
+@pytest.mark.parametrize(
+    ("address", "host"),
+    [
+        (b"10.1.2.3", "10.1.2.3"),
+        (b"::ffff:10.1.2.3", "10.1.2.3"),  # an IPv4 peer of a dual-stack socket
+        (b"fd00:0::5", "fd00::5"),
+        (b"fe80::1%eth0", "fe80::1"),  # one host, whichever interface it came by
+        (b"localhost:1000:1000:4242", None),  # an ipc:// peer
+        (b"", None),
+        (b"\xff\xfe", None),
+    ],
+)
+def test_a_peers_host_is_its_canonical_ip_address(address: bytes, host: str | None) -> None:
+    assert address_host(address) == host
+
+
+def test_a_descriptors_host_is_its_peers_and_reading_it_leaks_no_descriptor() -> None:
+    """The gate reads a settled connection's host from ZMQ's descriptor: through a duplicate,
+    which must be closed again, and never the descriptor itself."""
+    opened = len(os.listdir("/proc/self/fd"))
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        with client, accepted:
+            for _ in range(50):
+                assert descriptor_host(accepted.fileno()) == "127.0.0.1"
+            accepted.getpeername()  # still open
+        local, remote = socket.socketpair()  # AF_UNIX, as an ipc:// peer's: no host
+        with local, remote:
+            assert descriptor_host(local.fileno()) is None
+        assert descriptor_host(local.fileno()) is None  # closed since
+    assert len(os.listdir("/proc/self/fd")) == opened
+
+
+def test_ipc_peers_are_held_to_the_total_limit_only() -> None:
+    """An ipc:// peer has no IP address: the host limit does not apply to it, and peers
+    whose address is no IP are not one host between them."""
+    listener = ListenerState(("ipc:///x",), 8, 3, 1)
+    ctx = zmq.Context()
+    try:
+        gate = ListenGate(ctx, ctx.socket(zmq.SUB), listener)
+        answers = [gate._decide(b"localhost:1000:1000:%d" % pid) for pid in range(4)]
+        assert answers == [ADMITTED] * 3 + [REFUSED]
+        assert (listener.refused_connections, listener.refused_host_connections) == (1, 0)
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_the_host_limit_counts_each_host_apart_and_after_the_total() -> None:
+    listener = ListenerState(("tcp://127.0.0.1:*",), 8, 4, 2)
+    ctx = zmq.Context()
+    try:
+        gate = ListenGate(ctx, ctx.socket(zmq.SUB), listener)
+        hosts = [b"10.0.0.1", b"::ffff:10.0.0.1", b"10.0.0.1", b"10.0.0.2", b"10.0.0.2"]
+        answers = [gate._decide(address) for address in hosts]
+        assert answers == [ADMITTED, ADMITTED, HOST_REFUSED, ADMITTED, ADMITTED]
+        assert gate._decide(b"10.0.0.3") == REFUSED, "the total is reached first"
+        assert (listener.refused_host_connections, listener.refused_connections) == (1, 1)
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_the_host_limit_must_admit_someone() -> None:
+    with pytest.raises(ValidationError, match="listen_max_connections_per_host"):
+        SidecarSettings(listen=[LISTEN], listen_max_connections_per_host=0)
+
+
 @pytest.mark.parametrize("endpoints", [("tcp://127.0.0.1:*",), ("tcp://127.0.0.1:*", "ipc:///x")])
 def test_a_peer_without_an_ip_address_passes_allow_only_where_ipc_is_served(
     endpoints: tuple[str, ...],
 ) -> None:
     """libzmq leaves a TCP peer's address empty when it cannot look the peer up: on a
     socket that serves no ipc:// endpoint such a peer is no local process, and is refused."""
-    listener = ListenerState(endpoints, 8, 8, allow=(ip_network("10.0.0.0/8"),))
+    listener = ListenerState(endpoints, 8, 8, 8, allow=(ip_network("10.0.0.0/8"),))
     ctx = zmq.Context()
     try:
         gate = ListenGate(ctx, ctx.socket(zmq.SUB), listener)

@@ -639,7 +639,8 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
             page.goto(f"{sidecar.url}/#/publishers")
             line = page.get_by_text("Listening on")
             sync_api.expect(line).to_contain_text(
-                "1 of at most 128 peers admitted, 0 handshakes refused; peers from "
+                "1 of at most 128 peers admitted, 0 handshakes refused; at most 32 from one "
+                "host, 0 refused past it; peers from "
                 "127.0.0.0/8 only, 0 from elsewhere refused."
             )
             context.close()

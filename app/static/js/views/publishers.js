@@ -58,7 +58,9 @@ function mount(panel, { stats }) {
     listener.textContent = l ? `Listening on ${l.endpoints.join(", ")}: ${count(l.frames)} frames, `
       + `${count(l.malformed)} malformed, ${count(l.refused)} refused; ${l.publishers} of at most `
       + `${l.max_publishers} listen-mode publishers; ${l.connections} of at most `
-      + `${l.max_connections} peers admitted, ${count(l.refused_connections)} handshakes refused`
+      + `${l.max_connections} peers admitted, ${count(l.refused_connections)} handshakes refused; `
+      + `at most ${l.max_connections_per_host} from one host, `
+      + `${count(l.refused_host_connections)} refused past it`
       + (l.allow.length ? `; peers from ${l.allow.join(", ")} only, `
         + `${count(l.refused_addresses)} from elsewhere refused.` : ".") : "";
   }
