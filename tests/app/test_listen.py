@@ -104,6 +104,15 @@ def heard(ingestor: Ingestor, raw: RawPublisher, engine_id: str, rank: int) -> P
     return ingestor.state.publishers[name]
 
 
+def two_heard(ingestor: Ingestor, peers: list[RawPublisher]) -> tuple[RawPublisher, RawPublisher]:
+    """Two peers of the listen socket, "a" and "b", connected and heard."""
+    first, second = RawPublisher(bound(ingestor), b"a"), RawPublisher(bound(ingestor), b"b")
+    peers += [first, second]
+    heard(ingestor, first, "a", 0)
+    heard(ingestor, second, "b", 0)
+    return first, second
+
+
 def blocks_of(ingestor: Ingestor, publisher: str) -> set[int]:
     """The hashes (of 0..199) that ``publisher`` holds, on any medium."""
     with ingestor.state.lock:
@@ -299,10 +308,7 @@ def test_a_peer_past_max_connections_is_refused_until_a_place_is_free_then_admit
     ingestor = listening(listen_max_connections=2)
     listener = listener_of(ingestor)
     try:
-        first, second = RawPublisher(bound(ingestor), b"a"), RawPublisher(bound(ingestor), b"b")
-        peers += [first, second]
-        heard(ingestor, first, "a", 0)
-        heard(ingestor, second, "b", 0)
+        first, second = two_heard(ingestor, peers)
         waiting = RawPublisher(bound(ingestor), b"c")
         peers.append(waiting)
         wait_until(lambda: listener.refused_connections >= 1, "the third peer is refused")
@@ -347,10 +353,7 @@ def test_one_host_holds_at_most_its_share_of_places_and_another_host_still_gets_
     listener = listener_of(ingestor)
     port = port_of(ingestor)
     try:
-        first, second = RawPublisher(bound(ingestor), b"a"), RawPublisher(bound(ingestor), b"b")
-        peers += [first, second]
-        heard(ingestor, first, "a", 0)
-        heard(ingestor, second, "b", 0)
+        first, second = two_heard(ingestor, peers)
         # Settled: the gate now knows these two by their descriptors, not their admissions.
         time.sleep(SETTLED_S + 0.5)
         third = RawPublisher(bound(ingestor), b"c")
