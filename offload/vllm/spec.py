@@ -54,8 +54,11 @@ class KVScopeOffloadingSpec(OffloadingSpec):
 
     def __init__(self, config: OffloadingConfig) -> None:
         super().__init__(config)
-        if config.replicated_layout:
-            raise ConfigError("kvscope does not offer vLLM's replicated (MLA single-copy) layout")
+        # vLLM offers the single-copy (replicated) layout to every MLA model under tensor
+        # parallelism on one node; a backend takes the offer by setting its spec's
+        # replicated_layout, which vLLM's connector worker reads. kvscope keeps one copy per
+        # worker (and sizes the tier so), so it declines: refusing stopped such engines.
+        self.replicated_layout = False
         self.settings = read_settings(
             self.extra_config,
             worker_kv_bytes_per_block=config.worker_kv_bytes_per_block,

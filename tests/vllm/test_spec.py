@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 from pathlib import Path
@@ -165,3 +166,19 @@ def test_metric_definitions_name_kvscope_counters_and_vllm_gauges() -> None:
     assert definitions["kvscope_evicted_blocks_total"].labelnames == ("medium", "policy", "reason")
     assert "vllm:kv_offload_cpu_cache_usage_perc" in definitions
     assert "vllm:kv_offload_stores_skipped" in definitions
+
+
+def test_vllms_replicated_layout_offer_is_declined_not_refused() -> None:
+    """vLLM offers the single-copy layout to every MLA model under tensor parallelism on one
+    node (``build_offloading_config``); a backend takes it by setting its spec's
+    ``replicated_layout``, which vLLM's connector worker reads. kvscope keeps a copy per
+    worker, so it declines the offer: refusing the config stopped every such engine."""
+    config = dataclasses.replace(
+        offloading_config({"cpu_bytes_to_use": 2**24}, world_size=2), replicated_layout=True
+    )
+    spec = OffloadingSpecFactory.create_spec(config)
+    assert isinstance(spec, KVScopeOffloadingSpec)
+    assert spec.replicated_layout is False
+    # Sized as vLLM sizes a tier that keeps every worker's copy.
+    assert spec.settings.bytes_per_chunk == -(-4096 * 2 // CHUNK_ALIGNMENT) * CHUNK_ALIGNMENT
+    spec.get_manager().shutdown()
