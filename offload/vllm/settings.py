@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import mmap
 import os
 from collections.abc import Mapping
@@ -135,7 +136,7 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
             "kv_connector_extra_config needs cpu_bytes_to_use (bytes of CPU memory) "
             "or num_cpu_blocks (a chunk count)"
         )
-    cpu_bytes = positive_int("cpu_bytes_to_use", extra_config["cpu_bytes_to_use"])
+    cpu_bytes = positive_int("cpu_bytes_to_use", _whole_bytes(extra_config["cpu_bytes_to_use"]))
     if bytes_per_chunk == 0:
         raise ConfigError(
             "cpu_bytes_to_use cannot size the tier: vLLM reports 0 KV bytes per block; "
@@ -147,6 +148,18 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
             f"({bytes_per_chunk} bytes across all workers)"
         )
     return cpu_bytes // bytes_per_chunk
+
+
+def _whole_bytes(value: Any) -> Any:
+    """A finite float of bytes floored, as vLLM's CPU spec floors it; any other value as is.
+
+    vLLM's ``--kv-offloading-size`` is GiB as a float, and vLLM writes it into the extra
+    config as float bytes (0.3 GiB: 322122547.2), so a fraction of a byte is vLLM's own
+    value, not a typo.
+    """
+    if isinstance(value, float) and math.isfinite(value):
+        return math.floor(value)
+    return value
 
 
 def _check_fits_host(num_chunks: int, bytes_per_chunk: int) -> None:

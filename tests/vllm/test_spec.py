@@ -8,6 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, VllmConfig
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 from bench.tooling.vllm_config import SPEC, offloading_config
@@ -182,3 +184,20 @@ def test_vllms_replicated_layout_offer_is_declined_not_refused() -> None:
     # Sized as vLLM sizes a tier that keeps every worker's copy.
     assert spec.settings.bytes_per_chunk == -(-4096 * 2 // CHUNK_ALIGNMENT) * CHUNK_ALIGNMENT
     spec.get_manager().shutdown()
+
+
+def test_vllms_own_kv_offloading_size_sizes_the_tier_as_vllm_does() -> None:
+    """``--kv-offloading-size`` is GiB as a float; vLLM writes it into the extra config as
+    float bytes (0.3 GiB: 322122547.2) and its CPU spec floors them. kvscope refused any
+    fraction as not a whole number, so the engine would not start."""
+    vllm_config = VllmConfig(
+        cache_config=CacheConfig(kv_offloading_size=0.3),
+        device_config=DeviceConfig(device="cpu"),
+        kv_transfer_config=KVTransferConfig(kv_connector_extra_config=dict(SPEC)),
+    )
+    assert vllm_config.kv_transfer_config is not None
+    extra = vllm_config.kv_transfer_config.kv_connector_extra_config
+    assert extra["cpu_bytes_to_use"] == 0.3 * 2**30
+    config = offloading_config(extra, worker_kv_bytes_per_block=3000)
+    spec = KVScopeOffloadingSpec(config)
+    assert spec.settings.num_chunks == CPUOffloadingSpec(config).num_chunks > 0
