@@ -100,6 +100,7 @@ class ListenGate:
         self._read_events()
         if sock is self._zap:
             self._answer()
+        self.listener.connections = self._admitted()
 
     def _read_events(self) -> None:
         """Every event the monitor holds: connections accepted, and closed."""
@@ -114,7 +115,6 @@ class ListenGate:
                 self._opened[descriptor] = (time.monotonic(), descriptor_host(descriptor))
             elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self._opened.pop(event["value"], None)
-        self.listener.connections = self._admitted()
 
     def _admitted(self) -> int:
         """Connections admitted and open: those settled, and those admitted since."""
@@ -159,18 +159,26 @@ class ListenGate:
         return ADMITTED
 
     def _answer(self) -> None:
-        """Answer every waiting request (``_decide``)."""
+        """Answer every waiting request (``_decide``), each after the monitor's events.
+
+        ZMQ reports a connection's accept before its handshake asks the gate, so once
+        a request is here its accept is in the monitor's queue: read before the request
+        is decided, the accept is never later than the admission, and the connection is
+        counted as settled before its admission is forgotten. Read only once before all
+        the requests, an accept that came meanwhile was read after its admission, and
+        between the admission's ``SETTLED_S`` and the read's the connection counted for
+        nothing: its host could be given a place too many, kept while that peer stayed."""
         while True:
             try:
                 request = self._zap.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            self._read_events()
             # [peer, b"", version, request id, domain, address, routing id, mechanism, ...]
             if len(request) < 8 or request[2] != ZAP_VERSION:
                 continue  # not a ZAP request of this version: ZMQ sends none such
             status = self._decide(request[5])
             self._zap.send_multipart([request[0], b"", ZAP_VERSION, request[3], *status, b"", b""])
-        self.listener.connections = self._admitted()
 
 
 def ipc_peer(address: bytes) -> bool:

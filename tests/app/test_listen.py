@@ -21,7 +21,7 @@ import pytest
 import zmq
 from pydantic import ValidationError
 
-from app.ingest import Ingestor, ListenError
+from app.ingest import Ingestor, ListenError, listen_gate
 from app.ingest.listen_gate import (
     ADMITTED,
     HOST_REFUSED,
@@ -561,6 +561,50 @@ def test_the_host_limit_counts_each_host_apart_and_after_the_total() -> None:
         assert answers == [ADMITTED, ADMITTED, HOST_REFUSED, ADMITTED, ADMITTED]
         assert gate._decide(b"10.0.0.3") == REFUSED, "the total is reached first"
         assert (listener.refused_host_connections, listener.refused_connections) == (1, 1)
+    finally:
+        ctx.destroy(linger=0)
+
+
+class _Clock:
+    """The gate's monotonic clock, moved by the test: what counts as settled is a matter of
+    time, and the interleavings below need their times exact."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_connection_accepted_while_requests_are_answered_still_counts_for_its_host(
+    peers: list[RawPublisher], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate read the monitor once, then answered every waiting request: a connection
+    accepted in between was admitted before its accept was read. Its admission was
+    forgotten SETTLED_S after it, its connection counted only SETTLED_S after the read, and
+    in between its host was given a place too many, kept as long as that peer stayed."""
+    clock = _Clock()
+    monkeypatch.setattr(listen_gate, "time", clock)
+    listener = ListenerState((LISTEN,), 8, 8, 1)
+    ctx = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.SUB)
+        gate = ListenGate(ctx, sock, listener)
+        sock.bind(LISTEN)
+        endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        gate.on_ready(gate._monitor)  # the ingest thread reads the monitor: nothing yet
+        first = RawPublisher(endpoint, b"a")
+        peers.append(first)
+        wait_until(lambda: gate._zap.poll(0) != 0, "the first peer's handshake asks the gate")
+        gate._answer()  # ... and then answers what came meanwhile
+        clock.now += 1.0
+        gate.on_ready(gate._monitor)  # the next turn
+        clock.now += SETTLED_S - 0.5  # the admission is SETTLED_S old, the read is not
+        second = RawPublisher(endpoint, b"b")
+        peers.append(second)
+        wait_until(lambda: gate._zap.poll(0) != 0, "the second peer's handshake asks the gate")
+        gate.on_ready(gate._zap)
+        assert (listener.refused_host_connections, listener.connections) == (1, 1)
     finally:
         ctx.destroy(linger=0)
 
