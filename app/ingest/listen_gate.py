@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 from typing import Final
@@ -68,6 +68,19 @@ vanished without closing its connection frees its place (long enough that a stal
 reader, whose full queue delays the answers, keeps its peers)."""
 
 
+class _Opened:
+    """An open connection of the listen socket, as the monitor named it."""
+
+    __slots__ = ("at", "host", "settled")
+
+    def __init__(self, at: float, host: str | None) -> None:
+        self.at = at
+        """When its accept was read (monotonic seconds)."""
+        self.host = host
+        self.settled = False
+        """Whether it is counted as admitted (open ``SETTLED_S`` after ``at``)."""
+
+
 class ListenGate:
     """The ZAP handler and the monitor of one listen socket, read by the ingest thread.
 
@@ -86,12 +99,24 @@ class ListenGate:
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self._monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.sockets = (self._zap, self._monitor)
-        self._opened: dict[int, tuple[float, str | None]] = {}
-        """When each open connection was accepted (monotonic seconds), and its host, by
-        descriptor."""
+        self._opened: dict[int, _Opened] = {}
+        """Each open connection, by descriptor."""
+        self._young: deque[tuple[int, _Opened]] = deque()
+        """Connections not yet settled, by descriptor, oldest first (some closed since)."""
+        self._settled = 0
+        self._settled_from: Counter[str] = Counter()
+        """How many open connections are settled: in all, and from each host."""
         self._admissions: deque[tuple[float, str | None]] = deque()
         """When each handshake of the last ``SETTLED_S`` was admitted, and its host, oldest
         first."""
+        self._admitted_from_host: Counter[str] = Counter()
+        """How many of ``_admissions`` are from each host.
+
+        The counts are kept as connections come, settle and go, so that a handshake
+        is decided in time independent of how many connections are open: summed anew
+        for each, every peer that opened connections by the thousand (idle ones
+        included, which count for nothing) slowed every handshake and, retrying its
+        refused ones, held up the ingest thread that the gate shares."""
         self._serves_ipc = any(e.startswith("ipc://") for e in listener.endpoints)
         """Whether a peer without an IP address can be an ipc:// endpoint's (``ipc_peer``)."""
 
@@ -110,32 +135,48 @@ class ListenGate:
                 event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 break
-            if event["event"] == zmq.EVENT_ACCEPTED:  # a descriptor reused: the old one closed
-                descriptor = event["value"]
-                self._opened[descriptor] = (time.monotonic(), descriptor_host(descriptor))
+            descriptor = event["value"]
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self._close(descriptor)  # a descriptor reused: the old one closed
+                opened = _Opened(time.monotonic(), descriptor_host(descriptor))
+                self._opened[descriptor] = opened
+                self._young.append((descriptor, opened))
             elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self._opened.pop(event["value"], None)
+                self._close(descriptor)
+
+    def _close(self, descriptor: int) -> None:
+        """Forget the connection of ``descriptor``, if one is open, and its place if settled."""
+        opened = self._opened.pop(descriptor, None)
+        if opened is not None and opened.settled:
+            self._settled -= 1
+            _discount(self._settled_from, opened.host)
 
     def _admitted(self) -> int:
         """Connections admitted and open: those settled, and those admitted since."""
-        settled = self._settled()
-        opened = sum(at < settled for at, _ in self._opened.values())
-        return opened + len(self._admissions)
+        self._advance()
+        return self._settled + len(self._admissions)
 
     def _admitted_from(self, host: str) -> int:
         """Connections admitted and open from ``host``, counted as ``_admitted`` counts."""
-        settled = self._settled()
-        opened = sum(at < settled and of == host for at, of in self._opened.values())
-        return opened + sum(of == host for _, of in self._admissions)
+        self._advance()
+        return self._settled_from[host] + self._admitted_from_host[host]
 
-    def _settled(self) -> float:
-        """The time before which an open connection was admitted; admissions older than it
-        are forgotten (their connections are settled now, or closed)."""
+    def _advance(self) -> None:
+        """Bring the counts to now: a connection accepted over ``SETTLED_S`` ago was admitted,
+        and counts as settled; admissions older than that are forgotten (their connections
+        are settled now, or closed)."""
         settled = time.monotonic() - SETTLED_S
         admissions = self._admissions
         while admissions and admissions[0][0] < settled:
-            admissions.popleft()
-        return settled
+            _discount(self._admitted_from_host, admissions.popleft()[1])
+        young = self._young
+        while young and young[0][1].at < settled:
+            descriptor, opened = young.popleft()
+            if self._opened.get(descriptor) is opened:  # else closed since
+                opened.settled = True
+                self._settled += 1
+                if opened.host is not None:
+                    self._settled_from[opened.host] += 1
 
     def _decide(self, address: bytes) -> tuple[bytes, bytes]:
         """A final refusal for a peer outside ``allow``; else admitted while fewer than the
@@ -156,6 +197,8 @@ class ListenGate:
             listener.refused_host_connections += 1
             return HOST_REFUSED
         self._admissions.append((time.monotonic(), host))
+        if host is not None:
+            self._admitted_from_host[host] += 1
         return ADMITTED
 
     def _answer(self) -> None:
@@ -179,6 +222,16 @@ class ListenGate:
                 continue  # not a ZAP request of this version: ZMQ sends none such
             status = self._decide(request[5])
             self._zap.send_multipart([request[0], b"", ZAP_VERSION, request[3], *status, b"", b""])
+
+
+def _discount(counts: Counter[str], host: str | None) -> None:
+    """One fewer from ``host`` (none: not counted by host), a host at none forgotten (hosts
+    come and go: the counter holds only those with connections)."""
+    if host is None:
+        return
+    counts[host] -= 1
+    if counts[host] <= 0:
+        del counts[host]
 
 
 def ipc_peer(address: bytes) -> bool:
