@@ -53,12 +53,27 @@ def _target(optimum: float, peer: float) -> tuple[str, float]:
     return "1.25x strongest peer", OVER_PEER * peer
 
 
+def _peer_file(scratch: Path, label: str, requests: list[list[int]]) -> Path:
+    """``requests`` as plain JSON lines in ``scratch``, for the peer, which reads a file.
+
+    The peer gets these, never the file named: its reader is its own (a byte-order mark
+    or a lone CR, which kvscope's accepts, failed it), and a pipe (``<(zcat t.gz)``) is
+    drained and a file may have changed or gone since kvscope read it.
+    """
+    path = scratch / f"{label}.jsonl"
+    with path.open("w", encoding="utf-8") as file:
+        file.writelines(json.dumps({"hash_ids": r}) + "\n" for r in requests)
+    return path
+
+
 def _workloads(
     traces: list[tuple[Path, list[list[int]]]], halves: bool, scratch: Path
 ) -> list[tuple[str, Path, list[list[int]]]]:
-    """(name, file, requests) per trace and, with ``halves``, per half (written to
-    ``scratch``: the peer reads a file)."""
-    named = [("bundled", *trace()), *((path.name, path, requests) for path, requests in traces)]
+    """(name, file for the peer, requests) per trace and, with ``halves``, per half; a
+    named trace's file and every half's are written to ``scratch`` (``_peer_file``)."""
+    named = [("bundled", *trace())]
+    for index, (path, requests) in enumerate(traces):
+        named.append((path.name, _peer_file(scratch, f"trace-{index}", requests), requests))
     if not halves:
         return named
     out: list[tuple[str, Path, list[list[int]]]] = []
@@ -70,10 +85,7 @@ def _workloads(
                 print(f"{shown(name)}: its {label} holds no block references; skipped",
                       file=sys.stderr)  # fmt: skip
                 continue
-            half = scratch / f"{len(out)}-{label}.jsonl"
-            half.write_text(
-                "".join(json.dumps({"hash_ids": r}) + "\n" for r in part), encoding="utf-8"
-            )
+            half = _peer_file(scratch, f"{len(out)}-{label}", part)
             out.append((f"{name}:{label}", half, part))
     return out
 

@@ -75,3 +75,27 @@ def test_halves_without_block_references_are_skipped_not_divided_by(tmp_path: Pa
     names = [name for name, _, _ in _workloads([(one, [[1, 2]])], True, tmp_path)]
     assert "one.jsonl" in names and "one.jsonl:second-half" in names
     assert "one.jsonl:first-half" not in names
+
+
+def test_the_peer_reads_the_very_requests_kvscope_replays(tmp_path: Path) -> None:
+    """The peer (vLLM's manager, in its own interpreter) was handed the named file to read
+    with a reader of its own: a byte-order mark failed it (every peer row missing), a lone
+    CR split a line in two, and a pipe (``<(zcat t.gz)``) or a file since removed was gone."""
+    from bench.policy_hit_ratio import _workloads
+    from bench.tooling.peer_workload import load_keys
+    from offload.sim.mooncake import load_trace
+
+    windows = tmp_path / "windows.jsonl"
+    windows.write_bytes(b'\xef\xbb\xbf{"hash_ids": [1, 2]}\r\n{"hash_ids": [1,\r2, 3]}\r\n')
+    requests = load_trace(windows)
+    windows.unlink()  # as a pipe's bytes are gone once read
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    workloads = _workloads([(windows, requests)], True, scratch)
+    named = [w for w in workloads if not w[0].startswith("bundled")]
+    assert [name for name, _, _ in named] == [
+        "windows.jsonl", "windows.jsonl:first-half", "windows.jsonl:second-half"
+    ]  # fmt: skip
+    for _, path, part in named:
+        keys = load_keys(path, lambda key, group: key)
+        assert keys == [[h.to_bytes(8, "big") for h in r] for r in part]
