@@ -114,9 +114,27 @@ def _read_requests(file: BinaryIO, name: str) -> list[list[int]]:
     return requests
 
 
+class _DuplicateHashIds(Exception):
+    """Raised inside the decoder; not a ValueError, which names an overlong number."""
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object, refusing a second ``hash_ids``: JSON leaves which one counts open
+    (Python's reader keeps the last, others the first), so either would be a guess."""
+    record = dict(pairs)
+    if len(record) < len(pairs) and sum(key == "hash_ids" for key, _ in pairs) > 1:
+        raise _DuplicateHashIds
+    return record
+
+
+_DECODER: Final = json.JSONDecoder(object_pairs_hook=_object)
+
+
 def _parse_request(line: str, where: str) -> list[int]:
     try:
-        record = json.loads(line)
+        record = _DECODER.decode(line)
+    except _DuplicateHashIds:
+        raise TraceError(f"{where}: 'hash_ids' given more than once") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:

@@ -82,6 +82,11 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
         ("[1, 2]\n", [], ":1: expected a JSON object"),
         ('{"input_length": 3}\n', [], ":1: missing 'hash_ids' list"),
         ('{"hash_ids": "0 1 2"}\n', [], ":1: 'hash_ids' must be a list, got str"),
+        (
+            '{"hash_ids": [1]}\n{"hash_ids": [1], "hash_ids": [2]}\n',
+            [],
+            ":2: 'hash_ids' given more",
+        ),
         ("\n\n", [], "holds no requests"),
         ('{"hash_ids": []}\n{"hash_ids": []}\n', [], "holds no block references"),
         (
