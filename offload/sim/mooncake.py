@@ -39,6 +39,11 @@ UTF8_BOM: Final = b"\xef\xbb\xbf"
 """Written first by some Windows tools; not JSON, so it is skipped."""
 
 
+JSON_WHITESPACE: Final = " \t\r\n"
+"""What a blank line may hold: str.strip() would also take a form feed, U+00A0 or U+001C
+for blank, and skip a line that is no JSON at all."""
+
+
 class TraceError(ValueError):
     """A trace that cannot be read; the message names the file and line."""
 
@@ -102,7 +107,7 @@ def _read_requests(file: BinaryIO, name: str) -> list[list[int]]:
             raise TraceError(
                 f"{where}: not UTF-8 (byte {exc.start + 1} of the line is 0x{raw[exc.start]:02x})"
             ) from None
-        if line.strip():
+        if line.strip(JSON_WHITESPACE):
             hash_ids = _parse_request(line, where)
             block_refs += len(hash_ids)
             if block_refs > MAX_BLOCK_REFS:
@@ -136,7 +141,9 @@ def _parse_request(line: str, where: str) -> list[int]:
     except _DuplicateHashIds:
         raise TraceError(f"{where}: 'hash_ids' given more than once") from None
     except json.JSONDecodeError as exc:
-        raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        # Some of json's messages end in "at" already ("Invalid control character at").
+        message = exc.msg.removesuffix(" at")
+        raise TraceError(f"{where}: not valid JSON ({message} at column {exc.colno})") from None
     except RecursionError:
         raise TraceError(f"{where}: JSON nested too deeply") from None
     except ValueError:  # an integer of more digits than Python converts

@@ -79,6 +79,17 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
             [],
             ":2: not valid JSON (Expecting value at column 17)",
         ),
+        (
+            '{"hash_ids": [1], "a": "\x01"}\n',
+            [],
+            ":1: not valid JSON (Invalid control character at column 25)",
+        ),
+        ('{"hash_ids": [1]}\n\x0c\n', [], ":2: not valid JSON (Expecting value at column 1)"),
+        (
+            '\u00a0\n{"hash_ids": [1]}\n'.encode(),
+            [],
+            ":1: not valid JSON (Expecting value at column 1)",
+        ),
         ("[1, 2]\n", [], ":1: expected a JSON object"),
         ('{"input_length": 3}\n', [], ":1: missing 'hash_ids' list"),
         ('{"hash_ids": "0 1 2"}\n', [], ":1: 'hash_ids' must be a list, got str"),
