@@ -34,6 +34,10 @@ MAX_BLOCK_REFS: Final = 2**26
 """Block references in one trace (a few GB held as Python lists): about two hundred times
 the largest public Mooncake trace."""
 
+MAX_REQUESTS: Final = 2**26
+"""Requests in one trace: each is a list held whether or not it names a block, so a
+stream of empty requests (``yes '{"hash_ids": []}'``) is bounded too."""
+
 GZIP_MAGIC: Final = b"\x1f\x8b"
 UTF8_BOM: Final = b"\xef\xbb\xbf"
 """Written first by some Windows tools; not JSON, so it is skipped."""
@@ -58,8 +62,9 @@ def load_trace(path: str | Path) -> list[list[int]]:
 
     Read a line at a time (a pipe such as ``<(zcat trace.gz)`` works), each line
     at most ``MAX_LINE_BYTES``, the whole at most ``MAX_BLOCK_REFS``
-    references: a trace is held in memory whole, so a device or a runaway file
-    is refused before it takes the machine's memory.
+    references in at most ``MAX_REQUESTS`` requests: a trace is held in memory
+    whole, so a device or a runaway file is refused before it takes the
+    machine's memory.
     """
     path = Path(path)
     try:
@@ -114,6 +119,11 @@ def _read_requests(file: BinaryIO, name: str) -> list[list[int]]:
                 raise TraceError(
                     f"{where}: the trace passes {MAX_BLOCK_REFS:,} block references, the most "
                     "a replay holds; split it"
+                )
+            if len(requests) == MAX_REQUESTS:
+                raise TraceError(
+                    f"{where}: the trace passes {MAX_REQUESTS:,} requests, the most a replay "
+                    "holds; split it"
                 )
             requests.append(hash_ids)
     return requests

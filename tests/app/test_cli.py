@@ -171,6 +171,11 @@ def test_a_line_or_a_trace_past_its_bound_is_refused_naming_it(
     monkeypatch.setattr(mooncake, "MAX_BLOCK_REFS", 10)
     with pytest.raises(TraceError, match=r"trace.jsonl:2: the trace passes 10 block references"):
         load_trace(trace)
+    empty = tmp_path / "empty.jsonl"  # a request naming no block is held all the same
+    empty.write_text('{"hash_ids": [1]}\n' + '{"hash_ids": []}\n' * 3)
+    monkeypatch.setattr(mooncake, "MAX_REQUESTS", 3)
+    with pytest.raises(TraceError, match=r"empty.jsonl:4: the trace passes 3 requests"):
+        load_trace(empty)
 
 
 def test_output_to_a_reader_that_went_away_ends_quietly() -> None:
