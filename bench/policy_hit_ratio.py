@@ -73,7 +73,7 @@ def _workloads(
     named trace's file and every half's are written to ``scratch`` (``_peer_file``)."""
     named = [("bundled", *trace())]
     for index, (path, requests) in enumerate(traces):
-        named.append((path.name, _peer_file(scratch, f"trace-{index}", requests), requests))
+        named.append((str(path), _peer_file(scratch, f"trace-{index}", requests), requests))
     if not halves:
         return named
     out: list[tuple[str, Path, list[list[int]]]] = []

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from offload import CPUOffloadingManager
 from offload.sim.mooncake import (
@@ -73,6 +73,10 @@ def peer_python() -> Path | None:
     return ensure_peer_python()
 
 
+PEER_TIMEOUT_S: Final = 1800
+"""How long one peer replay may take: the largest trace a replay holds, at vLLM's pace."""
+
+
 def run_peer(
     python: Path,
     trace_path: Path,
@@ -98,11 +102,23 @@ def run_peer(
         "--store-threshold",
         str(store_threshold),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        print(f"peer failed ({policy}, {capacity}): {done.stderr.strip()[-500:]}", file=sys.stderr)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PEER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(
+            f"peer failed ({policy}, {capacity}): no answer in {PEER_TIMEOUT_S} s", file=sys.stderr
+        )
         return None
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        why = done.stderr.strip()[-500:] or f"exit {done.returncode}, nothing printed"
+        print(f"peer failed ({policy}, {capacity}): {why}", file=sys.stderr)
+        return None
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        print(f"peer failed ({policy}, {capacity}): printed {lines[-1][:200]!r}", file=sys.stderr)
+        return None
 
 
 def emit(record: dict[str, Any]) -> None:

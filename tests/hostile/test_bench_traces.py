@@ -73,8 +73,17 @@ def test_halves_without_block_references_are_skipped_not_divided_by(tmp_path: Pa
 
     one = tmp_path / "one.jsonl"
     names = [name for name, _, _ in _workloads([(one, [[1, 2]])], True, tmp_path)]
-    assert "one.jsonl" in names and "one.jsonl:second-half" in names
-    assert "one.jsonl:first-half" not in names
+    assert str(one) in names and f"{one}:second-half" in names
+    assert f"{one}:first-half" not in names
+
+
+def test_traces_of_one_name_in_two_folders_keep_their_rows_apart(tmp_path: Path) -> None:
+    """Rows carried a trace's file name only: a/t.jsonl and b/t.jsonl read as one trace."""
+    from bench.policy_hit_ratio import _workloads
+
+    traces = [(tmp_path / folder / "t.jsonl", [[1, 2]]) for folder in ("a", "b")]
+    names = [name for name, _, _ in _workloads(traces, False, tmp_path)]
+    assert names == ["bundled", str(traces[0][0]), str(traces[1][0])]
 
 
 def test_the_peer_reads_the_very_requests_kvscope_replays(tmp_path: Path) -> None:
@@ -94,7 +103,7 @@ def test_the_peer_reads_the_very_requests_kvscope_replays(tmp_path: Path) -> Non
     workloads = _workloads([(windows, requests)], True, scratch)
     named = [w for w in workloads if not w[0].startswith("bundled")]
     assert [name for name, _, _ in named] == [
-        "windows.jsonl", "windows.jsonl:first-half", "windows.jsonl:second-half"
+        str(windows), f"{windows}:first-half", f"{windows}:second-half"
     ]  # fmt: skip
     for _, path, part in named:
         keys = load_keys(path, lambda key, group: key)
