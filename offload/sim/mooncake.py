@@ -66,6 +66,8 @@ def load_trace(path: str | Path) -> list[list[int]]:
     whole, so a device or a runaway file is refused before it takes the
     machine's memory.
     """
+    if not str(path):
+        raise TraceError("trace path is empty")  # Path("") is ".", the working directory
     path = Path(path)
     try:
         with path.open("rb") as file:

@@ -159,3 +159,9 @@ def test_a_trace_that_cannot_be_read_is_named(tmp_path: Path) -> None:
     result = kvscope("replay", str(tmp_path), "--policy", "lru,opt")
     assert result.returncode == 2
     assert "trace path is a directory, not a file" in result.stderr
+
+
+def test_an_empty_trace_path_is_called_empty_not_the_working_directory() -> None:
+    result = kvscope("replay", "", "--policy", "lru")
+    assert result.returncode == 2
+    assert "error: trace path is empty" in result.stderr
