@@ -163,12 +163,12 @@ def _parse_request(line: str, where: str) -> list[int]:
             f"{where}: a number of more than {sys.get_int_max_str_digits():,} digits"
         ) from None
     if not isinstance(record, dict):
-        raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        raise TraceError(f"{where}: expected a JSON object, got {_json_kind(record)}")
     if "hash_ids" not in record:
         raise TraceError(f"{where}: missing 'hash_ids' list")
     hash_ids = record["hash_ids"]
     if not isinstance(hash_ids, list):
-        raise TraceError(f"{where}: 'hash_ids' must be a list, got {type(hash_ids).__name__}")
+        raise TraceError(f"{where}: 'hash_ids' must be a list, got {_json_kind(hash_ids)}")
     if not all(map(_is_hash_id, hash_ids)):
         index, bad = next((i, h) for i, h in enumerate(hash_ids) if not _is_hash_id(h))
         raise TraceError(
@@ -180,3 +180,16 @@ def _parse_request(line: str, where: str) -> list[int]:
 
 def _is_hash_id(value: object) -> bool:
     return type(value) is int and 0 <= value <= _MAX_HASH_ID
+
+
+def _json_kind(value: object) -> str:
+    """What JSON calls a decoded value (the trace's author wrote JSON, not Python)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"

@@ -90,9 +90,11 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
             [],
             ":1: not valid JSON (Expecting value at column 1)",
         ),
-        ("[1, 2]\n", [], ":1: expected a JSON object"),
+        ("[1, 2]\n", [], ":1: expected a JSON object, got an array"),
+        ('{"hash_ids": null}\n', [], ":1: 'hash_ids' must be a list, got null"),
+        ('{"hash_ids": {"0": 1}}\n', [], ":1: 'hash_ids' must be a list, got an object"),
         ('{"input_length": 3}\n', [], ":1: missing 'hash_ids' list"),
-        ('{"hash_ids": "0 1 2"}\n', [], ":1: 'hash_ids' must be a list, got str"),
+        ('{"hash_ids": "0 1 2"}\n', [], ":1: 'hash_ids' must be a list, got a string"),
         (
             '{"hash_ids": [1]}\n{"hash_ids": [1], "hash_ids": [2]}\n',
             [],

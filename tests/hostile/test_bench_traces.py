@@ -38,7 +38,7 @@ def modules() -> list[str]:
     [
         (None, "trace file not found"),
         ('{"hash_ids": [0, 1]}\n{"hash_ids": [0, 18446744073709551616]}\n', ":2: hash_ids[1] is"),
-        ('{"hash_ids": "0 1"}\n', ":1: 'hash_ids' must be a list, got str"),
+        ('{"hash_ids": "0 1"}\n', ":1: 'hash_ids' must be a list, got a string"),
     ],
 )
 def test_a_bad_trace_stops_the_benchmark_before_it_runs(
