@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Final, TextIO
 
 from pydantic import ValidationError
 
@@ -215,11 +215,14 @@ def _listen_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--port", type=int, help="HTTP port (default 8000; 0 picks a free one)")
 
 
+SETTING_FLAGS: Final = ("connect", "replay", "listen", "listen_replay", "host", "port", "token")
+"""The settings a command line may give as flags (each command has some of them); every other
+setting is its ``KVSCOPE_*`` variable only."""
+
+
 def _settings(args: argparse.Namespace, **given: object) -> SidecarSettings:
     """Settings from the environment, overridden by the flags that were given."""
-    names = ("connect", "replay", "listen", "listen_replay", "host", "port")
-    flags = {key: getattr(args, key, None) for key in names}
-    flags["token"] = getattr(args, "token", None)
+    flags = {key: getattr(args, key, None) for key in SETTING_FLAGS}
     return SidecarSettings(**{k: v for k, v in {**flags, **given}.items() if v is not None})
 
 
@@ -383,10 +386,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvscope: error: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
-        print(f"kvscope: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"kvscope: error: {_one_line(exc, _flags(args))}", file=sys.stderr)
         return 2
     except SettingError as exc:
-        print(f"kvscope: error: {_setting_name((exc.setting,))}: {exc}", file=sys.stderr)
+        name = _setting_name((exc.setting,), _flags(args))
+        print(f"kvscope: error: {name}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down cleanly, and said so
         return 130
@@ -402,17 +406,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             provider.shutdown()
 
 
-def _one_line(exc: ValidationError) -> str:
+def _flags(args: argparse.Namespace) -> frozenset[str]:
+    """The settings this command takes as flags (``demo``: only --host and --port)."""
+    return frozenset(name for name in SETTING_FLAGS if hasattr(args, name))
+
+
+def _one_line(exc: ValidationError, flags: frozenset[str]) -> str:
     """Every bad setting, by name, on one line."""
-    return "; ".join(f"{_setting_name(error['loc'])}: {error['msg']}" for error in exc.errors())
+    return "; ".join(
+        f"{_setting_name(error['loc'], flags)}: {error['msg']}" for error in exc.errors()
+    )
 
 
-def _setting_name(location: tuple[int | str, ...]) -> str:
-    """A setting as the user can give it: the flag (where there is one) and the variable."""
+def _setting_name(location: tuple[int | str, ...], flags: frozenset[str]) -> str:
+    """A setting as the user can give it: the flag (where the command has one) and the
+    variable."""
     if not location:
         return "settings"
     name = str(location[0])
-    return f"--{name.replace('_', '-')} / KVSCOPE_{name.upper()}"
+    variable = f"KVSCOPE_{name.upper()}"
+    return f"--{name.replace('_', '-')} / {variable}" if name in flags else variable
 
 
 if __name__ == "__main__":

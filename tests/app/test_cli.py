@@ -313,7 +313,7 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
         ([], {"KVSCOPE_LISTEN": "tcp://*:70000"},
          "--listen / KVSCOPE_LISTEN: Value error, 'tcp://*:70000' is not an endpoint to listen on"),
         (["--listen", "tcp://*:5557"], {"KVSCOPE_LISTEN_ALLOW": "10.0.0.0/8,engine"},
-         "--listen-allow / KVSCOPE_LISTEN_ALLOW: Value error, 'engine' is not an IP network "
+         "KVSCOPE_LISTEN_ALLOW: Value error, 'engine' is not an IP network "
          "(expected an address or ADDRESS/PREFIX"),
         (["--listen", "tcp://*:5557", "--listen-replay", "vllm-gpu=tcp://engine:5558"], {},
          "--listen-replay / KVSCOPE_LISTEN_REPLAY: Value error, 'vllm-gpu' is not a stream name"),
@@ -325,9 +325,9 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
         (["--connect", "tcp://127.0.0.1:59002", "--listen", "tcp://127.0.0.1:59002"], {},
          "settings: Value error, tcp://127.0.0.1:59002 is both listened on (KVSCOPE_LISTEN)"),
         (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_MAX_MESSAGE_BYTES": str(2**40)},
-         "--max-message-bytes / KVSCOPE_MAX_MESSAGE_BYTES: Input should be less than or equal"),
+         "KVSCOPE_MAX_MESSAGE_BYTES: Input should be less than or equal"),
         (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_RECEIVE_BUFFER_BYTES": str(2**50)},
-         "--receive-buffer-bytes / KVSCOPE_RECEIVE_BUFFER_BYTES: Input should be less than"),
+         "KVSCOPE_RECEIVE_BUFFER_BYTES: Input should be less than"),
     ],
 )  # fmt: skip
 def test_serve_refuses_a_bad_listen_setting_in_one_line_naming_it(
@@ -338,6 +338,30 @@ def test_serve_refuses_a_bad_listen_setting_in_one_line_naming_it(
     assert f"kvscope: error: {message}" in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "message"),
+    [
+        (["serve", "--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_MAX_BLOCKS": "0"},
+         "KVSCOPE_MAX_BLOCKS: Input should be greater than or equal to 1"),
+        (["serve", "--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_TOKEN": " "},
+         "--token / KVSCOPE_TOKEN: Value error, token must not be blank (unset it to disable "
+         "authentication)"),
+        (["demo", "--duration", "1"], {"KVSCOPE_TOKEN": " "},
+         "KVSCOPE_TOKEN: Value error, token must not be blank (unset it to disable "
+         "authentication)"),
+    ],
+    ids=["serve-variable-only", "serve-flag", "demo-variable-only"],
+)  # fmt: skip
+def test_a_bad_setting_names_a_flag_only_where_the_command_has_one(
+    command: list[str], env: dict[str, str], message: str
+) -> None:
+    """`--max-blocks / KVSCOPE_MAX_BLOCKS` named a flag neither command has (argparse refuses
+    it), and `demo` was told of a `--token` it does not take."""
+    result = kvscope(*command, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"kvscope: error: {message}"
 
 
 def test_serve_names_a_listen_endpoint_it_cannot_bind() -> None:
