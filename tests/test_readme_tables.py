@@ -1,0 +1,140 @@
+"""The README's reference tables say what the code does: the sidecar's settings and their
+defaults, the worker's metrics, the HTTP routes and their query parameters, and the keys
+kvscope reads from vLLM's ``kv_connector_extra_config``.
+
+Each table is read from README.md and compared with the definitions themselves
+(``SidecarSettings``, ``offload.telemetry.metrics``, the app's OpenAPI schema,
+``KVSCOPE_KEYS``), so a renamed setting, a changed default or a new route fails here
+rather than leaving the README to drift. ``offload/vllm/settings.py`` is read as source,
+not imported: importing ``offload.vllm`` loads vLLM.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import create_app
+from app.settings import SidecarSettings
+from app.state.sidecar import SidecarState
+from offload.telemetry import metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "s": 1}
+
+
+def table(header: str) -> list[list[str]]:
+    """The rows (cells stripped) of every README table whose header row starts ``header``."""
+    rows: list[list[str]] = []
+    inside = False
+    for line in README.splitlines():
+        if line.startswith(header):
+            inside = True
+        elif inside and line.startswith("|"):
+            if not re.fullmatch(r"[|\s:-]+", line):
+                rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+        else:
+            inside = False
+    assert rows, f"README has no table headed {header!r}"
+    return rows
+
+
+def code_spans(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def readme_default(text: str) -> object:
+    """A default as the settings tables write it: 1,000 / 64 MiB / 2 s / `lru,arc` / (any)."""
+    if text == "(any)":
+        return []
+    if spans := code_spans(text):
+        return spans[0]
+    number, _, unit = text.partition(" ")
+    value = float(number.replace(",", "")) * UNITS[unit] if unit else float(number.replace(",", ""))
+    return value
+
+
+def test_every_setting_the_tables_name_has_the_default_they_give() -> None:
+    fields = SidecarSettings.model_fields
+    rows = table("| setting | default |")
+    for name_cell, default_cell, *_ in rows:
+        (variable,) = code_spans(name_cell)
+        name = variable.removeprefix("KVSCOPE_").lower()
+        assert name in fields, f"README's {variable} is no setting"
+        field = fields[name]
+        default = field.default_factory() if field.default_factory else field.default
+        if isinstance(default, list):
+            default = ",".join(default) if default else []
+        expected = readme_default(default_cell)
+        assert default == expected, f"{variable}: README says {default_cell}, the code {default!r}"
+
+
+def test_every_setting_is_in_the_readme() -> None:
+    named = set(re.findall(r"KVSCOPE_([A-Z0-9_]+)", README))
+    missing = {name.upper() for name in SidecarSettings.model_fields} - named
+    assert not missing, f"settings the README never names: {sorted(missing)}"
+
+
+def test_the_metric_table_is_the_metric_definitions() -> None:
+    specs = {
+        spec.name: spec for spec in vars(metrics).values() if isinstance(spec, metrics.MetricSpec)
+    }
+    seen: set[str] = set()
+    for names, kind, labels, _ in table("| metric | type | labels |"):
+        expected = () if labels == "(none)" else tuple(label.strip() for label in labels.split(","))
+        for name in code_spans(names):
+            assert name in specs, f"README's {name} is no metric"
+            assert (specs[name].kind, specs[name].labels) == (kind, expected), name
+            seen.add(name)
+    assert seen == set(specs), f"metrics the table leaves out: {sorted(set(specs) - seen)}"
+
+
+def test_the_route_table_is_the_routes_the_app_serves() -> None:
+    settings = SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    app = create_app(settings, SidecarState.from_settings(settings))
+    schema = app.openapi()
+    served = {
+        (method.upper(), re.sub(r"\{[^}]+\}", "{}", path)): sorted(
+            p["name"] for p in operation.get("parameters", ()) if p["in"] == "query"
+        )
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+    }
+    listed: dict[tuple[str, str], list[str]] = {}
+    for route_cell, _ in table("| route |"):
+        for span in code_spans(route_cell):
+            method, _, target = span.partition(" ")
+            if method not in ("GET", "POST"):
+                continue
+            path, _, query = target.partition("?")
+            params = sorted(part.removesuffix("=") for part in query.split("&") if part)
+            listed[(method, re.sub(r"\{[^}]+\}", "{}", path))] = params
+    unlisted = set(served) - set(listed)
+    assert not unlisted, f"routes the README's table leaves out: {sorted(unlisted)}"
+    for route, params in listed.items():
+        if route in served:
+            assert params == served[route], f"{route}: README {params}, served {served[route]}"
+        else:  # outside the schema: the page and the schema itself
+            with TestClient(app, base_url="http://localhost") as http:
+                assert http.request(*route).status_code == 200, route
+
+
+def vllm_keys() -> set[str]:
+    """``KVSCOPE_KEYS`` as offload/vllm/settings.py writes it (read, not imported)."""
+    source = ast.parse((ROOT / "offload" / "vllm" / "settings.py").read_text())
+    for node in source.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "KVSCOPE_KEYS":
+            return set(ast.literal_eval(node.value.args[0]))
+    pytest.fail("offload/vllm/settings.py defines no KVSCOPE_KEYS")
+
+
+def test_the_vllm_key_table_is_the_keys_kvscope_reads() -> None:
+    listed = {span for key_cell, _ in table("| key | meaning |") for span in code_spans(key_cell)}
+    named = {key for key in vllm_keys() if f"`{key}`" in README}
+    assert listed <= vllm_keys(), f"README keys kvscope refuses: {sorted(listed - vllm_keys())}"
+    assert named == vllm_keys(), f"keys the README never names: {sorted(vllm_keys() - named)}"
