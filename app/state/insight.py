@@ -182,6 +182,9 @@ class PublisherInsight:
         missed = 0
         if last is not None and not last < seq <= last + MAX_SEQ_JUMP:
             self.stream = None  # the publisher restarted: what it sampled before is gone
+            # Its worker's counts start again from 0: all of what this frame carries is new,
+            # even where it is no less than the old worker's last (which a fall cannot tell).
+            self._worker_shed = (0, 0)
         elif last is not None:
             missed = seq - last - 1
         self.missed_frames += missed

@@ -688,3 +688,24 @@ def test_what_the_worker_shed_before_the_sidecar_heard_it_leaves_the_curve_exact
     insight.receive(100 + len(payloads), later)  # one more shed since: this stream's
     curve = insight.reading().curve
     assert curve is not None and not curve.exact
+
+
+def test_a_restarted_workers_shed_counts_are_all_new(trace) -> None:
+    """A restarted publisher's shed counts start again from 0, but they were measured against
+    the old worker's last: a new worker that had shed as many requests as the old one (or
+    more) added nothing (or only the difference) to the counters, and a curve at rate 1
+    that had lost those requests stayed exact."""
+    state = InsightState()
+    insight = state.new_publisher()
+    payloads = sample_frames(trace[:600], capacity=50, rate=1.0)
+    for seq, frame in enumerate(payloads, start=100):  # 3 shed before the sidecar heard it
+        insight.receive(seq, msgspec.structs.replace(frame, shed_requests=3, shed_block_refs=30))
+    assert (insight.worker_shed_requests, insight.worker_shed_block_refs) == (3, 30)
+    for seq, frame in enumerate(payloads):  # restarted: it shed 3 of its own first requests
+        insight.receive(seq, msgspec.structs.replace(frame, shed_requests=3, shed_block_refs=30))
+        while (work := state.queue.get(0)) is not None:
+            work.apply(lambda: None)
+    assert insight.resets == 1
+    assert (insight.worker_shed_requests, insight.worker_shed_block_refs) == (6, 60)
+    curve = insight.reading().curve
+    assert curve is not None and not curve.exact
