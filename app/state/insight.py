@@ -180,8 +180,11 @@ class PublisherInsight:
         """Apply one sample frame: the stack now, the shadow tiers' share queued."""
         last = self.last_seq
         missed = 0
-        if last is not None and not last < seq <= last + MAX_SEQ_JUMP:
-            self.stream = None  # the publisher restarted: what it sampled before is gone
+        # A restarted publisher: what it sampled before is gone. Its stream is replaced by
+        # the rebuild, under the lock: forgotten here, a reader would read the old curve and
+        # optimum with no stream.
+        restarted = last is not None and not last < seq <= last + MAX_SEQ_JUMP
+        if restarted:
             # Its worker's counts start again from 0: all of what this frame carries is new,
             # even where it is no less than the old worker's last (which a fall cannot tell).
             self._worker_shed = (0, 0)
@@ -191,7 +194,7 @@ class PublisherInsight:
         self.last_seq = seq
         config = frame.config
         stream = SampledStream(frame.rate, frame.seed, config.policy, config.capacity_blocks)
-        if stream != self.stream:
+        if restarted or stream != self.stream:
             self.resets += 1 if self.frames else 0
             self._rebuild(stream)
             self.since = frame.ts

@@ -709,3 +709,34 @@ def test_a_restarted_workers_shed_counts_are_all_new(trace) -> None:
     assert (insight.worker_shed_requests, insight.worker_shed_block_refs) == (6, 60)
     curve = insight.reading().curve
     assert curve is not None and not curve.exact
+
+
+class ReadingsUnderTheLock:
+    """``insight``'s lock, noting the stream and the curve a reader taking it would read."""
+
+    def __init__(self, insight: PublisherInsight) -> None:
+        self.insight = insight
+        self.lock = insight.lock
+        self.seen: list[tuple[SampledStream | None, bool]] = []
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.seen.append((self.insight.stream, self.insight._curve() is not None))
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()
+
+
+def test_a_restart_never_shows_a_curve_without_its_stream(trace) -> None:
+    """A restarted publisher's stream was forgotten outside the lock, before the rebuild took
+    it: a reader in between read the old stream's curve (and optimum) with no stream, and the
+    API showed that curve with no verdict, or the stats frame's policy beside it."""
+    insight = InsightState().new_publisher()
+    payloads = sample_frames(trace[:600], capacity=50)
+    for seq, frame in enumerate(payloads):
+        insight.receive(seq, frame)
+    watched = ReadingsUnderTheLock(insight)
+    insight.lock = watched  # type: ignore[assignment]
+    insight.receive(0, payloads[0])  # the sequence went back: a restart
+    assert insight.resets == 1 and watched.seen
+    assert all(stream is not None or not curve for stream, curve in watched.seen)
