@@ -369,7 +369,11 @@ class PublisherInsight:
         try:
             result = window.compute(requests, block_refs, pace)
         finally:
-            self._window_queued = False
+            # Only this stream's request is done: a rebuild while it ran cleared the flag,
+            # and the new stream's window may have queued its own since.
+            with self.lock:
+                if generation == self.generation:
+                    self._window_queued = False
         with self.lock:
             if generation == self.generation:
                 self.optimum = ComputedOptimum(result, time.time(), window.max_refs)

@@ -740,3 +740,32 @@ def test_a_restart_never_shows_a_curve_without_its_stream(trace) -> None:
     insight.receive(0, payloads[0])  # the sequence went back: a restart
     assert insight.resets == 1 and watched.seen
     assert all(stream is not None or not curve for stream, curve in watched.seen)
+
+
+def test_an_optimum_computed_for_a_stream_gone_leaves_the_new_ones_request_queued(trace) -> None:
+    """A computation of the optimum that outlived its stream (a restart while it ran) marked
+    the window as not queued when it ended, although the new stream's window had queued its
+    own: the next frame queued another, and the window was computed twice for one due."""
+    state = InsightState(InsightConfig(policies=("lru",)))  # the queue holds windows only
+    insight = state.new_publisher()
+    payloads = sample_frames(trace, capacity=100)
+    seq = 0
+    while state.queue.items == 0:
+        insight.receive(seq, payloads[seq])
+        seq += 1
+    old = state.queue.get(0)
+    assert old is not None
+
+    def restart_once() -> None:  # the publisher restarts while the old window is computed
+        if insight.resets:
+            return
+        for restarted, frame in enumerate(payloads):
+            insight.receive(restarted, frame)
+            if state.queue.items:
+                return
+
+    old.apply(restart_once)
+    assert insight.resets == 1 and state.queue.items == 1
+    for later, frame in enumerate(payloads[5:8], start=len(payloads)):
+        insight.receive(later, frame)
+    assert state.queue.items == 1, "the new stream's window was queued twice"
