@@ -59,6 +59,7 @@ demo: $(STAMP) $(VENDOR_STAMP)
 
 test: $(VLLM_STAMP) debs $(VENDOR_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
