@@ -28,7 +28,10 @@ class InsightCurve(BaseModel):
     """Hit ratio per policy at capacities around the tier's, estimated from the sample."""
 
     capacities: list[int] = Field(description="Capacities in blocks, ascending.")
-    multiples: list[float] = Field(description="Each capacity over the tier's (1/8x to 8x).")
+    multiples: list[float] = Field(
+        description="Each capacity over the tier's (1/8x to 8x; capacities are whole blocks, "
+        "so below 8 blocks the smaller ones round, or merge, and each shows its exact multiple)."
+    )
     current_blocks: int = Field(description="The tier's capacity: one of `capacities`.")
     current_index: int = Field(description="Where the tier's capacity is in `capacities`.")
     hit_ratios: dict[str, list[float]] = Field(
