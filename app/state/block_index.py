@@ -123,6 +123,13 @@ class BlockIndex:
         self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
         self.stranded = StrandedBlocks(self._shards)
         """Held blocks no prefix lookup reaches: an ancestor named by the events is held nowhere."""
+        self._extra_copies: dict[int, dict[Hashable, int]] = {}
+        """Location bit number -> block hash -> copies held there beyond the first. vLLM's
+        GPU pool does not deduplicate its cache: a prompt sent again whose length is a whole
+        number of blocks recomputes its last block (the last token is always recomputed)
+        into a second cache block under the same hash, in the same group, and announces each
+        copy's store and removal; a block leaves the location with its last copy. Kept apart
+        from the records (few blocks are ever copied twice), holding only hashes and ints."""
 
     def __len__(self) -> int:
         return self._held
@@ -161,6 +168,7 @@ class BlockIndex:
         # The event's blocks continue one chain: each hangs under the one before it.
         parent = event.parent_block_hash
         parent_shard = 0 if parent is None else shard_of(parent)
+        extra = None if parent is None and self._reports(event, bit) else self._copies(number)
         seq = self._next_seq
         added = refused = 0
         for block_hash in event.block_hashes:
@@ -192,6 +200,9 @@ class BlockIndex:
                 added += 1
                 if entry.stranded:
                     self.stranded.count(bit, 1)
+            elif extra is not None:  # another copy at the same location
+                extra[block_hash] = extra.get(block_hash, 0) + 1
+                added += 1
         if added_records := records[first_new:]:
             self.stranded.stored(added_records)
             self._held += len(added_records)
@@ -206,6 +217,7 @@ class BlockIndex:
         bit = 1 << number
         shards = self._shards
         stranded = self.stranded
+        extra = self._extra_copies.get(number)
         removed = gone = 0
         # Tail first: a chain listed head first then leaves without stranding,
         # one after another, every block below the head (the result is the same).
@@ -218,6 +230,12 @@ class BlockIndex:
             if not mask & bit:
                 continue
             removed += 1
+            if extra and block_hash in extra:  # one of several copies there: it stays
+                if extra[block_hash] == 1:
+                    del extra[block_hash]
+                else:
+                    extra[block_hash] -= 1
+                continue
             entry.mask = mask ^ bit
             if mask == bit:  # its last location
                 del blocks[block_hash]
@@ -229,6 +247,30 @@ class BlockIndex:
         self._held -= gone
         self._listing.dead += gone
         self.untracked_removals += len(event.block_hashes) - removed
+
+    def _reports(self, event: DecodedEvent, bit: int) -> bool:
+        """Whether a store naming no parent re-announces blocks the location holds.
+
+        vLLM announces a request's prefix-cache hits again, as a store from the chain's
+        root (``emit_cached_block_events``, for requests with ``kv_cache_report_mode``
+        "full"), though no block was copied and none of them will be removed twice. Such a
+        store's last block is a hit, so held already; a store of new copies from the root
+        ends at a block it computed. Its held blocks then gain no copy. The wire cannot tell
+        the two apart when a request that skipped the lookup (prompt logprobs) recomputed a
+        whole prompt the pool holds: those copies are missed, and the block goes with the
+        first copy to leave.
+        """
+        if not event.block_hashes:
+            return False
+        entry = self._record(event.block_hashes[-1])
+        return entry is not None and bool(entry.mask & bit)
+
+    def _copies(self, number: int) -> dict[Hashable, int]:
+        """The extra copies held at location ``number`` (created on first use)."""
+        copies = self._extra_copies.get(number)
+        if copies is None:
+            copies = self._extra_copies[number] = {}
+        return copies
 
     def _location(self, publisher: str, medium: str, group: int | None) -> int | None:
         """The bit number of a (publisher, medium, group), allocated on first sight.
@@ -284,6 +326,7 @@ class BlockIndex:
         for number, (owner, _medium) in enumerate(self._location_names):
             if owner == publisher:
                 self._counts[number] = 0
+                self._extra_copies.pop(number, None)
         self._listing.compact()
 
     def set_block_bytes(self, publisher: str, block_bytes: Mapping[str, int]) -> None:

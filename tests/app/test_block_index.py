@@ -418,13 +418,15 @@ step = st.tuples(st.sampled_from(PUBLISHERS), st.lists(event, max_size=4))
 
 class Model:
     """The index's contract written the obvious way: hash -> set of (publisher, medium,
-    KV cache group), a block's copies."""
+    KV cache group), a block's copies; and the copies past the first at one location
+    (vLLM's pool caches a recomputed block again under its hash)."""
 
     def __init__(self, max_blocks: int) -> None:
         self.max_blocks = max_blocks
         self.blocks: dict[Hashable, set[tuple[str, str, int | None]]] = {}  # listing order
         self.hits: dict[Hashable, int] = {}
         self.parents: dict[Hashable, Hashable | None] = {}  # of held blocks, from their store
+        self.extra: dict[tuple[Hashable, tuple[str, str, int | None]], int] = {}
         self.overflow = self.untracked = 0
 
     def apply(self, publisher: str, event: DecodedEvent) -> None:
@@ -435,12 +437,16 @@ class Model:
                     block_hash, {loc for loc in self.blocks[block_hash] if loc[0] == publisher}
                 )
         parent = event.parent_block_hash
+        last = self.blocks.get(event.block_hashes[-1], set()) if event.block_hashes else set()
+        report = parent is None and where in last  # a re-announcement from the root
         for block_hash in event.block_hashes:
             held = self.blocks.get(block_hash)
             above, parent = parent, block_hash
             if event.kind == "removed":
                 if held is None or where not in held:
                     self.untracked += 1
+                elif self.extra.get((block_hash, where)):
+                    self.extra[block_hash, where] -= 1
                 else:
                     self._discard(block_hash, {where})
             elif held is not None:
@@ -448,6 +454,8 @@ class Model:
                 copy = any((p, m) == where[:2] for p, m, _g in held)  # another group's
                 if where[1] == "GPU" and lower and not copy:
                     self.hits[block_hash] += 1
+                if where in held and not report:
+                    self.extra[block_hash, where] = self.extra.get((block_hash, where), 0) + 1
                 held.add(where)
             elif len(self.blocks) >= self.max_blocks:
                 self.overflow += 1
@@ -470,6 +478,8 @@ class Model:
 
     def _discard(self, block_hash: Hashable, locations: set[tuple[str, str, int | None]]) -> None:
         self.blocks[block_hash] -= locations
+        for where in locations:
+            self.extra.pop((block_hash, where), None)
         if not self.blocks[block_hash]:
             del self.blocks[block_hash], self.hits[block_hash], self.parents[block_hash]
 
@@ -496,6 +506,10 @@ def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int) -> None:
             (p, m) == (row.publisher, row.medium)
             for held in model.blocks.values()
             for p, m, _g in held
+        ) + sum(
+            n
+            for (_h, (p, m, _g)), n in model.extra.items()
+            if (p, m) == (row.publisher, row.medium)
         )
         assert row.blocks == expected
     assert (index.overflow, index.untracked_removals) == (model.overflow, model.untracked)
