@@ -164,3 +164,29 @@ def _subscribed(publisher: EventPublisher) -> bool:
     """A probe batch the PUB socket cannot drop unheard: sent only once someone subscribes."""
     publisher.publish_events([OffloadingEvent([-1], 16, "CPU", False)])
     return publisher._pub_held.bytes > 0 or publisher.dropped > 0
+
+
+def test_a_subscriber_that_stops_reading_is_charged_each_message_not_only_its_payload(
+    ctx: zmq.Context,
+) -> None:
+    """A message the PUB socket holds costs about 2.3 KB beside its payload: charged for
+    payloads alone, 100,000 small batches held for a subscriber that never read grew the
+    worker by 212 MiB within a 64 MiB ``queue_bytes``, nothing dropped."""
+    queue_bytes = 4 * MiB
+    # max_queue_size=2: every publish flushes at once, one batch of ~100 bytes each.
+    with EventPublisher(
+        "tcp://127.0.0.1:*", queue_bytes=queue_bytes, max_queue_size=2, flush_interval=10
+    ) as publisher:
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.RCVHWM, 1)
+        sub.setsockopt(zmq.RCVBUF, 4096)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(publisher.endpoint)
+        wait_until(lambda: _subscribed(publisher), "the subscriber is connected")
+        before = rss()
+        for number in range(30_000):  # 3 MB of payloads, 30,000 messages
+            publisher.publish_events([OffloadingEvent([number], 16, "CPU", False)])
+        grown = rss() - before
+        assert publisher.dropped > 0
+        assert publisher.held_bytes <= queue_bytes
+        assert grown < 24 * MiB, f"resident set grew by {grown / MiB:.0f} MiB"  # ~70 uncharged
