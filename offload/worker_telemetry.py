@@ -132,4 +132,5 @@ def publisher_snapshot(publisher: Publisher) -> Snapshot:
     snap.add(replays, publisher.replays_served, outcome="ok")
     snap.add(replays, publisher.malformed_replay_requests, outcome="malformed")
     snap.add(replays, publisher.refused_replay_requests, outcome="refused")
+    snap.add(m.PUBLISHER_TRUNCATED_REPLAYS_TOTAL, publisher.truncated_replays)
     return snap

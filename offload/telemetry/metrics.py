@@ -253,6 +253,12 @@ PUBLISHER_REPLAY_REQUESTS_TOTAL = _spec(
     "Replay requests answered, by outcome (ok, malformed, refused).",
     "outcome",
 )
+PUBLISHER_TRUNCATED_REPLAYS_TOTAL = _spec(
+    "kvscope_publisher_truncated_replays_total",
+    "counter",
+    "Replay answers cut short (replay_max_bytes or replay_budget_bytes reached); the asker "
+    "counts the rest as missed.",
+)
 
 SPECS: dict[str, MetricSpec] = {
     spec.name: spec
@@ -297,6 +303,7 @@ SPECS: dict[str, MetricSpec] = {
         PUBLISHER_DROPPED_FRAMES_TOTAL,
         PUBLISHER_UNSENDABLE_EVENTS_TOTAL,
         PUBLISHER_REPLAY_REQUESTS_TOTAL,
+        PUBLISHER_TRUNCATED_REPLAYS_TOTAL,
     )
 }
 """Every worker metric by name, for the collector and for checks."""

@@ -92,9 +92,10 @@ class Publisher(Closeable):
 
     The counters are plain ints, read from any thread: ``batches_published``
     and ``stats_published`` (frames handed on), ``dropped`` (frames that
-    never were), ``replays_served``, ``malformed_replay_requests``,
-    ``refused_replay_requests`` and ``unsendable_events`` (left out of their
-    batch: msgpack cannot carry one of their hashes).
+    never were), ``replays_served`` (of which ``truncated_replays`` were cut
+    short), ``malformed_replay_requests``, ``refused_replay_requests`` and
+    ``unsendable_events`` (left out of their batch: msgpack cannot carry one of
+    their hashes).
     """
 
     batches_published: int
@@ -102,6 +103,7 @@ class Publisher(Closeable):
     replays_served: int
     malformed_replay_requests: int
     refused_replay_requests: int
+    truncated_replays: int
     unsendable_events: int
 
     @property
@@ -135,6 +137,7 @@ class NullPublisher(Publisher):
 
     batches_published = stats_published = replays_served = 0
     malformed_replay_requests = refused_replay_requests = unsendable_events = 0
+    truncated_replays = 0
 
     @property
     def dropped(self) -> int:

@@ -20,6 +20,7 @@ import zmq.utils.monitor
 from offload.base import OffloadingEvent
 from offload.wire.framing import replay_request
 from offload.wire.publisher import EventPublisher
+from offload.worker_telemetry import publisher_snapshot
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -138,6 +139,12 @@ def test_an_answer_is_charged_each_message_it_holds_not_only_its_payloads(
         peer.send_multipart(replay_request(0))
         wait_until(lambda: publisher.replays_served == 1, "the request answered")
         assert publisher.truncated_replays == 1  # 200 messages' overheads pass the budget
+        exported = [
+            sample.value
+            for sample in publisher_snapshot(publisher).counters
+            if sample.name == "kvscope_publisher_truncated_replays_total"
+        ]
+        assert exported == [1], "the worker's metrics carry it"
 
 
 def test_a_subscriber_that_stops_reading_holds_queue_bytes_at_most_counted(
