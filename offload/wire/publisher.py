@@ -284,6 +284,9 @@ class EventPublisher(Publisher):
         # and the replay buffer. Callers only ever try it; the thread waits.
         self._sending = threading.Lock()
         self._closed = False
+        self._closing = threading.Lock()
+        """Held through ``close``: a second caller waits for the sockets to be released, and
+        never closes the wake pipe's descriptors again (by then another file's, maybe)."""
         # What ZMQ holds of the payloads handed to it: the PUB socket's (under
         # _sending) and the replay answers' (on the background thread).
         self._pub_held = ZmqHeld(ordered=True)
@@ -442,19 +445,21 @@ class EventPublisher(Publisher):
                 self._sending.release()
 
     def close(self) -> None:
-        """Send what is queued, stop the thread and release the sockets. Idempotent.
+        """Send what is queued, stop the thread and release the sockets. Idempotent, and
+        safe from several threads at once: each returns once the sockets are released.
 
         A publish racing with close() on another thread may be lost; publishes
         after close() raise.
         """
-        if self._closed:
-            return
-        self._closed = True
-        os.write(self._wake_w, b"\0")
-        self._thread.join()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        self._ctx.term()
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            os.write(self._wake_w, b"\0")
+            self._thread.join()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._ctx.term()
 
     # --- background thread: quiet callers' leftovers and replays ----------------
 

@@ -9,6 +9,8 @@ how long anything took.
 from __future__ import annotations
 
 import math
+import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -437,6 +439,36 @@ def test_close_is_idempotent_and_refuses_later_publishes() -> None:
     assert pub.batches_published == 1
     with pytest.raises(RuntimeError, match="closed"):
         pub.publish_events([stored(2)])
+
+
+def test_close_from_several_threads_returns_in_each_once_the_endpoints_are_free() -> None:
+    """A second close() returned at once while the first was still stopping the thread, its
+    endpoints still bound, and the two could close the wake pipe's descriptors twice."""
+    pub = EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    ports = [int(endpoint.rsplit(":", 1)[1]) for endpoint in (pub.endpoint, pub.replay_endpoint)]
+    pub.publish_events([stored(n) for n in range(50_000)])  # the last flush takes a while
+    start, probing = threading.Barrier(4), threading.Lock()
+    free: list[bool] = []
+    errors: list[BaseException] = []
+
+    def close_then_probe() -> None:
+        start.wait()
+        try:
+            pub.close()
+            with probing:  # one thread's probe at a time: each binds the ports, then lets go
+                for port in ports:
+                    with socket.socket() as probe:
+                        probe.bind(("127.0.0.1", port))
+                free.append(True)
+        except BaseException as exc:  # reported below, whichever thread raised it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=close_then_probe) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == [] and free == [True] * 4
 
 
 def test_topics_must_differ() -> None:
