@@ -10,6 +10,7 @@ backend's transfer stats like any other kvscope transfer.
 from __future__ import annotations
 
 import logging
+import threading
 
 from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
@@ -55,6 +56,10 @@ class KVScopeWorker(OffloadingWorker):
         """The backend's job id -> vLLM's, for every job not yet reported."""
         self._in_flight: set[int] = set()
         """vLLM's ids of those jobs: each is reported once, so an id in use is refused."""
+        self._lock = threading.Lock()
+        """Guards both maps. A job is mapped in the same step that submits it, so a
+        ``get_finished`` on another thread can never poll it unmapped and drop it: vLLM
+        would wait on it forever, and its id would stay refused as in flight."""
 
     def submit_store(
         self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec
@@ -72,20 +77,29 @@ class KVScopeWorker(OffloadingWorker):
 
     def get_finished(self) -> list[TransferResult]:
         finished = []
-        for result in self.backend.poll():
-            job_id = self._vllm_ids.pop(result.job_id, None)
+        with self._lock:
+            polled = [(self._vllm_ids.pop(r.job_id, None), r) for r in self.backend.poll()]
+            self._in_flight.difference_update(j for j, _ in polled if j is not None)
+        for job_id, result in polled:
             if job_id is None:  # submitted on the backend by someone else: not vLLM's
                 continue
-            self._in_flight.discard(job_id)
             # vLLM adds the time to its transfer-time metric, its own handler's copy time.
             seconds = result.seconds if result.copy_seconds is None else result.copy_seconds
             finished.append(TransferResult(job_id, result.success, result.bytes, seconds))
         return finished
 
     def wait(self, job_ids: set[int]) -> None:
-        ours = [own for own, theirs in self._vllm_ids.items() if theirs in job_ids]
+        with self._lock:
+            ours = [own for own, theirs in self._vllm_ids.items() if theirs in job_ids]
         for own in ours:
-            self.backend.wait(own)
+            try:
+                self.backend.wait(own)
+            except (ValueError, RuntimeError):
+                # The backend no longer holds it: a get_finished on another thread took it
+                # since, so it is done. Were it still ours, something else went wrong.
+                with self._lock:
+                    if own in self._vllm_ids:
+                        raise
 
     def shutdown(self) -> None:
         self.backend.close()
@@ -101,6 +115,18 @@ class KVScopeWorker(OffloadingWorker):
         gpu, cpu = (src, dst) if direction is Direction.GPU_TO_CPU else (dst, src)
         if not isinstance(gpu, GPULoadStoreSpec) or not isinstance(cpu, CPULoadStoreSpec):
             return self._refuse(job_id, "specs are not GPU and CPU block ids")
+        with self._lock:  # an id checked, submitted and mapped in one step
+            return self._submit_unique(job_id, direction, gpu, cpu, expedited)
+
+    def _submit_unique(
+        self,
+        job_id: int,
+        direction: Direction,
+        gpu: GPULoadStoreSpec,
+        cpu: CPULoadStoreSpec,
+        expedited: bool,
+    ) -> bool:
+        """``_submit`` past the spec types, with ``_lock`` held."""
         if job_id in self._in_flight:
             return self._refuse(job_id, "a job of this id is in flight")
         src_ids, dst_ids = (

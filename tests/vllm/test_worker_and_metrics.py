@@ -23,7 +23,9 @@ from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec, CPUOffloadingMetrics
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 from bench.tooling.vllm_config import SPEC, kvscope_manager, offloading_config
+from offload.transfer import CPUTransferBackend, KVLayout
 from offload.vllm import KVScopeOffloadingSpec
+from offload.vllm.worker import KVScopeWorker
 
 PAGE = 256
 GPU_BLOCKS = 16
@@ -123,6 +125,45 @@ def test_the_worker_refuses_what_it_could_not_report_once_and_tells_vllm_with_fa
             5, CPULoadStoreSpec([1]), GPULoadStoreSpec([3], [1], [0]), expedited=True
         )
         assert _finished(worker, {5}) == {5: True}
+    finally:
+        worker.shutdown()
+
+
+class _PolledAtOnce(CPUTransferBackend):
+    """A real backend after whose every submit another thread calls ``get_finished``, once
+    the job is done: a poller landing between the backend taking a job and the worker
+    mapping it to vLLM's id."""
+
+    worker: KVScopeWorker | None = None
+    pollers: list[threading.Thread]
+    reported: list
+
+    def submit(self, *args, **kwargs) -> int:
+        own = super().submit(*args, **kwargs)
+        self.wait(own)
+        assert self.worker is not None
+        poller = threading.Thread(target=lambda: self.reported.extend(self.worker.get_finished()))
+        poller.start()
+        poller.join(0.5)  # it finishes now unless the worker keeps it out until it is mapped
+        self.pollers.append(poller)
+        return own
+
+
+def test_a_job_finished_before_another_thread_polls_is_reported_exactly_once() -> None:
+    layout = KVLayout.from_canonical(_caches())
+    backend = _PolledAtOnce(layout, 8)
+    backend.pollers, backend.reported = [], []
+    worker = backend.worker = KVScopeWorker(backend)
+    try:
+        assert worker.submit_store(7, GPULoadStoreSpec([1], [1], [0]), CPULoadStoreSpec([1]))
+        for poller in backend.pollers:
+            poller.join()
+        reported = [r.job_id for r in backend.reported + worker.get_finished()]
+        assert reported == [7]  # not dropped as another caller's job
+        worker.wait({7})  # done and reported: nothing to wait for
+        # Reported, the id is free again.
+        assert worker.submit_store(7, GPULoadStoreSpec([2], [1], [0]), CPULoadStoreSpec([2]))
+        assert worker.rejected_jobs == 0
     finally:
         worker.shutdown()
 
