@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from offload.base import BlockHash
+from offload.base import BlockHash, positive_count
 from offload.transfer.job import Direction
 
 
@@ -69,9 +69,8 @@ class RankAccounting:
     __slots__ = ("_all_ranks", "_jobs", "jobs_failed", "jobs_ok", "rank_reports", "world_size")
 
     def __init__(self, world_size: int) -> None:
-        if world_size < 1:
-            raise ValueError(f"world_size must be at least 1, got {world_size}")
-        self.world_size = world_size
+        # Checked as a count: a float or bool would pass ``< 1`` and break the bit masks.
+        self.world_size = positive_count("world_size", world_size)
         self._all_ranks = (1 << world_size) - 1
         self._jobs: dict[int, _Pending] = {}
         self.jobs_ok = 0
@@ -102,6 +101,10 @@ class RankAccounting:
         finishes at most one job, so outcomes come back in the order jobs
         finish.
         """
+        # An int, not merely in range: rank 0.5 passed the range check and, with one rank,
+        # finished the job; True passed as rank 1.
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise ValueError(f"rank must be an int, got {type(rank).__name__} {rank!r}")
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} is outside [0, {self.world_size})")
         if self.world_size == 1:

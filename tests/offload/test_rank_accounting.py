@@ -87,6 +87,12 @@ def test_world_size_below_one_is_refused(world_size: int) -> None:
         RankAccounting(world_size)
 
 
+@pytest.mark.parametrize("world_size", [2.0, True, "2"])
+def test_a_world_size_that_is_not_an_int_is_refused(world_size: object) -> None:
+    with pytest.raises(TypeError, match="world_size must be an int"):
+        RankAccounting(world_size)
+
+
 @pytest.mark.parametrize("world_size", [1, 3])
 @pytest.mark.parametrize(
     ("job_id", "rank", "message"),
@@ -94,10 +100,13 @@ def test_world_size_below_one_is_refused(world_size: int) -> None:
         (1, -1, r"rank -1 is outside \[0, "),
         (1, 3, r"rank 3 is outside \[0, "),
         (9, 0, "job 9 is not in flight"),
+        (1, 0.5, "rank must be an int, got float 0.5"),
+        (1, True, "rank must be an int, got bool True"),
+        (1, "0", "rank must be an int, got str '0'"),
     ],
 )
 def test_bad_reports_are_refused_and_change_nothing(
-    world_size: int, job_id: int, rank: int, message: str
+    world_size: int, job_id: int, rank: object, message: str
 ) -> None:
     accounting = RankAccounting(world_size)
     accounting.register(1, STORE, [1])
