@@ -20,6 +20,12 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   A client that reads, however slowly, is given the time again.
 - past ``max_connections`` open connections a new one is answered 503 and
   closed before its request is read (``connections_full``).
+- bytes the parser refuses (a byte a URL cannot hold, an unknown method or
+  version, a malformed Content-Length or chunk) are a 400 naming the parser's
+  reason, in JSON (``malformed_request``). uvicorn answered "Invalid HTTP
+  request received." in plain text, naming nothing, and logged a warning per
+  request, so any client could fill the log; the reasons are llhttp's fixed
+  texts, never the client's bytes.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import asyncio
 import json
 from typing import Any, ClassVar
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.api.http_counts import HttpCounts, Refusal
@@ -97,7 +104,22 @@ class BoundedConnection(HttpToolsProtocol):
             self._head_bytes += len(data)
             if self._head_deadline is None:
                 self._arm_head_deadline()
-        super().data_received(data)
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
+        """uvicorn's ``data_received``, but a parser error is refused by ``_refuse`` (a JSON
+        400 naming the parser's reason, counted, not logged) rather than by uvicorn's
+        plain-text 400 and a warning per request."""
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # as uvicorn handles it
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError as exc:
+            self._refuse("malformed_request", 400, f"malformed HTTP request: {exc}")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -19,6 +19,7 @@ Refusal = Literal[
     "headers_timeout",
     "send_timeout",
     "connections_full",
+    "malformed_request",
 ]
 
 REFUSALS: Final[tuple[Refusal, ...]] = get_args(Refusal)

@@ -305,7 +305,8 @@ class HttpCollector(Collector):
         refused = CounterMetricFamily(
             "kvscope_sidecar_http_refused",
             "Requests refused by a limit: body_too_large (413), host_not_allowed (400), "
-            "sse_clients_full (503), headers_too_large (431), connections_full (503); "
+            "sse_clients_full (503), headers_too_large (431), connections_full (503), "
+            "malformed_request (400, bytes the HTTP parser refuses); "
             "connections closed: headers_timeout (no complete head in time), send_timeout "
             "(a response its client stopped reading).",
             labels=["reason"],

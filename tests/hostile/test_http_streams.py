@@ -10,6 +10,7 @@ quiet, never a traceback. Waits poll with a deadline; nothing asserts on time.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 from collections.abc import Iterator
@@ -399,4 +400,31 @@ def test_connections_past_the_cap_are_a_503_before_their_request_is_read() -> No
             reason = {"reason": "connections_full"}
             assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
         wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "the stream ends")
+        assert http.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("request_line", "problem"),
+    [
+        (b"GET /api/v1/stats?x=\xff HTTP/1.1", b"Invalid char in url query"),
+        (b"G\x00T /api/v1/stats HTTP/1.1", b"Invalid method encountered"),
+        (b"GET /api/v1/stats HTTP/9.9", b"Invalid HTTP version"),
+    ],
+    ids=["url byte", "method", "version"],
+)
+def test_a_request_the_parser_refuses_is_a_json_400_naming_why_counted_and_quiet(
+    request_line: bytes, problem: bytes
+) -> None:
+    """uvicorn answered it in plain text ("Invalid HTTP request received.", naming nothing),
+    counted nothing, and logged a warning per request: any client could fill the log."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        answer = read_all(raw_connection(url, request_line + b"\r\nHost: %b\r\n\r\n" % host))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"content-type: application/json" in head
+        assert json.loads(body) == {"detail": "malformed HTTP request: " + problem.decode()}
+        reason = {"reason": "malformed_request"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
         assert http.get("/healthz").status_code == 200
