@@ -342,3 +342,17 @@ def test_the_limits_are_kvscope_settings(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_an_allowed_host_that_is_no_host_name_is_refused(host: str) -> None:
     with pytest.raises(ValueError, match="is not a host name or address"):
         sidecar_app(allowed_hosts=[host])
+
+
+def test_a_host_with_a_served_name_inside_it_or_beside_another_is_refused() -> None:
+    """``[::1]evil.example`` read as ``::1`` (all before the ``]``), and of two Host headers
+    only the first was checked: each let a name the sidecar does not serve through."""
+    app, _ = sidecar_app(host="127.0.0.1")
+    with in_process(app) as http:
+        for host in ("[::1]evil.example", "[::1]:80evil", "[::1]:", "[::1"):
+            answer = http.get("/api/v1/stats", headers={"Host": host})
+            assert answer.status_code == 400, host
+        twice = [("Host", "localhost"), ("Host", "evil.example")]
+        assert http.get("/api/v1/stats", headers=twice).status_code == 400
+        assert http.get("/api/v1/stats", headers={"Host": "[::1]:8000"}).status_code == 200
+        assert refused(http.get("/metrics").text, "host_not_allowed") == 5

@@ -21,12 +21,18 @@ OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 
 
 def host_name(header: bytes) -> str:
-    """The name in a Host header, without its port, lower-case (IPv6 without brackets)."""
+    """The name in a Host header, without its port, lower-case (IPv6 without brackets).
+
+    A bracketed address counts only when nothing but a port follows the ``]``:
+    ``[::1]evil.example`` is itself, and served by no name (it was read as ``::1``).
+    """
     text = header.decode("latin-1").strip().lower()
-    if text.startswith("["):
-        return text[1 : text.find("]")] if "]" in text else text
     name, colon, port = text.rpartition(":")
-    return name if colon and port.isdigit() else text
+    if not (colon and port.isdigit()):
+        name = text
+    if name.startswith("[") and name.endswith("]"):
+        return name[1:-1]
+    return name
 
 
 class AllowedHosts:
@@ -41,8 +47,9 @@ class AllowedHosts:
         if scope["type"] != "http" or self.hosts is None or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        header = next((value for key, value in scope["headers"] if key == b"host"), b"")
-        if host_name(header) in self.hosts:
+        # Exactly one Host: of two, the first was checked and a proxy may route by the other.
+        given = [value for key, value in scope["headers"] if key == b"host"]
+        if len(given) == 1 and host_name(given[0]) in self.hosts:
             await self.app(scope, receive, send)
             return
         self.counts.refuse("host_not_allowed")
