@@ -25,7 +25,11 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   reason, in JSON (``malformed_request``). uvicorn answered "Invalid HTTP
   request received." in plain text, naming nothing, and logged a warning per
   request, so any client could fill the log; the reasons are llhttp's fixed
-  texts, never the client's bytes.
+  texts, never the client's bytes. So is a request with a body that asks for a
+  protocol ``Upgrade`` (the server upgrades nothing: ``ws="none"``): the parser
+  skips the body of such a request, which was answered as if it had none.
+  One without a body is served as any other, without the two warnings uvicorn
+  logged for it (one telling the operator to install a WebSocket library).
 """
 
 from __future__ import annotations
@@ -127,6 +131,14 @@ class BoundedConnection(HttpToolsProtocol):
             self._arm_head_deadline()
 
     def on_headers_complete(self) -> None:
+        if self.parser.should_upgrade() and self._declares_body():
+            self._refuse(
+                "malformed_request",
+                400,
+                "a request with a body cannot ask for an Upgrade (the sidecar upgrades no "
+                "connection): send it without the Upgrade header",
+            )
+            return
         self._in_head = False
         self._head_bytes = 0
         if self._head_deadline is not None:
@@ -135,8 +147,14 @@ class BoundedConnection(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        if self.transport.is_closing():  # refused at its head: no request cycle was started
+            return
         super().on_message_complete()
         self._in_head = True
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """Nothing: the server upgrades no connection by choice, and a request that asks
+        is served as a plain one (see the module doc); a warning per request was noise."""
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -172,8 +190,20 @@ class BoundedConnection(HttpToolsProtocol):
         self.counts.refuse("send_timeout")
         self.transport.abort()  # close() would wait for the buffer to drain: for ever
 
+    def _declares_body(self) -> bool:
+        """Whether the request's head declares a body (a length above 0, or chunks)."""
+        for name, value in self.headers:
+            if name == b"transfer-encoding" or (
+                name == b"content-length" and value.strip() not in (b"", b"0")
+            ):
+                return True
+        return False
+
     def _refuse(self, reason: Refusal, status: int, detail: str, headers: bytes = b"") -> None:
-        """Answer ``status`` with ``{"detail": detail}`` and close, as the guards answer."""
+        """Answer ``status`` with ``{"detail": detail}`` and close, as the guards answer
+        (once: a connection already closing was answered)."""
+        if self.transport.is_closing():
+            return
         self.counts.refuse(reason)
         body = json.dumps({"detail": detail}).encode()
         defaults = self.server_state.default_headers  # date and server, as uvicorn sends

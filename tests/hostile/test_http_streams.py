@@ -428,3 +428,28 @@ def test_a_request_the_parser_refuses_is_a_json_400_naming_why_counted_and_quiet
         reason = {"reason": "malformed_request"}
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
         assert http.get("/healthz").status_code == 200
+
+
+def test_a_request_asking_for_an_upgrade_is_served_quietly_or_refused_when_it_has_a_body() -> None:
+    """The parser skips the body of a request that asks for an Upgrade (the bytes after its
+    head belong to the new protocol): a lookup sent so was answered as if it had no body,
+    and each such request logged two warnings, one telling the operator to install a
+    WebSocket library."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        upgrade = b"Host: %b\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n" % host
+        plain = read_all(
+            raw_connection(url, b"GET /healthz HTTP/1.1\r\n%bConnection: close\r\n\r\n" % upgrade)
+        )
+        assert plain.startswith(b"HTTP/1.1 200"), plain[:200]
+        body = b'{"block_hashes": [1]}'
+        post = b"POST /api/v1/lookup HTTP/1.1\r\n%bContent-Type: application/json\r\n" % upgrade
+        answer = read_all(
+            raw_connection(url, post + b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+        )
+        head, _, detail = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert "Upgrade" in json.loads(detail)["detail"]
+        reason = {"reason": "malformed_request"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
