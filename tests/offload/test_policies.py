@@ -8,6 +8,7 @@ from offload import CachePolicy, CPUOffloadingManager, make_policy, register_pol
 from offload.cpu.policies import registry
 from offload.cpu.policies.arc import ARCCachePolicy
 from offload.cpu.policies.lru import LRUCachePolicy
+from offload.cpu.request_recency import RequestRecency
 
 
 def store(manager: CPUOffloadingManager, hashes: list) -> None:
@@ -106,3 +107,24 @@ def test_registry_rejects_a_policy_without_a_name_or_a_taken_name(
     with pytest.raises(ValueError, match=r"'lru' is already registered, by offload\.cpu\.policies"):
         register_policy(Impostor)
     assert issubclass(LRUCachePolicy, CachePolicy)
+
+
+@pytest.mark.parametrize("policy", ["lru", "gated"])
+@pytest.mark.parametrize("leave", ["touch", "failed_store"])
+def test_request_ranked_stores_keep_the_lazy_heap_bounded(policy: str, leave: str) -> None:
+    """Each block a request places leaves the placed table (a touch ranks it by use, a failed
+    store drops it) before the next store: the heap's outdated entries must not pile up."""
+    capacity = 4
+    manager = CPUOffloadingManager(16, capacity, policy)
+    lru = manager.policy
+    assert isinstance(lru, LRUCachePolicy)
+    for block_hash in range(2000):
+        out = manager.prepare_store([block_hash], RequestRecency(lambda _: 16))
+        assert out is not None
+        if leave == "touch":
+            manager.complete_store([block_hash])
+            manager.touch([block_hash])
+        else:
+            manager.complete_store([block_hash], success=False)
+        assert len(lru._heap) <= 2 * capacity + 64
+    assert manager.invariant_violations() == []

@@ -75,6 +75,10 @@ class LRUCachePolicy(CachePolicy):
                 used[block_hash] = self._order << _POSITION_BITS
             else:
                 self._place(block_hash, (self._request_order(request) << _POSITION_BITS) - place)
+        # The heap's outdated entries go here too: a placed block that leaves by a touch or a
+        # failed store's removal is not dropped from the heap, and once no block is placed
+        # nothing else compacts it, so stores naming requests would grow it without bound.
+        self._compact()
 
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         used, placed = self._used, self._placed
