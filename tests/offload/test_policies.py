@@ -128,3 +128,20 @@ def test_request_ranked_stores_keep_the_lazy_heap_bounded(policy: str, leave: st
             manager.complete_store([block_hash], success=False)
         assert len(lru._heap) <= 2 * capacity + 64
     assert manager.invariant_violations() == []
+
+
+@pytest.mark.parametrize("policy", ["lru", "gated"])
+def test_blocks_at_one_rank_never_compare_their_hashes(policy: str) -> None:
+    """A request ranks its blocks by position, and two chains of one request (vLLM's KV cache
+    groups) hold blocks at the same positions: blocks of one rank must not be ordered by their
+    hashes, which need not compare (an int and a bytes here)."""
+    manager = CPUOffloadingManager(16, 4, policy)
+    positions = {1: 16, b"one": 16, 2: 32, b"two": 32}
+    out = manager.prepare_store(list(positions), RequestRecency(positions.get))
+    assert out is not None
+    manager.complete_store(out.block_hashes_to_store)
+    assert manager.lookup([1, 2]) == 2
+    store(manager, [3, b"three"])  # room is made among the equally ranked blocks
+    store(manager, [4, b"four"])
+    assert manager.lookup([1]) == 0 and manager.lookup([b"one"]) == 0
+    assert manager.invariant_violations() == []

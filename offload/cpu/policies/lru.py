@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Iterator, Sequence
 from heapq import heapify, heappop, heappush
+from itertools import count
 
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
@@ -14,7 +15,11 @@ from offload.cpu.request_recency import RequestRecency
 _POSITION_BITS = 48
 """A rank is ``(order << 48) - position``: one int, compared in C, for (order, -position)."""
 
-_Candidate = tuple[int, BlockHash]
+_Candidate = tuple[int, int, BlockHash]
+"""(rank, tiebreak, hash): blocks compare by rank, then by when they were ranked (0 for a
+block ranked by use, a heap entry's push number otherwise), never by hash: blocks share a
+rank (a request's chains of two KV cache groups, blocks demoted together), and hashes of
+different types (an int and a bytes) do not compare."""
 
 
 class LRUCachePolicy(CachePolicy):
@@ -43,6 +48,8 @@ class LRUCachePolicy(CachePolicy):
         self._used: OrderedDict[BlockHash, int] = OrderedDict()
         self._placed: dict[BlockHash, int] = {}
         self._heap: list[_Candidate] = []
+        self._pushes = count(1)
+        """Heap entries' tiebreaks: every entry has its own, so no two entries compare equal."""
         self._order = 0
         self._generation = 0
 
@@ -137,15 +144,15 @@ class LRUCachePolicy(CachePolicy):
         next_placed = self._pop_idle_placed(protected, held, chosen)
         while len(chosen) < n and (next_used is not None or next_placed is not None):
             if next_placed is None or (next_used is not None and next_used < next_placed):
-                chosen[next_used[1]] = next_used
+                chosen[next_used[2]] = next_used
                 next_used = next(by_use, None)
             else:
-                chosen[next_placed[1]] = next_placed
+                chosen[next_placed[2]] = next_placed
                 next_placed = self._pop_idle_placed(protected, held, chosen)
         if next_placed is not None:
             held.append(next_placed)
         if len(chosen) < n:
-            held.extend(entry for entry in chosen.values() if entry[1] in self._placed)
+            held.extend(entry for entry in chosen.values() if entry[2] in self._placed)
             chosen = {}
         for entry in held:
             heappush(self._heap, entry)
@@ -195,7 +202,7 @@ class LRUCachePolicy(CachePolicy):
         resident = self.blocks
         for block_hash, rank in self._used.items():
             if resident[block_hash].ref == 0 and block_hash not in protected:
-                yield rank, block_hash
+                yield rank, 0, block_hash
 
     def _pop_idle_placed(
         self,
@@ -211,7 +218,7 @@ class LRUCachePolicy(CachePolicy):
         heap, placed, resident = self._heap, self._placed, self.blocks
         while heap:
             entry = heappop(heap)
-            block_hash = entry[1]
+            block_hash = entry[2]
             if placed.get(block_hash) != entry[0] or block_hash in chosen:
                 continue
             if resident[block_hash].ref == 0 and block_hash not in protected:
@@ -221,7 +228,7 @@ class LRUCachePolicy(CachePolicy):
 
     def _place(self, block_hash: BlockHash, rank: int) -> None:
         self._placed[block_hash] = rank
-        heappush(self._heap, (rank, block_hash))
+        heappush(self._heap, (rank, next(self._pushes), block_hash))
 
     def _request_order(self, request: RequestRecency) -> int:
         """The request's rank in this policy and generation, given on first need."""
@@ -233,5 +240,6 @@ class LRUCachePolicy(CachePolicy):
     def _compact(self) -> None:
         """Drop outdated heap entries once they outnumber the live ones."""
         if len(self._heap) > 2 * len(self._placed) + 64:
-            self._heap = [(rank, block_hash) for block_hash, rank in self._placed.items()]
+            pushes = self._pushes
+            self._heap = [(rank, next(pushes), h) for h, rank in self._placed.items()]
             heapify(self._heap)
