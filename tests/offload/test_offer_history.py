@@ -6,6 +6,8 @@ here both forms get the same scripted and random sequences.
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -103,3 +105,19 @@ def test_the_c_and_python_forms_hold_the_same(calls: list, limit: int, proven: i
         results = [history.admit(block_hashes, now, free, oldest) for history in histories]
         assert results[0] == results[1]
         assert len(histories[0]) == len(histories[1]) <= limit
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_an_offer_far_beyond_the_limit_leaves_no_memory_behind(form: type) -> None:
+    """One store of many more blocks than the history remembers (a huge request offered to a
+    small tier) must not leave tables sized for it: blocks are forgotten as they come."""
+    history = form(4, PROVEN_OFFERS)
+    history.admit(list(range(8)), 0, 0, None)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        history.admit(list(range(100, 100_100)), 1, 0, None)
+        assert len(history) == 4
+        assert tracemalloc.get_traced_memory()[0] - before < 64 * 1024
+    finally:
+        tracemalloc.stop()

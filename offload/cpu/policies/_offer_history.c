@@ -139,6 +139,9 @@ History_admit(History *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
         long long time, offers;
         if (offer(self, items[i], now, &seen, &time, &offers) < 0)
             goto fail;
+        /* Forgotten as the offers come, not after them: a store of many more blocks than the
+         * limit would otherwise grow the table's slots to its size, and they never shrink. */
+        history_trim(self);
         if (refused) {
             refused++;
         } else if (free > PyList_GET_SIZE(admitted) || !horizon ||
@@ -150,7 +153,6 @@ History_admit(History *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
         }
     }
     Py_DECREF(seq);
-    history_trim(self);
     return Py_BuildValue("(NL)", admitted, refused);
 fail:
     Py_DECREF(seq);

@@ -71,14 +71,14 @@ class PyOfferHistory:
         for block_hash in block_hashes:
             previous = pop(block_hash, None)
             last[block_hash] = (now, 1) if previous is None else (now, previous[1] + 1)
+            if len(last) > self.limit:  # forgotten as the offers come, as in the C form
+                last.popitem(last=False)
             if refused:
                 refused += 1
             elif free > len(admitted) or oldest is None or earns_a_slot(previous, oldest, proven):
                 admitted.append(block_hash)
             else:
                 refused = 1
-        for _ in range(len(last) - self.limit):
-            last.popitem(last=False)
         return admitted, refused
 
     def clear(self) -> None:
