@@ -153,18 +153,26 @@ def test_a_subscriber_that_stops_reading_holds_queue_bytes_at_most_counted(
     with EventPublisher(
         "tcp://127.0.0.1:*", queue_bytes=4 * MiB, buffer_bytes=2 * MiB
     ) as publisher:
-        sub = ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.RCVHWM, 1)
-        sub.setsockopt(zmq.RCVBUF, 4096)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(publisher.endpoint)
-        wait_until(lambda: _subscribed(publisher), "the subscriber is connected")
+        deaf = deaf_subscriber(ctx, publisher)
         before = rss()
         fill(publisher, 90)  # ~45 MB published at a peer that reads nothing
         grown = rss() - before
         assert publisher.dropped > 0
         assert publisher.held_bytes <= 4 * MiB + MiB
         assert grown < 24 * MiB, f"resident set grew by {grown / MiB:.0f} MiB"  # 45+ queued
+        deaf.close(linger=0)
+
+
+def deaf_subscriber(ctx: zmq.Context, publisher: EventPublisher) -> zmq.Socket:
+    """A subscriber of everything that reads nothing, its queues as small as ZMQ allows,
+    connected once this returns (keep it: collected, it would close)."""
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 1)
+    sub.setsockopt(zmq.RCVBUF, 4096)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(publisher.endpoint)
+    wait_until(lambda: _subscribed(publisher), "the subscriber is connected")
+    return sub
 
 
 def _subscribed(publisher: EventPublisher) -> bool:
@@ -184,12 +192,7 @@ def test_a_subscriber_that_stops_reading_is_charged_each_message_not_only_its_pa
     with EventPublisher(
         "tcp://127.0.0.1:*", queue_bytes=queue_bytes, max_queue_size=2, flush_interval=10
     ) as publisher:
-        sub = ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.RCVHWM, 1)
-        sub.setsockopt(zmq.RCVBUF, 4096)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(publisher.endpoint)
-        wait_until(lambda: _subscribed(publisher), "the subscriber is connected")
+        deaf = deaf_subscriber(ctx, publisher)
         before = rss()
         for number in range(30_000):  # 3 MB of payloads, 30,000 messages
             publisher.publish_events([OffloadingEvent([number], 16, "CPU", False)])
@@ -197,3 +200,4 @@ def test_a_subscriber_that_stops_reading_is_charged_each_message_not_only_its_pa
         assert publisher.dropped > 0
         assert publisher.held_bytes <= queue_bytes
         assert grown < 24 * MiB, f"resident set grew by {grown / MiB:.0f} MiB"  # ~70 uncharged
+        deaf.close(linger=0)

@@ -32,16 +32,14 @@ from vllm.v1.core.kv_cache_utils import (
 )
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
     KVCacheSpec,
-    KVCacheTensor,
     SlidingWindowSpec,
 )
 from vllm.v1.request import Request
 
 from app.decode import decode_kv_payload
 from app.state.block_index import BlockIndex
+from tests.vllm.kv_cache_configs import shared_pool_config
 
 HASH_TOKENS = 16
 
@@ -63,21 +61,7 @@ def _window(block_size: int) -> SlidingWindowSpec:
 
 def _manager(specs: Sequence[KVCacheSpec], num_blocks: int) -> KVCacheManager:
     """vLLM's KV cache manager over one pool shared by ``specs``' groups, events on."""
-    groups = [KVCacheGroupSpec([f"layer.{i}"], spec) for i, spec in enumerate(specs)]
-    stride = max(spec.page_size_bytes for spec in specs)
-    config = KVCacheConfig(
-        num_blocks=num_blocks,
-        kv_cache_tensors=[
-            KVCacheTensor(
-                size=stride * num_blocks,
-                layers=list(group.layer_names),
-                layer_stride=group.kv_cache_spec.page_size_bytes * num_blocks,
-                block_stride=group.kv_cache_spec.page_size_bytes,
-            )
-            for group in groups
-        ],
-        kv_cache_groups=groups,
-    )
+    config = shared_pool_config(specs, num_blocks)
     return KVCacheManager(
         config,
         max_model_len=4096,

@@ -46,10 +46,7 @@ from vllm.v1.core.kv_cache_utils import (
 from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
     KVCacheSpec,
-    KVCacheTensor,
     SlidingWindowSpec,
 )
 from vllm.v1.kv_offload.config import (
@@ -64,6 +61,7 @@ from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.request import Request, RequestStatus
 
 from bench.tooling.vllm_config import SPEC
+from tests.vllm.kv_cache_configs import shared_pool_config
 
 VLLM_SPEC = {"spec_name": "CPUOffloadingSpec"}
 init_none_hash(sha256)  # once: each call draws a new seed, and the runs compare hashes
@@ -100,21 +98,7 @@ class Engine:
     def __init__(self, extra: dict[str, Any], specs: Iterable[KVCacheSpec]) -> None:
         specs = tuple(specs)
         num_gpu_blocks = 200
-        groups = [KVCacheGroupSpec([f"layer.{i}"], spec) for i, spec in enumerate(specs)]
-        stride = max(spec.page_size_bytes for spec in specs)
-        kv_cache_config = KVCacheConfig(
-            num_blocks=num_gpu_blocks,
-            kv_cache_tensors=[
-                KVCacheTensor(
-                    size=stride * num_gpu_blocks,
-                    layers=list(group.layer_names),
-                    layer_stride=group.kv_cache_spec.page_size_bytes * num_gpu_blocks,
-                    block_stride=group.kv_cache_spec.page_size_bytes,
-                )
-                for group in groups
-            ],
-            kv_cache_groups=groups,
-        )
+        kv_cache_config = shared_pool_config(specs, num_gpu_blocks)
         vllm_config = VllmConfig(
             cache_config=CacheConfig(block_size=16, enable_prefix_caching=True),
             device_config=DeviceConfig("cpu"),
