@@ -102,23 +102,26 @@ def run_peer(
         "--store-threshold",
         str(store_threshold),
     ]
+    answer = _peer_answer(command)
+    if isinstance(answer, str):
+        print(f"peer failed ({policy}, {capacity}): {answer}", file=sys.stderr)
+        return None
+    return answer
+
+
+def _peer_answer(command: list[str]) -> dict[str, Any] | str:
+    """The peer's result (its last line, JSON), or why there is none."""
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PEER_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        print(
-            f"peer failed ({policy}, {capacity}): no answer in {PEER_TIMEOUT_S} s", file=sys.stderr
-        )
-        return None
+        return f"no answer in {PEER_TIMEOUT_S} s"
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
-        why = done.stderr.strip()[-500:] or f"exit {done.returncode}, nothing printed"
-        print(f"peer failed ({policy}, {capacity}): {why}", file=sys.stderr)
-        return None
+        return done.stderr.strip()[-500:] or f"exit {done.returncode}, nothing printed"
     try:
         return json.loads(lines[-1])
     except json.JSONDecodeError:
-        print(f"peer failed ({policy}, {capacity}): printed {lines[-1][:200]!r}", file=sys.stderr)
-        return None
+        return f"printed {lines[-1][:200]!r}"
 
 
 def emit(record: dict[str, Any]) -> None:
