@@ -52,6 +52,16 @@ _log = LogLimiter(logger)
 _CLOSE_LINGER_MS = 200
 """How long close() lets ZMQ flush already-sent frames to connected peers."""
 
+PEER_TIMEOUT_S = 15.0
+"""How long a connected peer may leave ZMTP's keep-alive unanswered before it is cut.
+
+A subscriber that stops reading fills its pipe, and with ``XPUB_NODROP`` every send is then
+refused, for every subscriber, until that pipe drains: one deaf peer starved the healthy
+ones for as long as it stayed connected. Such a peer stops answering the PINGs queued
+behind the data it does not read, so ZMQ closes its connection, its held messages are
+released and the others' frames flow again (a peer that reconnects and stays deaf is cut
+again)."""
+
 MAX_REPLAY_REQUEST_FRAME = 64
 """The largest frame the replay socket takes; a request's frames are 0 and 8 bytes."""
 
@@ -171,9 +181,11 @@ class EventPublisher(Publisher):
     What ZMQ holds is bounded in bytes (see the module doc). A frame the PUB
     socket's queue has no room for (``queue_bytes`` held for a subscriber that
     stopped reading) is refused like one past the high-water mark, and
-    counted in ``dropped``. A replay request that finds ``replay_budget_bytes``
-    already held by answers, or comes from a peer whose previous answer ZMQ
-    still holds (a peer that does not read), gets the end marker alone and is
+    counted in ``dropped``; a peer that leaves ZMTP's PINGs unanswered for
+    ``peer_timeout_s`` is disconnected, which releases what ZMQ held for it.
+    A replay request that finds ``replay_budget_bytes`` already held by
+    answers, or comes from a peer whose previous answer ZMQ still holds (a
+    peer that does not read), gets the end marker alone and is
     counted in ``refused_replay_requests``; an answer stops (its end marker
     follows) before ``replay_max_bytes`` of payload or the budget, counted in
     ``truncated_replays``, and the asker counts the rest as missed. Answers
@@ -215,6 +227,7 @@ class EventPublisher(Publisher):
         replay_budget_bytes: int | None = None,
         sample_queue_bytes: int = 16 * 2**20,
         heartbeat_s: float = HEARTBEAT_S,
+        peer_timeout_s: float = PEER_TIMEOUT_S,
     ) -> None:
         if kv_topic == stats_topic:
             raise ValueError(f"kv_topic and stats_topic must differ, both are {kv_topic!r}")
@@ -238,6 +251,8 @@ class EventPublisher(Publisher):
             raise ValueError(f"flush_interval must be in (0, 10] seconds, got {flush_interval}")
         if not 0 < heartbeat_s <= 3600:
             raise ValueError(f"heartbeat_s must be in (0, 3600] seconds, got {heartbeat_s}")
+        if not 0.1 <= peer_timeout_s <= 3600:
+            raise ValueError(f"peer_timeout_s must be in [0.1, 3600] seconds, got {peer_timeout_s}")
         self.batches_published = 0
         self.events_published = 0
         self.stats_published = 0
@@ -297,6 +312,7 @@ class EventPublisher(Publisher):
         self._answering: dict[bytes, int] = {}  # peer identity -> its latest answer's key
 
         self._ctx = zmq.Context(io_threads=1)
+        self._peer_timeout_ms = round(peer_timeout_s * 1000)
         try:
             self._pub, self._endpoint = self._bind(zmq.PUB, endpoint, hwm)
             self._pub.setsockopt(zmq.XPUB_NODROP, 1)
@@ -333,6 +349,9 @@ class EventPublisher(Publisher):
         sock.setsockopt(zmq.SNDHWM, hwm)
         sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
         sock.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
+        # A PING every third of the timeout, so a peer misses several before it is cut.
+        sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, self._peer_timeout_ms // 3))
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, self._peer_timeout_ms)
         sock.copy_threshold = 0  # payloads sent copy=False are never copied, so all are tracked
         try:
             sock.bind(endpoint)

@@ -18,7 +18,7 @@ import zmq
 import zmq.utils.monitor
 
 from offload.base import OffloadingEvent
-from offload.wire.framing import replay_request
+from offload.wire.framing import DEFAULT_KV_TOPIC, replay_request
 from offload.wire.publisher import EventPublisher
 from offload.worker_telemetry import publisher_snapshot
 from tests.support.polling import wait_until
@@ -201,3 +201,43 @@ def test_a_subscriber_that_stops_reading_is_charged_each_message_not_only_its_pa
         assert publisher.held_bytes <= queue_bytes
         assert grown < 24 * MiB, f"resident set grew by {grown / MiB:.0f} MiB"  # ~70 uncharged
         deaf.close(linger=0)
+
+
+def test_a_subscriber_that_stops_reading_is_cut_and_the_others_frames_flow_again(
+    ctx: zmq.Context,
+) -> None:
+    """With every send refused while one pipe is full (``XPUB_NODROP``), a subscriber that
+    stopped reading starved the one that reads for as long as it stayed connected: not one
+    frame more reached it. Its unanswered PINGs now get it cut after ``peer_timeout_s``."""
+    with EventPublisher(
+        "tcp://127.0.0.1:*", queue_bytes=4 * MiB, buffer_bytes=2 * MiB, peer_timeout_s=1
+    ) as publisher:
+        reader = ctx.socket(zmq.SUB)
+        reader.setsockopt(zmq.SUBSCRIBE, b"")
+        reader.connect(publisher.endpoint)
+        deaf = deaf_subscriber(ctx, publisher)
+        received: list[int] = []
+
+        def read() -> None:
+            while reader.poll(0):
+                topic, seq, _ = reader.recv_multipart()
+                if topic == DEFAULT_KV_TOPIC:
+                    received.append(int.from_bytes(seq, "big"))
+
+        def publish_one() -> None:  # ~0.5 MB: past the 4 MiB bound in a few
+            sent = publisher.batches_published + publisher.dropped
+            publisher.publish_events([OffloadingEvent(list(range(BATCH_HASHES)), 16, "CPU", False)])
+            wait_until(lambda: publisher.batches_published + publisher.dropped > sent, "sent")
+            read()
+
+        while publisher.dropped == 0:
+            publish_one()
+        stalled_at = publisher.batches_published + publisher.dropped
+
+        def flowing() -> bool:
+            publish_one()
+            return any(seq >= stalled_at for seq in received)
+
+        wait_until(flowing, "a batch sent after the stall reaches the reader")
+        deaf.close(linger=0)
+        reader.close(linger=0)

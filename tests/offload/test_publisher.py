@@ -340,6 +340,8 @@ def test_replay_keeps_only_the_newest_batches_that_fit_buffer_bytes(
         ("flush_interval", 11),
         ("heartbeat_s", 0),
         ("heartbeat_s", math.inf),
+        ("peer_timeout_s", 0.05),
+        ("peer_timeout_s", math.nan),
     ],
 )
 def test_settings_out_of_range_are_refused_by_name(setting: str, value: float) -> None:
