@@ -62,6 +62,12 @@ behind the data it does not read, so ZMQ closes its connection, its held message
 released and the others' frames flow again (a peer that reconnects and stays deaf is cut
 again)."""
 
+MIN_SUBSCRIPTION_TOPIC = 255
+"""The longest topic prefix a subscriber may subscribe to, unless a topic is longer: the PUB
+socket took frames of any size from anyone who connected (a 50 MiB "subscription" was 50
+MiB of the worker's memory); ZMQ now drops a peer that sends a longer one before reading
+it in."""
+
 MAX_REPLAY_REQUEST_FRAME = 64
 """The largest frame the replay socket takes; a request's frames are 0 and 8 bytes."""
 
@@ -314,7 +320,12 @@ class EventPublisher(Publisher):
         self._ctx = zmq.Context(io_threads=1)
         self._peer_timeout_ms = round(peer_timeout_s * 1000)
         try:
-            self._pub, self._endpoint = self._bind(zmq.PUB, endpoint, hwm)
+            # What a subscriber sends is a subscription: a topic prefix behind a flag byte
+            # or ZMTP 3.1's SUBSCRIBE command (its name and the name's length: 10 bytes).
+            longest = max(
+                MIN_SUBSCRIPTION_TOPIC, len(kv_topic), len(stats_topic), len(sample_topic)
+            )
+            self._pub, self._endpoint = self._bind(zmq.PUB, endpoint, hwm, 16 + longest)
             self._pub.setsockopt(zmq.XPUB_NODROP, 1)
             self._replay, self._replay_endpoint = (
                 # A full replay plus its end marker must fit under the ROUTER's HWM, which

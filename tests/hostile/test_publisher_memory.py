@@ -79,14 +79,7 @@ def test_a_replay_request_larger_than_any_request_is_never_taken_in(ctx: zmq.Con
         monitor = hostile.get_monitor_socket()
         hostile.connect(publisher.replay_endpoint)
         hostile.send_multipart([b"", b"x" * MiB])
-        events = []
-
-        def dropped() -> bool:
-            if monitor.poll(100):
-                events.append(zmq.utils.monitor.recv_monitor_message(monitor)["event"])
-            return zmq.EVENT_DISCONNECTED in events
-
-        wait_until(dropped, "the publisher drops the peer")
+        wait_until(lambda: disconnected(monitor), "the publisher drops the peer")
         honest = deaf_peer(ctx, publisher.replay_endpoint)
         honest.send_multipart(replay_request(0))
         wait_until(lambda: publisher.replays_served == 1, "an honest request is answered")
@@ -94,6 +87,44 @@ def test_a_replay_request_larger_than_any_request_is_never_taken_in(ctx: zmq.Con
         hostile.disable_monitor()
         monitor.close(0)
         hostile.close(0)
+
+
+def disconnected(monitor: zmq.Socket) -> bool:
+    """Whether the monitored socket's next event, if one comes soon, is its peer hanging up."""
+    return (
+        monitor.poll(100) > 0
+        and zmq.utils.monitor.recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED
+    )
+
+
+@pytest.mark.parametrize("topic", [b"", b"t" * 1000])
+def test_a_subscription_longer_than_any_topic_is_never_taken_in(
+    ctx: zmq.Context, topic: bytes
+) -> None:
+    """Anyone who could reach the PUB port made the worker take in a "subscription" of any
+    size (50 MiB of memory for a 50 MiB frame); ZMQ now drops such a peer at the first
+    bytes past the longest topic, and a subscriber to the longest topic is served."""
+    with EventPublisher("tcp://127.0.0.1:*", kv_topic=topic) as publisher:
+        hostile = ctx.socket(zmq.XSUB)
+        monitor = hostile.get_monitor_socket()
+        hostile.connect(publisher.endpoint)
+        # Not a subscription (flag 2), which the hostile XSUB would keep in a trie a
+        # million nodes deep, and overflow its own reaper thread's stack freeing it.
+        hostile.send(b"\x02" + b"x" * MiB)
+        wait_until(lambda: disconnected(monitor), "the publisher drops the peer")
+        honest = ctx.socket(zmq.SUB)
+        honest.setsockopt(zmq.SUBSCRIBE, topic)
+        honest.connect(publisher.endpoint)
+
+        def heard() -> bool:
+            publisher.publish_events([OffloadingEvent([1], 16, "CPU", False)])
+            return honest.poll(100) > 0 and honest.recv_multipart()[0] == topic
+
+        wait_until(heard, "a subscriber to the longest topic hears its batches")
+        hostile.disable_monitor()
+        monitor.close(0)
+        hostile.close(0)
+        honest.close(0)
 
 
 def test_a_peer_that_asks_again_without_reading_is_refused_and_counted(ctx: zmq.Context) -> None:
