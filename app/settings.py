@@ -58,12 +58,19 @@ class IngestConfig:
     replay_deadline_s: float = 30.0
     replay_max_bytes: int = 256 * MiB
     replay_hold_bytes: int = 64 * MiB
+    peer_timeout_s: float = 60.0
 
     @property
     def receive_hwm(self) -> int:
         """Messages ZMQ may queue from one peer of a receiving socket (its RCVHWM): as many
         of the largest as ``receive_buffer_bytes`` holds, and at least one."""
         return max(1, self.receive_buffer_bytes // self.max_message_bytes)
+
+    @property
+    def heartbeat_ivl_ms(self) -> int:
+        """How often a receiving socket pings each peer: six times a timeout, so one late
+        answer never costs a connection."""
+        return max(1, round(self.peer_timeout_s * 1000 / 6))
 
 
 MIN_INSIGHT_CPU_SHARE: Final = 0.001
@@ -285,6 +292,14 @@ class SidecarSettings(BaseSettings):
         description="Messages queued per connection of a receiving socket, in bytes: its "
         "high-water mark is this over max_message_bytes (at least 1); past it the peer waits "
         "or drops, seen as a gap.",
+    )
+    peer_timeout_s: float = Field(
+        default=60.0,
+        ge=1,
+        le=3600,
+        description="A peer that answers none of ZMQ's pings for this long is disconnected "
+        "(and, in connect mode, connected again), so a worker whose host vanished without "
+        "closing the connection is not waited on forever.",
     )
     replay_timeout_s: float = Field(
         default=2.0,
@@ -538,6 +553,7 @@ class SidecarSettings(BaseSettings):
             replay_deadline_s=self.replay_deadline_s,
             replay_max_bytes=self.replay_max_bytes,
             replay_hold_bytes=self.replay_hold_bytes,
+            peer_timeout_s=self.peer_timeout_s,
         )
 
     def insight_config(self) -> InsightConfig:

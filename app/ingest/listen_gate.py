@@ -61,11 +61,6 @@ this, and its peer connects again."""
 SETTLED_S: Final = HANDSHAKE_IVL_MS / 1000 + 1.0
 """A connection open this long after it was accepted was admitted (a second's margin for
 ZMQ's I/O thread to close the others)."""
-HEARTBEAT_IVL_MS: Final = 10_000
-HEARTBEAT_TIMEOUT_MS: Final = 60_000
-"""A peer that answers no ZMQ heartbeat for this long is disconnected, so a host that
-vanished without closing its connection frees its place (long enough that a stalled
-reader, whose full queue delays the answers, keeps its peers)."""
 
 
 class _Opened:
@@ -95,8 +90,6 @@ class ListenGate:
         self._zap.bind(ZAP_ENDPOINT)
         sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self._monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.sockets = (self._zap, self._monitor)
         self._opened: dict[int, _Opened] = {}

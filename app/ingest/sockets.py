@@ -9,6 +9,12 @@ reading that connection, so the rest waits in the kernel's socket buffers and
 then on the sender, whose PUB socket drops (or, kvscope's, refuses and counts)
 what does not fit: the sidecar sees a gap in that publisher's sequence, and
 replays it or counts it missed.
+
+Each also pings its peers (ZMQ heartbeats) and drops one that answers none for
+``peer_timeout_s``: a subscriber sends nothing once subscribed, so a connection
+whose far end vanished without closing it (a host lost, a network cut) looked
+alive forever, and a connect-mode socket never connected again to the worker
+that came back.
 """
 
 from __future__ import annotations
@@ -19,10 +25,13 @@ from app.settings import IngestConfig
 
 
 def receiving_socket(ctx: zmq.Context, kind: int, config: IngestConfig) -> zmq.Socket:
-    """A socket of ``kind`` that takes no message over ``max_message_bytes`` and queues at
-    most ``receive_hwm`` per peer; set before it binds or connects, since ZMQ gives each
-    connection the options its socket had when the connection was made."""
+    """A socket of ``kind`` that takes no message over ``max_message_bytes``, queues at
+    most ``receive_hwm`` per peer and drops a peer silent for ``peer_timeout_s``; set
+    before it binds or connects, since ZMQ gives each connection the options its socket
+    had when the connection was made."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes)
     sock.setsockopt(zmq.RCVHWM, config.receive_hwm)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, config.heartbeat_ivl_ms)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, round(config.peer_timeout_s * 1000))
     return sock

@@ -328,6 +328,8 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
          "KVSCOPE_MAX_MESSAGE_BYTES: Input should be less than or equal"),
         (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_RECEIVE_BUFFER_BYTES": str(2**50)},
          "KVSCOPE_RECEIVE_BUFFER_BYTES: Input should be less than"),
+        (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_PEER_TIMEOUT_S": "0.5"},
+         "KVSCOPE_PEER_TIMEOUT_S: Input should be greater than or equal to 1"),
     ],
 )  # fmt: skip
 def test_serve_refuses_a_bad_listen_setting_in_one_line_naming_it(

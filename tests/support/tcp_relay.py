@@ -3,7 +3,9 @@
 A browser's event stream survives an emulated "offline" (Chromium keeps open
 connections), so a test of what a page does after its connection breaks
 puts this relay between the browser and the server and closes every relayed
-connection at once; new connections go through as before.
+connection at once; new connections go through as before. A test of a peer
+that vanished without closing its connection (a host lost, a network cut)
+stalls them instead: each stays open and carries nothing more.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class TcpRelay:
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._server.getsockname()[1]
         self._open: set[socket.socket] = set()
+        self._stalled: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.accepted = 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -47,12 +50,16 @@ class TcpRelay:
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
-            while data := source.recv(CHUNK):
+            while (data := source.recv(CHUNK)) and not self._is_stalled(source):
                 sink.sendall(data)
         except OSError:
             pass
-        finally:
+        if not self._is_stalled(source):
             self._drop(source, sink)
+
+    def _is_stalled(self, sock: socket.socket) -> bool:
+        with self._lock:
+            return sock in self._stalled
 
     def _drop(self, *sockets: socket.socket) -> None:
         for sock in sockets:
@@ -68,6 +75,13 @@ class TcpRelay:
             current = list(self._open)
         self._drop(*current)
         return len(current) // 2
+
+    def stall(self) -> int:
+        """Relay nothing more on every connection open now, nor close it, as a host that
+        vanished would; returns how many. Their peers see nothing until they give up."""
+        with self._lock:
+            self._stalled |= self._open
+            return len(self._open) // 2
 
     def close(self) -> None:
         self._server.close()

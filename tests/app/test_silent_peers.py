@@ -1,0 +1,51 @@
+"""A worker whose connection went silent without closing is dropped and connected again.
+
+A subscriber sends nothing once subscribed, so when the worker's host vanished
+(or the network between them was cut) its connection looked alive forever,
+and the sidecar never connected to the worker that came back at the same
+address. A real TCP relay on loopback stands between them here and stalls its
+connections: open, carrying nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.ingest import Ingestor
+from app.settings import IngestConfig, PublisherEndpoints
+from offload.base import OffloadingEvent
+from offload.wire.publisher import EventPublisher
+from tests.support.polling import wait_until
+from tests.support.tcp_relay import TcpRelay
+from tests.support.zmq_peers import ingesting
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def address(endpoint: str) -> tuple[str, int]:
+    host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+    return host, int(port)
+
+
+def follows(ingestor: Ingestor, publisher: EventPublisher, block: int) -> bool:
+    """Publish ``block`` (again: a subscription takes a moment) and say whether it is held."""
+    publisher.publish_events([OffloadingEvent([block], 16, "CPU", False)])
+    with ingestor.state.lock:
+        return ingestor.state.index.get(block) is not None
+
+
+def test_a_worker_behind_a_silent_connection_is_followed_again_once_it_is_back() -> None:
+    with (
+        EventPublisher("tcp://127.0.0.1:*") as first,
+        TcpRelay(address(first.endpoint)) as relay,
+        ingesting(
+            PublisherEndpoints(f"tcp://127.0.0.1:{relay.port}"),
+            config=IngestConfig(peer_timeout_s=1),
+        ) as ingestor,
+    ):
+        wait_until(lambda: follows(ingestor, first, 1), "the sidecar follows the worker")
+        assert relay.stall() == 1
+        with EventPublisher("tcp://127.0.0.1:*") as second:  # the worker, back
+            relay.target = address(second.endpoint)
+            wait_until(lambda: follows(ingestor, second, 2), "the sidecar follows it again")
+        assert relay.accepted == 2
