@@ -157,6 +157,9 @@ class BlockIndex:
         if number is None:
             return
         bit = 1 << number
+        if event.parent_block_hash is None and self._reports(event, bit):
+            self._touch(event, bit, now)
+            return
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
         # Another group's copy on this medium came with the same reload: one hit, not two.
         copies = self._pair_bits[publisher, medium]
@@ -168,7 +171,7 @@ class BlockIndex:
         # The event's blocks continue one chain: each hangs under the one before it.
         parent = event.parent_block_hash
         parent_shard = 0 if parent is None else shard_of(parent)
-        extra = None if parent is None and self._reports(event, bit) else self._copies(number)
+        extra = self._copies(number)
         seq = self._next_seq
         added = refused = 0
         for block_hash in event.block_hashes:
@@ -200,7 +203,7 @@ class BlockIndex:
                 added += 1
                 if entry.stranded:
                     self.stranded.count(bit, 1)
-            elif extra is not None:  # another copy at the same location
+            else:  # another copy at the same location
                 extra[block_hash] = extra.get(block_hash, 0) + 1
                 added += 1
         if added_records := records[first_new:]:
@@ -255,15 +258,28 @@ class BlockIndex:
         root (``emit_cached_block_events``, for requests with ``kv_cache_report_mode``
         "full"), though no block was copied and none of them will be removed twice. Such a
         store's last block is a hit, so held already; a store of new copies from the root
-        ends at a block it computed. Its held blocks then gain no copy. The wire cannot tell
-        the two apart when a request that skipped the lookup (prompt logprobs) recomputed a
-        whole prompt the pool holds: those copies are missed, and the block goes with the
-        first copy to leave.
+        ends at a block it computed. The wire cannot tell the two apart when a request that
+        skipped the lookup (prompt logprobs) recomputed a whole prompt the pool holds: those
+        copies are missed, and the block goes with the first copy to leave.
         """
         if not event.block_hashes:
             return False
         entry = self._record(event.block_hashes[-1])
         return entry is not None and bool(entry.mask & bit)
+
+    def _touch(self, event: DecodedEvent, bit: int, now: float) -> None:
+        """A report of prefix-cache hits (``_reports``): the blocks the location holds were
+        stored again at ``now``; nothing else changes.
+
+        It names every block of the hit, but a sliding-window group hits only the blocks in
+        its window (vLLM's null blocks stand for the rest, which the group freed, and may
+        have evicted): adding the location to those would count copies the group does not
+        hold, for good, as no removal of them follows.
+        """
+        for block_hash in event.block_hashes:
+            entry = self._record(block_hash)
+            if entry is not None and entry.mask & bit:
+                entry.last = now
 
     def _copies(self, number: int) -> dict[Hashable, int]:
         """The extra copies held at location ``number`` (created on first use)."""

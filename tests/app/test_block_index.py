@@ -188,7 +188,7 @@ def test_page_cursor_is_stable_across_inserts_and_removals() -> None:
     index.apply("a", batch(stored(list(range(5)))), now=0.0)
     first, cursor = index.page(limit=2)
     assert [entry.block_hash for entry in first] == [0, 1]
-    index.apply("a", batch(stored([10, 0]), removed([2])), now=1.0)  # 0 is not new
+    index.apply("a", batch(stored([10, 0], parent=4), removed([2])), now=1.0)  # 0 is not new
     second, cursor = index.page(cursor=cursor, limit=2)
     assert [entry.block_hash for entry in second] == [3, 4]
     third, cursor = index.page(cursor=cursor, limit=2)
@@ -438,7 +438,8 @@ class Model:
                 )
         parent = event.parent_block_hash
         last = self.blocks.get(event.block_hashes[-1], set()) if event.block_hashes else set()
-        report = parent is None and where in last  # a re-announcement from the root
+        if event.kind == "stored" and parent is None and where in last:
+            return  # a re-announcement of hits from the root: holds nothing new
         for block_hash in event.block_hashes:
             held = self.blocks.get(block_hash)
             above, parent = parent, block_hash
@@ -454,7 +455,7 @@ class Model:
                 copy = any((p, m) == where[:2] for p, m, _g in held)  # another group's
                 if where[1] == "GPU" and lower and not copy:
                     self.hits[block_hash] += 1
-                if where in held and not report:
+                if where in held:
                     self.extra[block_hash, where] = self.extra.get((block_hash, where), 0) + 1
                 held.add(where)
             elif len(self.blocks) >= self.max_blocks:

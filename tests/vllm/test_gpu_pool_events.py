@@ -179,6 +179,39 @@ def test_a_full_report_of_prefix_hits_is_no_copy_and_no_reload(specs: tuple) -> 
     assert all(index.get(h).media == ("CPU",) for h in chain)
 
 
+def test_a_sliding_window_groups_full_report_names_blocks_it_no_longer_holds() -> None:
+    """A sliding-window group frees the blocks its window has passed, and the pool evicts
+    them; a later request's "full" report still names its whole hit for that group (the
+    freed blocks are vLLM's null blocks in it). The index must not count them held again:
+    each report added them back, and no removal ever followed."""
+    manager = _manager((_full(32), _window(16)), num_blocks=20)
+    pool, index = manager.block_pool, BlockIndex(max_blocks=100)
+    prompt = list(range(8 * 16))
+    writer = _request("writer", prompt)
+    _prefill(manager, writer)
+    manager.remove_skipped_blocks("writer", writer.num_computed_tokens)  # the window moved
+    other = _request("other", list(range(1000, 1000 + 8 * 16)))
+    _prefill(manager, other)  # takes the blocks the window freed: evicts them
+    manager.free(other)
+    _apply(manager.take_events(), index, 1.0)
+    _assert_agrees(pool, index)
+    window_holds = {
+        maybe_convert_block_hash(h) for h in writer.block_hashes if pool.get_cached_block(h, [1])
+    }
+
+    for step in range(3):
+        reader = _request(f"reader{step}", [*prompt, 5], report_all=True)
+        assert _prefill(manager, reader) == len(prompt)
+        events = manager.take_events()
+        report = next(e for e in events if isinstance(e, BlockStored) and e.group_idx == 1)
+        assert set(report.block_hashes) > window_holds, "it names blocks the window freed"
+        _apply(events, index, 2.0 + step)
+        _assert_agrees(pool, index)
+        manager.free(reader)
+        _apply(manager.take_events(), index, 2.5 + step)
+        _assert_agrees(pool, index)
+
+
 def test_partial_entries_promotion_and_replacement_follow_the_pool() -> None:
     """A partial entry names a hash block inside a bigger cache block (its event's block
     size is the hash block's, not the group's); promotion to the full block removes it
