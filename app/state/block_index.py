@@ -39,7 +39,8 @@ the highest bit, so its memory and the walks over it grow with them (64 publishe
 class BlockEntry(msgspec.Struct, frozen=True):
     """A snapshot of one indexed block (built on request, never on the hot path).
 
-    ``block_size`` is the one the first store named (None when it named none);
+    ``block_size`` is the one the first store named (None when it named none), or the
+    coarser one of the store it hangs under (``BlockIndex._rehang``);
     times are the ``now`` values passed to ``BlockIndex.apply``.
     """
 
@@ -174,6 +175,8 @@ class BlockIndex:
         extra = self._copies(number)
         seq = self._next_seq
         added = refused = 0
+        sized = bool(block_size)  # a size that names no granularity (0) moves nothing
+        coarser: list[tuple[HeldBlock, Hashable | None, int]] = []  # (block, parent, shard)
         for block_hash in event.block_hashes:
             shard = (hash(block_hash) >> SHARD_RUN) % SHARDS  # shard_of, inlined
             blocks = shards[shard]
@@ -194,6 +197,9 @@ class BlockIndex:
                 seq += 1
                 parent, parent_shard = block_hash, shard
                 continue
+            # A hybrid model's coarser group (the first test is all other stores pay).
+            if entry.size != block_size and sized and entry.size and entry.size < block_size:
+                coarser.append((entry, parent, parent_shard))
             parent, parent_shard = block_hash, shard
             entry.last = now
             if entry.mask & reload_bits and not entry.mask & copies:
@@ -209,6 +215,8 @@ class BlockIndex:
         if added_records := records[first_new:]:
             self.stranded.stored(added_records)
             self._held += len(added_records)
+        for entry, above, above_shard in coarser:  # once the event's new parents are in
+            self._rehang(entry, above, above_shard, block_size)
         self._next_seq = seq
         self._counts[number] += added
         self.overflow += refused
@@ -250,6 +258,26 @@ class BlockIndex:
         self._held -= gone
         self._listing.dead += gone
         self.untracked_removals += len(event.block_hashes) - removed
+
+    def _rehang(
+        self, entry: HeldBlock, parent: Hashable | None, parent_shard: int, block_size: int
+    ) -> None:
+        """A store of a held block at a coarser block size than its parent's: hang it under
+        the parent that store names, the coarsest, unless that could close a loop
+        (``StrandedBlocks.rehang``).
+
+        A hybrid model's groups of different block sizes cache one hash under different
+        parents: vLLM names a coarse block by the hash of its last fine block, so a
+        32-token group chains h4 under h2 where a 16-token group chains it under h3.
+        The coarse chain skips the fine blocks, and a sliding-window group drops those
+        as its window passes while vLLM still hits the whole prefix: under h3 the block
+        would count as stranded, though the full-attention group reaches it. So a block
+        is stranded only when no group's chain reaches it, whichever group stored first.
+        """
+        if parent != entry.parent and self.stranded.rehang(
+            entry, parent, parent_shard, block_size // entry.size
+        ):
+            entry.size = block_size
 
     def _reports(self, event: DecodedEvent, bit: int) -> bool:
         """Whether a store naming no parent re-announces blocks the location holds.

@@ -37,9 +37,12 @@ class HeldBlock(msgspec.Struct, gc=False):
     hits: int
     """GPU stores of it while a lower tier held it: reloads."""
     size: int | None
-    """Tokens per block, as its first store named (None when it named none)."""
+    """Tokens per block, as its first store named (None when it named none), or a coarser
+    store that it was hung under since."""
     parent: BlockHash | None
-    """The block its store said it hangs under (None: a root, or not known)."""
+    """The block its store said it hangs under (None: a root, or not known): its first
+    store's, or the coarsest store's named up its chain since (a hybrid model's groups
+    chain one hash under blocks of their own sizes)."""
     parent_shard: int
     """The parent's shard (0 without a parent)."""
     stranded: bool

@@ -30,11 +30,17 @@ Memory: one map entry per parent of a held block, bounded by the index's
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Final
 
 import msgspec
 
 from app.state.held_block import HeldBlock, location_numbers
 from app.state.shards import SHARDS, shard_of
+
+MAX_REHANG_LINKS: Final = 64
+"""Most links up its chain a block is searched for the coarser parent it moves under
+(``rehang``): a coarse block of 64 of the finest; beyond, it keeps its parent. Bounds
+the search a peer's block sizes ask for."""
 
 
 class Siblings(msgspec.Struct, gc=False):
@@ -94,7 +100,7 @@ class StrandedBlocks:
                     child = children.get(parent)
                     above = held[record.parent_shard].get(parent)
                     stranded = above is None or above.stranded or above.seq > record.seq
-                if child is None:
+                if child is None:  # _adopt, inlined
                     children[parent] = block_hash
                 elif type(child) is Siblings:
                     child.members[block_hash] = None
@@ -112,9 +118,67 @@ class StrandedBlocks:
         what hung under it is stranded."""
         if entry.stranded:
             self.count(mask, -1)
-        block_hash, parent = entry.block_hash, entry.parent
+        self._unhang(entry)
+        if entry.block_hash in self._children[entry.shard]:
+            self._walk(entry, True)
+
+    def rehang(
+        self, record: HeldBlock, parent: Hashable | None, parent_shard: int, links: int
+    ) -> bool:
+        """Hang a held block under ``parent`` instead, if that is a root (None), or the block
+        is stranded, or ``parent`` is at most ``links`` links up its chain; say whether it
+        moved.
+
+        A hybrid model's groups of different block sizes chain one hash under different
+        parents, a coarse group's being an ancestor of a finer one's, and the index moves a
+        block under its coarsest (app/state/block_index.py). A move under one of its own
+        descendants would close a loop: a reachable block may then move only up its chain
+        (the search costs ``links`` look-ups, once per block and coarser size), or its loop
+        would stay reachable with no root above it; a stranded block's descendants are
+        stranded, so its loop would stay stranded, as no root reaches it.
+        """
+        if parent == record.block_hash:
+            return False
+        if not (
+            parent is None
+            or record.stranded
+            or self._above(record, parent, min(links, MAX_REHANG_LINKS))
+        ):
+            return False
+        self._unhang(record)
+        record.parent, record.parent_shard = parent, parent_shard
+        stranded = False
+        if parent is not None:
+            children = self._children[parent_shard]
+            _adopt(children, parent, children.get(parent), record.block_hash)
+            above = self._held[parent_shard].get(parent)
+            stranded = above is None or above.stranded
+        if stranded != record.stranded:
+            self._set(record, stranded)
+            self._walk(record, stranded)
+        return True
+
+    def _above(self, record: HeldBlock, ancestor: Hashable, links: int) -> bool:
+        """Whether ``ancestor`` is at most ``links`` links up the chain of a reachable block
+        (whose ancestors are all held)."""
+        held = self._held
+        above, shard = record.parent, record.parent_shard
+        for _ in range(links):
+            if above is None:
+                return False
+            if above == ancestor:
+                return True
+            node = held[shard].get(above)
+            if node is None:
+                return False
+            above, shard = node.parent, node.parent_shard
+        return False
+
+    def _unhang(self, record: HeldBlock) -> None:
+        """Take a block out of its parent's children."""
+        block_hash, parent = record.block_hash, record.parent
         if parent is not None and parent != block_hash:
-            children = self._children[entry.parent_shard]
+            children = self._children[record.parent_shard]
             child = children[parent]
             if type(child) is not Siblings:
                 del children[parent]
@@ -122,8 +186,6 @@ class StrandedBlocks:
                 del child.members[block_hash]
                 if len(child.members) == 1:
                     children[parent] = next(iter(child.members))
-        if block_hash in self._children[entry.shard]:
-            self._walk(entry, True)
 
     def count(self, mask: int, delta: int) -> None:
         """A stranded block entered (1) or left (-1) the locations ``mask``: its set bits
@@ -150,3 +212,19 @@ class StrandedBlocks:
     def _set(self, record: HeldBlock, stranded: bool) -> None:
         record.stranded = stranded
         self.count(record.mask, 1 if stranded else -1)
+
+
+def _adopt(
+    children: dict[Hashable, Hashable | Siblings],
+    parent: Hashable,
+    child: Hashable | Siblings | None,
+    block_hash: Hashable,
+) -> None:
+    """Enter ``block_hash`` among ``parent``'s children in ``children``, which held ``child``
+    for it (None: no child yet). ``stored`` inlines it: a call per block costs its loop 5%."""
+    if child is None:
+        children[parent] = block_hash
+    elif type(child) is Siblings:
+        child.members[block_hash] = None
+    else:
+        children[parent] = Siblings({child: None, block_hash: None})

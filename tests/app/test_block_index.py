@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
 from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS, BlockIndex, PrefixMatch, Usage
+from app.state.stranded import MAX_REHANG_LINKS
 
 
 def stored(
@@ -387,6 +388,48 @@ def test_a_block_at_a_high_location_bit_is_counted_and_shown_at_that_bit() -> No
     assert first.publishers == ("last",)
 
 
+def test_a_block_hangs_under_its_coarsest_groups_parent() -> None:
+    """A hybrid model's 16-token group chains 1, 2, 3, 4; its 32-token group names a coarse
+    block by its last fine hash, 2 then 4, so 4 hangs under 2 there. Whichever stores
+    first, 4 is stranded only when the coarse chain breaks, not when the fine block 3
+    (which only the finer group holds) goes."""
+    for fine_first in (True, False):
+        index = BlockIndex(max_blocks=100)
+        fine = stored([1, 2, 3, 4], "GPU", block_size=16, group=0)
+        coarse = stored([2, 4], "GPU", block_size=32, group=1)
+        index.apply("vllm", batch(*((fine, coarse) if fine_first else (coarse, fine))), 1.0)
+        index.apply("vllm", batch(removed([1, 3], "GPU", group=0)), 2.0)
+        assert stranded_by_medium(index) == {"GPU": 0}
+        assert index.get(4).block_size == 32
+        index.apply("vllm", batch(removed([2], "GPU", group=0), removed([2], "GPU", group=1)), 3.0)
+        assert stranded_by_medium(index) == {"GPU": 2}  # both copies of 4
+
+
+def test_a_stranded_block_hung_under_a_coarser_parent_takes_its_descendants_along() -> None:
+    """The finer group dropped 3 before the coarser group stored 4: 4 and what hangs under
+    it were stranded, and 4's new parent reaches them all again."""
+    index = BlockIndex(max_blocks=100)
+    index.apply("vllm", batch(stored([1, 2, 3, 4, 5, 6], "GPU", block_size=16, group=0)), 1.0)
+    index.apply("vllm", batch(removed([3], "GPU", group=0)), 2.0)
+    assert stranded_by_medium(index) == {"GPU": 3}
+    index.apply("vllm", batch(stored([2, 4], "GPU", block_size=32, group=1)), 3.0)
+    assert stranded_by_medium(index) == {"GPU": 0}
+
+
+def test_a_coarser_parent_not_up_a_reachable_chain_is_refused() -> None:
+    """A coarser store naming a reachable block's own descendant (or a block off its
+    chain) as its parent would close a loop: the block keeps its parent, and the loop's
+    blocks do not stay reachable once the chain's root goes."""
+    index = BlockIndex(max_blocks=100)
+    index.apply("a", batch(stored([1, 2, 3], "GPU", block_size=16, parent=0)), 1.0)
+    index.apply("a", batch(stored([0], "GPU", block_size=16)), 1.0)
+    index.apply("a", batch(stored([1], "GPU", block_size=32, parent=3)), 2.0)  # 3 is below 1
+    index.apply("a", batch(stored([2], "GPU", block_size=32, parent=9)), 2.0)  # off the chain
+    assert index.get(1).block_size == index.get(2).block_size == 16
+    index.apply("a", batch(removed([0], "GPU")), 3.0)
+    assert stranded_by_medium(index) == {"GPU": 3}
+
+
 def test_max_blocks_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_blocks"):
         BlockIndex(max_blocks=0)
@@ -402,6 +445,7 @@ event = st.one_of(
         stored,
         st.lists(st.integers(0, 9), max_size=5),
         st.sampled_from(MEDIA),
+        block_size=st.sampled_from((None, 0, 16, 32)),
         parent=st.one_of(st.none(), st.integers(0, 9)),
         group=st.sampled_from(GROUPS),
     ),
@@ -426,6 +470,7 @@ class Model:
         self.blocks: dict[Hashable, set[tuple[str, str, int | None]]] = {}  # listing order
         self.hits: dict[Hashable, int] = {}
         self.parents: dict[Hashable, Hashable | None] = {}  # of held blocks, from their store
+        self.sizes: dict[Hashable, int | None] = {}  # of the store that named the parent
         self.extra: dict[tuple[Hashable, tuple[str, str, int | None]], int] = {}
         self.overflow = self.untracked = 0
 
@@ -440,6 +485,7 @@ class Model:
         last = self.blocks.get(event.block_hashes[-1], set()) if event.block_hashes else set()
         if event.kind == "stored" and parent is None and where in last:
             return  # a re-announcement of hits from the root: holds nothing new
+        coarser = []
         for block_hash in event.block_hashes:
             held = self.blocks.get(block_hash)
             above, parent = parent, block_hash
@@ -458,24 +504,52 @@ class Model:
                 if where in held:
                     self.extra[block_hash, where] = self.extra.get((block_hash, where), 0) + 1
                 held.add(where)
+                size = self.sizes[block_hash]
+                if size and event.block_size and size < event.block_size:
+                    coarser.append((block_hash, above))
             elif len(self.blocks) >= self.max_blocks:
                 self.overflow += 1
             else:
                 self.blocks[block_hash], self.hits[block_hash] = {where}, 0
                 self.parents[block_hash] = None if above == block_hash else above
+                self.sizes[block_hash] = event.block_size
+        for block_hash, above in coarser:  # a coarser store's parent, if up the block's chain
+            links = min(event.block_size // self.sizes[block_hash], MAX_REHANG_LINKS)
+            if above != self.parents[block_hash] and self._up(block_hash, above, links):
+                self.parents[block_hash], self.sizes[block_hash] = above, event.block_size
+
+    def _up(self, block_hash: Hashable, above: Hashable | None, links: int) -> bool:
+        """Whether ``block_hash`` may hang under ``above``: None, or any block if it is
+        stranded, or at most ``links`` parents up from it (not the block itself)."""
+        if above is None:
+            return True
+        if above == block_hash:
+            return False
+        if self._stranded(block_hash):
+            return True
+        for _ in range(links):
+            block_hash = self.parents[block_hash]
+            if block_hash == above:
+                return True
+            if block_hash not in self.blocks:
+                return False
+        return False
 
     def stranded_by_medium(self) -> dict[str, int]:
         """Held blocks with an ancestor held nowhere (or in a cycle), per medium held on."""
         counts: dict[str, int] = {}
         for block_hash, held in self.blocks.items():
-            seen, above = {block_hash}, self.parents[block_hash]
-            while above is not None and above in self.blocks and above not in seen:
-                seen.add(above)
-                above = self.parents[above]
-            if above is not None:
+            if self._stranded(block_hash):
                 for _publisher, medium, _group in held:
                     counts[medium] = counts.get(medium, 0) + 1
         return counts
+
+    def _stranded(self, block_hash: Hashable) -> bool:
+        seen, above = {block_hash}, self.parents[block_hash]
+        while above is not None and above in self.blocks and above not in seen:
+            seen.add(above)
+            above = self.parents[above]
+        return above is not None
 
     def _discard(self, block_hash: Hashable, locations: set[tuple[str, str, int | None]]) -> None:
         self.blocks[block_hash] -= locations
@@ -483,6 +557,7 @@ class Model:
             self.extra.pop((block_hash, where), None)
         if not self.blocks[block_hash]:
             del self.blocks[block_hash], self.hits[block_hash], self.parents[block_hash]
+            del self.sizes[block_hash]
 
 
 @settings(max_examples=150, deadline=None)

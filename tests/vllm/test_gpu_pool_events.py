@@ -212,6 +212,36 @@ def test_a_sliding_window_groups_full_report_names_blocks_it_no_longer_holds() -
         _assert_agrees(pool, index)
 
 
+@pytest.mark.parametrize(
+    "specs",
+    [(_full(32), _window(16)), (_window(16), _full(32))],
+    ids=["full-attention-first", "sliding-window-first"],
+)
+def test_blocks_vllm_hits_are_not_stranded_whichever_group_stores_first(specs: tuple) -> None:
+    """The 32-token group names a block by its last 16-token hash and chains it under the
+    coarse block before (h4 under h2), the 16-token sliding-window group under the fine
+    one (h4 under h3). The window passes the prompt and the pool evicts the fine blocks it
+    freed, h3 among them, cached nowhere now; vLLM still hits the whole prompt, so no block
+    of it is stranded, in either group order (with the window's group first, the index
+    hung h4 under h3 and counted six copies stranded)."""
+    manager = _manager(specs, num_blocks=20)
+    index = BlockIndex(max_blocks=100)
+    prompt = list(range(8 * 16))
+    writer = _request("writer", prompt)
+    _prefill(manager, writer)
+    manager.remove_skipped_blocks("writer", writer.num_computed_tokens)
+    other = _request("other", list(range(1000, 1000 + 8 * 16)))
+    _prefill(manager, other)
+    manager.free(other)
+    _apply(manager.take_events(), index, 1.0)
+    chain = [maybe_convert_block_hash(h) for h in writer.block_hashes]
+    assert index.get(chain[2]) is None, "h3 is cached nowhere"
+    assert index.lookup_prefix(chain[1::2]).runs == {"GPU": 4}, "the coarse chain is held"
+
+    assert _prefill(manager, _request("reader", [*prompt, 5])) == len(prompt)
+    assert [row.stranded for row in index.usage()] == [0]
+
+
 def test_partial_entries_promotion_and_replacement_follow_the_pool() -> None:
     """A partial entry names a hash block inside a bigger cache block (its event's block
     size is the hash block's, not the group's); promotion to the full block removes it
