@@ -286,9 +286,10 @@ class BlockIndex:
         root (``emit_cached_block_events``, for requests with ``kv_cache_report_mode``
         "full"), though no block was copied and none of them will be removed twice. Such a
         store's last block is a hit, so held already; a store of new copies from the root
-        ends at a block it computed. The wire cannot tell the two apart when a request that
-        skipped the lookup (prompt logprobs) recomputed a whole prompt the pool holds: those
-        copies are missed, and the block goes with the first copy to leave.
+        ends at a block it computed. The wire cannot tell the two apart when a request whose
+        lookup hit nothing computed blocks the location holds (it skipped the lookup, its
+        prompt is one block, or a hybrid model's sliding-window group lost its window):
+        those copies are missed, and the block goes with the first copy to leave.
         """
         if not event.block_hashes:
             return False
