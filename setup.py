@@ -9,7 +9,12 @@ from setuptools import Extension, setup
 # Each includes offload's shared headers, and is rebuilt when one changes.
 SHARED_HEADERS = {
     "include_dirs": ["offload"],
-    "depends": ["offload/small_int.h", "offload/sample_select.h", "offload/key_table.h"],
+    "depends": [
+        "offload/small_int.h",
+        "offload/sample_select.h",
+        "offload/key_table.h",
+        "offload/key_check.h",
+    ],
 }
 
 setup(

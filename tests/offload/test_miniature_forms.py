@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import inf
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -21,6 +22,7 @@ from offload.cpu.policies.offer_history import (
     BaseOfferHistory,
     PyOfferHistory,
 )
+from tests.support.c_key_tables import NEWEST, c_state, key_of, unlink_oldest
 from tests.support.native import require_a_build_toolchain
 
 FORMS = [(BaseMiniature, BaseOfferHistory), (PyMiniature, PyOfferHistory)]
@@ -192,6 +194,89 @@ requests = st.lists(
 )
 
 
+def corruptible_model(form: type) -> Any:
+    """A model with blocks in both segments, whole."""
+    history = BaseOfferHistory if form is BaseMiniature else PyOfferHistory
+    model = form(4, None, 1, False, history(8, 3), 1)
+    model.run([1, 2, 3], 1.0, False)
+    model.run([1, 4], 1.0, False)  # 1 protected; 2, 3, 4 in probation (4 demoted last)
+    assert list(model.protected) == [1]
+    assert model.invariant_violations() == []
+    return model
+
+
+def test_the_c_model_reports_a_block_in_neither_segment() -> None:
+    model = corruptible_model(BaseMiniature)
+    with c_state(model) as state:
+        lost = unlink_oldest(state, "probation")
+        assert model.invariant_violations() == [
+            f"block {lost!r} is held but in none of probation, protected"
+        ]
+    assert model.invariant_violations() == []
+
+
+def test_the_c_model_reports_a_block_marked_as_in_the_other_segment() -> None:
+    model = corruptible_model(BaseMiniature)
+    with c_state(model) as state:
+        index = state.probation.end[NEWEST]
+        state.table.entries[index].count = 1  # PROTECTED
+        assert model.invariant_violations() == [
+            f"block {key_of(state, index)!r} is in probation but marked as in another list"
+        ]
+
+
+def test_the_c_model_reports_a_segment_miscounted_and_a_table_miscounted() -> None:
+    model = corruptible_model(BaseMiniature)
+    with c_state(model) as state:
+        state.protected.length += 1
+        state.table.count += 1
+        assert model.invariant_violations() == [
+            "protected counts 2 blocks but links 1",
+            "the table counts 5 blocks but holds 4",
+            "holds 5 blocks, over its 4 slots",
+            "protected holds 2 blocks, over its 1 slots",
+        ]
+
+
+def test_the_c_model_reports_a_block_linked_into_both_segments() -> None:
+    model = corruptible_model(BaseMiniature)
+    with c_state(model) as state:
+        shared = state.probation.end[NEWEST]
+        protected = state.protected.end[NEWEST]
+        state.table.entries[protected].toward[NEWEST] = shared
+        state.protected.end[NEWEST] = shared
+        state.protected.length += 1
+        problems = model.invariant_violations()
+        assert f"block {key_of(state, shared)!r} is in both probation and protected" in problems
+
+
+def test_the_python_model_reports_a_block_in_both_segments() -> None:
+    model = corruptible_model(PyMiniature)
+    model.probation[1] = 0
+    assert model.invariant_violations() == [
+        "block 1 is in both probation and protected",
+        "holds 5 blocks, over its 4 slots",  # the block counts twice
+    ]
+
+
+@pytest.mark.parametrize("form", [BaseMiniature, PyMiniature])
+def test_both_model_forms_report_a_model_past_its_slots_in_the_same_words(form: type) -> None:
+    model = corruptible_model(form)
+    if form is PyMiniature:
+        model.slots, model.protected_slots = 3, 0
+        assert model.invariant_violations() == [
+            "holds 4 blocks, over its 3 slots",
+            "protected holds 1 blocks, over its 0 slots",
+        ]
+        return
+    with c_state(model) as state:
+        state.slots, state.protected_slots = 3, 0
+        assert model.invariant_violations() == [
+            "holds 4 blocks, over its 3 slots",
+            "protected holds 1 blocks, over its 0 slots",
+        ]
+
+
 @given(
     requests,
     st.integers(1, 12),
@@ -220,6 +305,8 @@ def test_the_c_and_python_forms_hold_the_same(
             model.run(request, decay, continues, ends)
         assert state_of(models[0]) == state_of(models[1])
         assert len(models[0]) <= slots and len(models[0].protected) <= models[0].protected_slots
+        for model in models:
+            assert model.invariant_violations() == model.offers.invariant_violations() == []
 
 
 @given(

@@ -19,6 +19,7 @@ from offload.cpu.policies.offer_history import (
     OfferHistory,
     PyOfferHistory,
 )
+from tests.support.c_key_tables import c_state, unlink_oldest
 from tests.support.native import require_a_build_toolchain
 
 FORMS = [BaseOfferHistory, PyOfferHistory]
@@ -79,6 +80,31 @@ def test_a_bad_size_is_refused(form: type, limit: int, proven: int) -> None:
         form(limit, proven)
 
 
+@pytest.mark.parametrize("form", [BaseOfferHistory, PyOfferHistory])
+def test_both_history_forms_report_a_history_past_its_limit_in_the_same_words(
+    form: type,
+) -> None:
+    history = form(8, 3)
+    history.admit([1, 2, 3], 1, 0, None)
+    if form is PyOfferHistory:
+        history.limit = 2
+        assert history.invariant_violations() == ["holds 3 blocks, over its limit of 2"]
+        return
+    with c_state(history) as state:
+        state.limit = 2
+        assert history.invariant_violations() == ["holds 3 blocks, over its limit of 2"]
+
+
+def test_the_c_history_reports_a_block_out_of_its_recency_order() -> None:
+    history = BaseOfferHistory(8, 3)
+    history.admit([1, 2, 3], 1, 0, None)
+    with c_state(history) as state:
+        assert unlink_oldest(state, "recency") == 1
+        assert history.invariant_violations() == [
+            "block 1 is held but in none of the recency order"
+        ]
+
+
 keys = st.one_of(st.integers(-40, 40), st.binary(min_size=1, max_size=3))
 calls = st.lists(
     st.tuples(
@@ -105,6 +131,7 @@ def test_the_c_and_python_forms_hold_the_same(calls: list, limit: int, proven: i
         results = [history.admit(block_hashes, now, free, oldest) for history in histories]
         assert results[0] == results[1]
         assert len(histories[0]) == len(histories[1]) <= limit
+        assert histories[0].invariant_violations() == histories[1].invariant_violations() == []
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include "structmember.h"
 #include "key_table.h"
+#include "key_check.h"
 #include "small_int.h"
 
 enum { PROBATION = 0, PROTECTED = 1 }; /* an entry's segment, in its count */
@@ -499,10 +500,35 @@ Model_age(Model *self, void *Py_UNUSED(closure))
     return PyFloat_FromDouble(self->age);
 }
 
+/* invariant_violations() -> the model's broken invariants, worded as the Python form words
+ * those it can have: each block in one segment, linked both ways; within its slots and its
+ * protected share. */
+static PyObject *
+Model_invariant_violations(Model *self, PyObject *Py_UNUSED(ignored))
+{
+    if (model_ready(self) < 0)
+        return NULL;
+    KeyCheck check;
+    if (key_check_start(&check, &self->table) < 0)
+        return NULL;
+    key_check_list(&check, &self->table, &self->probation, "probation", PROBATION);
+    key_check_list(&check, &self->table, &self->protected, "protected", PROTECTED);
+    key_check_unlisted(&check, &self->table, "probation, protected");
+    if (self->table.count > self->slots)
+        key_check_note(&check, NULL, "holds %zd blocks, over its %zd slots", self->table.count,
+                       self->slots);
+    if (self->protected.length > self->protected_slots)
+        key_check_note(&check, NULL, "protected holds %zd blocks, over its %zd slots",
+                       self->protected.length, self->protected_slots);
+    return key_check_finish(&check);
+}
+
 static PyMethodDef Model_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Model_run, METH_FASTCALL,
      "One request's sampled blocks, head first: its lookup, touch and store."},
     {"clear", (PyCFunction)Model_clear, METH_NOARGS, "Forget every block and offer."},
+    {"invariant_violations", (PyCFunction)Model_invariant_violations, METH_NOARGS,
+     "Every broken invariant of the model's tables, worded."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include "structmember.h"
 #include "key_table.h"
+#include "key_check.h"
 #include "small_int.h"
 
 typedef struct {
@@ -231,11 +232,32 @@ History_len(History *self)
     return self->table.count;
 }
 
+/* invariant_violations() -> the history's broken invariants, worded as the Python form words
+ * those it can have: each block in the recency order once, linked both ways; within its
+ * limit. */
+static PyObject *
+History_invariant_violations(History *self, PyObject *Py_UNUSED(ignored))
+{
+    if (history_ready(self) < 0)
+        return NULL;
+    KeyCheck check;
+    if (key_check_start(&check, &self->table) < 0)
+        return NULL;
+    key_check_list(&check, &self->table, &self->recency, "the recency order", -1);
+    key_check_unlisted(&check, &self->table, "the recency order");
+    if (self->table.count > self->limit)
+        key_check_note(&check, NULL, "holds %zd blocks, over its limit of %zd",
+                       self->table.count, self->limit);
+    return key_check_finish(&check);
+}
+
 static PyMethodDef History_methods[] = {
     {"admit", (PyCFunction)(void (*)(void))History_admit, METH_FASTCALL | METH_KEYWORDS,
      "Offer each block at now; the ones the reuse-horizon rule admits, and how many it "
      "refused."},
     {"clear", (PyCFunction)History_clear, METH_NOARGS, "Forget every offer."},
+    {"invariant_violations", (PyCFunction)History_invariant_violations, METH_NOARGS,
+     "Every broken invariant of the history's tables, worded."},
     {NULL, NULL, 0, NULL},
 };
 

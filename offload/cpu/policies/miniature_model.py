@@ -164,6 +164,24 @@ class PyMiniature:
         )
         return self.offers.admit(new, now, self.slots - len(self), oldest)[0]
 
+    def invariant_violations(self) -> list[str]:
+        """Each block in one segment, the model within its slots and the protected segment
+        within its share (the C form also checks its tables' links); its offer history
+        checks itself."""
+        probation, protected = self.probation, self.protected
+        problems = [
+            f"block {block_hash!r:.80} is in both probation and protected"
+            for block_hash in protected
+            if block_hash in probation
+        ]
+        if len(self) > self.slots:
+            problems.append(f"holds {len(self)} blocks, over its {self.slots} slots")
+        if len(protected) > self.protected_slots:
+            problems.append(
+                f"protected holds {len(protected)} blocks, over its {self.protected_slots} slots"
+            )
+        return problems
+
     def clear(self) -> None:
         self.probation.clear()
         self.protected.clear()

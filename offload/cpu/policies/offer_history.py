@@ -81,6 +81,12 @@ class PyOfferHistory:
                 refused = 1
         return admitted, refused
 
+    def invariant_violations(self) -> list[str]:
+        """The history within its limit (the C form also checks its recency order)."""
+        if len(self._last) <= self.limit:
+            return []
+        return [f"holds {len(self._last)} blocks, over its limit of {self.limit}"]
+
     def clear(self) -> None:
         self._last.clear()
 
