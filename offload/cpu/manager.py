@@ -417,15 +417,15 @@ class CPUOffloadingManager(OffloadingManager):
         return events
 
     def invariant_violations(self) -> list[str]:
-        """Every broken bookkeeping invariant, checked in full.
+        """Every broken bookkeeping invariant, checked in full, the policy's own included.
 
-        O(blocks), and it walks the policy's dict, so it runs on the manager's
+        O(blocks), and it walks the policy's tables, so it runs on the manager's
         own thread (tests, debugging); scrapes use ``live_invariant_violations``.
         """
         problems = self._count_violations() + self.pool.check_slots(0, self.pool.capacity)
         if not self.pool.holders_are_distinct(self._blocks.values()):
             problems.append("a block is held twice")
-        return problems
+        return problems + self.policy.invariant_violations()
 
     def live_invariant_violations(self, slots: int = LIVE_CHECK_SLOTS) -> list[str]:
         """The bounded check behind the live gauge, cheap enough for every scrape.

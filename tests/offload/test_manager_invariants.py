@@ -14,10 +14,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from offload import CPUOffloadingManager, policy_names
+from offload.cpu.request_recency import RequestRecency
 from tests.support.plugin_policy import PluginLRU, registered
 
 CAPACITY = 6
+REQUESTS = 3
+"""Running requests the connector-like rules name (their stores, meetings and ends)."""
 hashes = st.lists(st.integers(min_value=0, max_value=15), max_size=8)
+
+
+def _position(block_hash: int) -> int | None:
+    """A block's place in every request's prompt: blocks of one prompt share places across
+    requests, and a few have none (the request does not hold them)."""
+    return None if block_hash % 5 == 4 else 16 * (block_hash % 7 + 1)
 
 
 class ManagerMachine(RuleBasedStateMachine):
@@ -28,6 +37,7 @@ class ManagerMachine(RuleBasedStateMachine):
         self.pending: set[int] = set()
         self.pins: Counter[int] = Counter()
         self.evicted_since_stored: set[int] = set()
+        self.requests = [RequestRecency(_position) for _ in range(REQUESTS)]
 
     @precondition(lambda self: self.manager is None)
     @rule(policy=st.sampled_from([*policy_names(), PluginLRU.name]))
@@ -38,11 +48,46 @@ class ManagerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.manager is not None)
     @rule(block_hashes=hashes)
     def prepare_store(self, block_hashes: list[int]) -> None:
+        self._store(block_hashes, None)
+
+    @precondition(lambda self: self.manager is not None)
+    @rule(block_hashes=hashes, request=st.sampled_from(range(REQUESTS)))
+    def prepare_store_for_a_request(self, block_hashes: list[int], request: int) -> None:
+        """As vLLM's connector stores: the request named, its blocks ranked by position."""
+        self._store(block_hashes, self.requests[request])
+
+    @precondition(lambda self: self.manager is not None)
+    @rule(block_hashes=hashes, request=st.sampled_from(range(REQUESTS)))
+    def observe(self, block_hashes: list[int], request: int) -> None:
+        """A running request meets blocks (loaded or offered), as the connector tells it."""
+        assert self.manager is not None
+        self.manager.policy.observe(block_hashes, self.requests[request])
+
+    @precondition(lambda self: self.manager is not None)
+    @rule(data=st.data(), block_hashes=hashes, request=st.sampled_from(range(REQUESTS)))
+    def finish(self, data: st.DataObject, block_hashes: list[int], request: int) -> None:
+        """A request ends, having found some of its blocks stored (``reused``)."""
+        assert self.manager is not None
+        reused = set(data.draw(st.lists(st.sampled_from([*block_hashes, 99]), max_size=4)))
+        self.manager.policy.finish(block_hashes, reused, self.requests[request])
+
+    @precondition(lambda self: self.manager is not None)
+    @rule()
+    def clear(self) -> None:
+        """A prefix-cache reset: every idle block leaves; blocks read or written stay."""
+        assert self.manager is not None
+        idle = {h for h in self.ready if not self.pins[h]}
+        assert set(self.manager.clear()) == idle
+        self.ready -= idle
+        self.evicted_since_stored |= idle
+        self._check_events(stored=set(), removed=idle)
+
+    def _store(self, block_hashes: list[int], request: RequestRecency | None) -> None:
         assert self.manager is not None
         stats = self.manager.stats
         free = self.manager.pool.num_free
         refused_before = stats.store_not_admitted_blocks
-        out = self.manager.prepare_store(block_hashes)
+        out = self.manager.prepare_store(block_hashes, request)
         if out is None:
             self._check_events(stored=set(), removed=set())
             return

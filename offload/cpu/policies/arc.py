@@ -4,7 +4,8 @@ ARC splits the tier into blocks seen once (T1) and blocks seen again (T2),
 and remembers recently evicted hashes of each (ghost lists B1, B2). A miss
 that hits a ghost list tells which side was too small, and the target size of
 T1 moves towards it. A scan of one-time blocks only churns T1, so frequently
-used blocks in T2 survive it.
+used blocks in T2 survive it. Memory beyond the resident blocks: each ghost list
+holds at most ``capacity`` hashes, the least recently evicted forgotten first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Container, Iterable, Sequence
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import CachePolicy, take_idle
+from offload.cpu.policies.self_check import bound_violations, ranking_violations
 from offload.cpu.request_recency import RequestRecency
 
 
@@ -105,6 +107,33 @@ class ARCCachePolicy(CachePolicy):
         if self.t1.pop(block_hash, None) is None:
             del self.t2[block_hash]
         return block
+
+    def invariant_violations(self) -> list[str]:
+        """Each resident block in T1 or T2, once, as the block resident under its hash;
+        the ghost lists hold only blocks that left, each list within ``capacity``."""
+        problems = ranking_violations(self.name, self.blocks, {"t1": self.t1, "t2": self.t2})
+        resident = self.blocks
+        for name, table in (("t1", self.t1), ("t2", self.t2)):
+            problems += [
+                f"arc: block {block_hash!r:.80} in {name} is not the block resident under its hash"
+                for block_hash, block in table.items()
+                if block_hash in resident and resident[block_hash] is not block
+            ]
+        for name, ghosts in (("b1", self.b1), ("b2", self.b2)):
+            problems += [
+                f"arc: block {block_hash!r:.80} is in ghost list {name} and resident"
+                for block_hash in ghosts
+                if block_hash in resident
+            ]
+            problems += bound_violations(self.name, name, len(ghosts), self.capacity, "capacity")
+        problems += [
+            f"arc: block {block_hash!r:.80} is in both ghost lists b1 and b2"
+            for block_hash in self.b1
+            if block_hash in self.b2
+        ]
+        if not 0.0 <= self.target_t1 <= self.capacity:
+            problems.append(f"arc: target_t1 {self.target_t1} is outside [0, capacity]")
+        return problems
 
     def reset(self) -> None:
         for table in (self.blocks, self.t1, self.t2, self.b1, self.b2):

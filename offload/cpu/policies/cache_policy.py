@@ -101,6 +101,16 @@ class CachePolicy(ABC):
     def remove(self, block_hash: BlockHash) -> Block:
         """Drop one resident block regardless of its state (a failed store)."""
 
+    def invariant_violations(self) -> list[str]:
+        """Every broken invariant of the policy's own tables, checked in full (O(entries)).
+
+        The manager's full check includes it, so the stateful tests find a
+        ranking table that drifted from ``blocks`` (``self_check``) or memory
+        past its bound. The default finds nothing: kvscope does not know an
+        out-of-tree policy's tables.
+        """
+        return []
+
 
 def take_idle(
     ordered: Mapping[BlockHash, Block], protected: Container[BlockHash], n: int

@@ -48,7 +48,7 @@ one request's own.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from itertools import chain
 
 from offload.base import BlockHash
@@ -60,6 +60,7 @@ from offload.cpu.policies.miniature_model import demote_last
 from offload.cpu.policies.offer_history import OfferHistory
 from offload.cpu.policies.prompt_ends import PromptEnds
 from offload.cpu.policies.residency import ResidencyAge
+from offload.cpu.policies.self_check import bound_violations
 from offload.cpu.policies.shared_prefix import SharedPrefixes
 from offload.cpu.request_recency import RequestRecency
 
@@ -225,6 +226,48 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         if not self._unprotect(block_hash):
             return super().remove(block_hash)
         return self.blocks.pop(block_hash)
+
+    def invariant_violations(self) -> list[str]:
+        """The LRU's checks with the protected parts as two more ranking tables, what is
+        learnt of shared prefixes about resident blocks only, and every memory beyond the
+        resident blocks within its bound (see the module docstring)."""
+        name, resident = self.name, self.blocks
+        problems = super().invariant_violations()
+        prefixes = self.shared_prefixes
+        problems += [
+            f"{name}: block {block_hash!r:.80} is in _shared but on no shared prefix"
+            for block_hash in self._shared
+            if block_hash not in prefixes
+        ]
+        problems += [
+            f"{name}: shared_prefixes remembers block {block_hash!r:.80}, which is not resident"
+            for block_hash in prefixes.tracked()
+            if block_hash not in resident
+        ]
+        capacity = self.capacity
+        problems += bound_violations(
+            name, "prompt_ends", len(self.prompt_ends), capacity, "capacity"
+        )
+        problems += [f"{name}: offers: {problem}" for problem in self.offers.invariant_violations()]
+        problems += bound_violations(name, "_met", len(self._met), MET_REQUESTS, "MET_REQUESTS")
+        waiting = sum(len(met[1]) for met in self._met.values())
+        if waiting != self._met_blocks:
+            problems.append(f"{name}: _met holds {waiting} blocks but counts {self._met_blocks}")
+        if len(self._met) > 1:
+            problems += bound_violations(
+                name, "_met's blocks", waiting, MET_CAPACITIES * capacity, "MET_CAPACITIES tiers"
+            )
+        for model in self.duel.models:
+            label = model.candidate.label
+            problems += [f"{name}: model {label}: {p}" for p in model.invariant_violations()]
+            problems += [
+                f"{name}: model {label}: offers: {p}" for p in model.offers.invariant_violations()
+            ]
+        return problems
+
+    def _ranking_tables(self) -> dict[str, Mapping[BlockHash, int]]:
+        """The protected parts too: their blocks are in none of the LRU's tables."""
+        return {**super()._ranking_tables(), "_protected": self._protected, "_shared": self._shared}
 
     def _evict_probation(
         self, n: int, protected: Container[BlockHash]

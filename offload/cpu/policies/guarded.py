@@ -162,6 +162,28 @@ class GuardedPolicy(CachePolicy):
             if block_hash in inner:
                 raise self._breach("evict", f"returned block {block_hash!r:.80} and kept it")
 
+    def invariant_violations(self) -> list[str]:
+        """The guard's map and the plug-in's holding the same blocks, then the plug-in's own
+        check: the manager's lookups read the guard's map, evictions the plug-in's. After a
+        breach the maps may differ, as every call then says, and the tier's own bookkeeping
+        is what remains to check."""
+        if self._breached is not None:
+            return []
+        held, inner = self.blocks, self.inner.blocks
+        problems = [
+            f"cache policy {self.name!r}: block {block_hash!r:.80} is in the guard's map, "
+            "not as the policy holds it"
+            for block_hash, block in held.items()
+            if inner.get(block_hash) is not block
+        ]
+        problems += [
+            f"cache policy {self.name!r}: block {block_hash!r:.80} is held by the policy, "
+            "not in the guard's map"
+            for block_hash in inner
+            if block_hash not in held
+        ]
+        return problems + self.inner.invariant_violations()
+
     def remove(self, block_hash: BlockHash) -> Block:
         self._whole()
         block = self.inner.remove(block_hash)

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from heapq import heapify, heappop, heappush
 from itertools import count
 
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import CachePolicy
+from offload.cpu.policies.self_check import (
+    bound_violations,
+    rank_order_violations,
+    ranking_violations,
+)
 from offload.cpu.request_recency import RequestRecency
 
 _POSITION_BITS = 48
 """A rank is ``(order << 48) - position``: one int, compared in C, for (order, -position)."""
+
+HEAP_SLACK = 64
+"""Outdated heap entries allowed beyond twice the placed blocks before the heap is compacted:
+the heap holds at most ``2 * capacity + HEAP_SLACK`` entries."""
 
 _Candidate = tuple[int, int, BlockHash]
 """(rank, tiebreak, hash): blocks compare by rank, then by when they were ranked (0 for a
@@ -176,6 +185,30 @@ class LRUCachePolicy(CachePolicy):
         self._order = 0
         self._generation += 1
 
+    def invariant_violations(self) -> list[str]:
+        """Each resident block ranked once (``_ranking_tables``), each ordered table in rank
+        order; each block a request ranks findable in the heap at its rank (eviction finds it
+        nowhere else); the heap within its bound."""
+        tables = self._ranking_tables()
+        problems = ranking_violations(self.name, self.blocks, tables)
+        for table_name, table in tables.items():
+            if isinstance(table, OrderedDict):
+                problems += rank_order_violations(self.name, table_name, table)
+        in_heap = {(block_hash, rank) for rank, _, block_hash in self._heap}
+        problems += [
+            f"{self.name}: block {block_hash!r:.80} is in _placed but not in _heap at its rank"
+            for block_hash, rank in self._placed.items()
+            if (block_hash, rank) not in in_heap
+        ]
+        bound = 2 * self.capacity + HEAP_SLACK
+        return problems + bound_violations(
+            self.name, "_heap", len(self._heap), bound, "2 * capacity + HEAP_SLACK"
+        )
+
+    def _ranking_tables(self) -> dict[str, Mapping[BlockHash, int]]:
+        """Every table that ranks resident blocks, by name: eviction looks nowhere else."""
+        return {"_used": self._used, "_placed": self._placed}
+
     def _evict_by_use(
         self, n: int, protected: Container[BlockHash]
     ) -> list[tuple[BlockHash, Block]] | None:
@@ -239,7 +272,7 @@ class LRUCachePolicy(CachePolicy):
 
     def _compact(self) -> None:
         """Drop outdated heap entries once they outnumber the live ones."""
-        if len(self._heap) > 2 * len(self._placed) + 64:
+        if len(self._heap) > 2 * len(self._placed) + HEAP_SLACK:
             pushes = self._pushes
             self._heap = [(rank, next(pushes), h) for h, rank in self._placed.items()]
             heapify(self._heap)
