@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from offload import CachePolicy, CPUOffloadingManager, make_policy, register_policy
@@ -90,6 +92,31 @@ def test_registry_builds_policies_by_name_and_accepts_new_ones(scratch_registry:
     manager.touch([1])
     out = manager.prepare_store([3])
     assert out is not None and out.block_hashes_evicted == [1]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "error", "says"),
+    [
+        (0, ValueError, "capacity must be at least 1, got 0"),
+        (-3, ValueError, "capacity must be at least 1, got -3"),
+        (2.5, TypeError, "capacity must be an int, got float 2.5"),
+        ("8", TypeError, "capacity must be an int, got str '8'"),
+        (True, TypeError, "capacity must be an int, got bool True"),
+    ],
+)
+@pytest.mark.parametrize("name", ["lru", "arc", "gated", "fifo-test"])
+def test_a_capacity_that_is_not_a_positive_int_is_refused_by_name(
+    scratch_registry: None, name: str, capacity: object, error: type, says: str
+) -> None:
+    """Built, an ARC of capacity -3 or "8" failed only at its first eviction, and an LRU of
+    capacity 0 was built at all."""
+
+    @register_policy
+    class FIFOPolicy(LRUCachePolicy):
+        name = "fifo-test"
+
+    with pytest.raises(error, match=re.escape(says)):
+        make_policy(name, capacity)  # type: ignore[arg-type]
 
 
 def test_registry_rejects_a_policy_without_a_name_or_a_taken_name(

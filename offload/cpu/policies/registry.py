@@ -6,6 +6,7 @@ import inspect
 import re
 from typing import Final
 
+from offload.base import positive_count
 from offload.cpu.policies.arc import ARCCachePolicy
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
@@ -62,7 +63,9 @@ def register_policy(policy_cls: type[CachePolicy]) -> type[CachePolicy]:
 
 def make_policy(name: str, capacity: int) -> CachePolicy:
     """Build the policy registered as ``name``, behind a ``GuardedPolicy`` unless it is
-    built in; unknown names list the known ones."""
+    built in; unknown names list the known ones, and a capacity that is not a positive int
+    is refused by name (a policy would take it and fail later, at its first eviction)."""
+    positive_count("capacity", capacity)
     if not isinstance(name, str):
         raise TypeError(f"cache_policy must be a policy name, got {type(name).__name__}")
     policy_cls = _POLICIES.get(name)
