@@ -172,3 +172,28 @@ def test_blocks_at_one_rank_never_compare_their_hashes(policy: str) -> None:
     store(manager, [4, b"four"])
     assert manager.lookup([1]) == 0 and manager.lookup([b"one"]) == 0
     assert manager.invariant_violations() == []
+
+
+@pytest.mark.parametrize("policy", ["lru", "gated"])  # the ones that place by the request
+@pytest.mark.parametrize("place", [-16, 2**48, 2**49 + 16])
+def test_a_position_no_rank_can_hold_is_refused_and_changes_nothing(
+    policy: str, place: int
+) -> None:
+    """A rank is (request << 48) - position: a position of 2**48 or more ranked a newer
+    request's block below an older request's (evicted first), a negative one above later
+    requests' blocks. Both the store and the request's meeting of its blocks refuse it,
+    naming the block, before anything moves."""
+    manager = CPUOffloadingManager(16, 4, policy)
+    lru = manager.policy
+    assert isinstance(lru, LRUCachePolicy)
+    out = manager.prepare_store([1], RequestRecency({1: 16}.get))
+    assert out is not None
+    manager.complete_store([1])
+    before = (dict(lru.blocks), dict(lru._used), dict(lru._placed), manager.pool.num_free)
+    says = re.escape(f"block 3's position {place} is outside [0, 2**48)")
+    with pytest.raises(ValueError, match=says):
+        manager.prepare_store([2, 3], RequestRecency({2: 16, 3: place}.get))
+    with pytest.raises(ValueError, match=re.escape(f"block 3's position {place}")):
+        lru.observe([1, 3], RequestRecency({1: 32, 3: place}.get))
+    assert (dict(lru.blocks), dict(lru._used), dict(lru._placed), manager.pool.num_free) == before
+    assert manager.invariant_violations() == []

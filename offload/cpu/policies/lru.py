@@ -20,6 +20,10 @@ from offload.cpu.request_recency import RequestRecency
 _POSITION_BITS = 48
 """A rank is ``(order << 48) - position``: one int, compared in C, for (order, -position)."""
 
+_PLACES = 1 << _POSITION_BITS
+"""Positions a rank can hold: a larger one, or a negative one, would rank the block among
+another request's blocks."""
+
 HEAP_SLACK = 64
 """Outdated heap entries allowed beyond twice the placed blocks before the heap is compacted:
 the heap holds at most ``2 * capacity + HEAP_SLACK`` entries."""
@@ -77,13 +81,8 @@ class LRUCachePolicy(CachePolicy):
                 used[block_hash] = order << _POSITION_BITS
             self._order = order
             return
-        # Every place first: a request that cannot place a block (vLLM's key lookup raising,
-        # or answering what is no position) leaves the policy as it was, and the manager
-        # takes the slots back.
-        places = list(map(request.position, block_hashes))
-        if not all(place is None or isinstance(place, int) for place in places):
-            bad = next(p for p in places if p is not None and not isinstance(p, int))
-            raise TypeError(f"a block's position must be an int or None, not {bad!r:.40}")
+        # The manager takes the slots back if the request cannot place a block.
+        places = _places(request, block_hashes)
         self.blocks.update(zip(block_hashes, blocks, strict=True))
         for block_hash, place in zip(block_hashes, places, strict=True):
             if place is None:
@@ -123,10 +122,11 @@ class LRUCachePolicy(CachePolicy):
         self.touch(block_hashes)
 
     def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
+        block_hashes = list(block_hashes)
+        places = _places(request, block_hashes)
         order = self._request_order(request) << _POSITION_BITS
-        used, placed, position = self._used, self._placed, request.position
-        for block_hash in block_hashes:
-            place = position(block_hash)
+        used, placed = self._used, self._placed
+        for block_hash, place in zip(block_hashes, places, strict=True):
             if place is None or block_hash not in self.blocks:
                 continue
             new = order - place
@@ -276,3 +276,18 @@ class LRUCachePolicy(CachePolicy):
             pushes = self._pushes
             self._heap = [(rank, next(pushes), h) for h, rank in self._placed.items()]
             heapify(self._heap)
+
+
+def _places(request: RequestRecency, block_hashes: Sequence[BlockHash]) -> list[int | None]:
+    """Each block's place in the request's prompt, every one asked and checked before any is
+    used: a request that cannot place a block (vLLM's key lookup raising, or answering what
+    is no position in [0, 2**48)) leaves the policy as it was."""
+    places = list(map(request.position, block_hashes))
+    for block_hash, place in zip(block_hashes, places, strict=True):
+        if place is None:
+            continue
+        if not isinstance(place, int):
+            raise TypeError(f"a block's position must be an int or None, not {place!r:.40}")
+        if not 0 <= place < _PLACES:
+            raise ValueError(f"block {block_hash!r:.80}'s position {place} is outside [0, 2**48)")
+    return places
