@@ -277,6 +277,21 @@ def test_an_unhashable_block_hash_is_refused_before_anything_changes(
     assert (snapshot(manager), vars_of(manager.stats)) == before
 
 
+def test_a_touch_refused_part_way_leaves_the_policy_whole_and_working(policy: str) -> None:
+    """A touch raises at an unhashable hash after moving the hashes walked before it (the
+    manager's documented limit, walking tail first). The gated policy kept the bad list for
+    its models and failed every later touch and store until a reset; the LRU's clock stayed
+    behind the ranks it had given, so the next use ranked below them."""
+    manager = CPUOffloadingManager(16, 4, policy)
+    stored(manager, [1, 2, 3])
+    with pytest.raises(TypeError, match="unhashable type: 'list'"):
+        manager.touch([1, 9, [5], 2, 3])  # 3 and 2 are walked, then the list refused
+    manager.touch([1])
+    assert manager.invariant_violations() == []
+    out = manager.prepare_store([4, 5])
+    assert out is not None and out.block_hashes_evicted == [3]  # the least recently used
+
+
 @pytest.mark.parametrize("success", [True, False])
 def test_completing_a_store_with_an_unhashable_hash_changes_nothing(
     policy: str, success: bool

@@ -113,9 +113,11 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     def touch(self, block_hashes: Iterable[BlockHash]) -> None:
         block_hashes = list(block_hashes)
         self._feed_touched()
+        self._promote(block_hashes, None)
+        # Kept for the models only once the touch went through: _promote looked up every
+        # hash, and an unhashable one kept here would fail every later touch and store.
         self._touched = block_hashes
         self._continues = bool(block_hashes) and block_hashes[0] in self.blocks
-        self._promote(block_hashes, None)
 
     def insert(
         self,
@@ -333,26 +335,28 @@ class GatedLRUCachePolicy(LRUCachePolicy):
             hit += 1
         prefixes.note_hit(block_hashes, hit)
         order = self._order
-        for block_hash in reversed(block_hashes):
-            if block_hash in protected:
-                del protected[block_hash]
-                segment = shared if block_hash in prefixes else protected
-            elif block_hash in shared:
-                del shared[block_hash]
-                segment = shared
-            elif block_hash in used:
-                del used[block_hash]
-                segment = used
-            elif block_hash in placed:
-                del placed[block_hash]
-                segment = used
-            else:
-                continue
-            if segment is used and _counts_as_reused(resident[block_hash], block_hash, reused):
-                segment = shared if block_hash in prefixes else protected
-            order += 1
-            segment[block_hash] = order << _POSITION_BITS
-        self._order = order
+        try:
+            for block_hash in reversed(block_hashes):
+                if block_hash in protected:
+                    del protected[block_hash]
+                    segment = shared if block_hash in prefixes else protected
+                elif block_hash in shared:
+                    del shared[block_hash]
+                    segment = shared
+                elif block_hash in used:
+                    del used[block_hash]
+                    segment = used
+                elif block_hash in placed:
+                    del placed[block_hash]
+                    segment = used
+                else:
+                    continue
+                if segment is used and _counts_as_reused(resident[block_hash], block_hash, reused):
+                    segment = shared if block_hash in prefixes else protected
+                order += 1
+                segment[block_hash] = order << _POSITION_BITS
+        finally:
+            self._order = order  # as in the LRU's touch: past the ranks given before a bad hash
         self._demote_overflow(order << _POSITION_BITS)
         if placed:
             self._compact()

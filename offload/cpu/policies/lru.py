@@ -99,16 +99,20 @@ class LRUCachePolicy(CachePolicy):
         used, placed = self._used, self._placed
         order = self._order
         to_end = used.move_to_end
-        for block_hash in reversed(list(block_hashes)):
-            if block_hash in used:
-                to_end(block_hash)
-            elif block_hash in placed:
-                del placed[block_hash]
-            else:
-                continue
-            order += 1
-            used[block_hash] = order << _POSITION_BITS
-        self._order = order
+        try:
+            for block_hash in reversed(list(block_hashes)):
+                if block_hash in used:
+                    to_end(block_hash)
+                elif block_hash in placed:
+                    del placed[block_hash]
+                else:
+                    continue
+                order += 1
+                used[block_hash] = order << _POSITION_BITS
+        finally:
+            # An unhashable hash part way keeps the ranks given before it: the clock must
+            # stand past them, or later uses would rank below them.
+            self._order = order
         if placed:
             self._compact()
 
