@@ -9,7 +9,7 @@ import pytest
 from offload import CachePolicy, CPUOffloadingManager, make_policy, register_policy
 from offload.cpu.policies import registry
 from offload.cpu.policies.arc import ARCCachePolicy
-from offload.cpu.policies.lru import LRUCachePolicy
+from offload.cpu.policies.lru import HEAP_SLACK, LRUCachePolicy
 from offload.cpu.request_recency import RequestRecency
 
 
@@ -196,4 +196,22 @@ def test_a_position_no_rank_can_hold_is_refused_and_changes_nothing(
     with pytest.raises(ValueError, match=re.escape(f"block 3's position {place}")):
         lru.observe([1, 3], RequestRecency({1: 32, 3: place}.get))
     assert (dict(lru.blocks), dict(lru._used), dict(lru._placed), manager.pool.num_free) == before
+    assert manager.invariant_violations() == []
+
+
+def test_meetings_refused_part_way_keep_the_lazy_heap_bounded() -> None:
+    """The LRU's observe() raising at an unhashable hash keeps the places it gave before it;
+    it skipped compacting their heap entries, so each such call left a tier's worth behind.
+    (gated's observe looks at every hash before the LRU's runs.)"""
+    capacity = 8
+    manager = CPUOffloadingManager(16, capacity, "lru")
+    out = manager.prepare_store(list(range(capacity)))
+    assert out is not None
+    manager.complete_store(list(range(capacity)))
+    lru = manager.policy
+    assert isinstance(lru, LRUCachePolicy)
+    for _ in range(50):  # each a newer request, so every block is placed again
+        with pytest.raises(TypeError, match="unhashable type: 'list'"):
+            lru.observe([*range(capacity), []], RequestRecency(lambda _: 16))
+        assert len(lru._heap) <= 2 * capacity + HEAP_SLACK
     assert manager.invariant_violations() == []

@@ -130,17 +130,21 @@ class LRUCachePolicy(CachePolicy):
         places = _places(request, block_hashes)
         order = self._request_order(request) << _POSITION_BITS
         used, placed = self._used, self._placed
-        for block_hash, place in zip(block_hashes, places, strict=True):
-            if place is None or block_hash not in self.blocks:
-                continue
-            new = order - place
-            old = used.get(block_hash)
-            if (placed[block_hash] if old is None else old) >= new:
-                continue
-            if old is not None:
-                del used[block_hash]
-            self._place(block_hash, new)
-        self._compact()
+        try:
+            for block_hash, place in zip(block_hashes, places, strict=True):
+                if place is None or block_hash not in self.blocks:
+                    continue
+                new = order - place
+                old = used.get(block_hash)
+                if (placed[block_hash] if old is None else old) >= new:
+                    continue
+                if old is not None:
+                    del used[block_hash]
+                self._place(block_hash, new)
+        finally:
+            # An unhashable hash part way keeps the places given before it: their pushes are
+            # compacted all the same, or repeated bad calls would grow the heap without bound.
+            self._compact()
 
     def evict(
         self, n: int, protected: Container[BlockHash]
