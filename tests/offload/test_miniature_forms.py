@@ -115,6 +115,20 @@ def test_an_unhashable_block_is_a_type_error_and_the_model_still_runs(
     assert 1 in model and 2 in model and len(model) == 2
 
 
+def test_an_unhashable_block_behind_a_miss_changes_neither_form() -> None:
+    """The C form hashes a request whole before it runs it; the Python form counted the
+    request's hits (decaying the count) and only then met the unhashable block."""
+    models = [new_model(form, 4, 2) for form in FORMS]
+    for model in models:
+        model.run([1, 2], 1.0, False)
+        model.run([1, 2], 1.0, False)
+        before = state_of(model)
+        with pytest.raises(TypeError, match="unhashable"):
+            model.run([9, [3]], 0.5, False)
+        assert state_of(model) == before
+    assert state_of(models[0]) == state_of(models[1])
+
+
 class _Meddler:
     """A key whose hash runs the model holding it, or whose equality raises."""
 

@@ -111,6 +111,8 @@ class PyMiniature:
         rest, and demoting it would cost the model one of the few blocks it samples of
         every stored request, a loss the tier does not have.
         """
+        for block_hash in request:  # every hash first, as the C form: a bad one changes nothing
+            hash(block_hash)
         probation, protected = self.probation, self.protected
         hit = 0
         for block_hash in request:
