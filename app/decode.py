@@ -3,7 +3,9 @@
 vLLM's wire format changed shape across releases; every shape is read into one
 small internal form (``DecodedBatch`` of ``DecodedEvent``) by msgspec, in one
 pass. A payload that is no batch raises ``MalformedFrame``; a bad event is
-skipped and counted, the rest of its batch kept. The shapes: docs/PROTOCOL.md.
+skipped and counted, the rest of its batch kept (so a batch with a bad event
+is decoded event by event, and may hold no more events than well-formed ones
+of its size could be). The shapes: docs/PROTOCOL.md.
 
 What a peer sends is bounded here, where its bytes enter (offload/wire/labels.py):
 a medium is a short name of plain characters, a bytes block hash at most 64
@@ -13,7 +15,8 @@ bound is malformed like any other; a batch whose ``ts`` or rank does is no batch
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from functools import cache
+from typing import Annotated, Any, Final, Literal, Protocol
 
 import msgspec
 
@@ -121,28 +124,44 @@ class _ArrayEventsBatch(msgspec.Struct, array_like=True, gc=False):
     data_parallel_rank: Rank | None = None
 
 
-class _LooseBatch(msgspec.Struct, array_like=True, gc=False):
+class _LooseBatch(Protocol):
     """The batch with its events left undecoded, to decode them one by one."""
 
-    ts: Finite
+    ts: float
     events: list[msgspec.Raw]
-    data_parallel_rank: Rank | None = None
+    data_parallel_rank: int | None
 
 
-class _LooseMapBatch(msgspec.Struct, gc=False):
-    ts: Finite
-    events: list[msgspec.Raw]
-    data_parallel_rank: Rank | None = None
+MIN_EVENT_BYTES: Final = 15
+"""The fewest bytes a well-formed event takes: ``["BlockRemoved", []]`` (an array-era removal
+of no block, its medium left off)."""
+
+
+@cache
+def _loose_decoders(most_events: int) -> tuple[msgspec.msgpack.Decoder[Any], ...]:
+    """Decoders of a ``_LooseBatch`` in the array form and the map form, refusing more than
+    ``most_events`` events (a power of two: a few dozen decoders at most are ever built).
+
+    Each undecoded event costs an object of 64 bytes whatever its own length, so
+    the batch's count is checked (from its array header, before anything is
+    made) against what its size allows: a 16 MB frame of one-byte events made
+    16 million of them, a gigabyte, and took 90 s to skip.
+    """
+    fields = [
+        ("ts", Finite),
+        ("events", Annotated[list[msgspec.Raw], msgspec.Meta(max_length=most_events)]),
+        ("data_parallel_rank", Rank | None, None),
+    ]
+    return tuple(
+        msgspec.msgpack.Decoder(msgspec.defstruct("_LooseBatch", fields, array_like=form, gc=False))
+        for form in (True, False)
+    )
 
 
 # Map events first: every vLLM since 0.26 and every kvscope worker send them.
 _BATCH_DECODERS: Final = (
     msgspec.msgpack.Decoder(_MapEventsBatch),
     msgspec.msgpack.Decoder(_ArrayEventsBatch),
-)
-_LOOSE_DECODERS: Final = (
-    msgspec.msgpack.Decoder(_LooseBatch),
-    msgspec.msgpack.Decoder(_LooseMapBatch),
 )
 _ARRAY_EVENT_DECODER: Final = msgspec.msgpack.Decoder(_ArrayEvent)
 _MAP_EVENT_DECODER: Final = msgspec.msgpack.Decoder(_MapEvent)
@@ -179,9 +198,12 @@ def _decode_event_by_event(payload: bytes) -> DecodedBatch:
     )
 
 
-def _decode_loose(payload: bytes) -> _LooseBatch | _LooseMapBatch:
+def _decode_loose(payload: bytes) -> _LooseBatch:
+    """The batch with its events undecoded: at most one event per ``MIN_EVENT_BYTES`` of the
+    payload, rounded up to a power of two."""
+    most_events = 1 << (len(payload) // MIN_EVENT_BYTES).bit_length()
     errors: dict[str, None] = {}  # ordered and without repeats
-    for decoder in _LOOSE_DECODERS:
+    for decoder in _loose_decoders(most_events):
         try:
             return decode(decoder, payload)
         except msgspec.DecodeError as error:
@@ -195,7 +217,7 @@ def _decode_loose(payload: bytes) -> _LooseBatch | _LooseMapBatch:
 def _decode_event(raw: msgspec.Raw) -> _WireEvent | None:
     """One event of either era, or None when it is not a known, well-formed event."""
     data = memoryview(raw)
-    if not data:
+    if len(data) < MIN_EVENT_BYTES:  # not worth an attempt (and its exception) to know
         return None
     decoder = _MAP_EVENT_DECODER if data[0] in _MSGPACK_MAP_HEADERS else _ARRAY_EVENT_DECODER
     try:

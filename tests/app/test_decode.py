@@ -9,6 +9,7 @@ cover omitted defaults and unknown keys.
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import msgspec
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from app.decode import (
     DEFAULT_MEDIUM,
+    MIN_EVENT_BYTES,
     DecodedBatch,
     DecodedEvent,
     decode_kv_payload,
@@ -230,6 +232,31 @@ def test_a_malformed_event_is_skipped_and_counted(bad_event: Any) -> None:
 def test_a_payload_that_is_not_a_batch_raises(payload: bytes) -> None:
     with pytest.raises(MalformedFrame, match="not a KV event batch"):
         decode_kv_payload(payload)
+
+
+def test_the_smallest_well_formed_events_are_read_beside_a_bad_one() -> None:
+    """One event per ``MIN_EVENT_BYTES`` of payload is what the event-by-event decoder allows."""
+    smallest = ["BlockRemoved", []]
+    assert len(encode(smallest)) == MIN_EVENT_BYTES
+    batch = decode_kv_payload(encode([1, [smallest] * 100 + [5]]))
+    assert (batch.events, batch.malformed) == ([DecodedEvent("removed", [])] * 100, 1)
+
+
+@pytest.mark.parametrize("element", [5, [], {}, None, "ABCDEF"], ids=repr)
+def test_a_batch_of_more_elements_than_well_formed_events_fit_in_is_no_batch(
+    element: Any,
+) -> None:
+    """Each element the event-by-event decoder holds costs an object of 64 bytes: a 16 MB
+    frame of one-byte elements took a gigabyte and 90 s before, and was a batch."""
+    payload = encode([1.0, [element] * 2**16])
+    tracemalloc.start()
+    try:
+        with pytest.raises(MalformedFrame, match="not a KV event batch"):
+            decode_kv_payload(payload)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(payload)  # 64 bytes an element before
 
 
 def test_malformed_frame_is_a_value_error() -> None:
