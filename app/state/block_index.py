@@ -30,6 +30,10 @@ from app.state.stranded import StrandedBlocks
 MAX_GROUPS: Final = 16
 """Most KV cache groups tracked per publisher and medium: each is a location bit of its
 own, and the network names them (vLLM's hybrid models have a handful)."""
+RESET_TRACKED: Final = 2048
+"""Most blocks a publisher may store after a reset (counted as its batches end) for its next
+reset to look at those alone, rather than walk the index: 16 KB per publisher at most. To make
+its resets walk a million blocks again, a peer must store this many between two."""
 MAX_LOCATIONS: Final = 1024
 """Most locations (publisher, medium, group) in all: every held block's mask is as wide as
 the highest bit, so its memory and the walks over it grow with them (64 publishers on
@@ -124,6 +128,13 @@ class BlockIndex:
         self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
         self.stranded = StrandedBlocks(self._shards)
         """Held blocks no prefix lookup reaches: an ancestor named by the events is held nowhere."""
+        self._gained: dict[str, list[Hashable]] = {}
+        """Publisher -> every block it stored since its last reset (a superset of the
+        locations it gained since), for its next reset to look at those alone. Kept while
+        that costs less than a walk of the index (an eighth of the blocks held: a store
+        costs about four times a step of the walk), and past the end of a batch only up to
+        ``RESET_TRACKED``. A publisher not here (never reset, or past the bound) is reset
+        by a walk of the whole index."""
         self._extra_copies: dict[int, dict[Hashable, int]] = {}
         """Location bit number -> block hash -> copies held there beyond the first. vLLM's
         GPU pool does not deduplicate its cache: a prompt sent again whose length is a whole
@@ -144,25 +155,20 @@ class BlockIndex:
     def apply(self, publisher: str, batch: DecodedBatch, now: float) -> None:
         """Apply one decoded batch of ``publisher``'s events, in order, at time ``now``.
 
-        A batch walks the whole index at most once, whatever it holds: after its first
-        "cleared", the next one only has to take back what the batch stored since. (Each
-        walked the index: a 1 MB frame of cleared events, and stores of one block between
-        them, held the ingest thread and the index lock for half an hour.)
+        A batch walks the whole index at most once, whatever it holds: after a reset,
+        the publisher's next one looks only at what it stored since (``_gained``) for
+        the rest of the batch, and beyond while that is at most ``RESET_TRACKED``.
         """
-        stored_since_reset: list[Hashable] | None = None  # None: no reset in this batch yet
         for event in batch.events:
             if event.kind == "stored":
                 self._store(publisher, event, now)
-                if stored_since_reset is not None:
-                    stored_since_reset += event.block_hashes
             elif event.kind == "removed":
                 self._remove(publisher, event)
-            elif stored_since_reset is None:
-                self.reset_publisher(publisher)
-                stored_since_reset = []
             else:
-                self._reset_blocks(publisher, stored_since_reset)
-                stored_since_reset = []
+                self.reset_publisher(publisher)
+        gained = self._gained.get(publisher)
+        if gained is not None and len(gained) > RESET_TRACKED:
+            del self._gained[publisher]
         self._listing.settle()
 
     def _store(self, publisher: str, event: DecodedEvent, now: float) -> None:
@@ -225,6 +231,10 @@ class BlockIndex:
             else:  # another copy at the same location
                 extra[block_hash] = extra.get(block_hash, 0) + 1
                 added += 1
+        if added and (gained := self._gained.get(publisher)) is not None:
+            gained += event.block_hashes
+            if len(gained) > max(RESET_TRACKED, self._held >> 3):  # a walk costs less
+                del self._gained[publisher]
         if added_records := records[first_new:]:
             self.stranded.stored(added_records)
             self._held += len(added_records)
@@ -362,25 +372,24 @@ class BlockIndex:
     def reset_publisher(self, publisher: str) -> None:
         """Forget every location of ``publisher`` (its cache was reset, or it restarted).
 
-        A walk of the whole index, so none when the publisher holds nothing: a peer
-        that restarts its sequence with every frame, or clears an empty cache, would
-        otherwise make each frame of a few bytes cost a walk of a million blocks.
+        A walk of the whole index unless the publisher is tracked (``_gained``): then
+        only the blocks it stored since its last reset are looked at. None at all when
+        it holds nothing. Every reset walked the index: a 1 MB frame of cleared events,
+        a one-block store before each, held the ingest thread and the index lock for
+        half an hour, and each frame of a few bytes restarting a sequence cost a walk.
         """
+        gained = self._gained.get(publisher)
+        self._gained[publisher] = []
         if not self._holds_any(publisher):
             return
+        bits = self._bits(publisher=publisher)
+        if gained is not None:
+            records = filter(None, map(self._record, gained))
+            self._forget_locations(publisher, self._drop(records, bits))
+            return  # the listing's sweep drops the dead, a few chunks per batch
         records = (entry for blocks in self._shards for entry in list(blocks.values()))
-        gone = self._drop(records, self._bits(publisher=publisher))
-        self._forget_locations(publisher, gone)
+        self._forget_locations(publisher, self._drop(records, bits))
         self._listing.compact()
-
-    def _reset_blocks(self, publisher: str, block_hashes: list[Hashable]) -> None:
-        """``reset_publisher`` where ``block_hashes`` is every block the publisher gained a
-        location on since its last reset: only those are looked at (the listing's sweep,
-        at the end of the batch, drops the records that died)."""
-        if not self._holds_any(publisher):
-            return
-        records = filter(None, map(self._record, block_hashes))
-        self._forget_locations(publisher, self._drop(records, self._bits(publisher=publisher)))
 
     def _holds_any(self, publisher: str) -> bool:
         """Whether some location of ``publisher`` holds a block (or a copy of one)."""

@@ -1,10 +1,10 @@
-"""A peer's resets cost the index a walk per batch at most, and none when it holds nothing.
+"""A peer's resets cost the index a walk per batch at most, and none while it stores little.
 
 Each "AllBlocksCleared" walked every block of the index, whoever held it: a
 1 MB frame of them, a store of one block before each, held the ingest thread
 and the index lock (so every API request) for half an hour with a million
-blocks tracked; and a publisher holding nothing paid the walk for each frame
-that cleared it or restarted its sequence. The frames here are the bytes a
+blocks tracked; and each frame that cleared a publisher or restarted its
+sequence paid the walk, though it held one block or none. The frames here are the bytes a
 peer sends, decoded as the ingest thread decodes them; what is counted is the
 dicts of held-block records walked whole (the index keeps ``SHARDS`` of them).
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import msgspec
 
 from app.decode import decode_kv_payload
-from app.state.block_index import BlockIndex
+from app.state.block_index import RESET_TRACKED, BlockIndex
 from app.state.held_block import HeldBlock
 from app.state.shards import SHARDS
 
@@ -93,3 +93,32 @@ def test_resetting_a_publisher_that_holds_nothing_walks_nothing() -> None:
 
     assert record_dicts_walked(clears_and_restarts) == 0
     assert len(index) == HONEST_BLOCKS
+
+
+def test_resets_between_frames_look_only_at_what_was_stored_since() -> None:
+    index = honest_index()
+    index.apply("peer", decode_kv_payload(frame(stored(10**9))), now=1.0)
+    first = record_dicts_walked(lambda: index.reset_publisher("peer"))  # untracked till now
+
+    def restarts() -> None:  # a sequence restarted with every frame, one block stored each
+        for n in range(100):
+            index.apply("peer", decode_kv_payload(frame(stored(10**9 + n, n))), now=2.0)
+            index.reset_publisher("peer")
+
+    assert 0 < first <= SHARDS
+    assert record_dicts_walked(restarts) == 0  # 100 walks before
+    assert len(index) == HONEST_BLOCKS
+    three = index.get(3)
+    assert three is not None and three.publishers == ("honest",)
+
+
+def test_a_publisher_that_stored_more_than_the_bound_since_its_reset_is_walked_whole() -> None:
+    index = honest_index()
+    index.reset_publisher("peer")
+    many = range(10**9, 10**9 + RESET_TRACKED + 1)
+    index.apply("peer", decode_kv_payload(frame(stored(*many), stored(5))), now=1.0)
+
+    assert 0 < record_dicts_walked(lambda: index.reset_publisher("peer")) <= SHARDS
+    assert len(index) == HONEST_BLOCKS
+    five = index.get(5)
+    assert five is not None and five.publishers == ("honest",)
