@@ -331,7 +331,8 @@ class EventPublisher(Publisher):
                 # A full replay plus its end marker must fit under the ROUTER's HWM, which
                 # ZMQ only frees in steps of half of it: hence twice the buffer.
                 # A request's largest frame is its 8-byte sequence number: ZMQ drops a peer
-                # that sends more before reassembling it in the worker's memory.
+                # that sends more before reassembling it in the worker's memory (but not one
+                # that sends many small frames: ZMQ bounds frames, not their number).
                 self._bind(
                     zmq.ROUTER, replay_endpoint, 2 * (buffer_steps + 1), MAX_REPLAY_REQUEST_FRAME
                 )
