@@ -142,7 +142,7 @@ class Replay:
             seq = decode_seq(seq_frame)
         except MalformedFrame:
             return "malformed"
-        self.received_bytes += len(payload)
+        self.received_bytes += sum(map(len, frames))  # a topic of megabytes is as costly
         if self.received_bytes > self._config.replay_max_bytes:
             return "oversize"
         if seq < self.wanted:

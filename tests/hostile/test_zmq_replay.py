@@ -137,6 +137,29 @@ def test_an_answer_that_repeats_a_sequence_number_ends_the_replay_as_malformed()
         raw.close()
 
 
+def with_megabyte_topics(raw: RawPublisher, identity: bytes, start: int) -> None:
+    """Every batch asked for, each under a topic of 1 MiB, then the end marker."""
+    for seq in range(start, start + 10):
+        payload = kv_payload(stored(1000 + seq))
+        raw.router.send_multipart([identity, b"", b"t" * 2**20, seq.to_bytes(8, "big"), payload])
+    raw.end(identity)
+
+
+def test_every_frame_of_an_answer_counts_against_the_replay_byte_bound() -> None:
+    """Only payloads counted: answers under topics of a megabyte each passed the bound."""
+    raw = RawPublisher(answerer=with_megabyte_topics)
+    config = IngestConfig(replay_max_bytes=4 * 2**20)
+    try:
+        with ingesting(raw.endpoints, config=config) as ingestor:
+            state = wait_connected(raw, ingestor)
+            a_gap_of(raw, 10)
+            wait_until(lambda: state.last_seq == 11, "the frame after the gap is applied")
+            assert state.replays["oversize"] == 1  # "complete", all 10 applied, before
+            assert (state.replayed, state.missed) == (3, 7)
+    finally:
+        raw.close()
+
+
 def test_replayed_counts_the_batches_applied_not_those_received() -> None:
     """The publisher no longer holds the gap: its answer starts past it, and nothing is applied."""
     raw = RawPublisher()
