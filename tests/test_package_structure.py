@@ -60,6 +60,7 @@ LAYERS = {
     },
     "app": {
         "settings": 0,
+        "decimal_text": 0,
         "streams": 0,
         "otel": 0,
         "gc_pauses": 0,

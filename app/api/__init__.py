@@ -30,15 +30,22 @@ workers do.
 (vLLM's sha256 hashes); JSON carries both as strings, by one rule that
 round-trips:
 
-- an int is written in decimal (`"12345"`, `"-7"`); text that is all digits
-  (with an optional leading `-`) is read as an int;
+- an int is written in decimal (`"12345"`, `"-7"`); text that is ASCII digits
+  with no leading zero, at most 20 of them, with an optional leading `-` (not
+  before `0`), is read as an int;
 - bytes are written as `0x` and lower-case hex (`"0x9f00..."`); text is read as
   bytes when it is `0x` followed by an even number of hex digits, or exactly 64
   hex digits without the prefix (a sha256 hash as vLLM logs it).
 
-Anything else is a 422 naming the text. Ints are strings in JSON because
-64-bit hashes exceed what JavaScript numbers hold exactly. `POST
-/api/v1/lookup` also takes JSON integers.
+Anything else is a 400 in a path, a 422 in a lookup's body. Ints are strings
+in JSON because 64-bit hashes exceed what JavaScript numbers hold exactly.
+`POST /api/v1/lookup` also takes JSON integers.
+
+**Numbers in URLs and headers** (`cursor`, `limit`, `since`, `resolution`,
+`Last-Event-ID`) are ASCII digits 0-9 with no sign, space, underscore or
+leading zero, at most 20 of them; anything else is a 400 whose `detail`
+names the parameter (`loc`) and the problem (`msg`), as a 422's does. A
+number so written but out of its bounds is a 422.
 
 **Authentication.** When the sidecar is started with a token, every route
 except the probes (`/healthz`, `/readyz`) needs `Authorization: Bearer

@@ -21,11 +21,14 @@ from app.api.event_stream import EventStreams
 from app.api.limits import HttpLimits
 from app.api.metrics import Exposition
 from app.api.session import COOKIE, session_value
+from app.decimal_text import decimal_int
 from app.settings import MAX_PAGE_LIMIT, SidecarSettings
 from app.state.sidecar import SidecarState
 
 DEFAULT_PAGE = 100
 """Page size when a request names none (capped by settings.page_limit)."""
+
+_PageLimit = decimal_int(1, MAX_PAGE_LIMIT)
 
 
 async def get_state(request: Request) -> SidecarState:
@@ -63,10 +66,8 @@ UNAUTHORIZED: dict[int | str, dict[str, str]] = {
 def page_size(
     settings: Settings,
     limit: Annotated[
-        int | None,
+        _PageLimit | None,
         Query(
-            ge=1,
-            le=MAX_PAGE_LIMIT,
             description=f"Page size (default {DEFAULT_PAGE}), at most the sidecar's page_limit.",
         ),
     ] = None,

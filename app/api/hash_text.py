@@ -1,10 +1,12 @@
 """Block hashes as text: one rule, round-tripping, for ints and bytes alike.
 
 An int is written in decimal (``"12345"``, ``"-7"``); bytes as ``0x`` and
-lower-case hex. Text reads as an int when it is all digits (with an optional
-leading ``-``), as bytes when it is ``0x`` and an even number of hex digits, or
-exactly 64 hex digits (a sha256 hash as vLLM logs it). Ints travel as strings
-because 64-bit hashes exceed what JavaScript numbers hold exactly.
+lower-case hex. Text reads as an int when it is written so: ASCII digits with
+no leading zero, at most ``MAX_DIGITS`` of them (a 64-bit hash, the widest
+the wire carries), after an optional ``-`` (app/decimal_text.py); as bytes
+when it is ``0x`` and an even number of hex digits, or exactly 64 hex digits
+(a sha256 hash as vLLM logs it). Ints travel as strings because 64-bit
+hashes exceed what JavaScript numbers hold exactly.
 """
 
 from __future__ import annotations
@@ -12,25 +14,35 @@ from __future__ import annotations
 import re
 from typing import Annotated, Final
 
-from pydantic import AfterValidator, StrictInt, StringConstraints, WithJsonSchema
+from pydantic import AfterValidator, StrictInt, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from app.decimal_text import MAX_DIGITS, POSITIVE_PATTERN
 
 MAX_HASH_TEXT: Final = 2 + 2 * 128
-"""Longest hash text: 0x and a 128-byte hash (vLLM's are 32 bytes; an int's decimal fits
-too). Checked before the patterns run, and bounds the text a 422 echoes."""
+"""Longest hash text: 0x and a 128-byte hash (vLLM's are 32 bytes). Checked before the
+patterns run, and bounds the text an error echoes."""
 
-_INT_TEXT = re.compile(r"-?[0-9]+")
+BLOCK_HASH_PARSING: Final = "block_hash_parsing"
+"""The error type of text that is no block hash."""
+
+_INT_TEXT = re.compile(rf"0|-?(?:{POSITIVE_PATTERN})")
 _HEX_TEXT = re.compile(r"(?:0[xX](?:[0-9a-fA-F]{2})+|[0-9a-fA-F]{64})")
 
 
 def parse_block_hash(text: str) -> bytes | int:
     """Read a hash written by ``render_block_hash`` (see the module doc for the rule)."""
-    if _INT_TEXT.fullmatch(text):
-        return int(text)
-    if _HEX_TEXT.fullmatch(text):
-        return bytes.fromhex(text.removeprefix("0x").removeprefix("0X"))
-    raise ValueError(
-        f"{text!r} is not a block hash: use decimal digits for an int hash, or 0x and an "
-        "even number of hex digits (or exactly 64 hex digits) for a bytes hash"
+    if len(text) <= MAX_HASH_TEXT:
+        if _INT_TEXT.fullmatch(text):
+            return int(text)
+        if _HEX_TEXT.fullmatch(text):
+            return bytes.fromhex(text.removeprefix("0x").removeprefix("0X"))
+    raise PydanticCustomError(
+        BLOCK_HASH_PARSING,
+        "Input is not a block hash: use decimal digits for an int hash (at most {digits}, "
+        "an optional '-', no leading zero), or 0x and an even number of hex digits (or "
+        "exactly 64 hex digits) for a bytes hash, at most {length} characters",
+        {"digits": MAX_DIGITS, "length": MAX_HASH_TEXT},
     )
 
 
@@ -44,7 +56,6 @@ def _hash_input(value: str | int) -> bytes | int:
 
 _HashText = Annotated[
     str,
-    StringConstraints(max_length=MAX_HASH_TEXT),
     WithJsonSchema(
         {
             "type": "string",

@@ -9,6 +9,12 @@ short string instead. JSON's ``\\ud800`` escapes decode to lone surrogates,
 which UTF-8 cannot write either: in an input, or in a location (a body's
 own keys), they are echoed escaped; so are the bytes of a body sent as
 another type than JSON that are not UTF-8 (FastAPI's encoder failed on them).
+
+Text in the URL or a header that is no number or block hash in the one form
+the sidecar writes (``TEXT_FORM_ERRORS``) is a 400 in the same shape: the
+request is malformed, as a body that is no JSON is (app/api/body_errors.py),
+while a value read well that breaks a bound (a ``limit`` over the page
+limit) stays a 422, as a body's fields are.
 """
 
 from __future__ import annotations
@@ -21,7 +27,19 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from app.api.hash_text import BLOCK_HASH_PARSING
+from app.decimal_text import INT_PARSING
+
 MAX_ECHO_CHARS: Final = 200
+
+TEXT_FORM_ERRORS: Final = frozenset((INT_PARSING, BLOCK_HASH_PARSING))
+"""Error types of text that is not in its form: a 400 when the text came in the URL or a
+header."""
+
+MALFORMED_TEXT: Final[dict[int | str, dict[str, str]]] = {
+    400: {"description": "A number or block hash in the URL or a header is not in its form."}
+}
+"""The answer every route with such a parameter documents."""
 
 
 def echoable(value: Any) -> Any:
@@ -50,10 +68,14 @@ def _cut(text: str) -> str:
 
 
 async def validation_error(_request: Request, error: Exception) -> JSONResponse:
-    """FastAPI's 422 body (``{"detail": [...]}``), each error's ``input`` made echoable."""
+    """FastAPI's 422 body (``{"detail": [...]}``), each error's ``input`` made echoable; a
+    400 where the URL or a header holds text not in its form."""
     assert isinstance(error, RequestValidationError)
     details = []
+    code = status.HTTP_422_UNPROCESSABLE_CONTENT
     for detail in error.errors():
+        if detail["type"] in TEXT_FORM_ERRORS and detail["loc"][:1] != ("body",):
+            code = status.HTTP_400_BAD_REQUEST
         shown = {key: value for key, value in detail.items() if key not in ("input", "ctx", "loc")}
         shown["loc"] = [echoable(part) for part in detail["loc"]]
         if "input" in detail:
@@ -61,9 +83,7 @@ async def validation_error(_request: Request, error: Exception) -> JSONResponse:
         if "ctx" in detail:
             shown["ctx"] = {key: echoable(value) for key, value in detail["ctx"].items()}
         details.append(shown)
-    return JSONResponse(
-        {"detail": jsonable_encoder(details)}, status.HTTP_422_UNPROCESSABLE_CONTENT
-    )
+    return JSONResponse({"detail": jsonable_encoder(details)}, code)
 
 
 def install_validation_errors(app: FastAPI) -> None:

@@ -338,7 +338,7 @@ def bracketed(
 def test_a_block_search_shows_its_residency_per_tier_and_its_link_restores_it(
     page: sync_api.Page, demo: str, allowed_errors: list[str]
 ) -> None:
-    allowed_errors.append(f"({demo}/api/v1/blocks/")  # the browser notes each 404 and 422 asked
+    allowed_errors.append(f"({demo}/api/v1/blocks/")  # the browser notes each 404 and 400 asked
     open_view(page, demo, "blocks")
     first = api(page, demo, "blocks", limit=1)["blocks"][0]["block_hash"]
 

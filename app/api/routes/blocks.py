@@ -9,17 +9,23 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from app.api.deps import UNAUTHORIZED, PageSize, State, require_token
 from app.api.hash_text import BlockHashText
 from app.api.schemas import BlockInfo, BlockPage, LookupRequest, LookupResponse
+from app.api.validation_errors import MALFORMED_TEXT
+from app.decimal_text import MAX_DECIMAL, decimal_int
 
 router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
 
+_Cursor = decimal_int(0, MAX_DECIMAL)
 
-@router.get("/blocks")
+
+@router.get("/blocks", responses=MALFORMED_TEXT)
 def blocks(
     state: State,
     *,
     medium: str | None = None,
     publisher: str | None = None,
-    cursor: int | None = Query(None, description="`next_cursor` of the previous page."),
+    cursor: Annotated[
+        _Cursor | None, Query(description="`next_cursor` of the previous page.")
+    ] = None,
     limit: PageSize,
 ) -> BlockPage:
     """Indexed blocks in order of first store; the cursor survives blocks coming and going."""
@@ -28,7 +34,9 @@ def blocks(
     return BlockPage(blocks=[BlockInfo.of(entry) for entry in entries], next_cursor=next_cursor)
 
 
-@router.get("/blocks/{block_hash}", responses={404: {"description": "Not indexed."}})
+@router.get(
+    "/blocks/{block_hash}", responses={**MALFORMED_TEXT, 404: {"description": "Not indexed."}}
+)
 async def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> BlockInfo:
     """One block: where it is held, since when, how often reloaded.
 

@@ -24,6 +24,8 @@ from app.api.deps import (
 from app.api.event_render import page_json, render
 from app.api.event_stream import EventStreamResponse
 from app.api.schemas import EventPage
+from app.api.validation_errors import MALFORMED_TEXT
+from app.decimal_text import decimal_int
 
 router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
 stream_router = APIRouter(
@@ -33,7 +35,11 @@ stream_router = APIRouter(
 MAX_EVENT_ID: Final = 2**63 - 1
 """The largest id a request may name (ids count events from 1 in one process)."""
 
+EventId = decimal_int(0, MAX_EVENT_ID)
+"""``since`` and ``Last-Event-ID``: one type, so the two read an id alike."""
+
 _STREAM_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    **MALFORMED_TEXT,
     200: {
         "description": "Server-Sent Events: `id:` the event id, `data:` an `Event` as JSON.",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
@@ -43,12 +49,12 @@ _STREAM_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
 }
 
 
-@router.get("/events", response_model=EventPage)
+@router.get("/events", response_model=EventPage, responses=MALFORMED_TEXT)
 def events(
     state: State,
     limits: Limits,
     *,
-    since: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
+    since: Annotated[EventId, Query()] = 0,
     limit: PageSize,
 ) -> Response:
     """Recent block events after id ``since``, oldest first (page on with the last id).
@@ -72,7 +78,7 @@ def events(
 async def event_stream(
     request: Request,
     streams: Streams,
-    last_event_id: Annotated[int | None, Header(ge=0, le=MAX_EVENT_ID)] = None,
+    last_event_id: Annotated[EventId | None, Header()] = None,
 ) -> EventStreamResponse:
     """Live block events as Server-Sent Events (`id:` is the event id).
 

@@ -8,13 +8,20 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 
 from app.api.deps import UNAUTHORIZED, State, require_token
 from app.api.schemas import HistoryResponse, HistorySeries
-from app.api.validation_errors import echoable
+from app.api.validation_errors import MALFORMED_TEXT, echoable
+from app.decimal_text import MAX_DECIMAL, decimal_int
 from app.state.history import DEFAULT_TIERS
 
 router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
 
+_Resolution = decimal_int(0, MAX_DECIMAL)
+"""Any number: one no tier keeps is a 422 that lists those kept."""
 
-@router.get("/history", responses={422: {"description": "A resolution no tier keeps."}})
+
+@router.get(
+    "/history",
+    responses={**MALFORMED_TEXT, 422: {"description": "A resolution no tier keeps."}},
+)
 async def history(
     state: State,
     since: Annotated[
@@ -25,7 +32,7 @@ async def history(
         ),
     ] = 0.0,
     resolution: Annotated[
-        int | None,
+        _Resolution | None,
         Query(
             description="Seconds per point, one of `resolutions_s`; default: the finest "
             "that still holds everything since `since`.",
