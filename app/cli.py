@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _listen_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    command.add_argument("--port", type=int, help="HTTP port (default 8000; 0 picks a free one)")
+    # Text: the settings read it by their one rule for numbers, and name --port when it breaks.
+    command.add_argument("--port", help="HTTP port (default 8000; 0 picks a free one)")
 
 
 SETTING_FLAGS: Final = ("connect", "replay", "listen", "listen_replay", "host", "port", "token")

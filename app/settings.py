@@ -11,7 +11,10 @@ or, more conveniently in a shell, as a comma-separated string. ``replay[i]`` is
 the replay socket of ``connect[i]``; a shorter ``replay`` list leaves the
 remaining publishers without replay. Listen mode has no positions to match, so
 ``listen_replay`` names each publisher's stream (app/streams.py):
-``STREAM=ENDPOINT``.
+``STREAM=ENDPOINT``. An integer is read from text by one rule
+(app/decimal_text.py: ASCII digits, no sign, space, underscore or leading
+zero), as the HTTP API reads one, so ``KVSCOPE_PORT=1_0`` is refused rather
+than taken for 10.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.decimal_text import DecimalInt
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.wire.endpoints import is_bindable, is_connectable
@@ -153,13 +157,13 @@ class SidecarSettings(BaseSettings):
         default_factory=list,
         description="STREAM=ENDPOINT: the replay (ROUTER) endpoint of a listen-mode stream.",
     )
-    listen_max_publishers: int = Field(
+    listen_max_publishers: DecimalInt = Field(
         default=64,
         ge=1,
         le=4096,
         description="Most listen-mode publishers tracked; frames of further streams are counted.",
     )
-    listen_max_connections: int = Field(
+    listen_max_connections: DecimalInt = Field(
         default=128,
         ge=1,
         le=65_536,
@@ -167,7 +171,7 @@ class SidecarSettings(BaseSettings):
         "queue of its own); a further handshake is refused (counted) and its peer connects "
         "again every 5 s until a place is free.",
     )
-    listen_max_connections_per_host: int = Field(
+    listen_max_connections_per_host: DecimalInt = Field(
         default=32,
         ge=1,
         le=65_536,
@@ -183,7 +187,9 @@ class SidecarSettings(BaseSettings):
         "handshake (counted) and not admitted again.",
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
-    port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
+    port: DecimalInt = Field(
+        default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one."
+    )
     url_file: Path | None = Field(
         default=None,
         description="A file to write the HTTP server's base URL to once it listens (the "
@@ -194,38 +200,42 @@ class SidecarSettings(BaseSettings):
         default=None,
         description="When set, every route but /healthz and /readyz needs `Bearer <token>`.",
     )
-    max_blocks: int = Field(default=1_000_000, ge=1, description="Most blocks the index holds.")
-    event_buffer: int = Field(default=10_000, ge=1, description="Recent events kept for replay.")
-    page_limit: int = Field(
+    max_blocks: DecimalInt = Field(
+        default=1_000_000, ge=1, description="Most blocks the index holds."
+    )
+    event_buffer: DecimalInt = Field(
+        default=10_000, ge=1, description="Recent events kept for replay."
+    )
+    page_limit: DecimalInt = Field(
         default=MAX_PAGE_LIMIT,
         ge=1,
         le=MAX_PAGE_LIMIT,
         description="Largest page (blocks or events) one request may ask for.",
     )
-    event_buffer_bytes: int = Field(
+    event_buffer_bytes: DecimalInt = Field(
         default=64 * MiB,
         ge=MiB,
         description="Most memory the recent events may take (estimated); the oldest go first.",
     )
-    event_batch_max: int = Field(
+    event_batch_max: DecimalInt = Field(
         default=1000,
         ge=1,
         description="Most events of one batch the event log keeps; the rest are counted as shed.",
     )
-    history_max_series: int = Field(
+    history_max_series: DecimalInt = Field(
         default=512,
         ge=1,
         le=65_536,
         description="Most time series /api/v1/history keeps (a series: one publisher's metric, "
         "by medium, reason or direction); each takes at most 8 bytes per point.",
     )
-    history_retention_s: int = Field(
+    history_retention_s: DecimalInt = Field(
         default=6 * 3600,
         ge=60,
         le=7 * 24 * 3600,
         description="How far back /api/v1/history's 10 s points go (the 1 s points: 15 min).",
     )
-    max_media: int = Field(
+    max_media: DecimalInt = Field(
         default=16,
         ge=1,
         le=256,
@@ -251,7 +261,7 @@ class SidecarSettings(BaseSettings):
         description="The topic sampled access streams travel on (EventPublisher's "
         "`sample_topic`); they feed /api/v1/insight's hit-ratio curves.",
     )
-    insight_max_bytes: int = Field(
+    insight_max_bytes: DecimalInt = Field(
         default=64 * MiB,
         ge=MiB,
         le=64 * 1024 * MiB,
@@ -264,7 +274,7 @@ class SidecarSettings(BaseSettings):
         description="Policies the hit-ratio curves simulate (comma-separated); a policy whose "
         "sizes do not scale with its capacity has no trustworthy sampled curve.",
     )
-    insight_queue_bytes: int = Field(
+    insight_queue_bytes: DecimalInt = Field(
         default=16 * MiB,
         ge=64 * KiB,
         le=1024 * MiB,
@@ -278,14 +288,14 @@ class SidecarSettings(BaseSettings):
         description="Share of one core the shadow tiers' thread may take; past it its queue "
         "fills and sheds rather than slowing ingest.",
     )
-    max_message_bytes: int = Field(
+    max_message_bytes: DecimalInt = Field(
         default=16 * MiB,
         ge=MiB,
         le=2**31 - 1,  # ZMQ's MAXMSGSIZE is a 64-bit int, but no frame needs 2 GiB
         description="Largest message taken from any socket; ZMQ disconnects a peer that sends "
         "more.",
     )
-    receive_buffer_bytes: int = Field(
+    receive_buffer_bytes: DecimalInt = Field(
         default=64 * MiB,
         ge=MiB,
         le=2**40,  # its high-water mark (over max_message_bytes at least 1 MiB) fits ZMQ's int
@@ -313,42 +323,42 @@ class SidecarSettings(BaseSettings):
         le=600,
         description="Longest a whole replay may take; what it has not sent by then is missed.",
     )
-    replay_max_bytes: int = Field(
+    replay_max_bytes: DecimalInt = Field(
         default=256 * MiB,
         ge=MiB,
         description="Most bytes of answers one replay may send before it is ended.",
     )
-    replay_hold_bytes: int = Field(
+    replay_hold_bytes: DecimalInt = Field(
         default=64 * MiB,
         ge=MiB,
         description="Live frames held per publisher while its replay runs, each charged its "
         "bytes and its overhead; past it, later frames are dropped (counted) and replayed "
         "afterwards.",
     )
-    max_body_bytes: int = Field(
+    max_body_bytes: DecimalInt = Field(
         default=2 * MiB,
         ge=KiB,
         le=1024 * MiB,
         description="Largest request body; a larger one is a 413, refused while it is read.",
     )
-    max_sse_clients: int = Field(
+    max_sse_clients: DecimalInt = Field(
         default=256,
         ge=1,
         le=65536,
         description="Most event streams open at once; one more is a 503 (counted).",
     )
-    sse_client_queue_bytes: int = Field(
+    sse_client_queue_bytes: DecimalInt = Field(
         default=MiB,
         ge=64 * KiB,
         description="Rendered events waiting for one slow stream reader; past it the reader "
         "is shed (counted) and resumes with Last-Event-ID.",
     )
-    events_response_bytes: int = Field(
+    events_response_bytes: DecimalInt = Field(
         default=MiB,
         ge=64 * KiB,
         description="Most event bytes in one /api/v1/events page (at least one event).",
     )
-    max_header_bytes: int = Field(
+    max_header_bytes: DecimalInt = Field(
         default=64 * KiB,
         ge=KiB,
         le=16 * MiB,
@@ -369,7 +379,7 @@ class SidecarSettings(BaseSettings):
         description="Longest a client may read nothing while the server's write buffer for it "
         "is full; then its response is cut and the connection closed (counted).",
     )
-    max_connections: int = Field(
+    max_connections: DecimalInt = Field(
         default=1024,
         ge=1,
         le=65536,
