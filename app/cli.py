@@ -20,6 +20,7 @@ from typing import Final, TextIO
 
 from pydantic import ValidationError
 
+from app.decimal_text import fractional_number, whole_number
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SettingError, SidecarSettings
@@ -46,10 +47,10 @@ PROGRESS_MIN_REQUESTS = 20_000
 
 def _capacity(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
+        value = whole_number(text)
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(
-            f"capacity must be a whole number, got {shown(repr(text), 60)}"
+            f"capacity must be {exc}, got {shown(repr(text), 60)}"
         ) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"capacity must be at least 1 block, got {value}")
@@ -78,9 +79,11 @@ def _policies(text: str) -> list[str]:
 
 def _number(text: str, what: str) -> float:
     try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
+        return fractional_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{what} must be {exc}, got {shown(repr(text), 60)}"
+        ) from None
 
 
 def _request_rate(text: str) -> float:

@@ -1,5 +1,5 @@
-"""Whole numbers that arrive as text (a query string, a header, an environment variable):
-plain ASCII decimal digits, written as the sidecar writes them, or refused naming why.
+"""Numbers that arrive as text (a query string, a header, an environment variable): plain
+ASCII decimal digits, written as the sidecar writes them, or refused naming why.
 
 Python's ``int`` and pydantic's lax mode read far more than digits: ``1_0``,
 ``+3``, `` 3 ``, ``3.0`` and, in ``int``, Arabic-Indic or full-width digits.
@@ -10,6 +10,12 @@ no sign and no leading zero (``0`` itself excepted); anything else is an
 error of type ``INT_PARSING`` whose message names the problem. The type is
 pydantic's own for text that is no integer, so a client that knew it still
 reads it.
+
+Fractional numbers (a timestamp, a timeout) follow the same rule, with a
+minus sign, a fraction and an exponent as Python and JavaScript print them
+(``0.5``, ``-2``, ``1732850000.25``, ``1e-05``): no plus sign, space,
+underscore, ``inf`` or ``nan``; such text is an error of type
+``FLOAT_PARSING``.
 """
 
 from __future__ import annotations
@@ -30,9 +36,20 @@ POSITIVE_PATTERN: Final = rf"[1-9][0-9]{{0,{MAX_DIGITS - 1}}}"
 INT_PARSING: Final = "int_parsing"
 """The error type of text that is no whole number in this form."""
 
+FLOAT_PARSING: Final = "float_parsing"
+"""The error type of text that is no number in the fractional form."""
+
+MAX_FLOAT_CHARS: Final = 64
+"""Longest fractional number read: far past any double's shortest spelling (24)."""
+
 _DECIMAL: Final = re.compile(f"0|{POSITIVE_PATTERN}")
+_FRACTIONAL: Final = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 _FORM: Final = (
     f"plain decimal digits 0-9 (at most {MAX_DIGITS}; no sign, space, underscore or leading zero)"
+)
+_FLOAT_FORM: Final = (
+    "a decimal number such as 2, 0.5 or 1e-05 (ASCII digits; no plus sign, space, "
+    "underscore, inf or nan)"
 )
 
 
@@ -42,10 +59,25 @@ def _problem(text: str) -> str | None:
         return f"it has more than {MAX_DIGITS} characters"
     if _DECIMAL.fullmatch(text):
         return None
+    return _character_problem(text, "0123456789", "+-") or "it has a leading zero"
+
+
+def _float_problem(text: str) -> str | None:
+    """What keeps ``text`` from being a number in the fractional form; None if it is."""
+    if len(text) > MAX_FLOAT_CHARS:
+        return f"it has more than {MAX_FLOAT_CHARS} characters"
+    if _FRACTIONAL.fullmatch(text):
+        return None
+    return _character_problem(text, "0123456789.eE+-", "+") or "it is not in that form"
+
+
+def _character_problem(text: str, allowed: str, signs: str) -> str | None:
+    """The first thing wrong with ``text``'s characters (a leading one of ``signs`` is wrong
+    too), if any."""
     if not text:
         return "it is empty"
-    if text[0] in "+-":
-        return "it has a sign"
+    if text[0] in signs:
+        return "it has a sign" if signs == "+-" else "it has a plus sign"
     for char in text:
         if char.isspace():
             return "it has white space"
@@ -53,19 +85,46 @@ def _problem(text: str) -> str | None:
             return "it has an underscore"
         if char.isdigit() and not char.isascii():
             return "it has a digit that is not ASCII 0-9"
-        if not char.isdigit():
+        if char not in allowed:
             return "it has a character that is not a digit"
-    return "it has a leading zero"
+    return None
+
+
+def whole_number(text: str) -> int:
+    """``text`` read as a whole number in the one form; a ValueError naming the form and what
+    is wrong otherwise (for readers other than pydantic: the command line)."""
+    problem = _problem(text)
+    if problem is not None:
+        raise ValueError(f"{_FORM}: {problem}")
+    return int(text)
+
+
+def fractional_number(text: str) -> float:
+    """``text`` read as a number in the fractional form; a ValueError as ``whole_number``'s."""
+    problem = _float_problem(text)
+    if problem is not None:
+        raise ValueError(f"{_FLOAT_FORM}: {problem}")
+    return float(text)
 
 
 def _strict(value: Any) -> Any:
     """Text read by the one rule; anything else (an int given by a caller) left to pydantic."""
     if not isinstance(value, str):
         return value
-    problem = _problem(value)
-    if problem is not None:
-        raise PydanticCustomError(INT_PARSING, f"Input should be {_FORM}: {problem}")
-    return int(value)
+    try:
+        return whole_number(value)
+    except ValueError as exc:
+        raise PydanticCustomError(INT_PARSING, f"Input should be {exc}") from None
+
+
+def _strict_float(value: Any) -> Any:
+    """Text read by the fractional rule; anything else left to pydantic."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return fractional_number(value)
+    except ValueError as exc:
+        raise PydanticCustomError(FLOAT_PARSING, f"Input should be {exc}") from None
 
 
 _RULE: Final = BeforeValidator(_strict)
@@ -76,6 +135,10 @@ MAX_DECIMAL: Final = 10**MAX_DIGITS - 1
 DecimalInt = Annotated[int, _RULE]
 """An int that text reaches only in the one form, for a model's field: pydantic applies its
 ``Field(ge=..., le=...)`` ahead of the rule."""
+
+DecimalFloat = Annotated[float, BeforeValidator(_strict_float)]
+"""A float that text reaches only in the fractional form, for a model's field or a FastAPI
+parameter (bounds as for ``DecimalInt``)."""
 
 
 def decimal_int(low: int, high: int) -> Any:

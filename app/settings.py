@@ -29,7 +29,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.decimal_text import DecimalInt
+from app.decimal_text import DecimalFloat, DecimalInt
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.wire.endpoints import is_bindable, is_connectable
@@ -281,7 +281,7 @@ class SidecarSettings(BaseSettings):
         description="Sampled requests waiting for the curve's shadow tiers (all publishers, "
         "each at most an equal share among those sending); past it they are shed, counted.",
     )
-    insight_cpu_share: float = Field(
+    insight_cpu_share: DecimalFloat = Field(
         default=0.1,
         ge=MIN_INSIGHT_CPU_SHARE,
         le=1,
@@ -303,7 +303,7 @@ class SidecarSettings(BaseSettings):
         "high-water mark is this over max_message_bytes (at least 1); past it the peer waits "
         "or drops, seen as a gap.",
     )
-    peer_timeout_s: float = Field(
+    peer_timeout_s: DecimalFloat = Field(
         default=60.0,
         ge=1,
         le=3600,
@@ -311,13 +311,13 @@ class SidecarSettings(BaseSettings):
         "(and, in connect mode, connected again), so a worker whose host vanished without "
         "closing the connection is not waited on forever.",
     )
-    replay_timeout_s: float = Field(
+    replay_timeout_s: DecimalFloat = Field(
         default=2.0,
         gt=0,
         le=60,
         description="A replay that answers nothing for this long ends; the rest is missed.",
     )
-    replay_deadline_s: float = Field(
+    replay_deadline_s: DecimalFloat = Field(
         default=30.0,
         gt=0,
         le=600,
@@ -365,14 +365,14 @@ class SidecarSettings(BaseSettings):
         description="Largest request head (request line and headers); a larger one is a 431 "
         "(counted).",
     )
-    header_timeout_s: float = Field(
+    header_timeout_s: DecimalFloat = Field(
         default=10.0,
         gt=0,
         le=600,
         description="Longest a connection may take to send a request's head, from when the "
         "head (or the connection) began; then it is closed (counted).",
     )
-    send_timeout_s: float = Field(
+    send_timeout_s: DecimalFloat = Field(
         default=30.0,
         gt=0,
         le=3600,

@@ -28,11 +28,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.api.hash_text import BLOCK_HASH_PARSING
-from app.decimal_text import INT_PARSING
+from app.decimal_text import FLOAT_PARSING, INT_PARSING
 
 MAX_ECHO_CHARS: Final = 200
 
-TEXT_FORM_ERRORS: Final = frozenset((INT_PARSING, BLOCK_HASH_PARSING))
+TEXT_FORM_ERRORS: Final = frozenset((INT_PARSING, FLOAT_PARSING, BLOCK_HASH_PARSING))
 """Error types of text that is not in its form: a 400 when the text came in the URL or a
 header."""
 

@@ -109,10 +109,12 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
         ),
         ('{"hash_ids": [1], "t": ' + "9" * 5000 + "}\n", [], ":1: a number of more than 4,300"),
         ('{"hash_ids": [1]}\n', ["--capacity", "0"], "capacity must be at least 1"),
-        ('{"hash_ids": [1]}\n', ["--capacity", "many"], "capacity must be a whole number"),
+        ('{"hash_ids": [1]}\n', ["--capacity", "many"], "capacity must be plain decimal digits"),
+        ('{"hash_ids": [1]}\n', ["--capacity", "1_000"], "it has an underscore, got '1_000'"),
+        ('{"hash_ids": [1]}\n', ["--capacity", "\u0663"], "it has a digit that is not ASCII"),
         (
             '{"hash_ids": [1]}\n',
-            ["--capacity", str(10**20)],
+            ["--capacity", str(10**19)],
             "capacity must be at most 4294967296 blocks",
         ),
         ('{"hash_ids": [1]}\n', ["--policy", "mru"], "invalid choice: 'mru'"),
@@ -379,22 +381,47 @@ def test_serve_names_a_listen_endpoint_it_cannot_bind() -> None:
     )
 
 
-@pytest.mark.parametrize("rate", ["0", "-5", "nan", "inf"])
-def test_demo_refuses_a_rate_that_paces_nothing(rate: str) -> None:
+NOT_A_NUMBER = "must be a decimal number such as 2, 0.5 or 1e-05"
+
+
+@pytest.mark.parametrize(
+    ("rate", "message"),
+    [
+        ("0", "rate must be above 0 and finite"),
+        ("1e400", "rate must be above 0 and finite"),
+        ("-5", "rate must be above 0 and finite"),
+        ("+5", f"rate {NOT_A_NUMBER} (ASCII digits; no plus sign, space, underscore, inf or "
+         "nan): it has a plus sign"),
+        ("nan", f"rate {NOT_A_NUMBER}"),
+        ("inf", f"rate {NOT_A_NUMBER}"),
+        ("1_0", f"rate {NOT_A_NUMBER}"),
+        ("\u0663", f"rate {NOT_A_NUMBER}"),
+    ],
+)  # fmt: skip
+def test_demo_refuses_a_rate_that_paces_nothing(rate: str, message: str) -> None:
     """0 divided by zero in the worker thread, and the demo still exited 0; the others ran
-    unpaced."""
+    unpaced (or, ``1_0`` and Arabic-Indic digits, were taken for numbers)."""
     result = kvscope("demo", "--rate", rate, "--duration", "1")
     assert result.returncode == 2
-    assert "rate must be above 0 and finite" in result.stderr
+    assert message in result.stderr
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("duration", ["0", "-5", "nan", "inf", "1e300"])
-def test_demo_refuses_a_duration_it_cannot_wait(duration: str) -> None:
+@pytest.mark.parametrize(
+    ("duration", "message"),
+    [
+        ("0", "duration must be above 0 and at most 31536000 seconds"),
+        ("1e300", "duration must be above 0 and at most 31536000 seconds"),
+        ("-5", "duration must be above 0 and at most 31536000 seconds"),
+        ("nan", f"duration {NOT_A_NUMBER}"),
+        ("inf", f"duration {NOT_A_NUMBER}"),
+    ],
+)
+def test_demo_refuses_a_duration_it_cannot_wait(duration: str, message: str) -> None:
     """inf and 1e300 overflowed the wait (a traceback); nan, 0 and -5 stopped at once, exit 0."""
     result = kvscope("demo", "--duration", duration)
     assert result.returncode == 2
-    assert "duration must be above 0 and at most 31536000 seconds" in result.stderr
+    assert message in result.stderr
     assert "Traceback" not in result.stderr
 
 

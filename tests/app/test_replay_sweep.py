@@ -127,7 +127,7 @@ def test_opt_on_a_trace_that_is_not_prefix_closed_says_what_it_is(tmp_path: Path
     ("args", "message"),
     [
         (["--capacity", "500,0"], "capacity must be at least 1 block, got 0"),
-        (["--capacity", "500,,1000"], "capacity must be a whole number, got ''"),
+        (["--capacity", "500,,1000"], "it is empty, got ''"),
         (["--policy", "lru,mru"], "invalid choice: 'mru' (choose from lru, arc"),
         (["--plot", "curves.svg"], "unsupported file type '.svg'; use .html or .png"),
         (["--plot", "/nonexistent-dir/curves.html"], "no directory /nonexistent-dir"),

@@ -1,9 +1,11 @@
-"""Integer settings from the environment or the command line: plain ASCII digits only.
+"""Number settings from the environment or the command line: plain ASCII digits only.
 
 pydantic's lax mode took ``KVSCOPE_MAX_BLOCKS=1_0`` for 10, ``+3`` or `` 3 ``
 for 3, and argparse's ``int`` took ``--port ٣`` for port 3. Every integer
 setting is now read by the API's rule for numbers (app/decimal_text.py), so
-each other spelling is refused with an error naming the variable.
+each other spelling is refused with an error naming the variable. Timeouts
+and shares are read by its fractional rule: ``1_0``, ``+3`` and Arabic-Indic digits were
+taken for numbers there too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from tests.app.test_cli import kvscope
 
 LISTEN = ["tcp://127.0.0.1:*"]
 INTEGERS = [name for name, field in SidecarSettings.model_fields.items() if field.annotation is int]
+FRACTIONAL = [
+    name for name, field in SidecarSettings.model_fields.items() if field.annotation is float
+]
 
 LAX_FORMS = ["1_0", "+3", " 3", "3 ", "03", "3.0", "0x10", "\uff13", "\u0663", "", "1" * 21]
 
@@ -38,6 +43,29 @@ def test_an_integer_setting_in_any_other_form_is_refused_by_name(
         (error,) = refused.value.errors()
         assert (error["loc"], error["type"]) == ((name,), "int_parsing"), text
         assert f"at most {MAX_DIGITS}" in error["msg"], text
+    default = SidecarSettings.model_fields[name].default
+    monkeypatch.setenv(variable, str(default))
+    assert getattr(SidecarSettings(listen=LISTEN), name) == default
+
+
+LAX_FRACTIONS = ["1_0", "+3", " 3", "03", "1.2.3", "inf", "nan", "0x10", "\u0663", ""]
+
+
+def test_every_fractional_setting_is_found() -> None:
+    assert {"peer_timeout_s", "send_timeout_s", "insight_cpu_share"} <= set(FRACTIONAL)
+
+
+@pytest.mark.parametrize("name", FRACTIONAL)
+def test_a_fractional_setting_in_any_other_form_is_refused_by_name(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    variable = f"KVSCOPE_{name.upper()}"
+    for text in LAX_FRACTIONS:
+        monkeypatch.setenv(variable, text)
+        with pytest.raises(ValidationError) as refused:
+            SidecarSettings(listen=LISTEN)
+        (error,) = refused.value.errors()
+        assert (error["loc"], error["type"]) == ((name,), "float_parsing"), text
     default = SidecarSettings.model_fields[name].default
     monkeypatch.setenv(variable, str(default))
     assert getattr(SidecarSettings(listen=LISTEN), name) == default

@@ -2,8 +2,10 @@
 
 Every integer a route reads from the query string, a header or its path is
 ASCII digits with no sign, space, underscore or leading zero, at most 20 of
-them (app/decimal_text.py). Each other spelling that Python's ``int`` or
-pydantic's lax mode would read is a 400 naming the parameter and the
+them (app/decimal_text.py); a fractional one (``since`` on the history) the
+same with a fraction and an exponent as Python and JavaScript print them.
+Each other spelling that Python's ``int`` or pydantic's lax mode would read
+is a 400 naming the parameter and the
 problem, in the 422's JSON shape; a number so written but out of bounds
 stays a 422; and no refused request leaves anything behind.
 """
@@ -87,6 +89,42 @@ def test_a_query_number_in_any_other_form_is_a_400_naming_it_and_why(
     assert error["type"] == "int_parsing"
     assert LAX_FORMS[text] in error["msg"]
     assert error["input"] == text
+
+
+LAX_FRACTIONS = {
+    "1_0": "an underscore",
+    "+3": "a plus sign",
+    "-+3": "not in that form",
+    " 3 ": "white space",
+    "03.5": "not in that form",
+    "1.2.3": "not in that form",
+    ".5": "not in that form",
+    "inf": "not a digit",
+    "nan": "not a digit",
+    "0x10": "not a digit",
+    "\u0663.5": "not ASCII",  # Arabic-Indic 3
+    "": "empty",
+    "1" * 65: "more than 64",
+}
+"""Text a lax float reader takes for a number, and the words its 400 uses."""
+
+
+@pytest.mark.parametrize("text", list(LAX_FRACTIONS), ids=ascii)
+def test_a_fractional_query_number_in_any_other_form_is_a_400_naming_it_and_why(
+    sidecar: httpx.Client, text: str
+) -> None:
+    error = refusal(sidecar.get("/api/v1/history", params={"since": text}))
+    assert error["loc"] == ["query", "since"]
+    assert error["type"] == "float_parsing"
+    assert LAX_FRACTIONS[text] in error["msg"]
+
+
+@pytest.mark.parametrize("text", ["0", "1001", "1732850000.25", "1e-05", "2.5E+3", "-1.5"])
+def test_fractional_numbers_as_python_and_javascript_print_them_are_read(
+    sidecar: httpx.Client, text: str
+) -> None:
+    answer = sidecar.get("/api/v1/history", params={"since": text})
+    assert answer.status_code == 200, answer.text
 
 
 @pytest.mark.parametrize(

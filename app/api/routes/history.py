@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from app.api.deps import UNAUTHORIZED, State, require_token
 from app.api.schemas import HistoryResponse, HistorySeries
 from app.api.validation_errors import MALFORMED_TEXT, echoable
-from app.decimal_text import MAX_DECIMAL, decimal_int
+from app.decimal_text import MAX_DECIMAL, DecimalFloat, decimal_int
 from app.state.history import DEFAULT_TIERS
 
 router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
@@ -25,7 +25,7 @@ _Resolution = decimal_int(0, MAX_DECIMAL)
 async def history(
     state: State,
     since: Annotated[
-        float,
+        DecimalFloat,
         Query(
             description="Unix seconds; points from then on (default: all kept).",
             allow_inf_nan=False,
