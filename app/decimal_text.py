@@ -21,7 +21,8 @@ underscore, ``inf`` or ``nan``; such text is an error of type
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final
+from collections.abc import Callable
+from typing import Annotated, Any, Final, TypeVar
 
 from annotated_types import Ge, Le
 from pydantic import BeforeValidator
@@ -41,6 +42,8 @@ FLOAT_PARSING: Final = "float_parsing"
 
 MAX_FLOAT_CHARS: Final = 64
 """Longest fractional number read: far past any double's shortest spelling (24)."""
+
+T = TypeVar("T")
 
 _DECIMAL: Final = re.compile(f"0|{POSITIVE_PATTERN}")
 _FRACTIONAL: Final = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
@@ -93,41 +96,39 @@ def _character_problem(text: str, allowed: str, signs: str) -> str | None:
 def whole_number(text: str) -> int:
     """``text`` read as a whole number in the one form; a ValueError naming the form and what
     is wrong otherwise (for readers other than pydantic: the command line)."""
-    problem = _problem(text)
-    if problem is not None:
-        raise ValueError(f"{_FORM}: {problem}")
-    return int(text)
+    return _read(text, _problem, _FORM, int)
 
 
 def fractional_number(text: str) -> float:
     """``text`` read as a number in the fractional form; a ValueError as ``whole_number``'s."""
-    problem = _float_problem(text)
+    return _read(text, _float_problem, _FLOAT_FORM, float)
+
+
+def _read(
+    text: str, problem_of: Callable[[str], str | None], form: str, convert: Callable[[str], T]
+) -> T:
+    problem = problem_of(text)
     if problem is not None:
-        raise ValueError(f"{_FLOAT_FORM}: {problem}")
-    return float(text)
+        raise ValueError(f"{form}: {problem}")
+    return convert(text)
 
 
-def _strict(value: Any) -> Any:
-    """Text read by the one rule; anything else (an int given by a caller) left to pydantic."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return whole_number(value)
-    except ValueError as exc:
-        raise PydanticCustomError(INT_PARSING, f"Input should be {exc}") from None
+def _text_rule(read: Callable[[str], object], error_type: str) -> BeforeValidator:
+    """A pydantic rule that reads text with ``read``, as an error of ``error_type`` naming the
+    problem; anything else (a number given by a caller) is left to pydantic."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return read(value)
+        except ValueError as exc:
+            raise PydanticCustomError(error_type, f"Input should be {exc}") from None
+
+    return BeforeValidator(check)
 
 
-def _strict_float(value: Any) -> Any:
-    """Text read by the fractional rule; anything else left to pydantic."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return fractional_number(value)
-    except ValueError as exc:
-        raise PydanticCustomError(FLOAT_PARSING, f"Input should be {exc}") from None
-
-
-_RULE: Final = BeforeValidator(_strict)
+_RULE: Final = _text_rule(whole_number, INT_PARSING)
 
 MAX_DECIMAL: Final = 10**MAX_DIGITS - 1
 """The largest number the form can write."""
@@ -136,7 +137,7 @@ DecimalInt = Annotated[int, _RULE]
 """An int that text reaches only in the one form, for a model's field: pydantic applies its
 ``Field(ge=..., le=...)`` ahead of the rule."""
 
-DecimalFloat = Annotated[float, BeforeValidator(_strict_float)]
+DecimalFloat = Annotated[float, _text_rule(fractional_number, FLOAT_PARSING)]
 """A float that text reaches only in the fractional form, for a model's field or a FastAPI
 parameter (bounds as for ``DecimalInt``)."""
 

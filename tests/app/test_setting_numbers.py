@@ -31,41 +31,32 @@ def test_every_integer_setting_is_found() -> None:
     assert len(INTEGERS) == 24
 
 
-@pytest.mark.parametrize("name", INTEGERS)
-def test_an_integer_setting_in_any_other_form_is_refused_by_name(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    variable = f"KVSCOPE_{name.upper()}"
-    for text in LAX_FORMS:
-        monkeypatch.setenv(variable, text)
-        with pytest.raises(ValidationError) as refused:
-            SidecarSettings(listen=LISTEN)
-        (error,) = refused.value.errors()
-        assert (error["loc"], error["type"]) == ((name,), "int_parsing"), text
-        assert f"at most {MAX_DIGITS}" in error["msg"], text
-    default = SidecarSettings.model_fields[name].default
-    monkeypatch.setenv(variable, str(default))
-    assert getattr(SidecarSettings(listen=LISTEN), name) == default
-
-
 LAX_FRACTIONS = ["1_0", "+3", " 3", "03", "1.2.3", "inf", "nan", "0x10", "\u0663", ""]
+
+RULES = [(name, LAX_FORMS, "int_parsing", f"at most {MAX_DIGITS}") for name in INTEGERS] + [
+    (name, LAX_FRACTIONS, "float_parsing", "such as 2, 0.5 or 1e-05") for name in FRACTIONAL
+]
+"""Each number setting, the text its rule refuses, the error's type and its words."""
 
 
 def test_every_fractional_setting_is_found() -> None:
     assert {"peer_timeout_s", "send_timeout_s", "insight_cpu_share"} <= set(FRACTIONAL)
 
 
-@pytest.mark.parametrize("name", FRACTIONAL)
-def test_a_fractional_setting_in_any_other_form_is_refused_by_name(
-    name: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("name", "forms", "error_type", "words"), RULES, ids=[rule[0] for rule in RULES]
+)
+def test_a_number_setting_in_any_other_form_is_refused_by_name(
+    name: str, forms: list[str], error_type: str, words: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     variable = f"KVSCOPE_{name.upper()}"
-    for text in LAX_FRACTIONS:
+    for text in forms:
         monkeypatch.setenv(variable, text)
         with pytest.raises(ValidationError) as refused:
             SidecarSettings(listen=LISTEN)
         (error,) = refused.value.errors()
-        assert (error["loc"], error["type"]) == ((name,), "float_parsing"), text
+        assert (error["loc"], error["type"]) == ((name,), error_type), text
+        assert words in error["msg"], text
     default = SidecarSettings.model_fields[name].default
     monkeypatch.setenv(variable, str(default))
     assert getattr(SidecarSettings(listen=LISTEN), name) == default
