@@ -195,7 +195,11 @@ class VerdictInfo(BaseModel):
     )
     text: str
     policy: str | None = None
-    multiple: float | None = None
+    multiple: float | None = Field(
+        default=None,
+        description="The capacity spoken of over the tier's: the curve's `multiples` entry at "
+        "`blocks` (capacities are whole blocks, so halving 5 blocks is 2 of them, 0.4).",
+    )
     points: float | None = Field(
         default=None, description="Points of hit ratio gained (negative: lost)."
     )

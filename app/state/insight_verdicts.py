@@ -117,7 +117,8 @@ class Verdict:
     """One finding: its sentence and the figures in it.
 
     ``points``: hit-ratio points gained (negative: lost); ``multiple``: the
-    capacity it speaks of, as a multiple of the current one; ``share``: a
+    capacity it speaks of over the current one (the curve's multiple at that
+    capacity: whole blocks, so an odd tier's half is not 0.5); ``share``: a
     ratio in 0..1 (dead writes, or the tier's hits over the optimum's);
     ``blocks``: a block count (stranded blocks, or the capacity a multiple
     stands for).
@@ -139,6 +140,12 @@ def _points(value: float) -> str:
 
 def _too_few_sampled(rate: float, capacity: int) -> bool:
     return rate < 1.0 and rate * capacity < MIN_SCALED_BLOCKS
+
+
+def _tenths_under(value: float, bound: int) -> str:
+    """``value``, below ``bound``, to one decimal, never rounded up to the bound: 15.96
+    sampled blocks read "16.0 sampled blocks, under the 16"."""
+    return f"{min(round(value, 1), bound - 0.1):.1f}"
 
 
 def _rate_up(rate: float) -> float:
@@ -168,8 +175,9 @@ def _too_small(what: str, capacity: int, rate: float, worker_rate: float | None)
     return Verdict(
         "sample_small",
         f"no verdict on {what}: at a sample rate of {rate:g}, {capacity:,} blocks are "
-        f"{rate * capacity:.1f} sampled blocks, under the {MIN_SCALED_BLOCKS} a simulated "
-        f"tier needs; a rate of at least {needed:g} would do ({remedy})",
+        f"{_tenths_under(rate * capacity, MIN_SCALED_BLOCKS)} sampled blocks, under the "
+        f"{MIN_SCALED_BLOCKS} a simulated tier needs; a rate of at least {needed:g} would do "
+        f"({remedy})",
         blocks=capacity,
     )
 
@@ -226,6 +234,8 @@ def curve_verdicts(
     found: list[Verdict] = []
     here = curve.at(policy, current)
     for multiple, word in ((2.0, "doubling"), (0.5, "halving")):
+        # In whole blocks, as the curve's capacities are: the verdict's multiple is then the
+        # curve's own at that capacity (3 blocks halve to 2, a multiple of 2/3, not 0.5).
         blocks = max(1, round(current * multiple))
         if blocks == current or blocks not in curve.capacities:
             continue
@@ -244,7 +254,7 @@ def curve_verdicts(
                 "capacity",
                 f"{word} the tier (to {blocks:,} blocks) {change} under {policy}",
                 policy=policy,
-                multiple=multiple,
+                multiple=blocks / current,
                 points=points,
                 blocks=blocks,
             )
@@ -383,7 +393,7 @@ def candidate_verdict(hit_ratios: Mapping[str, float], followed: str | None) -> 
             f"the tier admits as {followed}, at or near the best of its admission candidates "
             "over the recent window"
         )
-        return [Verdict("admission", text, points=0.0)]
+        return [Verdict("admission", text, points=points)]
     text = (
         f"the tier admits as {followed}; admitting as {best} would add {_points(points)} over "
         "the recent window in its model (the tier switches once the lead is beyond chance)"

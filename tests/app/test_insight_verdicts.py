@@ -12,6 +12,7 @@ from app.state.insight_verdicts import (
     Simulation,
     Verdict,
     admission_verdict,
+    candidate_verdict,
     curve_verdicts,
     optimum_verdict,
     stranded_verdicts,
@@ -75,6 +76,29 @@ def test_a_tier_of_too_few_sampled_blocks_gets_no_verdict_but_the_rate_that_woul
     assert "0.4 sampled blocks" in verdict.text and "a rate of at least 1 " in verdict.text
     (verdict,) = curve_verdicts(curve_around(4_000, 0.06, 0.07), "lru", basis(0.002))
     assert verdict.kind == "sample_small" and "a rate of at least 0.004 " in verdict.text
+
+
+def test_sampled_blocks_under_the_bound_never_read_as_the_bound() -> None:
+    """320 blocks at 0.0499 are 15.968 sampled blocks: to one decimal, "16.0 sampled
+    blocks, under the 16 a simulated tier needs"."""
+    (verdict,) = curve_verdicts(curve_around(320, 0.06, 0.07), "lru", basis(0.0499))
+    assert verdict.kind == "sample_small"
+    assert "320 blocks are 15.9 sampled blocks, under the 16" in verdict.text
+
+
+@pytest.mark.parametrize("current", [3, 5, 7, 1_001])
+def test_a_capacity_verdicts_multiple_is_the_curves_at_the_capacity_it_names(
+    current: int,
+) -> None:
+    """An odd tier halves to a rounded number of blocks (5 to 2): the verdict said 0.5x
+    where the curve, at the same 2 blocks, said 0.4x."""
+    curve = curve_around(current, 0.3, 0.3, exact=True)
+    multiples = dict(zip(curve.capacities, curve.multiples() or (), strict=True))
+    capacity = [v for v in curve_verdicts(curve, "lru", basis(1.0)) if v.kind == "capacity"]
+    assert [v.blocks for v in capacity] == [2 * current, round(current / 2)]
+    for verdict in capacity:
+        assert verdict.blocks is not None and verdict.multiple == multiples[verdict.blocks]
+        assert f"(to {verdict.blocks:,} blocks)" in verdict.text
 
 
 def test_the_rate_said_to_do_is_rounded_up_so_it_does() -> None:
@@ -247,6 +271,15 @@ def test_admission_is_said_to_save_writes_and_to_win_hits_only_where_there_are_s
     (at_optimum,) = admission_verdict(0.96, 0.99)
     assert "already gets 99% of the optimum's hits" in at_optimum.text
     assert admission_verdict(0.05, None) == []
+
+
+def test_an_admission_candidate_near_the_best_keeps_its_true_gap_in_points() -> None:
+    """A candidate 0.3 points ahead of the one followed is "at or near the best" in words,
+    but its figure said 0.0 points where the candidates' ratios show 0.3."""
+    (near,) = candidate_verdict({"admit_all": 0.500, "horizon_1": 0.503}, "admit_all")
+    assert "at or near the best" in near.text and near.points == pytest.approx(0.3)
+    (best,) = candidate_verdict({"admit_all": 0.500, "horizon_1": 0.4}, "admit_all")
+    assert best.points == 0.0
 
 
 def test_one_stranded_block_is_one_block() -> None:
