@@ -76,8 +76,8 @@ class SampleStreamInfo(BaseModel):
     frames: int
     missed_frames: int = Field(description="Sample frames lost in sequence gaps.")
     resets: int = Field(
-        description="Times the curve started over: the stream's rate, seed, policy or "
-        "capacity changed, or the publisher restarted."
+        description="Times the curve started over: the stream's rate, seed, policy, "
+        "capacity or block size changed, or the publisher restarted."
     )
     requests: int
     block_refs: int = Field(description="Block references the frames stand for.")
@@ -97,7 +97,7 @@ class SampleStreamInfo(BaseModel):
     since: float | None = Field(
         description="When the stream simulated now began (its first frame's time): the "
         "curve covers everything since, not a recent window; it starts over with a new rate, "
-        "seed, policy or capacity, or a restarted publisher."
+        "seed, policy, capacity or block size, or a restarted publisher."
     )
 
     @classmethod

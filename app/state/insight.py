@@ -14,8 +14,8 @@ request) and replays them on the shadow thread, through the same queue,
 once half of them are new.
 
 The simulations are rebuilt from nothing when the stream they model
-changes: another rate, seed, policy or capacity, or a publisher that
-restarted (its sample sequence went back). Their memory is bounded by
+changes: another rate, seed, policy, capacity or block size, or a publisher
+that restarted (its sample sequence went back). Their memory is bounded by
 ``InsightConfig.max_bytes``, estimated per block held: where the tier is
 too large for it at the worker's rate, the sample is sampled further (the
 same hash test at a lower rate keeps a subset of the worker's blocks), and
@@ -72,12 +72,17 @@ MAX_SEQ_JUMP: Final = 2**32
 
 @dataclass(frozen=True, slots=True)
 class SampledStream:
-    """What a sample frame says its stream is: a change rebuilds the simulations."""
+    """What a sample frame says its stream is: a change rebuilds the simulations.
+
+    The block size is part of it: blocks of another size are other hashes, and a capacity
+    in them is another amount of KV, so no simulation of the old stream speaks of the new.
+    """
 
     rate: float
     seed: int
     policy: str
     capacity: int
+    block_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +198,9 @@ class PublisherInsight:
         self.missed_frames += missed
         self.last_seq = seq
         config = frame.config
-        stream = SampledStream(frame.rate, frame.seed, config.policy, config.capacity_blocks)
+        stream = SampledStream(
+            frame.rate, frame.seed, config.policy, config.capacity_blocks, config.block_size
+        )
         if restarted or stream != self.stream:
             self.resets += 1 if self.frames else 0
             self._rebuild(stream)

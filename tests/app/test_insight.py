@@ -211,6 +211,30 @@ def test_a_new_capacity_or_a_restart_starts_the_curve_over(sidecar, trace) -> No
     assert insight.reading().simulated_refs["lru"] == insight.sampled_refs // 3
 
 
+def test_a_new_block_size_starts_the_curve_over(trace) -> None:
+    """Blocks of another size are other hashes and another amount of KV per block: the
+    stream was told apart by rate, seed, policy and capacity only, so a worker back with
+    another block size and the same capacity (its first frames lost, the sequence going
+    on) had its new blocks replayed into the old stream's simulations."""
+    state = InsightState()
+    insight = state.new_publisher()
+    half = REQUESTS // 2
+    old = sample_frames(trace[:half], capacity=400)
+    for seq, frame in enumerate(old):
+        insight.receive(seq, frame)
+    larger = [
+        msgspec.structs.replace(frame, config=msgspec.structs.replace(frame.config, block_size=32))
+        for frame in sample_frames(trace[half:], capacity=400)
+    ]
+    for seq, frame in enumerate(larger, start=len(old) + 2):
+        insight.receive(seq, frame)
+    assert insight.resets == 1 and insight.missed_frames == 2
+    stream = insight.reading().stream
+    assert stream is not None and stream.block_size == 32
+    assert insight.since == larger[0].ts
+    assert insight.reading().simulated_refs["lru"] == sum(f.sampled_refs for f in larger)
+
+
 class CountsSeenUnderTheLock:
     """``insight``'s lock, noting how many frames were counted each time it is taken."""
 
@@ -492,7 +516,7 @@ def test_a_curve_never_mixes_simulations_of_two_tiers(trace) -> None:
     assert work is not None
     # The inconsistent moment, made by hand: the stream is another tier's, the generation
     # still the old one.
-    insight.stream = SampledStream(RATE, 0, "lru", 1)
+    insight.stream = SampledStream(RATE, 0, "lru", 1, 16)
     insight.rates = insight._rates(insight.stream)
     work.apply(lambda: None)
     curve = insight.reading().curve
