@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Final
 
 from app.settings import InsightConfig
@@ -66,6 +67,11 @@ STACK_SHARE: Final = 0.25
 WINDOW_SHARE: Final = 0.25
 """The share of the memory bound given to the optimum's window; the stack and the shadow
 tiers share the rest."""
+STACK_HOLD_REFS: Final = 16_384
+"""The most sampled references the stack replays per hold of the lock (a longer request
+alone): a frame can carry over a million (max_message_bytes of hashes), over a second of
+replay, and each reader of the curve (GET /api/v1/insight, /metrics) waits out a hold.
+A frame of the usual size (hundreds of requests) is one hold."""
 MAX_SEQ_JUMP: Final = 2**32
 """A forward jump of the sample sequence beyond this is a new sequence, as for KV batches."""
 
@@ -228,21 +234,19 @@ class PublisherInsight:
 
     def _simulate(self, frame: SampleFrame) -> None:
         """The frame into the stack now, the shadow tiers' queue and the optimum's window."""
-        block_refs = frame.block_refs
         # Each simulation takes the frame whole, in columns (the sampled blocks, the block
-        # counts): one call and a few C-level passes per frame, no object per request.
+        # counts): a few calls and C-level passes per frame, no object per request.
         sampled = [r.sampled for r in frame.requests]
-        if self._stack is not None:
-            narrowed = _narrowed(sampled, self._stack_sampler)
-            with self.lock:
-                self._stack.record_many(narrowed, block_refs)
-        if self.rates.shadows is None and self._window is None:
-            return
         refs = [r.block_refs for r in frame.requests]
         unsampled = frame.unsampled_block_refs
+        if self._stack is not None:
+            stack, stacked = self._stack, _narrowed(sampled, self._stack_sampler)
+            for part, part_refs in _holds(stacked, refs, unsampled):
+                with self.lock:
+                    stack.record_many(part, part_refs)
         if self.rates.shadows is not None:
             shadowed = _narrowed(sampled, self._shadow_sampler)
-            self._queue_shadows(shadowed, refs, unsampled, block_refs)
+            self._queue_shadows(shadowed, refs, unsampled, frame.block_refs)
         if self._window is not None:
             self._record_window(_narrowed(sampled, self._window_sampler), refs, unsampled)
 
@@ -467,6 +471,26 @@ def _sampler(stream: SampledStream, rate: float | None) -> SpatialSampler | None
     if rate is None or rate >= stream.rate:
         return None
     return SpatialSampler(rate, stream.seed)
+
+
+def _holds(
+    sampled: list[Sequence[BlockHash]], refs: list[int], unsampled: int
+) -> Iterator[tuple[list[Sequence[BlockHash]], int]]:
+    """A frame's requests (their sampled blocks, their block counts) in consecutive parts of
+    at most ``STACK_HOLD_REFS`` sampled references (a longer request alone), each with the
+    block references it stands for; the requests with none sampled (``unsampled`` block
+    references) with the last part, as a whole frame counts them after its requests."""
+    ends = list(accumulate(map(len, sampled)))
+    if not ends or ends[-1] <= STACK_HOLD_REFS:
+        yield sampled, sum(refs) + unsampled
+        return
+    start = 0
+    while start < len(sampled):
+        done = ends[start - 1] if start else 0
+        stop = max(start + 1, bisect_right(ends, done + STACK_HOLD_REFS))
+        last = stop == len(sampled)
+        yield sampled[start:stop], sum(refs[start:stop]) + (unsampled if last else 0)
+        start = stop
 
 
 def _narrowed(

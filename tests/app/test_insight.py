@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.api import create_app
 from app.ingest import Ingestor
 from app.settings import InsightConfig, KiB, MiB, SidecarSettings
-from app.state.insight import InsightState, PublisherInsight, SampledStream
+from app.state.insight import STACK_HOLD_REFS, InsightState, PublisherInsight, SampledStream
 from app.state.insight_verdicts import SAMPLED_RESOLUTION_POINTS, curve_verdicts
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
@@ -37,7 +37,12 @@ from offload.telemetry import metrics as m
 from offload.wire.framing import DEFAULT_SAMPLE_TOPIC
 from offload.wire.publisher import EventPublisher
 from offload.wire.sample_buffer import SampleBuffer
-from offload.wire.sample_frame import SampleFrame, decode_sample_frame, encode_sample_frame
+from offload.wire.sample_frame import (
+    SampledRequest,
+    SampleFrame,
+    decode_sample_frame,
+    encode_sample_frame,
+)
 from offload.wire.stats_frame import StatsFrame, WorkerConfig
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import RawPublisher, wait_connected
@@ -733,6 +738,59 @@ def test_a_restarted_workers_shed_counts_are_all_new(trace) -> None:
     assert (insight.worker_shed_requests, insight.worker_shed_block_refs) == (6, 60)
     curve = insight.reading().curve
     assert curve is not None and not curve.exact
+
+
+class StackRefsPerHold:
+    """``insight``'s lock, noting the sampled references the stack gained in each hold."""
+
+    def __init__(self, insight: PublisherInsight) -> None:
+        self.insight = insight
+        self.lock = insight.lock
+        self.before = 0
+        self.gained: list[int] = []
+
+    def _refs(self) -> int:
+        stack = self.insight._stack
+        return 0 if stack is None else stack.sampled_refs
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.before = self._refs()
+
+    def __exit__(self, *_: object) -> None:
+        self.gained.append(self._refs() - self.before)
+        self.lock.release()
+
+
+def test_a_huge_frame_holds_the_lock_a_part_at_a_time_and_makes_the_same_curve() -> None:
+    """A frame of max_message_bytes carries over a million sampled references: the stack
+    replayed it in one hold of the lock (over a second), and every reader of the curve
+    (the API, /metrics) waited it out, frame after frame under a flood of them."""
+    config = WorkerConfig(policy="lru", capacity_blocks=40, block_size=16)
+    chains = [[chain * 10_000 + block for block in range(300)] for chain in range(8)]
+    # Requests of 300 blocks, one longer than a hold alone, and some with none sampled.
+    requests = [chains[i % 8][: 100 + i % 200] for i in range(150)]
+    requests.insert(70, list(range(10**6, 10**6 + STACK_HOLD_REFS + 5)))
+    sampled = [SampledRequest(len(r) + 3, r) for r in requests]
+    frame = SampleFrame(
+        ts=1.0, engine_id="e0", rank=0, config=config, rate=1.0, seed=0,
+        requests=sampled, unsampled_requests=2, unsampled_block_refs=9,
+    )  # fmt: skip
+    frame = decode_sample_frame(encode_sample_frame(frame))
+    insight = InsightState(InsightConfig(policies=("lru",))).new_publisher()
+    watched = StackRefsPerHold(insight)
+    insight.lock = watched  # type: ignore[assignment]
+    insight.receive(0, frame)
+    holds = [gained for gained in watched.gained if gained]
+    assert len(holds) > 2 and sum(holds) == frame.sampled_refs
+    assert STACK_HOLD_REFS + 5 in holds, "the long request alone"
+    assert max(h for h in holds if h != STACK_HOLD_REFS + 5) <= STACK_HOLD_REFS
+    whole = CurveEstimator(40, 1.0, ["lru"])
+    whole.record_many(requests, frame.block_refs)  # the frame in one call
+    reading = insight.reading()
+    assert reading.curve is not None and reading.curve == whole.curve()
+    assert reading.basis is not None
+    assert reading.basis.simulations["lru"].block_refs == frame.block_refs
 
 
 class ReadingsUnderTheLock:
