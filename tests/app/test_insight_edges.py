@@ -1,0 +1,177 @@
+"""The sidecar's curve at the edges, against brute force: every capacity replayed afresh.
+
+Workloads the bundled trace never has (every request new, every request the
+same, one block each), tiers of 1 and 3 blocks, rate 1 and a rate the small
+tiers cannot resolve: frames go in as a worker sends them (its SampleBuffer
+and SpatialSampler), and each point of the served curve must equal what this
+file computes on its own from the same sampled requests, a fresh tier per
+capacity: ``arc`` a fresh manager, ``lru`` a plain OrderedDict in the order
+the stack models (a request's use recorded when it ends, its head newest),
+both at the capacity scaled by the rate, then corrected for the sample's size
+(SHARDS-adj). Every figure the API gives must be finite, and every verdict's
+figure the curve's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import pytest
+
+from app.api.insight_schemas import PublisherInsightInfo
+from app.settings import PublisherEndpoints
+from app.state.insight import InsightState, PublisherInsight
+from app.state.publisher import PublisherState
+from offload.cpu.manager import CPUOffloadingManager
+from offload.insight.sampling import SpatialSampler
+from offload.sim.workload import run_request
+from offload.wire.sample_buffer import SampleBuffer
+from offload.wire.sample_frame import decode_sample_frame, encode_sample_frame
+from offload.wire.stats_frame import WorkerConfig
+
+REQUESTS = 400
+PER_FRAME = 50
+
+WORKLOADS = {
+    "every request new": [[8 * r + b for b in range(1 + r % 8)] for r in range(REQUESTS)],
+    "every request the same": [list(range(100, 112))] * REQUESTS,
+    "one block each": [[r % 7] for r in range(REQUESTS)],
+    "chains": [[1_000 * (r % 5) + b for b in range(3 + r % 11)] for r in range(REQUESTS)],
+}
+
+
+def lru_hits(requests: Sequence[Sequence[int]], capacity: int) -> int:
+    """Prefix hits of an LRU of ``capacity`` blocks that records a request's use when it ends
+    (the whole prompt most recent, its head newest)."""
+    held: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for request in requests:
+        for block in request:
+            if block not in held:
+                break
+            hits += 1
+        for block in reversed(list(dict.fromkeys(request))):
+            held.pop(block, None)
+            held[block] = None
+        while len(held) > capacity:
+            held.popitem(last=False)
+    return hits
+
+
+def arc_hits(requests: Sequence[Sequence[int]], capacity: int) -> int:
+    manager = CPUOffloadingManager(1, capacity, "arc")
+    return sum(run_request(manager, request) for request in requests)
+
+
+def corrected(hits: int, sampled_refs: int, block_refs: int, rate: float) -> float:
+    """SHARDS-adj: the sample's shortfall against ``rate`` x the block references, as hits."""
+    expected = rate * block_refs
+    return min(1.0, max(0.0, (hits + expected - sampled_refs) / expected))
+
+
+def fed(requests: list[list[int]], capacity: int, rate: float) -> PublisherInsight:
+    """A publisher's insight after a worker's frames for ``requests``, the shadows caught up."""
+    state = InsightState()
+    insight = state.new_publisher()
+    buffer = SampleBuffer(SpatialSampler(rate))
+    config = WorkerConfig(policy="lru", capacity_blocks=capacity, block_size=16)
+    for seq, start in enumerate(range(0, len(requests), PER_FRAME)):
+        for request in requests[start : start + PER_FRAME]:
+            buffer.add(request)
+        frame = buffer.take("e0", 0, config)
+        assert frame is not None
+        insight.receive(seq, decode_sample_frame(encode_sample_frame(frame)))
+        while (work := state.queue.get(0)) is not None:
+            work.apply(lambda: None)
+            state.queue.finished()
+    return insight
+
+
+def served(insight: PublisherInsight) -> dict:
+    """The publisher's body of GET /api/v1/insight, as JSON."""
+    publisher = PublisherState(PublisherEndpoints("tcp://127.0.0.1:1"))
+    publisher.insight = insight
+    return json.loads(PublisherInsightInfo.of(publisher, {}, 64 << 20).model_dump_json())
+
+
+def floats(value: object) -> list[float]:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, dict):
+        return [f for item in value.values() for f in floats(item)]
+    if isinstance(value, list):
+        return [f for item in value for f in floats(item)]
+    return []
+
+
+@pytest.mark.parametrize("rate", [1.0, 0.25])
+@pytest.mark.parametrize("capacity", [1, 3, 40])
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+def test_each_point_is_a_fresh_replay_of_the_sample_at_that_capacity(
+    workload: str, capacity: int, rate: float
+) -> None:
+    requests = WORKLOADS[workload]
+    insight = fed(requests, capacity, rate)
+    curve = insight.reading().curve
+    assert curve is not None and curve.current == capacity
+    assert curve.exact is (rate == 1.0)
+    sampler = SpatialSampler(rate)
+    sample = [sampler.sample(request) for request in requests]
+    sampled_refs, block_refs = sum(map(len, sample)), sum(map(len, requests))
+    for index, c in enumerate(curve.capacities):
+        # The stack holds what fits under rate x c (a distance d fits when d <= rate * c);
+        # a shadow tier is whole blocks, at least one.
+        lru = lru_hits(sample, math.floor(rate * c))
+        arc = arc_hits(sample, max(1, round(rate * c)))
+        assert curve.hit_ratios["lru"][index] == pytest.approx(
+            corrected(lru, sampled_refs, block_refs, rate), abs=1e-12
+        ), ("lru", c)
+        assert curve.hit_ratios["arc"][index] == pytest.approx(
+            corrected(arc, sampled_refs, block_refs, rate), abs=1e-12
+        ), ("arc", c)
+
+
+@pytest.mark.parametrize("rate", [1.0, 0.25])
+@pytest.mark.parametrize("capacity", [1, 3, 5, 40])
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+def test_the_api_gives_finite_figures_and_verdicts_that_quote_the_curve(
+    workload: str, capacity: int, rate: float
+) -> None:
+    body = served(fed(WORKLOADS[workload], capacity, rate))
+    assert all(math.isfinite(f) for f in floats(body))
+    curve = body["curve"]
+    assert curve is not None
+    assert all(0.0 <= r <= 1.0 for ratios in curve["hit_ratios"].values() for r in ratios)
+    at = {
+        policy: dict(zip(curve["capacities"], ratios, strict=True))
+        for policy, ratios in curve["hit_ratios"].items()
+    }
+    multiples = dict(zip(curve["capacities"], curve["multiples"], strict=True))
+    for verdict in body["verdicts"]:
+        said = re.search(r"~(\d+\.\d) points", verdict["text"])
+        if verdict["kind"] == "capacity":
+            blocks, policy = verdict["blocks"], verdict["policy"]
+            assert verdict["multiple"] == multiples[blocks]
+            gain = 100 * (at[policy][blocks] - at[policy][capacity])
+            assert verdict["points"] == pytest.approx(gain)
+        if verdict["kind"] == "policy":
+            gain = 100 * (at[verdict["policy"]][capacity] - at["lru"][capacity])
+            assert verdict["points"] == pytest.approx(gain)
+        if said is not None:
+            assert float(said.group(1)) == round(abs(verdict["points"]), 1), verdict
+            assert verdict["points"] != 0.0, "a gain the curve does not show"
+        if verdict["kind"] == "sample_small":
+            assert rate < 1.0 and rate * verdict["blocks"] < 16
+
+
+def test_an_empty_sample_serves_no_curve_and_no_verdict() -> None:
+    """Frames that sampled nothing (every request unsampled) leave nothing to draw."""
+    insight = fed([[2**40 + r] for r in range(REQUESTS)], 40, 1e-6)
+    assert insight.sampled_refs == 0 and insight.block_refs == REQUESTS
+    body = served(insight)
+    assert body["curve"] is None and body["verdicts"] == []
+    assert body["stream"]["block_refs"] == REQUESTS
