@@ -227,7 +227,10 @@ class PublisherInsightInfo(BaseModel):
     measured_hit_ratio: float | None = Field(
         description="The tier's own hit ratio (lookups), to set beside the curve's at 1x."
     )
-    curve: InsightCurve | None = Field(description="Null until sample frames arrive.")
+    curve: InsightCurve | None = Field(
+        description="Null until a simulation has replayed a sampled reference (while frames "
+        "come with none sampled, a warming_up verdict says so)."
+    )
     stream: SampleStreamInfo | None = Field(description="Null: the publisher sends no sample.")
     memory: InsightMemory | None
     stranded: dict[str, int] = Field(

@@ -205,10 +205,37 @@ def _not_full(policy: str, held: int, simulation: Simulation) -> Verdict:
     )
 
 
+def _nothing_sampled(basis: CurveBasis) -> list[Verdict]:
+    """Why there is no curve where every simulation has replayed the whole stream and none
+    has sampled a reference (a tiny rate, a tier narrowed far, or a stream of few distinct
+    blocks, none of which passes the test): said, not left as an empty page for good."""
+    replayed = [s for s in basis.simulations.values() if s.block_refs == basis.block_refs]
+    if not basis.block_refs or not replayed or any(s.sampled_refs for s in replayed):
+        return []  # nothing yet, or a simulation still catching up (or shed: said once built)
+    rate = max(s.rate for s in replayed)
+    narrowed = (
+        f", the rate the sidecar runs its simulations at, below the worker's sample_rate of "
+        f"{basis.worker_rate:g}, to fit KVSCOPE_INSIGHT_MAX_BYTES"
+        if rate < basis.worker_rate
+        else ""
+    )
+    return [
+        Verdict(
+            "warming_up",
+            f"no curve yet: none of the stream's {basis.block_refs:,} block references has "
+            f"been sampled at a rate of {rate:g}{narrowed} (about "
+            f"{rate * basis.block_refs:.1f} were expected; a stream of few distinct blocks "
+            "may have none that passes the sample's test); the curve starts at the first",
+        )
+    ]
+
+
 def curve_verdicts(
     curve: HitRatioCurve | None, policy: str | None, basis: CurveBasis | None
 ) -> list[Verdict]:
     """What the curve says of the tier's size and of its policy, once it can say it."""
+    if curve is None and basis is not None:
+        return _nothing_sampled(basis)
     if curve is None or curve.current is None or policy is None or basis is None:
         return []
     simulations = basis.simulations

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import pytest
 
 from app.api.insight_schemas import PublisherInsightInfo
-from app.settings import PublisherEndpoints
+from app.settings import InsightConfig, PublisherEndpoints
 from app.state.insight import InsightState, PublisherInsight
 from app.state.publisher import PublisherState
 from offload.cpu.manager import CPUOffloadingManager
@@ -168,10 +168,36 @@ def test_the_api_gives_finite_figures_and_verdicts_that_quote_the_curve(
             assert rate < 1.0 and rate * verdict["blocks"] < 16
 
 
-def test_an_empty_sample_serves_no_curve_and_no_verdict() -> None:
-    """Frames that sampled nothing (every request unsampled) leave nothing to draw."""
-    insight = fed([[2**40 + r] for r in range(REQUESTS)], 40, 1e-6)
+def test_an_empty_sample_serves_no_curve_and_says_why() -> None:
+    """Frames that sampled nothing leave nothing to draw: the page said "Nothing to say
+    yet", for good where the stream's few distinct blocks all fail the sample's test."""
+    few = [b for b in range(2**40, 2**40 + 100) if not SpatialSampler(0.05).is_sampled(b)][:5]
+    requests = [[few[r % len(few)]] for r in range(REQUESTS)]
+    insight = fed(requests, 40, 0.05)
     assert insight.sampled_refs == 0 and insight.block_refs == REQUESTS
     body = served(insight)
-    assert body["curve"] is None and body["verdicts"] == []
-    assert body["stream"]["block_refs"] == REQUESTS
+    assert body["curve"] is None
+    (verdict,) = body["verdicts"]
+    assert verdict["kind"] == "warming_up"
+    assert verdict["text"].startswith(
+        f"no curve yet: none of the stream's {REQUESTS} block references has been sampled at "
+        f"a rate of 0.05 (about {0.05 * REQUESTS:.1f} were expected"
+    )
+
+
+def test_no_curve_is_said_to_lack_a_sample_only_once_every_simulation_replayed_it() -> None:
+    """Shadow tiers still behind have not sampled anything yet because they have not
+    replayed anything yet: no sentence about the sample until they catch up."""
+    state = InsightState(InsightConfig(policies=("arc",)))
+    insight = state.new_publisher()
+    buffer = SampleBuffer(SpatialSampler(1e-6))
+    for r in range(REQUESTS):
+        buffer.add([2**40 + r])
+    frame = buffer.take("e0", 0, WorkerConfig(policy="arc", capacity_blocks=40, block_size=16))
+    assert frame is not None
+    insight.receive(0, decode_sample_frame(encode_sample_frame(frame)))
+    assert served(insight)["verdicts"] == [], "the frame is queued for the shadows"
+    while (work := state.queue.get(0)) is not None:
+        work.apply(lambda: None)
+    (verdict,) = served(insight)["verdicts"]
+    assert verdict["text"].startswith("no curve yet: none of the stream's 400 block references")
