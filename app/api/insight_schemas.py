@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from app.api.schemas import CONNECTED_WITHIN_S
 from app.state.insight import ComputedOptimum, InsightReading, PublisherInsight
 from app.state.insight_queue import ShadowQueue
 from app.state.insight_verdicts import (
@@ -17,6 +18,7 @@ from app.state.insight_verdicts import (
     candidate_verdict,
     curve_verdicts,
     optimum_verdict,
+    silent_verdict,
     stranded_verdicts,
     window_efficiency,
 )
@@ -191,7 +193,9 @@ class VerdictInfo(BaseModel):
         description="warming_up: too little seen yet; sample_small: too few sampled blocks "
         "for a verdict (the sentence says the rate that would do); not_simulated: the tier's "
         "policy is not among the curve's; shed: a simulation lost over a tenth of the stream "
-        "to a full shadow queue; capacity, policy, optimum, admission, stranded: findings."
+        "to a full shadow queue; silent: nothing has come from the publisher lately, so the "
+        "rest is of its stream as it was; capacity, policy, optimum, admission, stranded: "
+        "findings."
     )
     text: str
     policy: str | None = None
@@ -272,7 +276,7 @@ class PublisherInsightInfo(BaseModel):
 
     @classmethod
     def of(
-        cls, state: PublisherState, stranded: dict[str, int], max_bytes: int
+        cls, state: PublisherState, stranded: dict[str, int], max_bytes: int, now: float
     ) -> PublisherInsightInfo:
         frame, worker, insight = state.stats, state.worker, state.insight
         reading, stream_info = None, None
@@ -293,7 +297,9 @@ class PublisherInsightInfo(BaseModel):
         computed = None if reading is None else reading.optimum
         result = None if computed is None else computed.result
         efficiency = window_efficiency(result, policy, capacity)
+        silent_s = None if state.last_frame_at is None else now - state.last_frame_at
         verdicts = [
+            *(silent_verdict(silent_s, CONNECTED_WITHIN_S) if insight is not None else []),
             *curve_verdicts(curve, policy, basis),
             *optimum_verdict(result, policy, capacity, None if stream is None else stream.rate),
             *admission_verdict(dead_ratio, efficiency),

@@ -27,6 +27,7 @@ VerdictKind = Literal[
     "optimum",
     "admission",
     "stranded",
+    "silent",
 ]
 
 MIN_SAMPLED_REFS: Final = 100
@@ -426,6 +427,22 @@ def candidate_verdict(hit_ratios: Mapping[str, float], followed: str | None) -> 
         "the recent window in its model (the tier switches once the lead is beyond chance)"
     )
     return [Verdict("admission", text, points=points)]
+
+
+def silent_verdict(silent_s: float | None, within_s: float) -> list[Verdict]:
+    """A publisher that has sent nothing for over ``within_s`` seconds (``silent_s``; None:
+    never): its curve and verdicts are of the stream as it was, which its tier may have
+    left behind, or its worker with it. Said, since the figures read as of now."""
+    if silent_s is None or silent_s <= within_s:
+        return []
+    return [
+        Verdict(
+            "silent",
+            f"nothing has come from this publisher for {silent_s:,.0f} s: the curve and the "
+            "verdicts below are of its stream up to then, and may no longer hold for its tier "
+            "(or for any, if its worker is gone)",
+        )
+    ]
 
 
 def stranded_verdicts(stranded: Mapping[str, int]) -> list[Verdict]:

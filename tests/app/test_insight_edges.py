@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import pytest
 
 from app.api.insight_schemas import PublisherInsightInfo
+from app.api.schemas import CONNECTED_WITHIN_S
 from app.settings import InsightConfig, PublisherEndpoints
 from app.state.insight import InsightState, PublisherInsight
 from app.state.publisher import PublisherState
@@ -35,6 +36,8 @@ from offload.wire.stats_frame import WorkerConfig
 
 REQUESTS = 400
 PER_FRAME = 50
+LAST_FRAME_AT = 1_000_000.0
+"""When the publisher's last frame came, by the sidecar's clock (the API is read after it)."""
 
 WORKLOADS = {
     "every request new": [[8 * r + b for b in range(1 + r % 8)] for r in range(REQUESTS)],
@@ -91,11 +94,14 @@ def fed(requests: list[list[int]], capacity: int, rate: float) -> PublisherInsig
     return insight
 
 
-def served(insight: PublisherInsight) -> dict:
-    """The publisher's body of GET /api/v1/insight, as JSON."""
+def served(insight: PublisherInsight, silent_s: float = 0.0) -> dict:
+    """The publisher's body of GET /api/v1/insight, as JSON, ``silent_s`` after its last
+    frame."""
     publisher = PublisherState(PublisherEndpoints("tcp://127.0.0.1:1"))
     publisher.insight = insight
-    return json.loads(PublisherInsightInfo.of(publisher, {}, 64 << 20).model_dump_json())
+    publisher.last_frame_at = LAST_FRAME_AT
+    info = PublisherInsightInfo.of(publisher, {}, 64 << 20, LAST_FRAME_AT + silent_s)
+    return json.loads(info.model_dump_json())
 
 
 def floats(value: object) -> list[float]:
@@ -201,3 +207,15 @@ def test_no_curve_is_said_to_lack_a_sample_only_once_every_simulation_replayed_i
         work.apply(lambda: None)
     (verdict,) = served(insight)["verdicts"]
     assert verdict["text"].startswith("no curve yet: none of the stream's 400 block references")
+
+
+def test_a_publisher_silent_past_the_connected_window_is_said_to_be() -> None:
+    """A publisher gone (its worker, or its connection) kept its curve and verdicts in the
+    present tense, as if they held for its tier now, with nothing but a timestamp to tell."""
+    insight = fed(WORKLOADS["chains"], 40, 1.0)
+    fresh = served(insight, CONNECTED_WITHIN_S)["verdicts"]
+    assert fresh and "silent" not in [v["kind"] for v in fresh]
+    first, *rest = served(insight, 3_600.0)["verdicts"]
+    assert first["kind"] == "silent"
+    assert first["text"].startswith("nothing has come from this publisher for 3,600 s")
+    assert rest == fresh

@@ -21,12 +21,13 @@ def insight(state: State) -> InsightResponse:
     with state.lock:
         usage = state.index.usage()
     max_bytes = state.insight.config.max_bytes
+    now = time.time()
     publishers = []
     for publisher in state.publishers.values():
         stranded = {row.medium: row.stranded for row in usage if row.publisher == publisher.name}
-        publishers.append(PublisherInsightInfo.of(publisher, stranded, max_bytes))
+        publishers.append(PublisherInsightInfo.of(publisher, stranded, max_bytes, now))
     return InsightResponse(
-        ts=time.time(),
+        ts=now,
         publishers=publishers,
         memory_bytes=sum(p.memory.bytes for p in publishers if p.memory is not None),
         queue=ShadowQueueInfo.of(state.insight.queue),
