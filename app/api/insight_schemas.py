@@ -12,6 +12,7 @@ from app.api.schemas import CONNECTED_WITHIN_S
 from app.state.insight import ComputedOptimum, InsightReading, PublisherInsight
 from app.state.insight_queue import ShadowQueue
 from app.state.insight_verdicts import (
+    CurveBasis,
     Verdict,
     VerdictKind,
     admission_verdict,
@@ -44,9 +45,14 @@ class InsightCurve(BaseModel):
         "request lost to a sequence gap, the worker's buffer or the shadow queue); false: "
         "estimated from a sample (SHARDS), or from a stream with requests missing."
     )
+    resolved: dict[str, list[bool]] = Field(
+        description="Per policy, whether each capacity is at least 16 sampled blocks at the "
+        "rate its simulation runs at (always at rate 1): below, the scaled tier no longer "
+        "behaves as the real one, the point is a rough guess, and no verdict rests on it."
+    )
 
     @classmethod
-    def of(cls, curve: HitRatioCurve) -> InsightCurve:
+    def of(cls, curve: HitRatioCurve, basis: CurveBasis) -> InsightCurve:
         assert curve.current is not None
         return cls(
             capacities=list(curve.capacities),
@@ -55,6 +61,10 @@ class InsightCurve(BaseModel):
             current_index=curve.capacities.index(curve.current),
             hit_ratios={policy: list(ratios) for policy, ratios in curve.hit_ratios.items()},
             exact=curve.exact,
+            resolved={
+                policy: [not basis.simulations[policy].too_small(c) for c in curve.capacities]
+                for policy in curve.hit_ratios
+            },
         )
 
 
@@ -321,7 +331,7 @@ class PublisherInsightInfo(BaseModel):
                 if worker is not None and worker.lookup_blocks
                 else None
             ),
-            curve=None if curve is None else InsightCurve.of(curve),
+            curve=None if curve is None or basis is None else InsightCurve.of(curve, basis),
             stream=stream_info,
             memory=memory,
             stranded=stranded,

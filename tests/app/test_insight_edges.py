@@ -24,7 +24,7 @@ import pytest
 
 from app.api.insight_schemas import PublisherInsightInfo
 from app.api.schemas import CONNECTED_WITHIN_S
-from app.settings import InsightConfig, PublisherEndpoints
+from app.settings import InsightConfig, MiB, PublisherEndpoints
 from app.state.insight import InsightState, PublisherInsight
 from app.state.publisher import PublisherState
 from offload.cpu.manager import CPUOffloadingManager
@@ -76,9 +76,11 @@ def corrected(hits: int, sampled_refs: int, block_refs: int, rate: float) -> flo
     return min(1.0, max(0.0, (hits + expected - sampled_refs) / expected))
 
 
-def fed(requests: list[list[int]], capacity: int, rate: float) -> PublisherInsight:
+def fed(
+    requests: list[list[int]], capacity: int, rate: float, config: InsightConfig | None = None
+) -> PublisherInsight:
     """A publisher's insight after a worker's frames for ``requests``, the shadows caught up."""
-    state = InsightState()
+    state = InsightState(config)
     insight = state.new_publisher()
     buffer = SampleBuffer(SpatialSampler(rate))
     config = WorkerConfig(policy="lru", capacity_blocks=capacity, block_size=16)
@@ -157,6 +159,12 @@ def test_the_api_gives_finite_figures_and_verdicts_that_quote_the_curve(
         for policy, ratios in curve["hit_ratios"].items()
     }
     multiples = dict(zip(curve["capacities"], curve["multiples"], strict=True))
+    resolved = {
+        policy: dict(zip(curve["capacities"], flags, strict=True))
+        for policy, flags in curve["resolved"].items()
+    }
+    expected = {c: rate == 1.0 or rate * c >= 16 for c in curve["capacities"]}
+    assert resolved == {"lru": expected, "arc": expected}
     for verdict in body["verdicts"]:
         said = re.search(r"~(\d+\.\d) points", verdict["text"])
         if verdict["kind"] == "capacity":
@@ -164,6 +172,7 @@ def test_the_api_gives_finite_figures_and_verdicts_that_quote_the_curve(
             assert verdict["multiple"] == multiples[blocks]
             gain = 100 * (at[policy][blocks] - at[policy][capacity])
             assert verdict["points"] == pytest.approx(gain)
+            assert resolved[policy][blocks] and resolved[policy][capacity]
         if verdict["kind"] == "policy":
             gain = 100 * (at[verdict["policy"]][capacity] - at["lru"][capacity])
             assert verdict["points"] == pytest.approx(gain)
@@ -219,3 +228,16 @@ def test_a_publisher_silent_past_the_connected_window_is_said_to_be() -> None:
     assert first["kind"] == "silent"
     assert first["text"].startswith("nothing has come from this publisher for 3,600 s")
     assert rest == fresh
+
+
+def test_each_policys_points_are_resolved_at_its_own_simulations_rate() -> None:
+    """In a tight memory bound the shadows run below the stack's rate: a capacity the stack
+    resolves can be too few sampled blocks for arc, and the curve said neither."""
+    insight = fed(WORKLOADS["every request new"], 1_000, 0.1, InsightConfig(max_bytes=MiB))
+    rates = insight.rates
+    assert rates.stack is not None and rates.shadows is not None
+    assert rates.shadows < rates.stack
+    curve = served(insight)["curve"]
+    for policy, rate in (("lru", rates.stack), ("arc", rates.shadows)):
+        assert curve["resolved"][policy] == [rate * c >= 16 for c in curve["capacities"]]
+    assert curve["resolved"]["lru"] != curve["resolved"]["arc"]
