@@ -9,17 +9,18 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from app.api.schemas import CONNECTED_WITHIN_S
-from app.state.insight import ComputedOptimum, InsightReading, PublisherInsight
+from app.state.insight import ComputedOptimum, InsightReading, PublisherInsight, SampledStream
 from app.state.insight_queue import ShadowQueue
 from app.state.insight_verdicts import (
     CurveBasis,
+    Tier,
     Verdict,
     VerdictKind,
     admission_verdict,
     candidate_verdict,
     curve_verdicts,
     optimum_verdict,
-    silent_verdict,
+    stale_verdicts,
     stranded_verdicts,
     window_efficiency,
 )
@@ -203,9 +204,9 @@ class VerdictInfo(BaseModel):
         description="warming_up: too little seen yet; sample_small: too few sampled blocks "
         "for a verdict (the sentence says the rate that would do); not_simulated: the tier's "
         "policy is not among the curve's; shed: a simulation lost over a tenth of the stream "
-        "to a full shadow queue; silent: nothing has come from the publisher lately, so the "
-        "rest is of its stream as it was; capacity, policy, optimum, admission, stranded: "
-        "findings."
+        "to a full shadow queue; stale: the curve is not of the tier as it is now (nothing "
+        "has come from the publisher lately, or its stats frame reports another tier than "
+        "its sample); capacity, policy, optimum, admission, stranded: findings."
     )
     text: str
     policy: str | None = None
@@ -307,9 +308,8 @@ class PublisherInsightInfo(BaseModel):
         computed = None if reading is None else reading.optimum
         result = None if computed is None else computed.result
         efficiency = window_efficiency(result, policy, capacity)
-        silent_s = None if state.last_frame_at is None else now - state.last_frame_at
         verdicts = [
-            *(silent_verdict(silent_s, CONNECTED_WITHIN_S) if insight is not None else []),
+            *(_stale(state, stream, now) if insight is not None else []),
             *curve_verdicts(curve, policy, basis),
             *optimum_verdict(result, policy, capacity, None if stream is None else stream.rate),
             *admission_verdict(dead_ratio, efficiency),
@@ -353,6 +353,21 @@ class PublisherInsightInfo(BaseModel):
             admission_followed=None if worker is None else worker.admission_followed,
             verdicts=[VerdictInfo.of(v) for v in verdicts],
         )
+
+
+def _stale(state: PublisherState, stream: SampledStream | None, now: float) -> list[Verdict]:
+    """Whether the publisher's curve is of its tier as it is now (``stale_verdicts``): its
+    silence, and its latest stats frame's tier against its sample's, where that stats frame
+    is no older than the latest sample frame (both by the worker's clock)."""
+    silent_s = None if state.last_frame_at is None else now - state.last_frame_at
+    frame, insight = state.stats, state.insight
+    sampled = None if stream is None else Tier(stream.policy, stream.capacity, stream.block_size)
+    reported = None
+    if frame is not None and insight is not None and insight.ts is not None:
+        config = frame.config
+        if frame.ts >= insight.ts:
+            reported = Tier(config.policy, config.capacity_blocks, config.block_size)
+    return stale_verdicts(silent_s, CONNECTED_WITHIN_S, sampled, reported)
 
 
 class ShadowQueueInfo(BaseModel):

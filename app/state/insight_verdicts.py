@@ -27,7 +27,7 @@ VerdictKind = Literal[
     "optimum",
     "admission",
     "stranded",
-    "silent",
+    "stale",
 ]
 
 MIN_SAMPLED_REFS: Final = 100
@@ -429,20 +429,49 @@ def candidate_verdict(hit_ratios: Mapping[str, float], followed: str | None) -> 
     return [Verdict("admission", text, points=points)]
 
 
-def silent_verdict(silent_s: float | None, within_s: float) -> list[Verdict]:
-    """A publisher that has sent nothing for over ``within_s`` seconds (``silent_s``; None:
-    never): its curve and verdicts are of the stream as it was, which its tier may have
-    left behind, or its worker with it. Said, since the figures read as of now."""
-    if silent_s is None or silent_s <= within_s:
-        return []
-    return [
-        Verdict(
-            "silent",
-            f"nothing has come from this publisher for {silent_s:,.0f} s: the curve and the "
-            "verdicts below are of its stream up to then, and may no longer hold for its tier "
-            "(or for any, if its worker is gone)",
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A tier as a worker's frame gives it: what a curve is drawn around."""
+
+    policy: str
+    capacity: int
+    block_size: int
+
+    def __str__(self) -> str:
+        return f"{self.policy}, {self.capacity:,} blocks of {self.block_size} tokens"
+
+
+def stale_verdicts(
+    silent_s: float | None, within_s: float, sampled: Tier | None, reported: Tier | None
+) -> list[Verdict]:
+    """Where the curve is not of the tier as it is now, said first, since its figures read as
+    of now: a publisher that has sent nothing for over ``within_s`` seconds (``silent_s``;
+    None: never), whose worker may be gone; or one whose latest stats frame reports another
+    tier (``reported``) than its latest sample frame (``sampled``): a worker back under
+    another policy or size that has not sent a sample of it yet (none, if its sampling is
+    off), whose curve would otherwise stand for the new tier."""
+    found = []
+    if silent_s is not None and silent_s > within_s:
+        found.append(
+            Verdict(
+                "stale",
+                f"nothing has come from this publisher for {silent_s:,.0f} s: the curve and "
+                "the verdicts below are of its stream up to then, and may no longer hold for "
+                "its tier (or for any, if its worker is gone)",
+            )
         )
-    ]
+    if sampled is not None and reported is not None and sampled != reported:
+        found.append(
+            Verdict(
+                "stale",
+                f"the worker now reports its tier as {reported}, and its sample is of the tier "
+                f"it had ({sampled}): the curve and the verdicts below are of that one, until a "
+                "sample frame of the new one arrives",
+                policy=reported.policy,
+                blocks=reported.capacity,
+            )
+        )
+    return found
 
 
 def stranded_verdicts(stranded: Mapping[str, int]) -> list[Verdict]:

@@ -32,7 +32,7 @@ from offload.insight.sampling import SpatialSampler
 from offload.sim.workload import run_request
 from offload.wire.sample_buffer import SampleBuffer
 from offload.wire.sample_frame import decode_sample_frame, encode_sample_frame
-from offload.wire.stats_frame import WorkerConfig
+from offload.wire.stats_frame import StatsFrame, WorkerConfig
 
 REQUESTS = 400
 PER_FRAME = 50
@@ -96,11 +96,14 @@ def fed(
     return insight
 
 
-def served(insight: PublisherInsight, silent_s: float = 0.0) -> dict:
+def served(
+    insight: PublisherInsight, silent_s: float = 0.0, stats: StatsFrame | None = None
+) -> dict:
     """The publisher's body of GET /api/v1/insight, as JSON, ``silent_s`` after its last
-    frame."""
+    frame, with ``stats`` its latest stats frame."""
     publisher = PublisherState(PublisherEndpoints("tcp://127.0.0.1:1"))
     publisher.insight = insight
+    publisher.stats = stats
     publisher.last_frame_at = LAST_FRAME_AT
     info = PublisherInsightInfo.of(publisher, {}, 64 << 20, LAST_FRAME_AT + silent_s)
     return json.loads(info.model_dump_json())
@@ -223,10 +226,34 @@ def test_a_publisher_silent_past_the_connected_window_is_said_to_be() -> None:
     present tense, as if they held for its tier now, with nothing but a timestamp to tell."""
     insight = fed(WORKLOADS["chains"], 40, 1.0)
     fresh = served(insight, CONNECTED_WITHIN_S)["verdicts"]
-    assert fresh and "silent" not in [v["kind"] for v in fresh]
+    assert fresh and "stale" not in [v["kind"] for v in fresh]
     first, *rest = served(insight, 3_600.0)["verdicts"]
-    assert first["kind"] == "silent"
+    assert first["kind"] == "stale"
     assert first["text"].startswith("nothing has come from this publisher for 3,600 s")
+    assert rest == fresh
+
+
+def test_a_tier_reported_since_the_sample_was_taken_is_said_to_be_another() -> None:
+    """A worker back under another policy and size sends stats frames at once, a sample frame
+    only once a request comes (never, with its sampling off): the curve and verdicts of the
+    old tier stood for the new one meanwhile, under the old policy's name."""
+    insight = fed(WORKLOADS["chains"], 40, 1.0)
+    assert insight.ts is not None
+    fresh = served(insight)["verdicts"]
+
+    def stats(ts: float, policy: str, capacity: int) -> StatsFrame:
+        config = WorkerConfig(policy=policy, capacity_blocks=capacity, block_size=16)
+        return StatsFrame(ts=ts, engine_id="e0", rank=0, config=config)
+
+    assert served(insight, stats=stats(insight.ts + 1, "lru", 40))["verdicts"] == fresh
+    older = stats(insight.ts - 1, "arc", 80)  # taken before the latest sample frame
+    assert served(insight, stats=older)["verdicts"] == fresh
+    first, *rest = served(insight, stats=stats(insight.ts + 1, "arc", 80))["verdicts"]
+    assert first["kind"] == "stale" and (first["policy"], first["blocks"]) == ("arc", 80)
+    assert first["text"].startswith(
+        "the worker now reports its tier as arc, 80 blocks of 16 tokens, and its sample is "
+        "of the tier it had (lru, 40 blocks of 16 tokens)"
+    )
     assert rest == fresh
 
 
