@@ -82,9 +82,24 @@ def fed(
     """A publisher's insight after a worker's frames for ``requests``, the shadows caught up."""
     state = InsightState(config)
     insight = state.new_publisher()
+    feed(state, insight, requests, capacity, rate)
+    return insight
+
+
+def feed(
+    state: InsightState,
+    insight: PublisherInsight,
+    requests: list[list[int]],
+    capacity: int,
+    rate: float,
+    policy: str = "lru",
+    first_seq: int = 0,
+) -> None:
+    """A worker's frames for ``requests`` into ``insight``, numbered from ``first_seq``, each
+    run through the shadow tiers before the next arrives."""
     buffer = SampleBuffer(SpatialSampler(rate))
-    config = WorkerConfig(policy="lru", capacity_blocks=capacity, block_size=16)
-    for seq, start in enumerate(range(0, len(requests), PER_FRAME)):
+    config = WorkerConfig(policy=policy, capacity_blocks=capacity, block_size=16)
+    for seq, start in enumerate(range(0, len(requests), PER_FRAME), start=first_seq):
         for request in requests[start : start + PER_FRAME]:
             buffer.add(request)
         frame = buffer.take("e0", 0, config)
@@ -93,7 +108,6 @@ def fed(
         while (work := state.queue.get(0)) is not None:
             work.apply(lambda: None)
             state.queue.finished()
-    return insight
 
 
 def served(
@@ -144,6 +158,33 @@ def test_each_point_is_a_fresh_replay_of_the_sample_at_that_capacity(
         assert curve.hit_ratios["arc"][index] == pytest.approx(
             corrected(arc, sampled_refs, block_refs, rate), abs=1e-12
         ), ("arc", c)
+
+
+@pytest.mark.parametrize("change", ["restart", "policy"])
+def test_after_a_restart_or_a_new_policy_the_curve_is_the_new_streams_alone(change: str) -> None:
+    """The old stream's blocks must be in no simulation of the new one: each point is a
+    fresh replay of the requests since the change, and the optimum's window holds only
+    them (the same 12 blocks over and over: from empty, each missed once)."""
+    state = InsightState()
+    insight = state.new_publisher()
+    old, new = WORKLOADS["chains"], WORKLOADS["every request the same"]
+    feed(state, insight, old, 40, 1.0)
+    frames = insight.frames
+    if change == "restart":  # the sequence goes back: a restarted worker
+        feed(state, insight, new, 40, 1.0, first_seq=0)
+    else:  # the sequence goes on, the worker reports another policy
+        feed(state, insight, new, 40, 1.0, policy="arc", first_seq=frames)
+    assert insight.resets == 1 and insight.missed_frames == 0
+    reading = insight.reading()
+    curve = reading.curve
+    assert curve is not None and curve.exact and reading.optimum is not None
+    window = reading.optimum.result
+    assert window.policy == ("lru" if change == "restart" else "arc")
+    assert window.optimum_hits == window.tier_hits == window.refs - len(new[0])
+    block_refs = sum(map(len, new))
+    for index, c in enumerate(curve.capacities):
+        assert curve.hit_ratios["lru"][index] == lru_hits(new, c) / block_refs, c
+        assert curve.hit_ratios["arc"][index] == arc_hits(new, c) / block_refs, c
 
 
 @pytest.mark.parametrize("rate", [1.0, 0.25])
