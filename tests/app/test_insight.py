@@ -559,6 +559,35 @@ def test_a_publisher_that_floods_the_shadow_queue_sheds_only_its_own_frames(trac
     assert state.queue.bytes <= state.queue.max_bytes
 
 
+def test_a_flood_from_many_publishers_stays_in_its_bounds_and_counts_all_it_sheds(trace) -> None:
+    """Sixteen publishers flood a small queue while the shadow thread takes one item now and
+    then: the queue never holds more than its bound, no publisher's simulations more than
+    theirs, and each frame a publisher sent is, for its shadow tiers, replayed or counted
+    shed, never lost without a count."""
+    state = InsightState(InsightConfig(max_bytes=1 * MiB, queue_bytes=256 * KiB))
+    publishers = [state.new_publisher() for _ in range(16)]
+    payloads = sample_frames(trace[:1_500], capacity=1_000)
+    for seq, frame in enumerate(payloads):
+        for insight in publishers:
+            insight.receive(seq, frame)
+            assert state.queue.bytes <= state.queue.max_bytes
+            assert insight.memory()[1] <= insight.config.max_bytes
+        if (work := state.queue.get(0)) is not None:  # a shadow thread far behind
+            work.apply(lambda: None)
+            state.queue.finished()
+    assert state.queue.shed > 0
+    while (work := state.queue.get(0)) is not None:
+        work.apply(lambda: None)
+        state.queue.finished()
+    for insight in publishers:
+        basis = insight.reading().basis
+        assert basis is not None
+        arc = basis.simulations["arc"]
+        assert arc.covered_block_refs == insight.block_refs == basis.block_refs
+        assert arc.shed_block_refs == insight.shadow_shed_block_refs
+        assert insight.memory()[1] <= insight.config.max_bytes
+
+
 def test_a_tier_under_a_policy_the_curve_does_not_simulate_is_told_so(sidecar, trace) -> None:
     """The window once replayed gated at the sample's scale, where its sizes do not hold,
     and said the tier got 26% of the optimum's hits when it got none."""
