@@ -144,8 +144,8 @@ def _too_few_sampled(rate: float, capacity: int) -> bool:
 
 
 def _tenths_under(value: float, bound: int) -> str:
-    """``value``, below ``bound``, to one decimal, never rounded up to the bound: 15.96
-    sampled blocks read "16.0 sampled blocks, under the 16"."""
+    """``value``, below ``bound``, to one decimal, never rounded up to the bound (15.96
+    sampled blocks once read "16.0 sampled blocks, under the 16")."""
     return f"{min(round(value, 1), bound - 0.1):.1f}"
 
 
