@@ -25,6 +25,7 @@ from offload.shown import shown
 from offload.transfer.backend import TransferBackend
 from offload.transfer.cpu_backend import CPUTransferBackend
 from offload.transfer.job import Direction, GpuRun
+from offload.transfer.job import TransferResult as BackendResult
 from offload.transfer.job_book import BackendClosedError
 from offload.transfer.layout import KVLayout
 from offload.wire.log_limit import LogLimiter
@@ -83,6 +84,8 @@ class KVScopeWorker(OffloadingWorker):
         for job_id, result in polled:
             if job_id is None:  # submitted on the backend by someone else: not vLLM's
                 continue
+            if not result.success:
+                self._report_failure(job_id, result)
             # vLLM adds the time to its transfer-time metric, its own handler's copy time.
             seconds = result.seconds if result.copy_seconds is None else result.copy_seconds
             finished.append(TransferResult(job_id, result.success, result.bytes, seconds))
@@ -151,6 +154,16 @@ class KVScopeWorker(OffloadingWorker):
         self._vllm_ids[own] = job_id
         self._in_flight.add(job_id)
         return True
+
+    def _report_failure(self, job_id: int, result: BackendResult) -> None:
+        """Log why a job failed: vLLM's connector asserts each result's success with no
+        message, so without this line the engine stopped and the cause was lost."""
+        _log.log(
+            logging.ERROR,
+            "failed",
+            f"kvscope {result.direction.value} job {job_id} ({result.num_blocks} chunk(s)) "
+            f"failed: {shown(result.error)}",
+        )
 
     def _refuse(self, job_id: int, why: str) -> bool:
         """Tell vLLM False (its connector then stops the engine: it asserts every job runs),

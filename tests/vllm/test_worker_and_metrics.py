@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from types import SimpleNamespace
@@ -125,6 +126,33 @@ def test_the_worker_refuses_what_it_could_not_report_once_and_tells_vllm_with_fa
             5, CPULoadStoreSpec([1]), GPULoadStoreSpec([3], [1], [0]), expedited=True
         )
         assert _finished(worker, {5}) == {5: True}
+    finally:
+        worker.shutdown()
+
+
+def test_a_failed_transfer_is_logged_with_its_cause_before_vllm_hears_of_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """vLLM's connector asserts each result's success with no message: the engine stops,
+    and the copy's own error must already be in the log, or the cause is lost."""
+
+    def fail_job_0(job_id: int) -> None:
+        if job_id == 0:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    worker = KVScopeWorker(
+        CPUTransferBackend(KVLayout.from_canonical(_caches()), 8, on_job_start=fail_job_0)
+    )
+    try:
+        with caplog.at_level(logging.ERROR, logger="offload.vllm.worker"):
+            assert worker.submit_store(41, GPULoadStoreSpec([1], [1], [0]), CPULoadStoreSpec([1]))
+            assert worker.submit_store(42, GPULoadStoreSpec([2], [1], [0]), CPULoadStoreSpec([2]))
+            assert _finished(worker, {41, 42}) == {41: False, 42: True}
+        failures = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+        assert failures == [
+            "kvscope gpu_to_cpu job 41 (1 chunk(s)) failed: "
+            "RuntimeError: CUDA error: an illegal memory access was encountered"
+        ]
     finally:
         worker.shutdown()
 
