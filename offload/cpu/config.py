@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from offload.shown import shown_repr
+
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
 _MAX_DIGITS = 30
 """More digits than any count or byte size needs (2**64 has 20); past about 4,300,
@@ -38,7 +40,7 @@ def positive_int(
             raise ConfigError(f"{where} {key} has {digits} digits: no setting is that large")
         number = int(value.strip())
     if number is None:
-        raise ConfigError(f"{where} {key}={value!r} is not a whole number")
+        raise ConfigError(f"{where} {key}={shown_repr(value)} is not a whole number")
     if number < minimum:
-        raise ConfigError(f"{where} {key}={value!r} must be at least {minimum}")
+        raise ConfigError(f"{where} {key}={shown_repr(value)} must be at least {minimum}")
     return number

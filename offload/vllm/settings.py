@@ -20,6 +20,7 @@ from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import policy_names, register_policy
 from offload.insight.sampling import DEFAULT_RATE
+from offload.shown import shown, shown_repr
 from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
 
 VLLM_KEYS = frozenset(
@@ -94,7 +95,7 @@ def read_settings(
     unknown = sorted(str(key) for key in extra_config if key not in VLLM_KEYS | KVSCOPE_KEYS)
     if unknown:
         raise ConfigError(
-            f"kv_connector_extra_config key {unknown[0]!r} is not an option of "
+            f"kv_connector_extra_config key {shown_repr(unknown[0])} is not an option of "
             "KVScopeOffloadingSpec; it accepts: " + ", ".join(sorted(KVSCOPE_KEYS | VLLM_KEYS))
         )
     policy = _policy(extra_config)
@@ -185,33 +186,38 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
     """
     name = extra_config.get("eviction_policy", "lru")
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"eviction_policy={name!r} must be a policy name")
+        raise ConfigError(f"eviction_policy={shown_repr(name)} must be a policy name")
     module_path = extra_config.get("cache_policy_module_path")
     if module_path is not None and name not in policy_names():  # vLLM's order: registry first
         if not isinstance(module_path, str):
-            raise ConfigError(f"cache_policy_module_path={module_path!r} must be a module path")
+            raise ConfigError(
+                f"cache_policy_module_path={shown_repr(module_path)} must be a module path"
+            )
         try:
             module = importlib.import_module(module_path)
         except Exception as exc:  # a missing module, "" or "..x", or one failing as it runs
             raise ConfigError(
-                f"cache_policy_module_path={module_path!r} cannot be imported: "
-                f"{type(exc).__name__}: {exc}"
+                f"cache_policy_module_path={shown_repr(module_path)} cannot be imported: "
+                f"{type(exc).__name__}: {shown(exc)}"
             ) from exc
         policy_cls = getattr(module, name, None)
         if not (isinstance(policy_cls, type) and issubclass(policy_cls, CachePolicy)):
             raise ConfigError(
-                f"cache_policy_module_path={module_path!r} has no kvscope "
-                f"CachePolicy named {name!r}"
+                f"cache_policy_module_path={shown_repr(module_path)} has no kvscope "
+                f"CachePolicy named {shown_repr(name)}"
             )
         if getattr(policy_cls, "name", None) != name:
-            raise ConfigError(f"policy class {name!r} must declare name = {name!r}")
+            quoted = shown_repr(name)
+            raise ConfigError(f"policy class {quoted} must declare name = {quoted}")
         try:
             register_policy(policy_cls)
         except (TypeError, ValueError) as exc:  # abstract, or a name another class holds
-            raise ConfigError(f"cache_policy_module_path={module_path!r}: {exc}") from exc
+            raise ConfigError(
+                f"cache_policy_module_path={shown_repr(module_path)}: {shown(exc)}"
+            ) from exc
     if name not in policy_names():
         raise ConfigError(
-            f"eviction_policy={name!r} is not a known policy; use one of: "
+            f"eviction_policy={shown_repr(name)} is not a known policy; use one of: "
             + ", ".join(policy_names())
             + " (or name a module holding it with cache_policy_module_path)"
         )
@@ -225,13 +231,13 @@ def _endpoint(extra_config: Mapping[str, Any], key: str, rank: int) -> str | Non
         return None
     if not isinstance(value, str) or not is_bindable(value):
         raise ConfigError(
-            f"{key}={value!r} must be a ZMQ endpoint to bind, such as tcp://*:5557 or "
+            f"{key}={shown_repr(value)} must be a ZMQ endpoint to bind, such as tcp://*:5557 or "
             "ipc:///tmp/kvscope"
         )
     moved = offset_endpoint(value, rank)
     if not is_bindable(moved):
         raise ConfigError(
-            f"{key}={value!r}: data-parallel rank {rank} binds its port + {rank}, "
+            f"{key}={shown_repr(value)}: data-parallel rank {rank} binds its port + {rank}, "
             "past 65535; choose a lower port"
         )
     return moved
@@ -241,12 +247,13 @@ def _check_apart(endpoint: str, replay: str, ranks: int) -> None:
     """Refuse endpoints that one engine, or two data-parallel ranks, would bind twice."""
     if endpoint == replay:
         raise ConfigError(
-            f"kvscope_replay_endpoint={replay!r} is kvscope_endpoint's too: "
+            f"kvscope_replay_endpoint={shown_repr(replay)} is kvscope_endpoint's too: "
             "the replay socket needs an endpoint of its own"
         )
     if ports_overlap(endpoint, replay, ranks):
         raise ConfigError(
-            f"kvscope_replay_endpoint={replay!r} and kvscope_endpoint={endpoint!r} would "
+            f"kvscope_replay_endpoint={shown_repr(replay)} and "
+            f"kvscope_endpoint={shown_repr(endpoint)} would "
             f"bind one port twice: with {ranks} data-parallel rank(s), each moving both "
             f"ports up by its rank, keep the ports at least {ranks} apart"
         )
@@ -271,15 +278,13 @@ def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float
         with contextlib.suppress(ValueError):
             rate = float(value.strip())
     if rate is None or not 0 <= rate <= 1:  # NaN fails the comparison too
-        huge = isinstance(value, int) and abs(value) >= 2**64  # its digits could be thousands
-        shown = " (an integer of more than 19 digits)" if huge else f"={value!r}"
         raise ConfigError(
-            f"kv_connector_extra_config sample_rate{shown} must be a number "
+            f"kv_connector_extra_config sample_rate={shown_repr(value)} must be a number "
             "from 0 (no sample) to 1 (every block)"
         )
     if rate > 0 and endpoint is None:
         raise ConfigError(
-            f"sample_rate={value!r} needs kvscope_endpoint: the sample goes to kvscope's "
+            f"sample_rate={shown_repr(value)} needs kvscope_endpoint: the sample goes to kvscope's "
             "publisher (set sample_rate to 0, or give kvscope_endpoint)"
         )
     return rate

@@ -21,6 +21,7 @@ from vllm.v1.kv_offload.config import OffloadingConfig
 from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.manager import CPUOffloadingManager
 from offload.insight.sampling import SpatialSampler
+from offload.shown import shown_repr
 from offload.vllm.manager import KVScopeManager
 from offload.vllm.settings import read_settings
 from offload.vllm.stats import metric_definitions
@@ -131,7 +132,7 @@ class KVScopeOffloadingSpec(OffloadingSpec):
         except BindError as exc:
             key = "kvscope_endpoint" if exc.endpoint == endpoint else "kvscope_replay_endpoint"
             raise ConfigError(
-                f"{key}: cannot bind {exc.endpoint!r} (data-parallel rank {rank}) "
+                f"{key}: cannot bind {shown_repr(exc.endpoint)} (data-parallel rank {rank}) "
                 f"on this host: {exc.strerror}"
             ) from exc
 

@@ -205,7 +205,7 @@ def test_without_a_publisher_nothing_is_sampled() -> None:
         # JSON on a command line reads 1e400 written out as an int beyond any float.
         pytest.param(
             10**400,
-            "sample_rate (an integer of more than 19 digits) must be a number from 0",
+            "sample_rate=<an integer of more than 19 digits> must be a number from 0",
             id="int-beyond-any-float",
         ),
     ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -78,6 +79,48 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
 def test_each_bad_key_is_a_clear_error_naming_it(extra: dict, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         KVScopeOffloadingSpec(offloading_config(extra))
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"num_cpu_blocks": -(10**5000)}, "num_cpu_blocks=<an integer of more than 19 digits>"),
+        ({"cpu_bytes_to_use": -(10**5000)}, "cpu_bytes_to_use=<an integer of more than 19 digits>"),
+        (
+            {"num_cpu_blocks": 8, "store_threshold": -(10**5000)},
+            "store_threshold=<an integer of more than 19 digits>",
+        ),
+        ({"num_cpu_blocks": "a" * 10**6}, "num_cpu_blocks='aaaa"),
+        ({"num_cpu_blocks": [0] * 10**6}, "num_cpu_blocks=[0, 0, 0, 0, 0, 0, ...]"),
+        ({"num_cpu_blocks": 8, "eviction_policy": "x" * 10**6}, "eviction_policy='xxxx"),
+        ({"num_cpu_blocks": 8, "x\n[FAKE] line" * 10**5: 1}, "key 'x\\n[FAKE] line"),
+        ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://" + "a" * 10**6}, "kvscope_endpoint="),
+        (
+            {"num_cpu_blocks": 8, "eviction_policy": "p", "cache_policy_module_path": "m" * 10**6},
+            "cache_policy_module_path='mmmm",
+        ),
+    ],
+    ids=[
+        "num_cpu_blocks beyond int printing",
+        "cpu_bytes_to_use beyond int printing",
+        "store_threshold beyond int printing",
+        "a megabyte string",
+        "a million-item list",
+        "a megabyte policy name",
+        "a megabyte key forging log lines",
+        "a megabyte endpoint",
+        "a megabyte module path",
+    ],
+)
+def test_a_value_too_large_to_print_is_named_in_one_short_line(extra: dict, named: str) -> None:
+    """vLLM logs a start-up error whole: a value printed whole made it megabytes long, and an
+    integer past 4,300 digits failed to print at all, so the error was a ValueError from
+    ``repr`` naming no key."""
+    with pytest.raises(ConfigError, match=re.escape(named)) as caught:
+        KVScopeOffloadingSpec(offloading_config(extra))
+    message = str(caught.value)
+    assert len(message) < 2000
+    assert "\n" not in message
 
 
 def test_an_extra_config_that_is_not_a_mapping_is_rejected() -> None:
