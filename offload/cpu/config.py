@@ -9,6 +9,7 @@ tier's sizing are read by ``offload/vllm/settings.py``.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -44,3 +45,15 @@ def positive_int(
     if number < minimum:
         raise ConfigError(f"{where} {key}={shown_repr(value)} must be at least {minimum}")
     return number
+
+
+def whole_bytes(value: Any) -> Any:
+    """A finite float of bytes floored, as vLLM's CPU spec floors it; any other value as is.
+
+    vLLM's ``--kv-offloading-size`` is GiB as a float, and vLLM writes it into the extra
+    config as float bytes (0.3 GiB: 322122547.2), so a fraction of a byte is vLLM's own
+    value, not a typo.
+    """
+    if isinstance(value, float) and math.isfinite(value):
+        return math.floor(value)
+    return value

@@ -8,34 +8,21 @@ kvscope does not honour, and both are errors rather than silently ignored.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
-import math
 import mmap
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from offload.cpu.config import ConfigError, positive_int
+from offload.cpu.config import ConfigError, positive_int, whole_bytes
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import policy_names, register_policy
 from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
+from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
 from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
-
-VLLM_KEYS = frozenset(
-    {
-        "spec_name",
-        "spec_module_path",
-        "block_size",
-        "blocks_per_chunk",
-        "canonical_layout",
-        "offload_prompt_only",
-        "self_describing_kv_events",
-        "sync_load_budget_bytes",
-    }
-)
-"""Keys vLLM's offloading connector reads itself; they pass through untouched."""
 
 KVSCOPE_KEYS = frozenset(
     {
@@ -92,12 +79,8 @@ def read_settings(
         raise ConfigError(
             f"kv_connector_extra_config must be a mapping, got {type(extra_config).__name__}"
         )
-    unknown = sorted(str(key) for key in extra_config if key not in VLLM_KEYS | KVSCOPE_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"kv_connector_extra_config key {shown_repr(unknown[0])} is not an option of "
-            "KVScopeOffloadingSpec; it accepts: " + ", ".join(sorted(KVSCOPE_KEYS | VLLM_KEYS))
-        )
+    _check_known(extra_config)
+    check_vllm_keys(extra_config)
     policy = _policy(extra_config)
     store_threshold = positive_int(
         "store_threshold", extra_config.get("store_threshold", 0), minimum=0
@@ -125,6 +108,25 @@ def read_settings(
     )
 
 
+def _check_known(extra_config: Mapping[str, Any]) -> None:
+    """Refuse every key neither kvscope nor vLLM's connector reads, each named, with the
+    accepted key it is closest to: a misspelt key is otherwise an option silently unset."""
+    accepted = sorted(KVSCOPE_KEYS | VLLM_KEYS)
+    unknown = sorted(str(key) for key in extra_config if key not in accepted)
+    if not unknown:
+        return
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, accepted, n=1)
+        named.append(shown_repr(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ConfigError(
+        "kv_connector_extra_config has key(s) KVScopeOffloadingSpec does not read: "
+        + ", ".join(named)
+        + "; it accepts: "
+        + ", ".join(accepted)
+    )
+
+
 def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
     has_bytes = extra_config.get("cpu_bytes_to_use") is not None
     has_count = extra_config.get("num_cpu_blocks") is not None
@@ -137,7 +139,7 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
             "kv_connector_extra_config needs cpu_bytes_to_use (bytes of CPU memory) "
             "or num_cpu_blocks (a chunk count)"
         )
-    cpu_bytes = positive_int("cpu_bytes_to_use", _whole_bytes(extra_config["cpu_bytes_to_use"]))
+    cpu_bytes = positive_int("cpu_bytes_to_use", whole_bytes(extra_config["cpu_bytes_to_use"]))
     if bytes_per_chunk == 0:
         raise ConfigError(
             "cpu_bytes_to_use cannot size the tier: vLLM reports 0 KV bytes per block; "
@@ -149,18 +151,6 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
             f"({bytes_per_chunk} bytes across all workers)"
         )
     return cpu_bytes // bytes_per_chunk
-
-
-def _whole_bytes(value: Any) -> Any:
-    """A finite float of bytes floored, as vLLM's CPU spec floors it; any other value as is.
-
-    vLLM's ``--kv-offloading-size`` is GiB as a float, and vLLM writes it into the extra
-    config as float bytes (0.3 GiB: 322122547.2), so a fraction of a byte is vLLM's own
-    value, not a typo.
-    """
-    if isinstance(value, float) and math.isfinite(value):
-        return math.floor(value)
-    return value
 
 
 def _check_fits_host(num_chunks: int, bytes_per_chunk: int) -> None:

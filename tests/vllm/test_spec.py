@@ -62,6 +62,15 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://"}, "kvscope_endpoint"),
         ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://no such host:5"}, "kvscope_endpoint"),
         ({"num_cpu_blocks": "9" * 5000}, "num_cpu_blocks has 5000 digits"),
+        # vLLM reads its switches with bool(): "false" is on, null is off.
+        ({"num_cpu_blocks": 8, "offload_prompt_only": "false"}, "offload_prompt_only='false'"),
+        ({"num_cpu_blocks": 8, "offload_prompt_only": None}, "offload_prompt_only=None"),
+        ({"num_cpu_blocks": 8, "self_describing_kv_events": "no"}, "self_describing_kv_events"),
+        ({"num_cpu_blocks": 8, "canonical_layout": "false"}, "canonical_layout='false'"),
+        ({"num_cpu_blocks": 8, "canonical_layout": True}, "canonical_layout=True is not supp"),
+        # vLLM reads it with int() in its scheduler, after the spec, naming no key.
+        ({"num_cpu_blocks": 8, "sync_load_budget_bytes": "lots"}, "sync_load_budget_bytes"),
+        ({"num_cpu_blocks": 8, "sync_load_budget_bytes": -5}, "sync_load_budget_bytes=-5"),
         (
             {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": "..x"},
             "cache_policy_module_path",
@@ -93,7 +102,7 @@ def test_each_bad_key_is_a_clear_error_naming_it(extra: dict, named: str) -> Non
         ({"num_cpu_blocks": "a" * 10**6}, "num_cpu_blocks='aaaa"),
         ({"num_cpu_blocks": [0] * 10**6}, "num_cpu_blocks=[0, 0, 0, 0, 0, 0, ...]"),
         ({"num_cpu_blocks": 8, "eviction_policy": "x" * 10**6}, "eviction_policy='xxxx"),
-        ({"num_cpu_blocks": 8, "x\n[FAKE] line" * 10**5: 1}, "key 'x\\n[FAKE] line"),
+        ({"num_cpu_blocks": 8, "x\n[FAKE] line" * 10**5: 1}, "does not read: 'x\\n[FAKE] line"),
         ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://" + "a" * 10**6}, "kvscope_endpoint="),
         (
             {"num_cpu_blocks": 8, "eviction_policy": "p", "cache_policy_module_path": "m" * 10**6},
@@ -121,6 +130,35 @@ def test_a_value_too_large_to_print_is_named_in_one_short_line(extra: dict, name
     message = str(caught.value)
     assert len(message) < 2000
     assert "\n" not in message
+
+
+def test_every_misspelt_key_is_named_with_the_key_it_is_closest_to() -> None:
+    """vLLM's own CPU spec ignores a key it does not read, so a typo left the option unset."""
+    extra = {"num_cpu_blocks": 8, "evictionpolicy": "arc", "cpu_byte_to_use": 2**30, "zzz": 1}
+    with pytest.raises(ConfigError) as caught:
+        KVScopeOffloadingSpec(offloading_config(extra))
+    assert (
+        "KVScopeOffloadingSpec does not read: 'cpu_byte_to_use' (did you mean "
+        "'cpu_bytes_to_use'?), 'evictionpolicy' (did you mean 'eviction_policy'?), 'zzz'; "
+        "it accepts: block_size, "
+    ) in str(caught.value)
+
+
+def test_vllms_own_keys_reach_vllm_as_given() -> None:
+    spec = KVScopeOffloadingSpec(
+        offloading_config(
+            {
+                "num_cpu_blocks": 8,
+                "offload_prompt_only": False,
+                "self_describing_kv_events": True,
+                "canonical_layout": False,
+                "sync_load_budget_bytes": 2**20,
+            }
+        )
+    )
+    assert spec.offload_prompt_only is False
+    assert spec.kv_events_config.self_describing_kv_events is True
+    assert spec.extra_config["sync_load_budget_bytes"] == 2**20
 
 
 def test_an_extra_config_that_is_not_a_mapping_is_rejected() -> None:

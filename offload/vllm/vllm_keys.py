@@ -1,0 +1,59 @@
+"""The keys of ``kv_connector_extra_config`` that vLLM's offloading connector reads itself.
+
+They pass through to vLLM, but vLLM reads its flags with ``bool()``: the JSON string
+``"false"`` (or ``null``) silently turned ``offload_prompt_only`` on (or off), whatever
+the user meant; and it reads ``sync_load_budget_bytes`` with ``int()`` in its scheduler,
+after the spec is built, in an error naming no key. So they are checked here, where the
+config enters, with kvscope's own keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from offload.cpu.config import ConfigError, positive_int, whole_bytes
+from offload.shown import shown_repr
+
+VLLM_KEYS = frozenset(
+    {
+        "spec_name",
+        "spec_module_path",
+        "block_size",
+        "blocks_per_chunk",
+        "canonical_layout",
+        "offload_prompt_only",
+        "self_describing_kv_events",
+        "sync_load_budget_bytes",
+    }
+)
+"""Keys vLLM's offloading connector reads itself; they pass through untouched."""
+
+FLAGS = ("offload_prompt_only", "self_describing_kv_events", "canonical_layout")
+"""vLLM's keys that are switches: ``bool(value)`` to vLLM, so only a real boolean means
+what it says."""
+
+
+def check_vllm_keys(extra_config: Mapping[str, Any]) -> None:
+    """Refuse a value of vLLM's own keys that vLLM would misread, or that kvscope cannot
+    honour; raises ConfigError naming the key.
+
+    ``block_size`` and ``blocks_per_chunk`` are not checked: vLLM reads them, and refuses
+    bad ones by name, before it builds any spec.
+    """
+    for key in FLAGS:
+        if key in extra_config and not isinstance(extra_config[key], bool):
+            raise ConfigError(
+                f"kv_connector_extra_config {key}={shown_repr(extra_config[key])} must be "
+                "true or false (vLLM reads any other value as a switch: the string "
+                '"false" turns it on)'
+            )
+    if extra_config.get("canonical_layout"):
+        raise ConfigError(
+            "kv_connector_extra_config canonical_layout=True is not supported by "
+            "KVScopeOffloadingSpec: kvscope keeps each worker's pages as they lie on its "
+            "GPU, not vLLM's topology-free canonical pages; leave canonical_layout out"
+        )
+    budget = extra_config.get("sync_load_budget_bytes")
+    if budget is not None:
+        positive_int("sync_load_budget_bytes", whole_bytes(budget), minimum=0)
