@@ -81,43 +81,54 @@ class KVScopeOffloadingSpec(OffloadingSpec):
 
     def get_manager(self) -> OffloadingManager:
         if self._manager is None:
-            settings = self.settings
-            telemetry = None
-            vllm_events = self.kv_events_config.enable_kv_cache_events
             # The publisher first: an endpoint that cannot be bound fails before the tier
             # is allocated.
             publisher = self._publisher()
-            core = CPUOffloadingManager(
-                self.tokens_per_chunk,
-                settings.num_chunks,
-                settings.eviction_policy,
-                enable_events=vllm_events or publisher is not None,
-            )
-            if publisher is not None:
-                telemetry = WorkerTelemetry(
-                    core,
-                    engine_id=self.config.engine_id,
-                    rank=self.config.parallel.data_parallel_index,
-                    publisher=publisher,
-                    bytes_per_block=settings.bytes_per_chunk,
-                    sampler=(
-                        SpatialSampler(settings.sample_rate) if settings.sample_rate > 0 else None
-                    ),
-                )
-            self._manager = KVScopeManager(
-                core,
-                settings,
-                self.chunk_tokens or {0: self.tokens_per_chunk},
-                vllm_events=vllm_events,
-                telemetry=telemetry,
-                config_info={
-                    "cpu_num_chunks": settings.num_chunks,
-                    "cpu_blocks_per_chunk": self.blocks_per_chunk,
-                    "cpu_kv_cache_size_bytes": settings.num_chunks * settings.bytes_per_chunk,
-                    "eviction_policy": settings.eviction_policy,
-                },
-            )
+            try:
+                self._manager = self._build_manager(publisher)
+            except BaseException:
+                # Bound and its thread running: left open, a retry in this process (vLLM
+                # building the connector again) found its own port taken.
+                if publisher is not None:
+                    publisher.close()
+                raise
         return self._manager
+
+    def _build_manager(self, publisher: EventPublisher | None) -> KVScopeManager:
+        """The tier, its policy and its telemetry on ``publisher`` (None: no telemetry)."""
+        settings = self.settings
+        telemetry = None
+        vllm_events = self.kv_events_config.enable_kv_cache_events
+        core = CPUOffloadingManager(
+            self.tokens_per_chunk,
+            settings.num_chunks,
+            settings.eviction_policy,
+            enable_events=vllm_events or publisher is not None,
+        )
+        if publisher is not None:
+            telemetry = WorkerTelemetry(
+                core,
+                engine_id=self.config.engine_id,
+                rank=self.config.parallel.data_parallel_index,
+                publisher=publisher,
+                bytes_per_block=settings.bytes_per_chunk,
+                sampler=(
+                    SpatialSampler(settings.sample_rate) if settings.sample_rate > 0 else None
+                ),
+            )
+        return KVScopeManager(
+            core,
+            settings,
+            self.chunk_tokens or {0: self.tokens_per_chunk},
+            vllm_events=vllm_events,
+            telemetry=telemetry,
+            config_info={
+                "cpu_num_chunks": settings.num_chunks,
+                "cpu_blocks_per_chunk": self.blocks_per_chunk,
+                "cpu_kv_cache_size_bytes": settings.num_chunks * settings.bytes_per_chunk,
+                "eviction_policy": settings.eviction_policy,
+            },
+        )
 
     def _publisher(self) -> EventPublisher | None:
         """kvscope's publisher, its batches and stats frames stamped with this engine's

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import sys
 from pathlib import Path
 
 import msgspec
@@ -21,6 +22,7 @@ from vllm.v1.kv_offload.base import ReqContext, ScheduleEndContext, make_offload
 
 from bench.tooling.vllm_config import offloading_config
 from offload.cpu.config import ConfigError
+from offload.cpu.policies import registry
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.manager import KVScopeManager
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
@@ -208,3 +210,39 @@ def test_an_endpoint_that_cannot_be_bound_is_a_clear_error_naming_its_key(
             spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 4, **extra}))
             with pytest.raises(ConfigError, match=re.escape(named)):
                 spec.get_manager()
+
+
+def test_a_manager_that_fails_to_build_leaves_its_endpoint_free_for_the_next_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy that fails as it is built, after the publisher bound its port, left the port
+    bound and the publisher's thread running: built again in the same process, the manager
+    failed with "Address already in use" instead of the policy's own error."""
+    (tmp_path / "failing_policy.py").write_text(
+        "from offload.cpu.policies.lru import LRUCachePolicy\n\n"
+        "class failing(LRUCachePolicy):\n"
+        "    name = 'failing'\n\n"
+        "    def __init__(self, capacity):\n"
+        "        raise RuntimeError('needs a database')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # The policy registers itself for the process; the registry is as it was afterwards.
+    monkeypatch.setattr(registry, "_POLICIES", dict(registry._POLICIES))
+    endpoint = f"tcp://127.0.0.1:{_free_ports(1)}"
+    extra = {
+        "num_cpu_blocks": 4,
+        "kvscope_endpoint": endpoint,
+        "eviction_policy": "failing",
+        "cache_policy_module_path": "failing_policy",
+    }
+    try:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="needs a database"):
+                KVScopeOffloadingSpec(offloading_config(extra)).get_manager()
+    finally:
+        sys.modules.pop("failing_policy", None)
+    # The port is free: a working manager binds it.
+    manager = KVScopeOffloadingSpec(
+        offloading_config({"num_cpu_blocks": 4, "kvscope_endpoint": endpoint})
+    ).get_manager()
+    manager.shutdown()
