@@ -17,6 +17,7 @@ from vllm.v1.kv_offload.base import (
     OffloadingWorker,
 )
 from vllm.v1.kv_offload.config import OffloadingConfig
+from vllm.v1.kv_offload.cpu.common import CPUOffloadingInfo
 
 from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.manager import CPUOffloadingManager
@@ -29,12 +30,8 @@ from offload.vllm.worker import KVScopeWorker, build_backend
 from offload.wire.publisher import BindError, EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
 
-CONFIG_INFO_KEYS = (
-    "cpu_num_chunks",
-    "cpu_blocks_per_chunk",
-    "cpu_kv_cache_size_bytes",
-    "eviction_policy",
-)
+CONFIG_INFO_KEYS = (*CPUOffloadingInfo.config_info_keys(), "eviction_policy")
+"""vLLM's CPU tier's labels on ``vllm:kv_offload_config_info``, and kvscope's policy."""
 
 
 class KVScopeOffloadingSpec(OffloadingSpec):
@@ -123,9 +120,11 @@ class KVScopeOffloadingSpec(OffloadingSpec):
             vllm_events=vllm_events,
             telemetry=telemetry,
             config_info={
-                "cpu_num_chunks": settings.num_chunks,
-                "cpu_blocks_per_chunk": self.blocks_per_chunk,
-                "cpu_kv_cache_size_bytes": settings.num_chunks * settings.bytes_per_chunk,
+                # vLLM's own values, its tokens at max_model_len included (hybrid and
+                # sliding-window groups counted as vLLM counts them).
+                **CPUOffloadingInfo.from_config(
+                    self.config, settings.num_chunks, settings.bytes_per_chunk
+                ).as_config_info(),
                 "eviction_policy": settings.eviction_policy,
             },
         )

@@ -282,3 +282,51 @@ def test_vllms_own_kv_offloading_size_sizes_the_tier_as_vllm_does() -> None:
     config = offloading_config(extra, worker_kv_bytes_per_block=3000)
     spec = KVScopeOffloadingSpec(config)
     assert spec.settings.num_chunks == CPUOffloadingSpec(config).num_chunks > 0
+
+
+@pytest.mark.parametrize(
+    ("bytes_per_block", "tokens_per_block"),
+    [
+        (32 * 2 * 8 * 128 * 2 * 16, 16),  # a Llama-8B-like fp16 cache: 2 MiB, a page multiple
+        (61 * 576 * 2 * 64, 64),  # an MLA-like single latent tensor, bf16: not a page multiple
+        (61 * 656 * 64, 64),  # the same latent in fp8 with its scales
+        (28 * 2 * 4 * 64 * 1 * 32 + 4 * 8192, (32, 64)),  # hybrid: two groups, two block sizes
+        (3000, 16),
+    ],
+    ids=["llama-fp16", "mla-bf16", "mla-fp8", "hybrid", "odd"],
+)
+@pytest.mark.parametrize("world_size", [1, 2, 8])
+@pytest.mark.parametrize("blocks_per_chunk", [1, 4])
+@pytest.mark.parametrize("cpu_bytes", [2**30, 10.5 * 2**30])
+def test_the_tier_holds_as_many_chunks_of_as_many_tokens_as_vllms_cpu_tier(
+    bytes_per_block: int,
+    tokens_per_block: int | tuple[int, ...],
+    world_size: int,
+    blocks_per_chunk: int,
+    cpu_bytes: float,
+) -> None:
+    """Same OffloadingConfig, same answer as vLLM's own CPUOffloadingSpec: chunk count,
+    chunk bytes, tokens per block and per chunk, and the flags vLLM's scheduler reads."""
+    config = offloading_config(
+        {"cpu_bytes_to_use": cpu_bytes},
+        worker_kv_bytes_per_block=bytes_per_block,
+        world_size=world_size,
+        blocks_per_chunk=blocks_per_chunk,
+        tokens_per_block=tokens_per_block,
+    )
+    ours, vllms = KVScopeOffloadingSpec(config), CPUOffloadingSpec(config)
+    assert ours.settings.num_chunks == vllms.num_chunks > 0
+    assert ours.settings.bytes_per_chunk == vllms.kv_bytes_per_chunk
+    assert ours.tokens_per_block == vllms.tokens_per_block
+    assert ours.blocks_per_chunk == vllms.blocks_per_chunk == blocks_per_chunk
+    assert ours.tokens_per_hash == vllms.tokens_per_hash
+    assert ours.offload_prompt_only == vllms.offload_prompt_only
+    assert ours.replicated_layout == vllms.replicated_layout is False
+    # vLLM's info metric: its CPU tier's labels, its tokens at max_model_len among them,
+    # with the same values; and kvscope's policy.
+    extra = {"eviction_policy": "lru"}
+    assert ours.config_info_keys({}) == (*vllms.config_info_keys({}), *extra)
+    assert ours.get_manager().config_info() == [{**vllms.get_manager().config_info()[0], **extra}]
+    # Every group's chunk spans its own blocks: groups of different block sizes differ.
+    sizes = tokens_per_block if isinstance(tokens_per_block, tuple) else (tokens_per_block,)
+    assert ours.chunk_tokens == {g: t * blocks_per_chunk for g, t in enumerate(sizes)}
