@@ -112,6 +112,7 @@ class Engine:
         scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(
             kv_cache_config, vllm_config
         )
+        blocks_per_chunk = extra.get("blocks_per_chunk", 1)
         config = OffloadingConfig(
             groups=tuple(
                 OffloadingGroupConfig(
@@ -119,7 +120,7 @@ class Engine:
                     (f"layer.{i}",),
                     i,
                     sliding_window_size_in_chunks=get_sliding_window_size_in_chunks(
-                        spec, spec.block_size
+                        spec, spec.block_size * blocks_per_chunk
                     ),
                 )
                 for i, spec in enumerate(specs)
@@ -129,7 +130,9 @@ class Engine:
             extra_config=extra,
             engine_id="engine-0",
             model=OffloadingModelConfig(name="test", dtype="float16", max_model_len=4096),
-            cache=OffloadingCacheConfig(tokens_per_hash=hash_block_size, blocks_per_chunk=1),
+            cache=OffloadingCacheConfig(
+                tokens_per_hash=hash_block_size, blocks_per_chunk=blocks_per_chunk
+            ),
             parallel=OffloadingParallelConfig(
                 rank=0,
                 world_size=1,
@@ -355,9 +358,13 @@ def _endpoint() -> str:
         return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
 
 
-def _trace(extra: dict[str, Any], hybrid: str, script: str) -> list:
+def _trace(
+    extra: dict[str, Any], hybrid: str, script: str, options: dict[str, Any] | None = None
+) -> list:
     run, chunks = SCRIPTS[script]
-    engine = Engine({**extra, "cpu_bytes_to_use": chunks * PAGE}, HYBRIDS[hybrid])
+    engine = Engine(
+        {**extra, **(options or {}), "cpu_bytes_to_use": chunks * PAGE}, HYBRIDS[hybrid]
+    )
     run(engine)
     engine.connector.shutdown()
     return engine.trace
@@ -383,3 +390,21 @@ def test_vllms_scheduler_connector_does_the_same_on_kvscope_and_on_vllms_cpu_tie
     assert _trace(SPEC, hybrid, script) == expected
     published = {**SPEC, "kvscope_endpoint": _endpoint(), "sample_rate": 1.0}
     assert _trace(published, hybrid, script) == expected
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"blocks_per_chunk": 2}, {"store_threshold": 2}],
+    ids=["two blocks a chunk", "stored at the second offer"],
+)
+@pytest.mark.parametrize("hybrid", ["full16+swa16", "full32+swa16"])
+@pytest.mark.parametrize("script", ["reuse", "evictions"])
+def test_vllms_own_options_change_the_same_decisions_on_both_tiers(
+    options: dict[str, Any], hybrid: str, script: str
+) -> None:
+    """vLLM's connector options (chunks of several blocks, the reuse threshold) through
+    kvscope's spec: the same matches, jobs and events as on vLLM's CPU tier given the same
+    options, which change what vLLM's tier does."""
+    expected = _trace(VLLM_SPEC, hybrid, script, options)
+    assert expected != _trace(VLLM_SPEC, hybrid, script)
+    assert _trace(SPEC, hybrid, script, options) == expected
