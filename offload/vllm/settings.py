@@ -38,6 +38,9 @@ KVSCOPE_KEYS = frozenset(
     }
 )
 
+MAX_NAMED_KEYS = 5
+"""Unknown keys an error names, so a config of a million keys makes one short line."""
+
 CHUNK_ALIGNMENT = mmap.PAGESIZE
 """A chunk's bytes are rounded up to a page, as vLLM's CPU spec sizes its region."""
 
@@ -116,9 +119,11 @@ def _check_known(extra_config: Mapping[str, Any]) -> None:
     if not unknown:
         return
     named = []
-    for key in unknown:
+    for key in unknown[:MAX_NAMED_KEYS]:
         close = difflib.get_close_matches(key, accepted, n=1)
         named.append(shown_repr(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if len(unknown) > MAX_NAMED_KEYS:
+        named.append(f"and {len(unknown) - MAX_NAMED_KEYS} more")
     raise ConfigError(
         "kv_connector_extra_config has key(s) KVScopeOffloadingSpec does not read: "
         + ", ".join(named)

@@ -105,6 +105,11 @@ def test_each_bad_key_is_a_clear_error_naming_it(extra: dict, named: str) -> Non
         ({"num_cpu_blocks": 8, "x\n[FAKE] line" * 10**5: 1}, "does not read: 'x\\n[FAKE] line"),
         ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://" + "a" * 10**6}, "kvscope_endpoint="),
         (
+            {"num_cpu_blocks": 8, **{f"k{n:07}": n for n in range(10**5)}},
+            "does not read: 'k0000000', 'k0000001', 'k0000002', 'k0000003', 'k0000004', "
+            "and 99995 more; it accepts",
+        ),
+        (
             {"num_cpu_blocks": 8, "eviction_policy": "p", "cache_policy_module_path": "m" * 10**6},
             "cache_policy_module_path='mmmm",
         ),
@@ -118,6 +123,7 @@ def test_each_bad_key_is_a_clear_error_naming_it(extra: dict, named: str) -> Non
         "a megabyte policy name",
         "a megabyte key forging log lines",
         "a megabyte endpoint",
+        "a hundred thousand unknown keys",
         "a megabyte module path",
     ],
 )
