@@ -1,0 +1,63 @@
+"""kvscope's spec torn down by vLLM 0.33's connector and built again in the same process.
+
+vLLM tears its connector down with ``shutdown()``: the worker side first (its transfer
+threads), then the scheduler side (the manager, with kvscope's publisher). An engine
+restarted in the same process, as tests and ``LLM`` objects built one after another do,
+builds the connector again from the same config: the same endpoint to bind, the same
+policy, the same caches.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from vllm.v1.kv_offload.base import GPULoadStoreSpec
+from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+
+from bench.tooling.vllm_config import SPEC, offloading_config
+from offload.vllm import KVScopeOffloadingSpec
+from tests.vllm.test_scheduler_connector import HYBRIDS, PAGE, Engine, _endpoint, _reuse
+from tests.vllm.test_worker_and_metrics import _caches
+
+
+def _threads(name: str) -> int:
+    return sum(thread.name == name for thread in threading.enumerate())
+
+
+def test_vllms_scheduler_connector_built_again_on_the_same_endpoint_works_as_before() -> None:
+    """Shut down, the manager has published what it held, closed its publisher and joined
+    its thread, so the next connector binds the same endpoint and decides the same."""
+    extra = {**SPEC, "kvscope_endpoint": _endpoint(), "cpu_bytes_to_use": 64 * PAGE}
+    traces = []
+    for _ in range(2):
+        engine = Engine(extra, HYBRIDS["full16+swa16"])
+        assert _threads("kvscope-publisher") == 1
+        _reuse(engine)
+        engine.connector.shutdown()
+        assert _threads("kvscope-publisher") == 0
+        traces.append(engine.trace)
+    assert traces[0] == traces[1]
+    assert any(entry[0] == "load" for entry in traces[0])
+
+
+def test_a_worker_shut_down_finishes_its_queued_jobs_and_joins_its_threads() -> None:
+    """vLLM shuts the worker down with stores it queued possibly still running: each lands
+    before shutdown returns, no transfer thread is left, and a worker built again on the
+    same caches moves them as the first did."""
+    caches = _caches()
+    before = _threads("kvscope-transfer")
+    for attempt in range(2):
+        spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 8}))
+        worker = spec.get_worker(caches)
+        assert _threads("kvscope-transfer") == before + 1
+        for job in range(4):
+            gpu, cpu = GPULoadStoreSpec([job + attempt], [1], [0]), CPULoadStoreSpec([job])
+            assert worker.submit_store(job, gpu, cpu)
+        worker.shutdown()
+        assert _threads("kvscope-transfer") == before
+        for job in range(4):
+            for tensor, tier in zip(caches.tensors, worker.backend.cpu_tensors, strict=True):
+                assert torch.equal(
+                    tier[job].view(torch.int8).flatten(), tensor.tensor[job + attempt]
+                )
