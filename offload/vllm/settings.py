@@ -23,6 +23,7 @@ from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
 from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
+from offload.wire.sample_frame import MIN_SAMPLE_RATE
 
 KVSCOPE_KEYS = frozenset(
     {
@@ -255,7 +256,8 @@ def _check_apart(endpoint: str, replay: str, ranks: int) -> None:
 
 
 def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float:
-    """The sampling rate, in [0, 1]: the demo's default, and 0 to turn the stream off.
+    """The sampling rate, 0 or in [``MIN_SAMPLE_RATE``, 1]: the demo's default, and 0 to
+    turn the stream off.
 
     The sample travels on kvscope's publisher, so a rate set without
     ``kvscope_endpoint`` would sample into nothing: that is refused, as a
@@ -272,10 +274,10 @@ def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float
     elif isinstance(value, str):
         with contextlib.suppress(ValueError):
             rate = float(value.strip())
-    if rate is None or not 0 <= rate <= 1:  # NaN fails the comparison too
+    if rate is None or not (rate == 0 or MIN_SAMPLE_RATE <= rate <= 1):  # NaN fails too
         raise ConfigError(
             f"kv_connector_extra_config sample_rate={shown_repr(value)} must be a number "
-            "from 0 (no sample) to 1 (every block)"
+            f"from 0 (no sample) to 1 (every block), and 0 or at least {MIN_SAMPLE_RATE:g}"
         )
     if rate > 0 and endpoint is None:
         raise ConfigError(

@@ -43,8 +43,13 @@ MAX_REQUEST_BLOCKS: Final = 65_536
 MAX_SEED: Final = 2**32 - 1
 """The largest sampling seed read (the sampler's seeds are small ints)."""
 
+MIN_SAMPLE_RATE: Final = 1e-6
+"""The lowest sampling rate a worker may run: the sampling test keeps a whole number of the
+2**30 hash residues, which misses a rate below it by more than 0.05% (by 1% below 5e-8,
+and keeps nothing below 5e-10), while the curve corrects by the rate as given."""
+
 _Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-_Rate = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
+_Rate = Annotated[float, msgspec.Meta(ge=MIN_SAMPLE_RATE, le=1.0)]
 
 
 class UnsupportedSampleVersion(ValueError):

@@ -408,6 +408,21 @@ def test_demo_refuses_a_rate_that_paces_nothing(rate: str, message: str) -> None
 
 
 @pytest.mark.parametrize(
+    ("rate", "message"),
+    [
+        ("1.5", "sample rate must be 0 or in [1e-06, 1], got 1.5"),
+        ("6e-10", "sample rate must be 0 or in [1e-06, 1], got 6e-10"),
+    ],
+)
+def test_demo_refuses_a_sample_rate_its_test_cannot_keep(rate: str, message: str) -> None:
+    """Below 1e-06 the sampling test keeps a share of the blocks far from the rate (none
+    below 4.7e-10), while the curve corrects by the rate as given."""
+    result = kvscope("demo", "--sample-rate", rate, "--duration", "1")
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(
     ("duration", "message"),
     [
         ("0", "duration must be above 0 and at most 31536000 seconds"),

@@ -73,6 +73,7 @@ BAD = {
     "more sampled than blocks": {"requests": [[1, [1, 2]]]},
     "hashes of two types": {"requests": [[3, [1, b"ab"]]]},
     "a rate of 0": {"rate": 0.0},
+    "a rate below the least a worker runs": {"rate": 5e-7},
     "a rate above 1": {"rate": 1.5},
     "a negative count": {"unsampled_block_refs": -1},
     "a hash of 65 bytes": {"requests": [[1, [b"x" * 65]]]},

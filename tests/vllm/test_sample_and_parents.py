@@ -202,6 +202,12 @@ def test_without_a_publisher_nothing_is_sampled() -> None:
         (True, "sample_rate=True must be a number from 0"),
         (float("nan"), "sample_rate=nan must be a number from 0"),
         ([0.1], "sample_rate=[0.1] must be a number from 0"),
+        # The sampling test would keep 9.3e-10 of the blocks, or none below 4.7e-10.
+        (
+            6e-10,
+            "sample_rate=6e-10 must be a number from 0 (no sample) to 1 (every block), "
+            "and 0 or at least 1e-06",
+        ),
         # JSON on a command line reads 1e400 written out as an int beyond any float.
         pytest.param(
             10**400,
