@@ -1,11 +1,24 @@
-"""Every test in this folder is end to end: marked ``e2e`` so ``-m "not e2e"`` leaves them out."""
+"""Every test in this folder is end to end: marked ``e2e`` so ``-m "not e2e"`` leaves them out.
+
+The page's tests share a browser: Debian's ``chromium``, which Playwright is pointed at (it
+downloads none of its own), and a fresh page per test that fails its test on any script
+error or console error the test did not expect.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 import pytest
+
+if TYPE_CHECKING:
+    from playwright import sync_api
+
+CHROMIUM: Final = Path("/usr/bin/chromium")
+WAIT_MS: Final = 30_000  # a generous deadline for a state to be reached, not a speed asserted
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,3 +37,35 @@ def artefacts(tmp_path: Path) -> Path:
     folder = Path(named)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[sync_api.Browser]:
+    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    with playwright.sync_playwright() as running:
+        chromium = running.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def allowed_errors() -> list[str]:
+    """Console errors a test expects (a substring each); every other one fails the test."""
+    return []
+
+
+@pytest.fixture
+def page(browser: sync_api.Browser, allowed_errors: list[str]) -> Iterator[sync_api.Page]:
+    """A fresh page (own cookies) that fails its test on any script error or console error."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+    page.on(
+        "console", lambda m: m.type == "error" and errors.append(f"{m.text} ({m.location['url']})")
+    )
+    yield page
+    context.close()
+    unexpected = [e for e in errors if not any(allowed in e for allowed in allowed_errors)]
+    assert not unexpected, f"the page logged errors: {unexpected}"

@@ -28,6 +28,7 @@ import pytest
 from app.server import Sidecar
 from app.settings import SidecarSettings
 from offload.base import OffloadingEvent
+from tests.e2e.conftest import CHROMIUM, WAIT_MS
 from tests.support.demo_process import running_demo
 from tests.support.polling import wait_for
 from tests.support.tcp_relay import TcpRelay
@@ -35,13 +36,11 @@ from tests.support.zmq_peers import RawPublisher, kv_payload
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (dev extra)")
 
-CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason=f"Debian package chromium not installed ({CHROMIUM} absent)"
 )
 
 TOKEN = "page-token"
-WAIT_MS = 30_000  # a generous deadline for a state to be reached, not a speed asserted
 WAIT_S = WAIT_MS / 1000
 VIEWS = ("overview", "blocks", "publishers", "events", "insight")
 CHARTS = ("hit-ratio", "occupancy", "throughput", "dead-writes", "bandwidth", "latency")
@@ -72,14 +71,6 @@ in one turn, so every part comes from the same answer)."""
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[sync_api.Browser]:
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="module")
 def demo() -> Iterator[str]:
     """A slow demo (40 requests/s): the feed's last 200 events span a second or more."""
     with running_demo(rate=40) as base:
@@ -92,29 +83,6 @@ def demo_with_token() -> Iterator[str]:
         env.setenv("KVSCOPE_TOKEN", TOKEN)  # the demo reads it from its environment
         with running_demo(rate=40) as base:
             yield base
-
-
-@pytest.fixture
-def allowed_errors() -> list[str]:
-    """Console errors a test expects (a substring each); every other one fails the test."""
-    return []
-
-
-@pytest.fixture
-def page(browser: sync_api.Browser, allowed_errors: list[str]) -> Iterator[sync_api.Page]:
-    """A fresh page (own cookies) that fails its test on any script error or console error."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
-    page.on(
-        "console", lambda m: m.type == "error" and errors.append(f"{m.text} ({m.location['url']})")
-    )
-    yield page
-    context.close()
-    unexpected = [e for e in errors if not any(allowed in e for allowed in allowed_errors)]
-    assert not unexpected, f"the page logged errors: {unexpected}"
 
 
 def api(page: sync_api.Page, base: str, path: str, **params: Any) -> Any:
