@@ -28,6 +28,8 @@ from tests.support.zmq_peers import RawPublisher
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} absent")
 
+Hostile = tuple[str, Callable[[], None]]
+"""The hostile sidecar's URL, and a function that has its peers send their frames again."""
 RAN = "() => window.__pwned ?? null"
 """What a payload that ran would have left behind."""
 PAYLOADS = (
@@ -36,17 +38,26 @@ PAYLOADS = (
     "javascript:window.__pwned=3",
     "W" * 128,  # a label value's longest: one unbroken word
 )
+DIRECTIONS = ("__proto__", "constructor")
+"""Names of what every JavaScript object inherits: a page that looks a label up in a plain
+object finds something there that is not a string."""
+BIDI = "\u202eevil\u200b"
+"""A right-to-left override and a zero-width space."""
 HOSTILE_TOPIC = b'<svg onload="window.__pwned=4">'
 WIDTH = "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
 VIEWS = ("overview", "blocks", "publishers", "events", "insight")
 
 
 def stats_payload(step: int) -> bytes:
-    """A stats frame whose eviction and miss reasons are the payloads, counting up by step."""
+    """A stats frame whose eviction and miss reasons are the payloads, and whose transfer
+    directions are ``DIRECTIONS``, counting up by step."""
     counters = [
         Sample(name=name, labels={"reason": text}, value=float(step * (i + 1)))
         for name in ("kvscope_evicted_blocks_total", "kvscope_lookup_miss_blocks_total")
         for i, text in enumerate(PAYLOADS)
+    ] + [
+        Sample(name="kvscope_transfer_bytes_total", labels={"direction": d}, value=1e3 * step)
+        for d in DIRECTIONS
     ]
     config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
     frame = StatsFrame(ts=time.time(), engine_id="e0", rank=0, config=config, counters=counters)
@@ -68,7 +79,7 @@ def kv_batch(hashes: list[Any], medium: str | None = "CPU") -> bytes:
 
 
 @pytest.fixture(scope="module")
-def hostile() -> Iterator[tuple[str, Callable[[], None]]]:
+def hostile() -> Iterator[Hostile]:
     """A sidecar fed by two raw peers until its API holds every payload: the stats frames'
     reasons in its history, a markup topic's stream and markup bytes as a block hash. Yields
     its URL and a function that sends each peer's frames once more."""
@@ -96,8 +107,17 @@ def hostile() -> Iterator[tuple[str, Callable[[], None]]]:
                     for s in answer["series"]
                     if s["metric"] == "miss_blocks" and sum(v is not None for v in s["values"]) > 1
                 }
+                directions = {
+                    s["labels"]["direction"]
+                    for s in answer["series"]
+                    if s["metric"] == "transfer_bytes_per_s"
+                }
                 names = {p["name"] for p in http.get("/api/v1/stats").json()["publishers"]}
-                return reasons >= set(PAYLOADS) and f"hex:{HOSTILE_TOPIC.hex()}@0" in names
+                return (
+                    reasons >= set(PAYLOADS)
+                    and directions >= set(DIRECTIONS)
+                    and f"hex:{HOSTILE_TOPIC.hex()}@0" in names
+                )
 
             wait_for(history, holds_every_payload, "two points of every payload's series", 60)
             # Refused where it enters: a medium that is markup, and one with a bidi override.
@@ -122,7 +142,7 @@ def legend(page: sync_api.Page, chart: str) -> list[str]:
 
 @pytest.mark.parametrize("view", VIEWS)
 def test_markup_from_a_peer_shows_as_text_and_never_widens_the_page(
-    page: sync_api.Page, hostile: tuple[str, Callable[[], None]], view: str
+    page: sync_api.Page, hostile: Hostile, view: str
 ) -> None:
     base, feed = hostile
     page.set_viewport_size({"width": 1280, "height": 900})
@@ -131,6 +151,8 @@ def test_markup_from_a_peer_shows_as_text_and_never_widens_the_page(
     if view == "overview":
         wanted = {f"evicted: {text}" for text in PAYLOADS}
         wait_for(lambda: legend(page, "throughput"), lambda s: wanted <= set(s), "the legend")
+        wanted = set(DIRECTIONS)
+        wait_for(lambda: legend(page, "bandwidth"), lambda s: wanted <= set(s), "directions")
     elif view == "insight":
         wanted = set(PAYLOADS)
         wait_for(lambda: legend(page, "miss-reasons"), lambda s: wanted <= set(s), "the legend")
@@ -154,3 +176,54 @@ def test_markup_from_a_peer_shows_as_text_and_never_widens_the_page(
     assert not page.query_selector("main script, main svg, main iframe")
     width = page.evaluate(WIDTH)
     assert width[0] <= width[1], f"the {view} view is {width[0]} px wide in a {width[1]} px window"
+
+
+@pytest.mark.parametrize("value", ["__proto__", "constructor", "<b>6h</b>"])
+def test_a_chart_range_the_page_does_not_offer_reads_as_its_default(
+    page: sync_api.Page, hostile: Hostile, value: str
+) -> None:
+    """``range`` names a key of the page's own table of ranges: one every object inherits
+    once read as a range of no resolution, and the history was asked for ``since=NaN`` in
+    a loop with no pause."""
+    base, _ = hostile
+    page.goto(f"{base}/#/overview?range={value}")
+    asked = page.wait_for_function(  # a first read of the history and an update
+        "() => { const urls = performance.getEntriesByType('resource').map(e => e.name)"
+        ".filter(url => url.includes('/api/v1/history')); return urls.length >= 2 && urls; }"
+    ).json_value()
+    assert page.eval_on_selector("#range", "select => select.value") == "15m"
+    assert all("resolution=1" in url and "NaN" not in url for url in asked), asked
+
+
+@pytest.mark.parametrize(
+    ("fragment", "control", "shown"),
+    [
+        (f"events?medium={PAYLOADS[0]}&kind=<b>removed</b>", "#filter-event-medium", PAYLOADS[0]),
+        (f"blocks?medium={PAYLOADS[2]}&publisher={BIDI}", "#filter-publisher", BIDI),
+        (f"insight?publisher={PAYLOADS[1]}", "#insight-publisher", "e0@0"),
+    ],
+)
+def test_markup_in_the_url_fragment_is_a_filter_value_never_markup(
+    page: sync_api.Page, hostile: Hostile, fragment: str, control: str, shown: str
+) -> None:
+    base, _ = hostile
+    page.goto(f"{base}/#/{fragment}")
+    page.wait_for_function(
+        "([control, text]) => [...document.querySelectorAll(`${control} option`)]"
+        ".some(o => o.textContent === text)",
+        arg=[control, shown],
+    )
+    assert page.evaluate(RAN) is None
+    assert not page.query_selector("main b, main img, main script")
+
+
+def test_a_block_search_for_markup_says_it_is_no_hash(
+    page: sync_api.Page, hostile: Hostile, allowed_errors: list[str]
+) -> None:
+    allowed_errors.append("status of 400")  # the API's answer to a search that is no hash
+    base, _ = hostile
+    page.goto(f"{base}/#/blocks?q={PAYLOADS[0]}")
+    page.wait_for_selector("#block-result [data-missing]")
+    assert page.input_value("#block-query") == PAYLOADS[0]
+    assert "is not a block hash" in page.text_content("#block-result")
+    assert page.evaluate(RAN) is None

@@ -9,7 +9,8 @@ import { RANGES, byLabel, counterRates, gaugeTotals, increases, max, sum } from 
 import { mediaOf } from "../stats.js";
 
 const DIRECTIONS = { gpu_to_cpu: "GPU→CPU", cpu_to_gpu: "CPU→GPU" };
-const direction = (name) => DIRECTIONS[name] ?? name;
+// A worker names the direction: "constructor" is not one of ours, though every object has it.
+const direction = (name) => (Object.hasOwn(DIRECTIONS, name) ? DIRECTIONS[name] : name);
 const MEDIA_ORDER = (a, b) => (["GPU", "CPU"].indexOf(a) >>> 0) - (["GPU", "CPU"].indexOf(b) >>> 0);
 
 /** What each chart draws from the history: [{name, values}] per point of `store.times`. */
@@ -153,7 +154,7 @@ function mount(panel, context) {
   let unsubscribe = [];
   return {
     show(params) {
-      const chosen = RANGES[params.range] ? params.range : "15m";
+      const chosen = Object.hasOwn(RANGES, params.range) ? params.range : "15m"; // not "constructor"
       range.value = chosen;
       history.setResolution(RANGES[chosen].resolution);
       if (!unsubscribe.length) unsubscribe = [stats.subscribe(showStats), history.subscribe(showHistory)];
