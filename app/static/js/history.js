@@ -2,6 +2,7 @@
 // (so a page opened late draws the past at once), then extended with the points that
 // follow (`since` the newest one held), and trimmed to what the sidecar itself keeps.
 import { get } from "./api.js";
+import { Backoff } from "./backoff.js";
 import { HISTORY_PHASE_MS, untilPhase } from "./schedule.js";
 
 /** How far back each choice of range reaches, and at which of the sidecar's resolutions. */
@@ -54,16 +55,18 @@ export class HistoryStore {
 
   start() {
     const generation = ++this.generation;
+    const backoff = new Backoff(1000 * this.resolution);
     const tick = async () => {
       await this.after;
+      let wait;
       try {
         await this.fetch();
+        backoff.succeeded();
+        wait = untilPhase(1000 * this.resolution, HISTORY_PHASE_MS);
       } catch (error) {
-        this.error = error;
+        wait = backoff.failed(error); // the header says why: the stats read fails alike
       }
-      if (generation === this.generation) {
-        this.timer = setTimeout(tick, untilPhase(1000 * this.resolution, HISTORY_PHASE_MS));
-      }
+      if (generation === this.generation) this.timer = setTimeout(tick, wait);
     };
     tick();
   }

@@ -1,6 +1,8 @@
 // /api/v1/stats, read every second (one request at a time) and handed to every view
-// that listens; the header says when the page last heard from the sidecar.
+// that listens; the header says when the page last heard from the sidecar, or why it
+// did not and when it asks again (later after each failure: js/backoff.js).
 import { get } from "./api.js";
+import { Backoff } from "./backoff.js";
 import { STATS_PHASE_MS, untilPhase } from "./schedule.js";
 
 const PERIOD_MS = 1000;
@@ -10,6 +12,7 @@ export class StatsPoller {
     this.status = status;
     this.latest = null;
     this.listeners = new Set();
+    this.backoff = new Backoff(PERIOD_MS);
     /** Settles once the first read has answered (or failed): the page's other first reads
      * wait for it, so the sidecar gets them one at a time, not all at once. */
     this.firstRead = new Promise((resolve) => (this.settleFirstRead = resolve));
@@ -18,23 +21,42 @@ export class StatsPoller {
   /** Call `listener(stats)` now (when read once) and after every read; returns the unsubscribe. */
   subscribe(listener) {
     this.listeners.add(listener);
-    if (this.latest) listener(this.latest);
+    if (this.latest) this.hand(listener, this.latest);
     return () => this.listeners.delete(listener);
+  }
+
+  /** A view that cannot show an answer (one of a shape it does not know) says so in the
+   * header; the other views still get it, and the next answer is tried as usual. */
+  hand(listener, stats) {
+    try {
+      listener(stats);
+    } catch (error) {
+      this.show("error", `stats not shown: ${error.message}`);
+    }
+  }
+
+  show(state, text, retryS = "") {
+    this.status.textContent = text;
+    Object.assign(this.status.dataset, { state, retryS, failures: String(this.backoff.failures) });
   }
 
   start() {
     const tick = async () => {
+      let wait;
       try {
-        this.latest = await get("stats");
-        this.status.textContent = `updated ${new Date().toLocaleTimeString()}`;
-        this.status.dataset.state = "ok";
-        this.listeners.forEach((listener) => listener(this.latest));
+        const stats = await get("stats");
+        this.backoff.succeeded();
+        wait = untilPhase(PERIOD_MS, STATS_PHASE_MS);
+        this.latest = stats;
+        this.show("ok", `updated ${new Date().toLocaleTimeString()}`);
+        this.listeners.forEach((listener) => this.hand(listener, stats));
       } catch (error) {
-        this.status.textContent = `stats unavailable: ${error.message}`;
-        this.status.dataset.state = "error";
+        wait = this.backoff.failed(error);
+        const seconds = String(Math.ceil(wait / 1000));
+        this.show("error", `stats unavailable: ${error.message}; trying again in ${seconds} s`, seconds);
       }
       this.settleFirstRead();
-      setTimeout(tick, untilPhase(PERIOD_MS, STATS_PHASE_MS));
+      setTimeout(tick, wait);
     };
     tick();
   }

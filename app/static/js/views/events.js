@@ -3,6 +3,7 @@
 // and sends the last id it saw (Last-Event-ID), so the sidecar resumes after it; the feed
 // also drops any id it already holds, so nothing shows twice. Pause freezes the list
 // (events keep arriving, and show on resume); kind and medium filters are in the URL.
+import { Backoff } from "../backoff.js";
 import { fillSelect, h } from "../dom.js";
 import { count } from "../format.js";
 import { mediaOf } from "../stats.js";
@@ -11,6 +12,7 @@ const HELD = 2000; // events kept for filtering and for showing after a pause
 const SHOWN = 200; // list items at most
 const HASHES_SHOWN = 4;
 const KINDS = ["stored", "removed", "cleared"];
+const REOPEN_MS = 1500; // the first wait after a refused stream: 3 s, then 6 s, … 30 s
 
 function item(e) {
   const hashes = e.block_hashes.slice(0, HASHES_SHOWN).join(", ");
@@ -24,6 +26,20 @@ function group(e) {
   return e.group === null || e.group === undefined ? "" : ` group ${e.group}`;
 }
 
+/** An event as the feed shows it, or null: anything else in a message (a proxy's page, a
+ * cut-off line) is counted, not shown, and never stops the feed. */
+function parsed(data) {
+  let e;
+  try {
+    e = JSON.parse(data);
+  } catch {
+    return null;
+  }
+  const known = e && Number.isSafeInteger(e.id) && KINDS.includes(e.kind) && Array.isArray(e.block_hashes)
+    && Number.isSafeInteger(e.block_count) && (e.medium === null || typeof e.medium === "string");
+  return known ? e : null;
+}
+
 class Follower {
   /** Reads the stream into `held`; calls `changed()` when something arrived or its state moved. */
   constructor(changed) {
@@ -35,12 +51,15 @@ class Follower {
     this.duplicates = 0;
     this.unheld = 0;
     this.restarts = 0;
+    this.malformed = 0;
     this.state = "connecting";
+    this.backoff = new Backoff(REOPEN_MS);
   }
 
   start() {
     const source = new EventSource("api/v1/events/stream");
     source.onopen = () => {
+      this.backoff.succeeded();
       this.opened += 1;
       this.fresh = true;
       this.state = "live";
@@ -48,18 +67,23 @@ class Follower {
     };
     source.onerror = () => {
       // Open or connecting: EventSource retries, with Last-Event-ID. Closed (a refusal such
-      // as 503): a new one after a while, which starts from the newest events.
+      // as 503, whose Retry-After EventSource does not show): a new one after a wait that
+      // grows with each refusal in a row, which starts from the newest events.
       this.state = "reconnecting";
-      if (source.readyState === EventSource.CLOSED) setTimeout(() => this.start(), 3000);
+      if (source.readyState === EventSource.CLOSED) setTimeout(() => this.start(), this.backoff.failed());
       this.changed([]);
     };
     source.onmessage = (message) => {
-      const event = this.accept(JSON.parse(message.data));
+      const event = this.accept(parsed(message.data));
       if (event) this.changed([event]);
     };
   }
 
   accept(e) {
+    if (!e) {
+      this.malformed += 1;
+      return null;
+    }
     const fresh = this.fresh;
     this.fresh = false;
     if (this.lastId !== null && e.id <= this.lastId) {
@@ -112,12 +136,13 @@ function mount(panel, { stats, navigate }) {
     scheduled = false;
     const f = follower;
     Object.assign(feed.dataset, { lastId: f.lastId ?? "", reconnects: String(Math.max(0, f.opened - 1)),
-      duplicates: String(f.duplicates), unheld: String(f.unheld) });
+      duplicates: String(f.duplicates), unheld: String(f.unheld), malformed: String(f.malformed) });
     const notes = [paused ? `paused: ${count(waiting)} new events since` : f.state,
       `${count(f.held.length)} held`];
     if (f.opened > 1) notes.push(`${f.opened - 1} reconnections`);
     if (f.unheld) notes.push(`${count(f.unheld)} events were no longer held on reconnection`);
     if (f.restarts) notes.push("the sidecar restarted");
+    if (f.malformed) notes.push(`${count(f.malformed)} messages not events, left out`);
     state.textContent = notes.join(" · ");
     if (paused) return;
     const fresh = pending.slice(-SHOWN).reverse().map(item);

@@ -6,6 +6,7 @@
 // stranded blocks per medium, the dead-write ratio and the sampled stream's health. The
 // page draws what the API computed; it computes no finding itself.
 import { get } from "../api.js";
+import { Backoff } from "../backoff.js";
 import { TimeChart } from "../charts.js";
 import { h, fillSelect } from "../dom.js";
 import { count, parts, withUnit } from "../format.js";
@@ -196,24 +197,36 @@ function mount(panel, context) {
     panel.dataset.rendered = "true";
   }
 
-  async function tick() {
+  const backoff = new Backoff(PERIOD_MS);
+  let polling = false;
+  let generation = 0; // moved on by hide(): a read then in flight schedules no next one
+
+  async function tick(mine) {
+    let wait = PERIOD_MS;
     try {
       render(await get("insight"));
+      backoff.succeeded();
     } catch (error) {
-      status.textContent = `insight unavailable: ${error.message}`;
+      wait = backoff.failed(error);
+      status.textContent = `insight unavailable: ${error.message}; trying again in `
+        + `${Math.ceil(wait / 1000)} s`;
     }
-    timer = setTimeout(tick, PERIOD_MS);
+    if (mine === generation) timer = setTimeout(() => tick(mine), wait);
   }
 
   return {
     show(params) {
       wanted = params.publisher ?? "";
-      if (timer === null) tick();
+      if (!polling) {
+        polling = true;
+        tick(generation);
+      }
       unsubscribe ??= context.history.subscribe(showMisses);
     },
     hide() {
       clearTimeout(timer);
-      timer = null;
+      polling = false;
+      generation += 1;
       unsubscribe?.();
       unsubscribe = null;
     },

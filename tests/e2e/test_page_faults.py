@@ -1,0 +1,239 @@
+"""The web page when the sidecar fails it: refusals, answers it cannot read, a restart.
+
+A live sidecar serves the page; what it never sends itself (a 503 or 429 on a plain read,
+a proxy's HTML error page, JSON of another shape) is put on the wire by the browser's own
+network layer (Playwright's routing) for the one route a test names, every other request
+reaching the sidecar. Time is Playwright's clock, moved by the test: a wait the page chose
+is read off the clock it runs on, never measured. The page fixture fails a test on any
+uncaught exception or console error the test did not expect.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from playwright import sync_api
+
+from app.server import Sidecar
+from app.settings import SidecarSettings
+from tests.e2e.conftest import CHROMIUM
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} absent")
+
+COUNT_READS = """
+window.__reads = {};
+const fetched = window.fetch;
+window.fetch = (url, ...rest) => {
+  const path = String(url).split("?")[0];
+  window.__reads[path] = (window.__reads[path] ?? 0) + 1;
+  return fetched(url, ...rest);
+};
+"""
+"""An init script (Playwright's, outside the page's CSP) that counts the page's reads by path."""
+STATS_READS = "() => window.__reads['api/v1/stats'] ?? 0"
+HEADER = (
+    "() => { const e = document.getElementById('updated');"
+    " return { ...e.dataset, text: e.textContent }; }"
+)
+"""The header's state (``state``, ``retryS``, ``failures``) and its words."""
+
+
+@pytest.fixture(scope="module")
+def sidecar() -> Iterator[str]:
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    with Sidecar(settings) as running:
+        yield running.url
+
+
+def header(page: sync_api.Page) -> dict[str, str]:
+    return page.evaluate(HEADER)
+
+
+def open_counted(page: sync_api.Page, url: str) -> None:
+    page.add_init_script(COUNT_READS)
+    page.clock.install()
+    page.goto(url)
+
+
+def answer_stats(page: sync_api.Page, answer: Callable[[sync_api.Route], None]) -> None:
+    page.route("**/api/v1/stats", answer)
+
+
+def test_a_refusal_with_retry_after_is_waited_out_then_the_page_recovers(
+    page: sync_api.Page, sidecar: str, allowed_errors: list[str]
+) -> None:
+    allowed_errors.append("status of 503")
+    refused = {"left": 1}
+
+    def refuse_once(route: sync_api.Route) -> None:
+        if refused["left"]:
+            refused["left"] -= 1
+            body = json.dumps({"detail": "busy <b>now</b>"})
+            route.fulfill(status=503, headers={"Retry-After": "20"}, body=body)
+        else:
+            route.continue_()
+
+    answer_stats(page, refuse_once)
+    open_counted(page, sidecar)
+    page.wait_for_function("() => document.getElementById('updated').dataset.state === 'error'")
+    shown = header(page)
+    assert shown["retryS"] == "20"
+    assert shown["text"] == "stats unavailable: busy <b>now</b>; trying again in 20 s"
+    page.clock.run_for(19_000)
+    assert page.evaluate(STATS_READS) == 1, "asked again before the Retry-After"
+    page.clock.run_for(1_500)
+    page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
+    assert page.evaluate(STATS_READS) == 2
+
+
+def test_failures_in_a_row_wait_twice_as_long_each_up_to_30_s(
+    page: sync_api.Page, sidecar: str, allowed_errors: list[str]
+) -> None:
+    allowed_errors.append("status of 500")
+    answer_stats(page, lambda route: route.fulfill(status=500, body="<h1>proxy error</h1>"))
+    open_counted(page, sidecar)
+    waits = []
+    for failures in range(1, 7):
+        page.wait_for_function(
+            "n => document.getElementById('updated').dataset.failures === String(n)", arg=failures
+        )
+        assert page.evaluate(STATS_READS) == failures
+        waits.append(int(header(page)["retryS"]))
+        assert "HTTP 500" in header(page)["text"]
+        page.clock.run_for(waits[-1] * 1000)
+    assert waits == [2, 4, 8, 16, 30, 30]
+    page.unroute("**/api/v1/stats")
+    page.clock.run_for(30_000)
+    page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
+
+
+def odd_numbers(stats: dict[str, Any]) -> dict[str, Any]:
+    """The sidecar's answer with numbers no sidecar sends: NaN as a string, a huge one, a
+    negative one, nulls where numbers go, and an empty listener."""
+    return {
+        **stats,
+        "hit_ratio": "NaN",
+        "stores_per_s": 1e308,
+        "lookup_blocks": -5,
+        "tracked_blocks": None,
+        "blocks_by_medium": {"CPU": 2**70, "GPU": -1},
+        "evictions": {"capacity": None},
+        "listener": {},
+    }
+
+
+NO_JSON = "stats unavailable: HTTP 200 with no JSON answer; trying again in 2 s"
+UNREADABLE: dict[str, Callable[[dict[str, Any]], tuple[str, str | None]]] = {
+    "cut short": lambda stats: (json.dumps(stats)[:40], NO_JSON),
+    "a proxy's page": lambda stats: ("<html>bad gateway</html>", NO_JSON),
+    "null": lambda stats: ("null", "stats not shown: "),
+    "an empty object": lambda stats: ("{}", "stats not shown: "),
+    # Shown as the views can (a count of "x" reads NaN), or named: either way, nothing throws.
+    "fields of other types": lambda stats: (json.dumps(dict.fromkeys(stats, "x")), None),
+    "odd numbers": lambda stats: (json.dumps(odd_numbers(stats)), None),
+}
+"""Answers the views cannot read as they are, and what the header says of each (None: it may
+show the answer or name the problem)."""
+
+
+@pytest.mark.parametrize("view", ["overview", "blocks", "publishers", "events"])
+@pytest.mark.parametrize("shape", list(UNREADABLE))
+def test_an_answer_a_view_cannot_read_is_named_in_the_header_and_nothing_throws(
+    page: sync_api.Page, sidecar: str, view: str, shape: str
+) -> None:
+    body, said = UNREADABLE[shape](httpx.get(f"{sidecar}/api/v1/stats").json())
+    answer_stats(
+        page,
+        lambda route: route.fulfill(status=200, content_type="application/json", body=body),
+    )
+    open_counted(page, f"{sidecar}/#/{view}")
+    page.wait_for_function(
+        "() => ['ok', 'error'].includes(document.getElementById('updated').dataset.state)"
+    )
+    shown = header(page)
+    if said is not None:
+        assert shown["state"] == "error" and shown["text"].startswith(said), shown
+    page.clock.run_for(max(1, int(shown["retryS"] or 0)) * 1000)
+    page.wait_for_function(f"() => ({STATS_READS})() >= 2")  # the next answer, read alike
+    page.unroute("**/api/v1/stats")
+    page.clock.run_for(30_000)
+    page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
+
+
+def test_a_session_that_ends_is_named_with_what_to_do(
+    page: sync_api.Page, allowed_errors: list[str]
+) -> None:
+    """The cookie gone (expired, or the sidecar's token changed): the sidecar's own 401."""
+    allowed_errors.append("status of 401")
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token="t0ken")  # env aside
+    with Sidecar(settings) as running:
+        page.goto(f"{running.url}/?token=t0ken")
+        page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
+        page.context.clear_cookies()
+        page.wait_for_function("() => document.getElementById('updated').dataset.state === 'error'")
+        assert "open the page as /?token=TOKEN again" in header(page)["text"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_sidecar_that_restarts_is_waited_for_and_read_again(
+    page: sync_api.Page, allowed_errors: list[str]
+) -> None:
+    """Down, then up again with every counter back at zero, on the same port."""
+    allowed_errors.append("net::ERR_")  # the refused connections, as the browser reports them
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=free_port(), token=None)
+    page.add_init_script(COUNT_READS)
+    page.clock.install()
+    with Sidecar(settings) as first:
+        page.goto(f"{first.url}/#/events")
+        page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
+        page.wait_for_function(
+            "() => document.getElementById('feed-state').textContent.startsWith('live')"
+        )
+    page.clock.run_for(1_000)
+    page.wait_for_function("() => document.getElementById('updated').dataset.state === 'error'")
+    page.wait_for_function(
+        "() => document.getElementById('feed-state').textContent.startsWith('reconnecting')"
+    )
+    with Sidecar(settings):
+        page.clock.run_for(int(header(page)["retryS"]) * 1000)
+        page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
+        page.clock.run_for(30_000)  # the stream's own retry, or the page's after a refusal
+        page.wait_for_function(
+            "() => document.getElementById('feed-state').textContent.startsWith('live')"
+        )
+
+
+def test_messages_in_the_feed_that_are_not_events_are_counted_and_left_out(
+    page: sync_api.Page, sidecar: str
+) -> None:
+    event = {"id": 7, "kind": "stored", "medium": "CPU", "block_hashes": ["1"], "block_count": 1}
+    stream = "".join(
+        f"data: {data}\n\n"
+        for data in (
+            "{",
+            "null",
+            json.dumps({**event, "id": "7"}),
+            json.dumps({"id": 8}),
+            json.dumps(event),
+        )
+    )
+    page.route(
+        "**/api/v1/events/stream",
+        lambda route: route.fulfill(status=200, content_type="text/event-stream", body=stream),
+    )
+    page.goto(f"{sidecar}/#/events")
+    page.wait_for_function("() => document.querySelector('#event-feed li[data-id=\"7\"]')")
+    page.wait_for_function(
+        "() => Number(document.getElementById('event-feed').dataset.malformed) >= 4"
+    )
+    assert "messages not events, left out" in page.text_content("#feed-state")
