@@ -227,3 +227,41 @@ def test_a_block_search_for_markup_says_it_is_no_hash(
     assert page.input_value("#block-query") == PAYLOADS[0]
     assert "is not a block hash" in page.text_content("#block-result")
     assert page.evaluate(RAN) is None
+
+
+def test_the_pages_policy_stops_a_script_or_a_foreign_load_that_got_in_anyway(
+    page: sync_api.Page, hostile: Hostile, allowed_errors: list[str]
+) -> None:
+    """A second wall behind escaping: markup put into the page by hand (as a bug in the page
+    would) runs no inline script and loads nothing from another origin, and the page itself,
+    all of it under that policy, logs no violation of it (the fixture fails on any)."""
+    allowed_errors.append("Content Security Policy")  # the violations provoked here
+    allowed_errors.append("status of 404")  # the injected image's own (same-origin) load
+    base, _ = hostile
+    page.add_init_script(
+        "window.__violations = [];"
+        "document.addEventListener('securitypolicyviolation',"
+        " e => window.__violations.push(e.effectiveDirective));"
+    )
+    response = page.goto(f"{base}/#/overview")
+    assert response is not None
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'none'" in policy
+    page.wait_for_function("() => document.getElementById('view-overview').dataset.rendered")
+    assert page.evaluate("() => window.__violations") == [], "the page broke its own policy"
+    page.evaluate(
+        """() => {
+        const views = document.getElementById('views');
+        views.insertAdjacentHTML('beforeend', '<img src=x onerror="window.__pwned=7">');
+        const script = document.createElement('script');
+        script.textContent = 'window.__pwned = 8';
+        views.append(script, Object.assign(new Image(), { src: 'http://192.0.2.1/x.png' }));
+    }"""
+    )
+    page.wait_for_function("() => window.__violations.length >= 3")
+    assert page.evaluate(RAN) is None
+    assert sorted(set(page.evaluate("() => window.__violations"))) == [
+        "img-src",
+        "script-src-attr",
+        "script-src-elem",
+    ]
