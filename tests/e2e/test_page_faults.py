@@ -237,3 +237,25 @@ def test_messages_in_the_feed_that_are_not_events_are_counted_and_left_out(
         "() => Number(document.getElementById('event-feed').dataset.malformed) >= 4"
     )
     assert "messages not events, left out" in page.text_content("#feed-state")
+
+
+def test_a_history_the_sidecar_refuses_is_named_over_the_charts_until_it_answers(
+    page: sync_api.Page, sidecar: str, allowed_errors: list[str]
+) -> None:
+    allowed_errors.append("status of 429")
+    page.route(
+        "**/api/v1/history*",
+        lambda route: route.fulfill(
+            status=429, headers={"Retry-After": "12"}, body='{"detail": "too many requests"}'
+        ),
+    )
+    open_counted(page, sidecar)
+    state = page.locator("#history-state")
+    sync_api.expect(state).to_have_text(
+        "history unavailable: too many requests; trying again in 12 s"
+    )
+    page.clock.run_for(11_000)
+    assert page.evaluate("() => window.__reads['api/v1/history']") == 1
+    page.unroute("**/api/v1/history*")
+    page.clock.run_for(1_500)
+    sync_api.expect(state).to_have_text("")

@@ -28,6 +28,8 @@ export class HistoryStore {
     this.listeners = new Set();
     this.timer = null;
     this.generation = 0;
+    /** Why the last read failed and when the next goes out ({message, retryS}), or null. */
+    this.problem = null;
   }
 
   /** Call `listener(store)` after every change while subscribed; returns the unsubscribe. */
@@ -63,8 +65,11 @@ export class HistoryStore {
         await this.fetch();
         backoff.succeeded();
         wait = untilPhase(1000 * this.resolution, HISTORY_PHASE_MS);
+        this.problem = null;
       } catch (error) {
-        wait = backoff.failed(error); // the header says why: the stats read fails alike
+        wait = backoff.failed(error);
+        this.problem = { message: error.message, retryS: Math.ceil(wait / 1000) };
+        this.listeners.forEach((listener) => listener(this)); // to say so where the charts are
       }
       if (generation === this.generation) this.timer = setTimeout(tick, wait);
     };

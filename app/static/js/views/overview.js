@@ -103,10 +103,12 @@ function mount(panel, context) {
     onchange: () => context.navigate({ range: range.value }) });
   fillSelect(range, Object.entries(RANGES).map(([key, r]) => [key, r.label]), "15m");
   const grid = h("div", { class: "charts" });
+  const historyState = h("span", { id: "history-state", class: "problem", role: "status" });
   panel.append(
     h("h2", { class: "visually-hidden", text: "Overview" }), cards,
     h("div", { class: "toolbar" }, h("label", { for: "range", text: "Charts: " }), range,
-      h("span", { class: "hint", text: "drag across a chart to zoom, double-click to zoom out" })),
+      h("span", { class: "hint", text: "drag across a chart to zoom, double-click to zoom out" }),
+      historyState),
     grid,
   );
   const charts = CHARTS.map((spec) => ({ spec, chart: new TimeChart(grid, spec) }));
@@ -145,6 +147,9 @@ function mount(panel, context) {
   }
 
   function showHistory(store) {
+    const { problem } = store;
+    historyState.textContent = problem
+      ? `history unavailable: ${problem.message}; trying again in ${problem.retryS} s` : "";
     for (const { spec, chart } of charts) chart.update(store.times, spec.lines(store));
     drawnCharts = true;
     firstRender();
