@@ -22,6 +22,7 @@ from playwright import sync_api
 from app.server import Sidecar
 from app.settings import SidecarSettings
 from tests.e2e.conftest import CHROMIUM
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} absent")
 
@@ -259,3 +260,23 @@ def test_a_history_the_sidecar_refuses_is_named_over_the_charts_until_it_answers
     page.unroute("**/api/v1/history*")
     page.clock.run_for(1_500)
     sync_api.expect(state).to_have_text("")
+
+
+def test_the_insight_view_stops_reading_when_hidden_with_a_read_in_flight(
+    page: sync_api.Page, sidecar: str
+) -> None:
+    held: list[sync_api.Route] = []
+    page.route("**/api/v1/insight", lambda route: held.append(route))  # answered once hidden
+    open_counted(page, f"{sidecar}/#/insight")
+    page.get_by_role("tab", name="Overview").click()
+    page.wait_for_function("() => !document.getElementById('view-overview').hidden")
+
+    def routed() -> list[sync_api.Route]:
+        page.evaluate("() => 0")  # a call into Playwright, which hands it the routed requests
+        return held
+
+    wait_for(routed, bool, "the insight read held in flight")
+    held[0].continue_()
+    page.wait_for_function("() => document.getElementById('insight-status').textContent")
+    page.clock.run_for(60_000)
+    assert page.evaluate("() => window.__reads['api/v1/insight']") == 1
