@@ -128,14 +128,18 @@ def hostile() -> Iterator[Hostile]:
                 )
 
             wait_for(history, holds_every_payload, "two points of every payload's series", 60)
-            # Refused where it enters: a medium that is markup, and one with a bidi override.
-            for medium in (PAYLOADS[0], "CPU\u202e"):
-                worker.send(next(steps), kv_batch([1], medium))
-            wait_for(
-                lambda: http.get("/api/v1/stats").json()["publishers"],
-                lambda found: any(p["name"] == "e0@0" and p["malformed"] >= 2 for p in found),
-                "the markup media refused",
-            )
+            # Refused where it enters: a medium that is markup, or holds a bidi override or a
+            # zero-width space (the event, counted against its publisher), or is not UTF-8 at
+            # all (the frame, before it names a stream: the listener's to count).
+            for medium in (PAYLOADS[0], "CPU\u202e", "C\u200bPU", "\ufffd"):
+                batch = kv_batch([1], medium).replace("\ufffd".encode(), b"\xff\xfe\xfd")
+                worker.send(next(steps), batch)
+
+            def refused(stats: dict[str, Any]) -> bool:
+                (mine,) = (p for p in stats["publishers"] if p["name"] == "e0@0")
+                return mine["malformed"] >= 3 and stats["listener"]["malformed"] >= 1
+
+            wait_for(lambda: http.get("/api/v1/stats").json(), refused, "the media refused")
             yield sidecar.url, feed
         finally:
             worker.close()
