@@ -217,6 +217,7 @@ def test_a_chart_range_the_page_does_not_offer_reads_as_its_default(
         (f"events?medium={PAYLOADS[0]}&kind=<b>removed</b>", "#filter-event-medium", PAYLOADS[0]),
         (f"blocks?medium={PAYLOADS[2]}&publisher={BIDI}", "#filter-publisher", BIDI),
         (f"insight?publisher={PAYLOADS[1]}", "#insight-publisher", "e0@0"),
+        (f"events?medium={'M' * 10_000}", "#filter-event-medium", "M" * 10_000),
     ],
 )
 def test_markup_in_the_url_fragment_is_a_filter_value_never_markup(
@@ -231,6 +232,8 @@ def test_markup_in_the_url_fragment_is_a_filter_value_never_markup(
     )
     assert page.evaluate(RAN) is None
     assert not page.query_selector("main b, main img, main script")
+    width = page.evaluate(WIDTH)
+    assert width[0] <= width[1], f"{width[0]} px wide in a {width[1]} px window"
 
 
 def test_a_block_search_for_markup_says_it_is_no_hash(
