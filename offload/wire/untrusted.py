@@ -17,9 +17,13 @@ T = TypeVar("T")
 
 
 def decode(decoder: msgspec.msgpack.Decoder[T], payload: bytes | memoryview) -> T:
-    """``decoder.decode(payload)``; nesting deeper than the interpreter allows is a
+    """``decoder.decode(payload)``; nesting deeper than the interpreter allows, and a string
+    that is no UTF-8 (msgspec raises ``UnicodeDecodeError`` for it, which its callers took for
+    a bug, not a malformed frame: a batch with one such event was lost whole), are a
     ``msgspec.DecodeError`` like any other malformed payload."""
     try:
         return decoder.decode(payload)
     except RecursionError:
         raise msgspec.DecodeError("msgpack nested too deeply") from None
+    except UnicodeDecodeError:
+        raise msgspec.DecodeError("a string that is not UTF-8") from None

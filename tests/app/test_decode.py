@@ -214,6 +214,20 @@ def test_a_malformed_event_is_skipped_and_counted(bad_event: Any) -> None:
 
 
 @pytest.mark.parametrize(
+    "medium", ["GPU", {"type": "BlockStored", "block_hashes": [3], "medium": "GPU"}], ids=repr
+)
+def test_an_event_with_a_string_that_is_no_utf8_is_skipped_and_counted(medium: Any) -> None:
+    """msgspec raises ``UnicodeDecodeError`` for it, not a ``DecodeError``: the batch was lost
+    whole, its good events with it, counted as one malformed frame."""
+    bad = ["BlockStored", [3], None, [], 16, None, "GPU"] if medium == "GPU" else medium
+    events = [["BlockRemoved", [1]], bad, {"type": "BlockRemoved", "block_hashes": [2]}]
+    payload = encode([1.0, events, 0]).replace(b"GPU", b"\xff\xfeU")
+    batch = decode_kv_payload(payload)
+    assert batch.events == [DecodedEvent("removed", [1]), DecodedEvent("removed", [2])]
+    assert batch.malformed == 1
+
+
+@pytest.mark.parametrize(
     "payload",
     [
         b"",
