@@ -64,6 +64,7 @@ INSIGHT_SHOWN = """() => ({
   efficiency: document.getElementById('insight-efficiency').dataset.efficiency,
   efficiencyText: document.getElementById('insight-efficiency').textContent,
   optimum: document.querySelector("[data-chart='hit-ratio-curve']").dataset.optimum,
+  points: JSON.parse(document.querySelector("[data-chart='hit-ratio-curve']").dataset.points),
   misses: { ...document.querySelector("[data-chart='miss-reasons']").dataset },
 })"""
 """What the insight view shows, read in one turn of the page's loop (it renders each answer
@@ -687,6 +688,13 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     curve = publisher["curve"]
     assert shown["current"] == curve["current_blocks"] == publisher["capacity_blocks"]
     assert shown["series"] == "|".join(curve["hit_ratios"]) == "lru|arc"
+    # A point only where the sample resolves the capacity: the demo's 2,000 blocks at rate 0.05
+    # hold 12.5 sampled blocks at 1/8x, under the 16 a point needs.
+    resolved = {
+        policy: [i for i, ok in enumerate(oks) if ok] for policy, oks in curve["resolved"].items()
+    }
+    assert shown["points"] == resolved
+    assert all(0 not in indices and indices for indices in resolved.values()), resolved
     assert shown["verdicts"] == [v["text"] for v in publisher["verdicts"]]
     assert any(text.startswith("doubling the tier") for text in shown["verdicts"])
     expected_dead = publisher["dead_write_ratio"]

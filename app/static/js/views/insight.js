@@ -44,11 +44,14 @@ class CurveChart {
       + "or its first sample frame has not arrived." });
     this.element = h("figure", { class: "chart", "data-chart": "hit-ratio-curve", "data-empty": "true" },
       h("figcaption", { text: "Hit ratio at other capacities (dashed: the tier's own; "
-        + "the optimum: a clairvoyant cache of its size, over the last sampled references)" }),
+        + "the optimum: a clairvoyant cache of its size, over the last sampled references; "
+        + "a line without a point is a rough guess: too few sampled blocks at that capacity)" }),
       this.empty, this.plotArea);
     container.append(this.element);
     this.plot = null;
     this.shape = "";
+    /** Per policy, the capacities' indices the sample resolves: only those get a point. */
+    this.pointsAt = {};
     new ResizeObserver(() => this.plot?.setSize({ width: this.width(), height: 240 })).observe(this.plotArea);
   }
 
@@ -67,6 +70,8 @@ class CurveChart {
     dataset.series = policies.join("|");
     dataset.current = String(curve.current_blocks);
     dataset.curve = JSON.stringify({ capacities: curve.capacities, hit_ratios: curve.hit_ratios });
+    this.pointsAt = Object.fromEntries(policies.map((p) => [p, resolvedIndices(curve, p)]));
+    dataset.points = JSON.stringify(this.pointsAt);
     dataset.optimum = optimum ? JSON.stringify(optimum.hit_ratio) : "";
     const reference = optimum
       ? [curve.capacities.map((_, i) => (i === curve.current_index ? optimum.hit_ratio : null))] : [];
@@ -94,8 +99,9 @@ class CurveChart {
       series: [
         { label: "capacity", value: (u, v) => (v === null ? "–" : `${count(v)} blocks`) },
         ...policies.map((policy, i) => ({
-          label: policy, stroke: colour(i), width: 2, value: (u, v) => percent(v),
-          points: { show: true, size: 5 },
+          label: policy, stroke: colour(i), width: 2,
+          value: (u, v, _, at) => (v === null || this.pointsAt[policy].includes(at) ? percent(v) : `${percent(v)} (rough)`),
+          points: { show: true, size: 5, filter: () => this.pointsAt[policy] },
         })),
         ...reference.map(() => ({
           label: "optimum", stroke: colour(policies.length), width: 0, value: (u, v) => percent(v),
@@ -104,6 +110,13 @@ class CurveChart {
       ],
     }, data, this.plotArea);
   }
+}
+
+/** The indices of `curve`'s capacities the sample resolves for `policy` (all of them where
+ * the answer does not say). */
+function resolvedIndices(curve, policy) {
+  const resolved = curve.resolved?.[policy];
+  return curve.capacities.map((_, i) => i).filter((i) => !Array.isArray(resolved) || resolved[i] === true);
 }
 
 function mount(panel, context) {
