@@ -44,7 +44,7 @@ from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from offload.cpu.manager import CPUOffloadingManager
 from offload.vllm.published import PublishedNames
-from offload.vllm.request_access import RequestAccess, group_starts
+from offload.vllm.request_access import RequestAccess
 from offload.vllm.settings import SpecSettings
 from offload.vllm.stats import fill_stats
 from offload.worker_telemetry import WorkerTelemetry
@@ -167,16 +167,18 @@ class KVScopeManager(OffloadingManager):
         if len(chain) != len(new):
             # Keys the tier holds split the new ones into runs: the core skips them and
             # names each run's parent from this chain. A key the threshold refused must
-            # not be stored, so it leaves the chain, and the run across it keeps one parent.
+            # not be stored, so it leaves the chain, and the key after it starts a run.
             chain = [key for key in chain if key in blocks or key in met]
         parent: OffloadKey | None = None
         restarts: dict[int, OffloadKey | None] = {}
         if self.telemetry is not None and keys:
             if new:
                 parent = self._parent(access, keys, first)
-                restarts = {
-                    start: self._parent(access, chain, start) for start in group_starts(chain)
-                }
+                if starts := access.run_starts(chain, self._tokens_of):
+                    # Each named from the offer, where the key before it may be one the
+                    # threshold kept out of the chain.
+                    place = {key: index for index, key in enumerate(keys)}
+                    restarts = {at: self._parent(access, keys, place[chain[at]]) for at in starts}
             access.place(keys, self._sampling)
         if not new:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
@@ -317,7 +319,11 @@ class KVScopeManager(OffloadingManager):
 
     def _parent(self, access: RequestAccess, keys: list[OffloadKey], at: int) -> OffloadKey | None:
         """The key one chunk of its group before ``keys[at]`` in its request."""
-        return access.parent(keys, at, self._chunk_tokens[get_offload_group_idx(keys[at])])
+        return access.parent(keys, at, self._tokens_of(keys[at]))
+
+    def _tokens_of(self, key: OffloadKey) -> int:
+        """Tokens of one chunk of ``key``'s KV cache group."""
+        return self._chunk_tokens[get_offload_group_idx(key)]
 
     def _count_offers(self, keys: list[OffloadKey]) -> None:
         """Count an offer per key; the least recently offered keys leave a full tracker.

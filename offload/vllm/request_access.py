@@ -18,6 +18,7 @@ references for the sampled access stream.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
 
 from vllm.v1.kv_offload.base import OffloadKey, ReqContext
@@ -119,12 +120,41 @@ class RequestAccess:
         at = position(head)
         if at is None or at <= chunk_tokens:
             return None
-        before = (at - 1) // chunk_tokens * chunk_tokens
+        before = _chunk_before(at, chunk_tokens)
         group = head[-GROUP_BYTES:]
         if first and keys[first - 1][-GROUP_BYTES:] == group:
             return keys[first - 1] if position(keys[first - 1]) == before else None
         last = self.last.get(group)
         return last[1] if last is not None and last[0] == before else None
+
+    def run_starts(
+        self, chain: list[OffloadKey], chunk_tokens: Callable[[OffloadKey], int]
+    ) -> list[int]:
+        """The places in ``chain`` (0 excluded) whose key does not continue the key before it.
+
+        There a run of stored blocks must end: another KV cache group's keys
+        begin, or chunks of the request lie between the two (a sliding
+        window's null blocks vLLM leaves out of an offer, or keys the store
+        threshold kept out of the chain). ``chunk_tokens`` gives a key's
+        group's tokens per chunk. A key whose position vLLM did not give is
+        taken to continue the one before it.
+        """
+        starts = group_starts(chain)
+        position = self.recency.position
+        first, last = position(chain[0]), position(chain[-1])
+        if (
+            not starts
+            and first is not None
+            and last is not None
+            and last - first == (len(chain) - 1) * chunk_tokens(chain[0])
+        ):
+            return []  # one group, each chunk from the first to the last: the common case
+        breaks = set(starts)
+        for place, (before, key) in enumerate(pairwise(chain), 1):
+            ends, at = position(before), position(key)
+            if ends is not None and at is not None and ends != _chunk_before(at, chunk_tokens(key)):
+                breaks.add(place)
+        return sorted(breaks)
 
     def place(self, keys: list[OffloadKey], sampling: bool) -> None:
         """Keys loaded or offered for store, in prompt order within each group: each group's
@@ -173,3 +203,9 @@ class RequestAccess:
         position = self.recency.position
         placed = {at: key for key in keys if (at := position(key)) is not None and at >= start}
         return [placed[at] for at in sorted(placed)]
+
+
+def _chunk_before(at: int, chunk_tokens: int) -> int:
+    """Where the chunk before one ending at token ``at`` ends: the last chunk boundary before
+    it (a partial tail, not on a boundary, follows the whole chunk before it)."""
+    return (at - 1) // chunk_tokens * chunk_tokens

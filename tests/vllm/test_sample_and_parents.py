@@ -346,3 +346,49 @@ def test_stored_runs_name_the_block_before_them_in_vllms_event_types() -> None:
     theirs = [(event.keys, event.removed) for event in theirs_manager.take_events()]
     assert ours == theirs
     assert ([key(40), key(42)], False) in ours
+
+
+def test_a_block_the_store_threshold_refuses_splits_the_run_it_was_in() -> None:
+    """2 was offered once, 1 and 3 twice: only 1 and 3 are stored, and 3 hangs under 2 (the
+    block before it in the request), not under 1, which it does not follow."""
+    with subscribed({"sample_rate": 0, "store_threshold": 2}) as (manager, subscriber):
+        vllm = Scheduler(manager)
+        for number, hashes in enumerate([[1], [3]]):  # a first offer each, nothing stored
+            earlier = Request(f"earlier-{number}", hashes)
+            vllm.manager.on_new_request(earlier.ctx)
+            vllm.store(earlier, 0, 1)
+            vllm.manager.on_request_finished(earlier.ctx)
+        request = Request("request", [1, 2, 3])
+        vllm.manager.on_new_request(request.ctx)
+        vllm.store(request, 0, 3)
+        vllm.manager.on_request_finished(request.ctx)
+
+        def stored() -> list[tuple[list, bytes | None]]:
+            vllm.step()
+            subscriber.read()
+            return [(e.block_hashes, e.parent_block_hash) for e in subscriber.stored()]
+
+        wait_until(stored, "the request's stored events")  # one batch: all of them at once
+        assert stored() == [([raw(1)], None), ([raw(3)], raw(2))]
+
+
+def test_chunks_an_offer_leaves_out_split_the_run_they_were_in() -> None:
+    """vLLM leaves a sliding window's null blocks out of an offer: 5 does not follow 2, so it
+    starts a run, under no parent the tier knows (4 was not offered)."""
+    with subscribed({"sample_rate": 0}) as (manager, subscriber):
+        vllm = Scheduler(manager)
+        request = Request("request", [1, 2, 3, 4, 5, 6])
+        vllm.manager.on_new_request(request.ctx)
+        keys = [request.keys[place] for place in (0, 1, 4, 5)]
+        output = manager.prepare_store(keys, request.ctx)
+        assert output is not None and output.keys_to_store == keys
+        manager.complete_store(keys, request.ctx)
+        vllm.manager.on_request_finished(request.ctx)
+
+        def stored() -> list[tuple[list, bytes | None]]:
+            vllm.step()
+            subscriber.read()
+            return [(e.block_hashes, e.parent_block_hash) for e in subscriber.stored()]
+
+        wait_until(stored, "the request's stored events")  # one batch: all of them at once
+        assert stored() == [([raw(1), raw(2)], None), ([raw(5), raw(6)], None)]
