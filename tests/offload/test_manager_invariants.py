@@ -82,6 +82,18 @@ class ManagerMachine(RuleBasedStateMachine):
         self.evicted_since_stored |= idle
         self._check_events(stored=set(), removed=idle)
 
+    @precondition(lambda self: self.manager is not None)
+    @rule()
+    def reset(self) -> None:
+        """vLLM's reset: every block leaves, idle, read or written; the jobs in flight are
+        never completed (vLLM drops their completions)."""
+        assert self.manager is not None
+        self.manager.reset()
+        self._check_events(stored=set(), removed=self.ready)
+        self.evicted_since_stored |= self.ready | self.pending
+        self.ready, self.pending = set(), set()
+        self.pins.clear()
+
     def _store(self, block_hashes: list[int], request: RequestRecency | None) -> None:
         assert self.manager is not None
         stats = self.manager.stats
@@ -192,6 +204,23 @@ class ManagerMachine(RuleBasedStateMachine):
                 assert block.ref == -1
             else:
                 assert block.ref == self.pins[block_hash] >= 0
+
+    @invariant()
+    def the_counts_agree_with_the_blocks(self) -> None:
+        """What the metrics derive from counters (blocks in flight, pinned, held) is what the
+        tier holds, whatever failed, was refused or was reset on the way."""
+        if self.manager is None:
+            return
+        stats = self.manager.stats
+        refs = [block.ref for block in self.manager.policy.blocks.values()]
+        assert stats.stores_in_flight == refs.count(-1)
+        assert stats.blocks_pinned_by_loads == sum(ref > 0 for ref in refs)
+        assert stats.loads_in_flight == sum(ref for ref in refs if ref > 0)
+        left = stats.evicted_capacity_blocks + stats.evicted_clear_blocks
+        assert stats.store_completed_blocks - left == sum(ref >= 0 for ref in refs)
+        offered = stats.store_skipped_blocks + stats.store_not_admitted_blocks
+        taken = stats.store_admitted_blocks + stats.store_refused_blocks
+        assert stats.store_requested_blocks == offered + taken
 
     @invariant()
     def evicted_blocks_are_never_found(self) -> None:
