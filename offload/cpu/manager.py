@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from itertools import compress, count
 from operator import attrgetter
 
 from offload.base import (
@@ -26,6 +25,7 @@ from offload.cpu.manager_stats import ManagerStats
 from offload.cpu.miss_attribution import HORIZON_CAPACITIES, MissAttribution
 from offload.cpu.policies.registry import make_policy
 from offload.cpu.request_recency import RequestRecency
+from offload.cpu.runs_in_flight import RunsInFlight
 from offload.telemetry.spans import SpanGate, record_span
 
 MEDIUM = CPULoadStoreSpec.medium()
@@ -73,9 +73,9 @@ class CPUOffloadingManager(OffloadingManager):
         self._attributing = attribute_misses
         self._blocks = self.policy.blocks
         self._events: list[OffloadingEvent] | None = [] if enable_events else None
-        self._run_heads: dict[BlockHash, BlockHash | None] = {}
-        """Blocks being written that start a run of their prompt's chain -> the block before
-        it, so the stored event names its parent; kept only with events on."""
+        self._runs = RunsInFlight()
+        """The blocks being written, as runs of their prompts' chains, so each stored event
+        names its run's parent however the store completes; kept only with events on."""
         # Odd while a call moves blocks between the policy and the pool, when the
         # counts are short for a moment: a check on another thread (a scrape)
         # reads them only between such moves (a sequence lock, see _count_violations).
@@ -244,9 +244,9 @@ class CPUOffloadingManager(OffloadingManager):
             if not restarts and to_store[-1] == requested[len(to_store) - 1]:
                 # One run from the chain's start, the common case: to_store is a
                 # subsequence of requested ending where a prefix of it would.
-                self._run_heads[to_store[0]] = parent
+                self._runs.add(to_store, parent)
             else:
-                self._mark_run_heads(requested, to_store, parent, restarts or {})
+                self._runs.mark(requested, to_store, parent, restarts or {})
         seconds = time.perf_counter() - start
         stats.prepare_store_seconds.observe(seconds)
         if evicted_hashes and self._spans.active():
@@ -289,15 +289,10 @@ class CPUOffloadingManager(OffloadingManager):
                     self._blocks[block_hash].ref = -1
                 raise
             self.stats.store_completed_blocks += len(stored)
-            if stored and self._events is not None:
-                heads = self._run_heads
-                parent = heads.pop(stored[0], None)
-                if heads:
-                    self._events += self._stored_events(stored, parent)
-                else:  # no other run in flight: one event, the common case
-                    self._events.append(
-                        OffloadingEvent(stored, self.block_size, MEDIUM, False, parent)
-                    )
+            events = self._events
+            if stored and events is not None:
+                for run, parent in self._runs.complete(stored):  # one run, as a rule
+                    events.append(OffloadingEvent(run, self.block_size, MEDIUM, False, parent))
             return stored
         # A failed copy leaves garbage in the slots: forget the blocks that were
         # being written. Their stored event was never sent, so nothing is removed
@@ -306,13 +301,13 @@ class CPUOffloadingManager(OffloadingManager):
         hashes = _hash_list(block_hashes)
         blocks = dict(zip(hashes, map(get, hashes), strict=True))
         forgotten = [h for h, block in blocks.items() if block is not None and block.ref < 0]
-        for block_hash in forgotten:
-            self._run_heads.pop(block_hash, None)
         freed: list[Block] = []
         try:
             self._remove(forgotten, freed)
         finally:  # what left the tier is counted, even when the policy failed part way
             self.stats.evicted_failed_store_blocks += len(freed)
+            if self._events is not None:  # what is left of their runs hangs under them
+                self._runs.take(forgotten[: len(freed)])
         return forgotten
 
     def clear(self) -> list[BlockHash]:
@@ -348,7 +343,7 @@ class CPUOffloadingManager(OffloadingManager):
             self.pool.reset()
         finally:
             self._moves += 1
-        self._run_heads.clear()
+        self._runs.clear()
         self.misses.reset()
         stats = self.stats
         stats.load_dropped_blocks += stats.loads_in_flight
@@ -370,41 +365,6 @@ class CPUOffloadingManager(OffloadingManager):
         finally:
             self.pool.free(freed)
             self._moves += 1
-
-    def _mark_run_heads(
-        self,
-        requested: list[BlockHash],
-        to_store: list[BlockHash],
-        parent: BlockHash | None,
-        restarts: Mapping[int, BlockHash | None],
-    ) -> None:
-        """Remember, for each run of ``to_store`` along the chains ``requested``, its parent."""
-        heads = self._run_heads
-        new = set(to_store)
-        previous, previous_new = parent, False
-        for index, block_hash in enumerate(requested):
-            if index in restarts:
-                previous, previous_new = restarts[index], False
-            is_new = block_hash in new
-            if is_new:
-                new.discard(block_hash)  # a hash named twice is stored once
-                if not previous_new:
-                    heads[block_hash] = previous
-            previous, previous_new = block_hash, is_new
-
-    def _stored_events(
-        self, stored: list[BlockHash], first_parent: BlockHash | None
-    ) -> list[OffloadingEvent]:
-        """One stored event per run of a chain, each naming the block before it (the first
-        run's parent already taken from the heads)."""
-        heads = self._run_heads
-        starts = [0, *compress(count(1), map(heads.__contains__, stored[1:]))]
-        ends = [*starts[1:], len(stored)]
-        parents = [first_parent, *map(heads.pop, (stored[a] for a in starts[1:]))]
-        return [
-            OffloadingEvent(stored[a:b], self.block_size, MEDIUM, False, parent)
-            for a, b, parent in zip(starts, ends, parents, strict=True)
-        ]
 
     @property
     def events_enabled(self) -> bool:

@@ -136,12 +136,35 @@ def test_stored_events_name_each_runs_parent() -> None:
     ]
     out = manager.prepare_store([7, 8], parent=6)
     assert out is not None
-    manager.complete_store([8])  # a run completed from its middle: its parent is not known
+    manager.complete_store([8])  # a run completed from its middle: 8 still follows 7
     manager.complete_store([7])
     assert manager.take_events() == [
-        OffloadingEvent([8], 16, "CPU", False, None),
+        OffloadingEvent([8], 16, "CPU", False, 7),
         OffloadingEvent([7], 16, "CPU", False, 6),
     ]
+
+
+@pytest.mark.parametrize(
+    ("completions", "runs"),
+    [
+        ([([1, 3], True), ([2], True)], [([1], 0), ([3], 2), ([2], 1)]),
+        ([([1], False), ([2, 3], True)], [([2, 3], 1)]),
+        ([([3, 2, 1], True)], [([3], 2), ([2], 1), ([1], 0)]),
+    ],
+    ids=["a block left out", "the head failed", "in reverse"],
+)
+def test_a_store_completed_in_parts_announces_runs_of_its_chain(
+    completions: list[tuple[list[int], bool]], runs: list[tuple[list[int], int]]
+) -> None:
+    """However the blocks of one store become readable, each stored event is a run of the
+    chain under the block before it: never blocks apart in the chain as one run, nor a
+    block after the chain's first as its start."""
+    manager = CPUOffloadingManager(16, 8, enable_events=True)
+    assert manager.prepare_store([1, 2, 3], parent=0) is not None
+    for block_hashes, success in completions:
+        manager.complete_store(block_hashes, success)
+    events = manager.take_events()
+    assert [(e.block_hashes, e.parent_block_hash) for e in events] == runs
 
 
 operations = st.lists(
