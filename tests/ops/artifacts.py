@@ -26,6 +26,7 @@ class PanelQuery:
     row: str
     panel: str
     expr: str
+    legend: str
 
     def __str__(self) -> str:
         return f"{self.dashboard} / {self.row} / {self.panel}: {self.expr}"
@@ -53,7 +54,7 @@ def panels(board: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 def panel_queries() -> list[PanelQuery]:
     """Every target of every panel of every dashboard."""
     return [
-        PanelQuery(board["title"], row, panel["title"], target["expr"])
+        PanelQuery(board["title"], row, panel["title"], target["expr"], target["legendFormat"])
         for board in dashboards().values()
         for row, panel in panels(board)
         for target in panel["targets"]

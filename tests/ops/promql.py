@@ -52,3 +52,57 @@ def metric_names(expr: str) -> set[str]:
 def is_vllm(name: str) -> bool:
     """vLLM's own series, or a kvscope recording rule on them: data only when vLLM is scraped."""
     return name.startswith(("vllm:", "kvscope:vllm_"))
+
+
+_SELECTOR = re.compile(r"(?<![\w:.])([A-Za-z_:][\w:]*)\s*\{([^}]*)\}")
+_COUNTER_FUNCTION = re.compile(r"\b(rate|irate|increase|resets)\s*\(")
+
+
+def _arguments(expr: str, start: int) -> str:
+    """The text inside the parenthesis that opens just before ``start``."""
+    depth = 1
+    for end in range(start, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[end], 0)
+        if depth == 0:
+            return expr[start:end]
+    raise ValueError(f"unbalanced parentheses in {expr!r}")
+
+
+def counter_function_names(expr: str) -> set[str]:
+    """The names ``expr`` hands to rate(), irate(), increase() or resets(), which need counters."""
+    return {
+        name
+        for match in _COUNTER_FUNCTION.finditer(expr)
+        for name in metric_names(_arguments(expr, match.end()))
+    }
+
+
+def quantile_arguments(expr: str) -> list[str]:
+    """What ``expr`` hands to each histogram_quantile(), the quantile included."""
+    return [
+        _arguments(expr, match.end()) for match in re.finditer(r"\bhistogram_quantile\s*\(", expr)
+    ]
+
+
+def matched_labels(expr: str) -> set[tuple[str, str]]:
+    """(metric, label) for every label matcher of every selector in ``expr``."""
+    return {
+        (name, label)
+        for name, matchers in _SELECTOR.findall(expr)
+        for label in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", matchers)
+    }
+
+
+def grouping_labels(expr: str, clauses: str = "by|without|on|ignoring") -> set[str]:
+    """The labels ``expr`` names in its grouping ``clauses`` (default: every kind)."""
+    return {
+        label.strip()
+        for labels in re.findall(rf"\b(?:{clauses})\s*\(([^)]*)\)", expr)
+        for label in labels.split(",")
+        if label.strip()
+    }
+
+
+def legend_labels(legend: str) -> set[str]:
+    """The labels a Grafana legend format fills in (``{{engine}}``)."""
+    return set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))

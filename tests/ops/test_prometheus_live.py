@@ -7,17 +7,22 @@ prometheus.yml with only the sidecar's targets moved to the demos' loopback
 ports, the intervals cut to 1 s (so rates exist within
 seconds) and the vLLM job left out (no vLLM here). Through Prometheus' HTTP
 API, every query of every dashboard panel must return data, every rule must
-evaluate cleanly, and every metric a panel or rule names must be one the demo
-exports. Queries on vLLM's series are the exception, and the only one: with
-no vLLM scraped they have no data (test_dashboards.py holds that no query
-mixes them with kvscope's, that outside the vLLM row they say they are
-vLLM's, and that vLLM exports them).
+evaluate cleanly, and every legend must name labels the query's series carry.
+Every metric a panel or rule names must be one the demos export, with the
+labels its matchers and groupings name; rate() and increase() may read only
+counters (and a histogram's series), histogram_quantile() only buckets kept
+apart by ``le``. A renamed metric or label breaks these tests. Queries on
+vLLM's series are the exception, and the only one: with no vLLM scraped they
+have no data (test_dashboards.py holds that no query mixes them with
+kvscope's, that outside the vLLM row they say they are vLLM's, and that vLLM
+exports them).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,7 +30,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.metrics import SidecarCollector
@@ -42,7 +47,16 @@ from tests.ops.artifacts import (
     recorded_names,
     rules,
 )
-from tests.ops.promql import is_vllm, metric_names, substitute
+from tests.ops.promql import (
+    counter_function_names,
+    grouping_labels,
+    is_vllm,
+    legend_labels,
+    matched_labels,
+    metric_names,
+    quantile_arguments,
+    substitute,
+)
 from tests.support.demo_process import running_demo
 from tests.support.polling import wait_for
 from tests.support.prometheus import (
@@ -56,6 +70,10 @@ from tests.support.prometheus import (
 pytestmark = [pytest.mark.e2e, needs_prometheus, pytest.mark.timeout(180)]
 PROMETHEUS_OWN = {"up"}
 """Series Prometheus makes itself for every target."""
+TARGET_LABELS = {"job", "instance"}
+"""Labels Prometheus adds to every series it scrapes."""
+COUNTING = {"counter", "histogram", "summary"}
+"""Family types whose series only go up: what rate() and increase() may read."""
 
 
 def config_for(targets: list[str], tmp_path: Path) -> Path:
@@ -105,14 +123,17 @@ def _variables() -> set[str]:
     return {v["name"] for board in dashboards().values() for v in board["templating"]["list"]}
 
 
-def test_every_dashboard_query_returns_data(prometheus: httpx.Client) -> None:
+def test_every_dashboard_query_returns_data_its_legend_can_name(prometheus: httpx.Client) -> None:
     variables = _variables()
     for panel_query in _checked_queries():
         promql = substitute(panel_query.expr, variables)
-        wait_for(
+        result = wait_for(
             lambda promql=promql: query(prometheus, promql), _has_data,
             f"data for {panel_query}", WAIT_S,
         )  # fmt: skip
+        for series in result:
+            missing = legend_labels(panel_query.legend) - set(series["metric"])
+            assert not missing, f"the legend names labels the series lack {missing}: {panel_query}"
 
 
 def test_every_kvscope_recording_rule_records_and_every_rule_evaluates(
@@ -130,20 +151,36 @@ def test_every_kvscope_recording_rule_records_and_every_rule_evaluates(
     assert not broken, broken
 
 
-def listen_mode_names() -> set[str]:
+@dataclass(frozen=True, slots=True)
+class Exported:
+    """One series name as the sidecar exports it: its family's type, the labels it carries."""
+
+    kind: str
+    labels: frozenset[str]
+
+
+def _exported(families: Iterable[Metric]) -> dict[str, Exported]:
+    return {
+        sample.name: Exported(family.type, frozenset(sample.labels))
+        for family in families
+        for sample in family.samples
+    }
+
+
+def listen_mode_series() -> dict[str, Exported]:
     """The series a sidecar exports only in listen mode (the demo's connects): its listen
     socket's, as the sidecar's own collector prints them."""
     state = SidecarState.from_settings(SidecarSettings(listen=["tcp://127.0.0.1:*"]))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SidecarCollector(state, WorkerFamilies(state, set())))
-    names = {sample.name for family in registry.collect() for sample in family.samples}
-    return {name for name in names if name.startswith("kvscope_sidecar_listen_")}
+    series = _exported(registry.collect())
+    return {name: s for name, s in series.items() if name.startswith("kvscope_sidecar_listen_")}
 
 
-def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(
-    demos: dict[str, str],
-) -> None:
-    exported = listen_mode_names()
+@pytest.fixture(scope="module")
+def exported(demos: dict[str, str]) -> dict[str, Exported]:
+    """Every series the two demos' sidecars serve on /metrics, and the listen socket's."""
+    series = listen_mode_series()
     for base in demos.values():
         # The optimum's gauges appear with its first computation over the window.
         body = wait_for(
@@ -151,12 +188,57 @@ def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(
             lambda text: "kvscope_sidecar_window_optimum_hits{" in text,
             "the optimum's first computation", WAIT_S,
         )  # fmt: skip
-        families = text_string_to_metric_families(body)
-        exported |= {sample.name for family in families for sample in family.samples}
-    exprs = [q.expr for q in panel_queries()] + [rule["expr"] for rule in rules()]
-    named = {name for expr in exprs for name in metric_names(expr) if not is_vllm(name)}
-    unknown = named - exported - recorded_names() - PROMETHEUS_OWN
+        for name, found in _exported(text_string_to_metric_families(body)).items():
+            known = series.get(name)
+            labels = found.labels if known is None else known.labels | found.labels
+            series[name] = Exported(found.kind, labels)
+    return series
+
+
+def _exprs() -> list[str]:
+    return [q.expr for q in panel_queries()] + [rule["expr"] for rule in rules()]
+
+
+def _kvscope(names: set[str]) -> set[str]:
+    """kvscope's exported series among ``names``: not vLLM's, recorded, or Prometheus's."""
+    return {n for n in names if not is_vllm(n)} - recorded_names() - PROMETHEUS_OWN
+
+
+def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(
+    exported: dict[str, Exported],
+) -> None:
+    named = {name for expr in _exprs() for name in _kvscope(metric_names(expr))}
+    unknown = named - set(exported)
     assert not unknown, f"named but not exported: {sorted(unknown)}"
+
+
+def test_every_label_a_panel_or_rule_matches_or_groups_by_is_on_its_series(
+    exported: dict[str, Exported],
+) -> None:
+    """A matcher names a label of its own series; a grouping (by, on) of a query on exported
+    series alone names a label one of them carries (those on recorded series are the
+    legend test's: their labels are the rule's grouping)."""
+    for expr in _exprs():
+        for name, label in matched_labels(expr):
+            if _kvscope({name}):
+                assert label in exported[name].labels | TARGET_LABELS, f"{name}: {label}: {expr}"
+        names = metric_names(expr)
+        if names == _kvscope(names):
+            carried = TARGET_LABELS.union(*(exported[name].labels for name in names))
+            assert grouping_labels(expr) <= carried, f"{expr}: {grouping_labels(expr) - carried}"
+
+
+def test_rate_reads_counters_and_quantiles_read_buckets_by_le(
+    exported: dict[str, Exported],
+) -> None:
+    for expr in _exprs():
+        for name in _kvscope(counter_function_names(expr)):
+            assert exported[name].kind in COUNTING, f"rate or increase of a gauge {name}: {expr}"
+        for argument in quantile_arguments(expr):
+            for name in _kvscope(metric_names(argument)):
+                assert exported[name].kind == "histogram", f"not a histogram {name}: {expr}"
+                assert name.endswith("_bucket"), f"histogram_quantile of {name}: {expr}"
+            assert "le" in grouping_labels(argument, "by"), f"buckets summed over le: {expr}"
 
 
 def test_the_efficiency_panel_shows_the_figure_the_sidecars_api_gives(
