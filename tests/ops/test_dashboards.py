@@ -28,7 +28,7 @@ from tests.ops.artifacts import (
     recorded_names,
     rules,
 )
-from tests.ops.promql import is_vllm, metric_names
+from tests.ops.promql import counter_function_names, is_vllm, metric_names
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 FILTERS = ("engine", "rank")
@@ -40,6 +40,10 @@ VLLM_DEFINITIONS = (
 """Where vLLM 0.33 names the vllm:* series the dashboards plot."""
 EXPOSITION_SUFFIX = re.compile(r"_(?:total|bucket|count|sum)$")
 """What prometheus_client adds to a counter's or a histogram's name in the exposition."""
+NAMED_UNITS = {"s": "seconds", "bytes": "bytes", "Bps": "bytes", "percentunit": "ratio"}
+"""Axis units and the word a kvscope series plotted on them carries in its name."""
+PER_SECOND = re.compile(r"/s$|^(?:cps|Bps)$")
+"""Axis units of a rate."""
 
 
 def _all_panels() -> list[Any]:
@@ -75,20 +79,42 @@ def test_check_names_a_stale_file(tmp_path: Path) -> None:
     assert generate.stale(tmp_path) == ["kvscope-overview.json"]
 
 
+def _unit(panel: dict[str, Any]) -> str | None:
+    if panel["type"] == "heatmap":
+        return panel["options"]["yAxis"].get("unit")
+    return panel["fieldConfig"]["defaults"].get("unit")
+
+
 @pytest.mark.parametrize("panel", _all_panels())
 def test_every_panel_has_a_description_a_unit_and_the_datasource_variable(
     panel: dict[str, Any],
 ) -> None:
     where = panel["title"]
     assert "healthy" in panel.get("description", "").lower(), f"{where}: no healthy value"
-    if panel["type"] == "heatmap":
-        unit = panel["options"]["yAxis"].get("unit")
-    else:
-        unit = panel["fieldConfig"]["defaults"].get("unit")
-    assert unit, f"{where}: no unit"
+    assert _unit(panel), f"{where}: no unit"
     assert panel["datasource"] == DATASOURCE, where
     assert panel["targets"], f"{where}: no query"
     assert all(target["datasource"] == DATASOURCE for target in panel["targets"]), where
+
+
+@pytest.mark.parametrize("panel", _all_panels())
+def test_every_panel_plots_series_in_the_unit_of_its_axis(panel: dict[str, Any]) -> None:
+    """A seconds, bytes or ratio axis plots series named so (vLLM's names are vLLM's, and
+    test_vllm_series_are_ones_vllm_exports holds them); a per-second axis plots rates, and
+    any other rates only inside a histogram's quantile or heatmap (rates of its buckets)."""
+    unit = _unit(panel) or ""
+    for target in panel["targets"]:
+        names = {name for name in metric_names(target["expr"]) if not is_vllm(name)}
+        if not names:
+            continue
+        where = f"{panel['title']} [{unit}]: {target['expr']}"
+        if unit in NAMED_UNITS:
+            assert any(NAMED_UNITS[unit] in name for name in names), where
+        rated = counter_function_names(target["expr"])
+        if PER_SECOND.search(unit):
+            assert rated, f"a per-second axis, no rate: {where}"
+        else:
+            assert all(name.endswith("_bucket") for name in rated), f"a rate on {where}"
 
 
 @pytest.mark.parametrize("name", sorted(dashboards()))
