@@ -21,6 +21,7 @@ exports them).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +43,10 @@ from tests.ops.artifacts import (
     PROMETHEUS_CONFIG,
     PROMETHEUS_DIR,
     PanelQuery,
+    alerts,
     dashboards,
     panel_queries,
+    panels,
     recorded_names,
     rules,
 )
@@ -209,6 +212,24 @@ def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(
 ) -> None:
     named = {name for expr in _exprs() for name in _kvscope(metric_names(expr))}
     unknown = named - set(exported)
+    assert not unknown, f"named but not exported: {sorted(unknown)}"
+
+
+def test_every_metric_a_runbook_or_panel_description_names_is_one_kvscope_exports(
+    exported: dict[str, Exported],
+) -> None:
+    """What an alert or a panel tells the operator to look at exists under that name."""
+    boards = dashboards().values()
+    texts = [panel["description"] for board in boards for _row, panel in panels(board)] + [
+        text for alert in alerts() for text in alert["annotations"].values()
+    ]
+    words = {name for text in texts for name in re.findall(r"\bkvscope_\w+\b(?!\*)", text)}
+    # A metric's namespace is its first two words; others (kvscope_endpoint) are settings.
+    namespaces = {"_".join(name.split("_")[:2]) for name in exported}
+    named = {word for word in words if "_".join(word.split("_")[:2]) in namespaces}
+    assert named, "no metric named in a runbook or a panel's description"
+    suffixes = ("", "_total", "_bucket")
+    unknown = {name for name in named if not any(name + end in exported for end in suffixes)}
     assert not unknown, f"named but not exported: {sorted(unknown)}"
 
 
