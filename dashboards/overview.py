@@ -31,6 +31,8 @@ UID = "kvscope-overview"
 VLLM_ROW = "vLLM prefix cache: GPU tier (vLLM) beside CPU tier (kvscope)"
 """The row of vLLM's own prefix cache, mostly vLLM's series: data only with vLLM scraped.
 (vLLM's transfer series sit in the Transfers row, beside kvscope's.)"""
+EVENTS_ROW = "Event feed (sidecar)"
+"""The row of the feed's two ends: the workers' publishers and the sidecars that follow them."""
 LAG = series("kvscope_sidecar_ingest_lag_seconds", PUBLISHER)
 STREAM = "instance, publisher"
 """A sidecar's stream: every pod's sidecar may name its publisher alike (the pod's
@@ -344,8 +346,9 @@ def _events() -> list[Panel]:
             "Drops and replays per publisher",
             "Frames the worker's publisher dropped (consumer slow or absent), events it left "
             "out because a hash could not be encoded, batches the sidecar fetched by replay, "
-            "and replay requests answered, per sidecar. Healthy: drops and unsendable events "
-            "0; replays only after a gap.",
+            "replay requests answered and replay answers cut short (their batches are lost), "
+            "per sidecar. Healthy: drops, unsendable events and cut answers 0; replays only "
+            "after a gap.",
             "cps",
             Query(
                 _by(STREAM, rate("kvscope_publisher_dropped_frames_total", WORKER)),
@@ -366,13 +369,22 @@ def _events() -> list[Panel]:
                 ),
                 f"replay requests {{{{outcome}}}} {ON}",
             ),
+            Query(
+                _by(STREAM, rate("kvscope_publisher_truncated_replays_total", WORKER)),
+                f"replays cut short {ON}",
+            ),
             width=8,
         ),
         timeseries_panel(
             "Frames per publisher",
-            "Frames each sidecar received, and those skipped as malformed. Healthy: a steady "
-            "rate while serving, malformed 0 (non-zero: a version mismatch).",
+            "Frames each publisher sent, by kind, and those each sidecar received and "
+            "skipped as malformed. Healthy: a steady rate while serving, received as many as "
+            "sent, malformed 0 (non-zero: a version mismatch).",
             "cps",
+            Query(
+                _by(f"{STREAM}, kind", rate("kvscope_publisher_frames_total", WORKER)),
+                f"sent {{{{kind}}}} {ON}",
+            ),
             Query(
                 _by(STREAM, rate("kvscope_sidecar_frames_total", PUBLISHER)),
                 f"received {ON}",
@@ -474,7 +486,7 @@ def build() -> Dashboard:
             ("CPU tier", _tier()),
             ("Why no hits", _why()),
             ("Transfers", _transfers()),
-            ("Event feed (sidecar)", _events()),
+            (EVENTS_ROW, _events()),
             (VLLM_ROW, _vllm()),
         ],
     )

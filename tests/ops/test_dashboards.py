@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from dashboards import generate
-from dashboards.overview import VLLM_ROW
+from dashboards.overview import EVENTS_ROW, VLLM_ROW
+from offload.telemetry.metrics import SPECS
 from tests.ops.artifacts import (
     DASHBOARD_DIR,
     ROOT,
@@ -155,6 +156,18 @@ def test_ratios_come_from_the_recording_rules() -> None:
         for name in metric_names(query.expr):
             if ":" in name and not name.startswith("vllm:"):
                 assert name in recorded, f"{name} is not a recording rule: {query}"
+
+
+def test_every_publisher_metric_is_on_the_event_feed_row() -> None:
+    """The worker's publisher is the feed's other end: what it sent, dropped, left out and
+    answered to replays (in full or cut short) tells its losses from the sidecar's, so each
+    of its families is plotted beside the sidecar's own."""
+    plotted = {
+        name for q in panel_queries() if q.row == EVENTS_ROW for name in metric_names(q.expr)
+    }
+    publisher = {name for name in SPECS if name.startswith("kvscope_publisher_")}
+    assert publisher, "no kvscope_publisher_* metric"
+    assert publisher <= plotted, f"not plotted: {sorted(publisher - plotted)}"
 
 
 def test_vllm_queries_stand_apart_and_say_whose_they_are() -> None:
