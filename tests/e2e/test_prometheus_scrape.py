@@ -6,17 +6,21 @@ what a parser cannot: that the server accepts the exposition, that the
 counters behave as counters under ``rate()``, that histograms answer
 ``histogram_quantile()``, and that the worker's labels arrive intact.
 ``promtool check metrics`` lints the exposition against Prometheus's naming
-conventions.
+conventions; it passes a series printed twice and a family with no TYPE (and
+Prometheus 2.42 keeps the first of two silently, counting nothing), so the
+exposition is checked for those too.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.demo_process import running_demo
 from tests.support.polling import wait_for
@@ -98,6 +102,18 @@ def test_prometheus_scrapes_the_sidecar_and_answers_grafanas_queries(
 
         tracked = value_of(api, "kvscope_sidecar_tracked_blocks")
         assert tracked is not None and tracked > 0
+
+
+def test_every_family_has_help_and_type_and_every_series_is_printed_once(demo: str) -> None:
+    families = list(text_string_to_metric_families(worker_exposition(demo)))
+    untyped = [f.name for f in families if f.type == "unknown" or not f.documentation.strip()]
+    assert not untyped, f"no TYPE or no HELP: {untyped}"
+    series = Counter(
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in families
+        for sample in family.samples
+    )
+    assert [key for key, count in series.items() if count > 1] == []
 
 
 @needs_promtool
