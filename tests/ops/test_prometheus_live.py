@@ -8,14 +8,15 @@ ports, the intervals cut to 1 s (so rates exist within
 seconds) and the vLLM job left out (no vLLM here). Through Prometheus' HTTP
 API, every query of every dashboard panel must return data, every rule must
 evaluate cleanly, and every legend must name labels the query's series carry.
-Every metric a panel or rule names must be one the demos export, with the
-labels its matchers and groupings name; rate() and increase() may read only
-counters (and a histogram's series), histogram_quantile() only buckets kept
-apart by ``le``. A renamed metric or label breaks these tests. Queries on
-vLLM's series are the exception, and the only one: with no vLLM scraped they
-have no data (test_dashboards.py holds that no query mixes them with
-kvscope's, that outside the vLLM row they say they are vLLM's, and that vLLM
-exports them).
+Every metric a panel, a rule, a runbook or a promtool test's input names must
+be one the demos export, with the labels its matchers and groupings name (a
+test's input with exactly the labels the sidecar gives it); rate() and
+increase() may read only counters (and a histogram's series),
+histogram_quantile() only buckets kept apart by ``le``. A renamed metric or
+label breaks these tests. Queries on vLLM's series are the exception, and the
+only one: with no vLLM scraped they have no data (test_dashboards.py holds
+that no query mixes them with kvscope's, that outside the vLLM row they say
+they are vLLM's, and that vLLM exports them).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from dashboards.rules import WINDOW_EFFICIENCY, WINDOW_OPTIMUM_HIT_RATIO, WINDOW
 from tests.ops.artifacts import (
     PROMETHEUS_CONFIG,
     PROMETHEUS_DIR,
+    RULE_TESTS,
     PanelQuery,
     alerts,
     dashboards,
@@ -231,6 +233,28 @@ def test_every_metric_a_runbook_or_panel_description_names_is_one_kvscope_export
     suffixes = ("", "_total", "_bucket")
     unknown = {name for name in named if not any(name + end in exported for end in suffixes)}
     assert not unknown, f"named but not exported: {sorted(unknown)}"
+
+
+def test_every_series_a_rule_test_feeds_in_is_one_kvscope_exports_with_its_labels(
+    exported: dict[str, Exported],
+) -> None:
+    """The promtool tests' input series are the sidecar's (the labels Prometheus adds aside):
+    an alert tested on a series kvscope does not export, or labelled otherwise, proves
+    nothing about the alert on the real one."""
+    fed = [
+        series["series"]
+        for path in RULE_TESTS
+        for test in yaml.safe_load(path.read_text())["tests"]
+        for series in test["input_series"]
+    ]
+    assert fed, "no input series in the promtool tests"
+    for selector in fed:
+        name, _, matchers = selector.partition("{")
+        if not _kvscope({name}):
+            continue
+        assert name in exported, f"not exported: {selector}"
+        labels = set(re.findall(r"(\w+)\s*=", matchers)) - TARGET_LABELS
+        assert labels == exported[name].labels, f"{selector}: {sorted(exported[name].labels)}"
 
 
 def test_every_label_a_panel_or_rule_matches_or_groups_by_is_on_its_series(
