@@ -9,7 +9,8 @@ seconds) and the vLLM job left out (no vLLM here). Through Prometheus' HTTP
 API, every query of every dashboard panel must return data, every rule must
 evaluate cleanly, and every legend must name labels the query's series carry.
 Every metric a panel, a rule, a runbook or a promtool test's input names must
-be one the demos export, with the labels its matchers and groupings name (a
+be one the demos (or, the listen socket's, a listening sidecar) serve on
+/metrics, with the labels its matchers and groupings name (a
 test's input with exactly the labels the sidecar gives it); rate() and
 increase() may read only counters (and a histogram's series),
 histogram_quantile() only buckets kept apart by ``le``. A renamed metric or
@@ -32,13 +33,11 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, Metric
+from prometheus_client import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.api.metrics import SidecarCollector
-from app.api.worker_families import WorkerFamilies
+from app.server import Sidecar
 from app.settings import SidecarSettings
-from app.state.sidecar import SidecarState
 from dashboards.rules import WINDOW_EFFICIENCY, WINDOW_OPTIMUM_HIT_RATIO, WINDOW_TIER_HIT_RATIO
 from tests.ops.artifacts import (
     PROMETHEUS_CONFIG,
@@ -71,6 +70,7 @@ from tests.support.prometheus import (
     running_prometheus,
     worker_exposition,
 )
+from tests.support.zmq_peers import RawPublisher
 
 pytestmark = [pytest.mark.e2e, needs_prometheus, pytest.mark.timeout(180)]
 PROMETHEUS_OWN = {"up"}
@@ -173,12 +173,21 @@ def _exported(families: Iterable[Metric]) -> dict[str, Exported]:
 
 
 def listen_mode_series() -> dict[str, Exported]:
-    """The series a sidecar exports only in listen mode (the demo's connects): its listen
-    socket's, as the sidecar's own collector prints them."""
-    state = SidecarState.from_settings(SidecarSettings(listen=["tcp://127.0.0.1:*"]))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SidecarCollector(state, WorkerFamilies(state, set())))
-    series = _exported(registry.collect())
+    """The series a sidecar serves only in listen mode (the demo's connects): its listen
+    socket's, from a listening sidecar with a publisher connected to it."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url, timeout=10) as http:
+        (bound,) = http.get("/api/v1/stats").json()["listener"]["endpoints"]
+        publisher = RawPublisher(connect=bound)
+        try:
+            body = wait_for(
+                lambda: http.get("/metrics").text,
+                lambda text: "kvscope_sidecar_listen_connections 1.0" in text,
+                "the publisher admitted to the listen socket", WAIT_S,
+            )  # fmt: skip
+        finally:
+            publisher.close()
+    series = _exported(text_string_to_metric_families(body))
     return {name: s for name, s in series.items() if name.startswith("kvscope_sidecar_listen_")}
 
 
