@@ -395,6 +395,37 @@ def _events() -> list[Panel]:
             ),
         ),
         timeseries_panel(
+            "Listen-socket peers (listen mode)",
+            "Peers each listening sidecar has admitted and still connected: one per engine "
+            "rank and listen endpoint. Healthy: the engines' count, below "
+            "KVSCOPE_LISTEN_MAX_CONNECTIONS (128). No data: no sidecar listens.",
+            "suffix: peers",
+            Query(_by("instance", "kvscope_sidecar_listen_connections"), "admitted {{instance}}"),
+        ),
+        timeseries_panel(
+            "Listen-socket frames and refusals (listen mode)",
+            "Frames each listening sidecar received on its listen socket, those skipped "
+            "before they named a stream, and those of new streams past its most publishers; "
+            "handshakes it refused past its most peers, past a host's share, or from outside "
+            "KVSCOPE_LISTEN_ALLOW (each has an alert and a runbook). Healthy: a steady rate "
+            "received, everything else 0 (a refused engine is not followed).",
+            "cps",
+            *(
+                Query(
+                    _by("instance", rate(f"kvscope_sidecar_listen_{name}_total", ())),
+                    f"{label} {{{{instance}}}}",
+                )
+                for name, label in (
+                    ("frames", "received"),
+                    ("malformed_frames", "malformed"),
+                    ("refused_frames", "frames past the most publishers"),
+                    ("refused_connections", "handshakes past the most peers"),
+                    ("refused_host_connections", "handshakes past a host's share"),
+                    ("refused_addresses", "handshakes outside the allowed networks"),
+                )
+            ),
+        ),
+        timeseries_panel(
             "Sidecar block index",
             "Blocks each sidecar indexes against the most it holds. Healthy: tracked below "
             "max (else raise the index size: refusals follow).",

@@ -1,23 +1,23 @@
-"""A real Prometheus, with the shipped config and rules, scrapes two live `kvscope demo`s.
+"""A real Prometheus, with the shipped config and rules, scrapes two live `kvscope demo`s
+and a sidecar in listen mode (whose listen socket's series the demos, connecting, lack).
 
 One demo runs lru (the distance to the optimum is its own policy's), the other
 gated (whose admission candidates have a panel of their own, and whose distance
 to the optimum the curve does not tell). The config is the shipped
-prometheus.yml with only the sidecar's targets moved to the demos' loopback
-ports, the intervals cut to 1 s (so rates exist within
-seconds) and the vLLM job left out (no vLLM here). Through Prometheus' HTTP
-API, every query of every dashboard panel must return data, every rule must
-evaluate cleanly, and every legend must name labels the query's series carry.
-Every metric a panel, a rule, a runbook or a promtool test's input names must
-be one the demos (or, the listen socket's, a listening sidecar) serve on
-/metrics, with the labels its matchers and groupings name (a
-test's input with exactly the labels the sidecar gives it); rate() and
-increase() may read only counters (and a histogram's series),
-histogram_quantile() only buckets kept apart by ``le``. A renamed metric or
-label breaks these tests. Queries on vLLM's series are the exception, and the
-only one: with no vLLM scraped they have no data (test_dashboards.py holds
-that no query mixes them with kvscope's, that outside the vLLM row they say
-they are vLLM's, and that vLLM exports them).
+prometheus.yml with only the sidecar's targets moved to these loopback ports,
+the intervals cut to 1 s (so rates exist within seconds) and the vLLM job left
+out (no vLLM here). Through Prometheus' HTTP API, every query of every
+dashboard panel must return data, every rule must evaluate cleanly, and every
+legend must name labels the query's series carry. Every metric a panel, a
+rule, a runbook or a promtool test's input names must be one these sidecars
+serve on /metrics, with the labels its matchers and groupings name (a test's
+input with exactly the labels the sidecar gives it); rate() and increase() may
+read only counters (and a histogram's series), histogram_quantile() only
+buckets kept apart by ``le``. A renamed metric or label breaks these tests.
+Queries on vLLM's series are the exception, and the only one: with no vLLM
+scraped they have no data (test_dashboards.py holds that no query mixes them
+with kvscope's, that outside the vLLM row they say they are vLLM's, and that
+vLLM exports them).
 """
 
 from __future__ import annotations
@@ -105,12 +105,32 @@ def demos() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
+def listening() -> Iterator[str]:
+    """A sidecar in listen mode (the demos' connect), a publisher admitted to its listen
+    socket: its base URL. The listen socket's series exist only on such a sidecar."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url, timeout=10) as http:
+        (bound,) = http.get("/api/v1/stats").json()["listener"]["endpoints"]
+        publisher = RawPublisher(connect=bound)
+        try:
+            wait_for(
+                lambda: http.get("/api/v1/stats").json()["listener"]["connections"], bool,
+                "the publisher admitted to the listen socket", WAIT_S,
+            )  # fmt: skip
+            yield sidecar.url
+        finally:
+            publisher.close()
+
+
+@pytest.fixture(scope="module")
 def prometheus(
-    demos: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    demos: dict[str, str], listening: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[httpx.Client]:
-    """Prometheus with the shipped config and rules, scraping both demos; its API client."""
+    """Prometheus with the shipped config and rules, scraping both demos and the listening
+    sidecar; its API client."""
     tmp_path = tmp_path_factory.mktemp("prometheus")
-    config = config_for([urlsplit(base).netloc for base in demos.values()], tmp_path)
+    bases = [*demos.values(), listening]
+    config = config_for([urlsplit(base).netloc for base in bases], tmp_path)
     with running_prometheus(config, tmp_path / "tsdb") as api:
         yield api
 
@@ -172,29 +192,18 @@ def _exported(families: Iterable[Metric]) -> dict[str, Exported]:
     }
 
 
-def listen_mode_series() -> dict[str, Exported]:
-    """The series a sidecar serves only in listen mode (the demo's connects): its listen
-    socket's, from a listening sidecar with a publisher connected to it."""
-    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
-    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url, timeout=10) as http:
-        (bound,) = http.get("/api/v1/stats").json()["listener"]["endpoints"]
-        publisher = RawPublisher(connect=bound)
-        try:
-            body = wait_for(
-                lambda: http.get("/metrics").text,
-                lambda text: "kvscope_sidecar_listen_connections 1.0" in text,
-                "the publisher admitted to the listen socket", WAIT_S,
-            )  # fmt: skip
-        finally:
-            publisher.close()
+def listen_mode_series(listening: str) -> dict[str, Exported]:
+    """The series a sidecar serves only in listen mode (the demos' connect): its listen
+    socket's, from the listening sidecar."""
+    body = httpx.get(f"{listening}/metrics", timeout=10).text
     series = _exported(text_string_to_metric_families(body))
     return {name: s for name, s in series.items() if name.startswith("kvscope_sidecar_listen_")}
 
 
 @pytest.fixture(scope="module")
-def exported(demos: dict[str, str]) -> dict[str, Exported]:
+def exported(demos: dict[str, str], listening: str) -> dict[str, Exported]:
     """Every series the two demos' sidecars serve on /metrics, and the listen socket's."""
-    series = listen_mode_series()
+    series = listen_mode_series(listening)
     for base in demos.values():
         # The optimum's gauges appear with its first computation over the window.
         body = wait_for(
@@ -224,6 +233,15 @@ def test_every_metric_a_panel_or_rule_names_is_one_kvscope_exports(
     named = {name for expr in _exprs() for name in _kvscope(metric_names(expr))}
     unknown = named - set(exported)
     assert not unknown, f"named but not exported: {sorted(unknown)}"
+
+
+def test_every_listen_socket_metric_is_plotted(listening: str) -> None:
+    """Listen mode's own figures (its peers, frames and refusals) are on a panel, beside the
+    alerts on its refusals: a new one the sidecar serves shows up unplotted here."""
+    plotted = {name for q in panel_queries() for name in metric_names(q.expr)}
+    listen = set(listen_mode_series(listening))
+    assert listen, "no listen-socket series"
+    assert listen <= plotted, f"not plotted: {sorted(listen - plotted)}"
 
 
 def test_every_metric_a_runbook_or_panel_description_names_is_one_kvscope_exports(
