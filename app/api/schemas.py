@@ -12,10 +12,7 @@ from app.state.block_index import BlockEntry
 from app.state.event_log import LoggedEvent
 from app.state.history import Kind, SeriesKey
 from app.state.listener import ListenerState
-from app.state.publisher import PublisherState
-
-CONNECTED_WITHIN_S = 10.0
-"""A publisher counts as connected when a frame arrived this recently."""
+from app.state.publisher import CONNECTED_WITHIN_S, PublisherState
 
 MAX_LOOKUP_HASHES: Final = 16_384
 """Longest chain one lookup takes: a 256k-token prompt in blocks of 16."""
@@ -72,8 +69,7 @@ class PublisherInfo(BaseModel):
             name=state.name,
             mode=state.source.mode,
             seen=state.seen,
-            connected=state.last_frame_at is not None
-            and now - state.last_frame_at <= CONNECTED_WITHIN_S,
+            connected=state.connected(now),
             last_frame_at=state.last_frame_at,
             last_seq=state.last_seq,
             frames=state.frames,

@@ -29,6 +29,11 @@ its answers passed ``replay_max_bytes``; an answer broke the protocol (not four 
 a bad sequence frame, a sequence number that repeats or goes back)."""
 
 
+CONNECTED_WITHIN_S: Final = 10.0
+"""A publisher counts as connected when a frame arrived this recently (twice a worker's
+heartbeat): its latest rates stand for now only while it is."""
+
+
 @dataclass(slots=True)
 class PublisherState:
     """One publisher's stream health and latest stats (all counts since start-up)."""
@@ -65,3 +70,7 @@ class PublisherState:
     @property
     def seen(self) -> bool:
         return self.last_frame_at is not None
+
+    def connected(self, now: float) -> bool:
+        """Whether a frame arrived within ``CONNECTED_WITHIN_S`` of ``now``."""
+        return self.last_frame_at is not None and now - self.last_frame_at <= CONNECTED_WITHIN_S

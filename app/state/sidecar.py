@@ -103,8 +103,8 @@ class SidecarState:
         """Record the aggregates ``/api/v1/stats`` shows, per publisher and medium, at ``now``.
 
         Per publisher: blocks and bytes held per medium (the index), its worker's totals
-        (counters), rates and transfer-latency quantiles (gauges) from its latest stats
-        frames, and its stream's
+        (counters), rates (while it is connected) and transfer-latency quantiles (gauges)
+        from its latest stats frames, and its stream's
         health counts; for the sidecar as a whole (publisher None): blocks tracked, the
         index's overflow, events received and events per second. The index is read
         under ``lock``, for as long as one pass over its per-location counts.
@@ -138,13 +138,16 @@ class SidecarState:
                 continue
             for metric in _WORKER_COUNTS:
                 add(name, metric, "counter", getattr(worker, metric))
-            for metric in _WORKER_RATES:
+            # Rates only while the publisher sends: a dead worker's last ones would stand as
+            # now's for as long as the history keeps points (a gap says it instead).
+            live = publisher.connected(now)
+            for metric in _WORKER_RATES if live else ():
                 add(name, metric, "gauge", getattr(worker, metric))
             for reason, count in worker.evictions.items():
                 add(name, "evictions", "counter", count, reason=reason)
             for reason, count in worker.miss_blocks.items():
                 add(name, "miss_blocks", "counter", count, reason=reason)
-            for direction, per_s in worker.transfer_bytes_per_s.items():
+            for direction, per_s in worker.transfer_bytes_per_s.items() if live else ():
                 add(name, "transfer_bytes_per_s", "gauge", per_s, direction=direction)
             for (direction, q), seconds in worker.transfer_latency_s.items():
                 add(name, "transfer_latency_s", "gauge", seconds, direction=direction, quantile=q)

@@ -25,6 +25,8 @@ async def stats(state: State) -> StatsResponse:
     now = time.time()
     publishers = list(state.publishers.values())
     workers = [p.worker for p in publishers if p.worker is not None]
+    # A rate is a publisher's now only while it sends: a dead worker's last one stood forever.
+    live = [p.worker for p in publishers if p.worker is not None and p.connected(now)]
     index = state.index
     with state.lock:
         blocks, size = index.blocks_by_medium(), index.bytes_by_medium()
@@ -44,10 +46,10 @@ async def stats(state: State) -> StatsResponse:
         evictions=_add_up(w.evictions for w in workers),
         stores_completed=sum(w.stores_completed for w in workers),
         loads=sum(w.loads for w in workers),
-        stores_per_s=_sum_known(w.stores_per_s for w in workers),
-        loads_per_s=_sum_known(w.loads_per_s for w in workers),
-        evictions_per_s=_sum_known(w.evictions_per_s for w in workers),
-        transfer_bytes_per_s=_add_up(w.transfer_bytes_per_s for w in workers),
+        stores_per_s=_sum_known(w.stores_per_s for w in live),
+        loads_per_s=_sum_known(w.loads_per_s for w in live),
+        evictions_per_s=_sum_known(w.evictions_per_s for w in live),
+        transfer_bytes_per_s=_add_up(w.transfer_bytes_per_s for w in live),
         events_per_s=state.event_log.events_per_s(),
         publishers=[PublisherInfo.of(p, now) for p in publishers],
         listener=None if state.listener is None else ListenerInfo.of(state.listener, publishers),
