@@ -348,6 +348,19 @@ def test_stored_runs_name_the_block_before_them_in_vllms_event_types() -> None:
     assert ([key(40), key(42)], False) in ours
 
 
+def stored_runs(vllm: Scheduler, subscriber: Subscriber) -> list[tuple[list, bytes | None]]:
+    """The stored events' runs and parents, once a step has published them (in one batch:
+    all of them at once)."""
+
+    def stored() -> list[tuple[list, bytes | None]]:
+        vllm.step()
+        subscriber.read()
+        return [(e.block_hashes, e.parent_block_hash) for e in subscriber.stored()]
+
+    wait_until(stored, "the request's stored events")
+    return stored()
+
+
 def test_a_block_the_store_threshold_refuses_splits_the_run_it_was_in() -> None:
     """2 was offered once, 1 and 3 twice: only 1 and 3 are stored, and 3 hangs under 2 (the
     block before it in the request), not under 1, which it does not follow."""
@@ -362,14 +375,7 @@ def test_a_block_the_store_threshold_refuses_splits_the_run_it_was_in() -> None:
         vllm.manager.on_new_request(request.ctx)
         vllm.store(request, 0, 3)
         vllm.manager.on_request_finished(request.ctx)
-
-        def stored() -> list[tuple[list, bytes | None]]:
-            vllm.step()
-            subscriber.read()
-            return [(e.block_hashes, e.parent_block_hash) for e in subscriber.stored()]
-
-        wait_until(stored, "the request's stored events")  # one batch: all of them at once
-        assert stored() == [([raw(1)], None), ([raw(3)], raw(2))]
+        assert stored_runs(vllm, subscriber) == [([raw(1)], None), ([raw(3)], raw(2))]
 
 
 def test_chunks_an_offer_leaves_out_split_the_run_they_were_in() -> None:
@@ -384,11 +390,4 @@ def test_chunks_an_offer_leaves_out_split_the_run_they_were_in() -> None:
         assert output is not None and output.keys_to_store == keys
         manager.complete_store(keys, request.ctx)
         vllm.manager.on_request_finished(request.ctx)
-
-        def stored() -> list[tuple[list, bytes | None]]:
-            vllm.step()
-            subscriber.read()
-            return [(e.block_hashes, e.parent_block_hash) for e in subscriber.stored()]
-
-        wait_until(stored, "the request's stored events")  # one batch: all of them at once
-        assert stored() == [([raw(1), raw(2)], None), ([raw(5), raw(6)], None)]
+        assert stored_runs(vllm, subscriber) == [([raw(1), raw(2)], None), ([raw(5), raw(6)], None)]
