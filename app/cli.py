@@ -38,7 +38,7 @@ from offload.sim.mooncake import (
 )
 from offload.sim.optimum import prefix_conflict
 from offload.wire.publisher import EventPublisher
-from offload.wire.sample_frame import MIN_SAMPLE_RATE
+from offload.wire.sample_frame import MIN_SAMPLE_RATE, is_worker_rate
 
 DEFAULT_CAPACITY = 2000
 MAX_DURATION_S = 365 * 24 * 3600
@@ -109,7 +109,7 @@ def _sample_rate(text: str) -> float:
     """A rate in [MIN_SAMPLE_RATE, 1], or 0, which turns the sampled stream (and the live
     curve) off."""
     value = _number(text, "sample rate")
-    if not (value == 0 or MIN_SAMPLE_RATE <= value <= 1):
+    if not is_worker_rate(value):
         raise argparse.ArgumentTypeError(
             f"sample rate must be 0 or in [{MIN_SAMPLE_RATE:g}, 1], got {value}"
         )

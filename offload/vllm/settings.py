@@ -23,7 +23,7 @@ from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
 from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
-from offload.wire.sample_frame import MIN_SAMPLE_RATE
+from offload.wire.sample_frame import MIN_SAMPLE_RATE, is_worker_rate
 
 KVSCOPE_KEYS = frozenset(
     {
@@ -274,7 +274,7 @@ def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float
     elif isinstance(value, str):
         with contextlib.suppress(ValueError):
             rate = float(value.strip())
-    if rate is None or not (rate == 0 or MIN_SAMPLE_RATE <= rate <= 1):  # NaN fails too
+    if rate is None or not is_worker_rate(rate):
         raise ConfigError(
             f"kv_connector_extra_config sample_rate={shown_repr(value)} must be a number "
             f"from 0 (no sample) to 1 (every block), and 0 or at least {MIN_SAMPLE_RATE:g}"

@@ -48,6 +48,13 @@ MIN_SAMPLE_RATE: Final = 1e-6
 2**30 hash residues, which misses a rate below it by more than 0.05% (by 1% below 5e-8,
 and keeps nothing below 5e-10), while the curve corrects by the rate as given."""
 
+
+def is_worker_rate(rate: float) -> bool:
+    """Whether a worker may be set to sample at ``rate``: 0 (no sample), or from
+    ``MIN_SAMPLE_RATE`` to 1 (NaN is neither)."""
+    return rate == 0 or MIN_SAMPLE_RATE <= rate <= 1
+
+
 _Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 _Rate = Annotated[float, msgspec.Meta(ge=MIN_SAMPLE_RATE, le=1.0)]
 
