@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from app.api.schemas import CONNECTED_WITHIN_S
 from app.state.insight import ComputedOptimum, InsightReading, PublisherInsight, SampledStream
 from app.state.insight_queue import ShadowQueue
 from app.state.insight_verdicts import (
@@ -24,7 +23,7 @@ from app.state.insight_verdicts import (
     stranded_verdicts,
     window_efficiency,
 )
-from app.state.publisher import PublisherState
+from app.state.publisher import CONNECTED_WITHIN_S, PublisherState
 from offload.insight.curve import HitRatioCurve
 
 

@@ -23,10 +23,9 @@ from collections.abc import Sequence
 import pytest
 
 from app.api.insight_schemas import PublisherInsightInfo
-from app.api.schemas import CONNECTED_WITHIN_S
 from app.settings import InsightConfig, MiB, PublisherEndpoints
 from app.state.insight import InsightState, PublisherInsight
-from app.state.publisher import PublisherState
+from app.state.publisher import CONNECTED_WITHIN_S, PublisherState
 from offload.cpu.manager import CPUOffloadingManager
 from offload.insight.sampling import SpatialSampler
 from offload.sim.workload import run_request
