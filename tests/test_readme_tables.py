@@ -1,5 +1,5 @@
-"""The README's reference tables say what the code does: the sidecar's settings and their
-defaults, the worker's metrics, the HTTP routes and their query parameters, and the keys
+"""The README's reference tables say what the code does: the sidecar's settings, their
+defaults and flags, the worker's metrics, the HTTP routes and their query parameters, and the keys
 kvscope reads from vLLM's ``kv_connector_extra_config``.
 
 Each table is read from README.md and compared with the definitions themselves
@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api import create_app
+from app.cli import build_parser
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
 from offload.telemetry import metrics
@@ -49,9 +50,12 @@ def code_spans(cell: str) -> list[str]:
 
 
 def readme_default(text: str) -> object:
-    """A default as the settings tables write it: 1,000 / 64 MiB / 2 s / `lru,arc` / (any)."""
-    if text == "(any)":
-        return []
+    """A default as the settings tables write it: 1,000 / 64 MiB / 2 s / `lru,arc` / (empty),
+    or (any) / (none) for no value (an empty list, or None)."""
+    if text in ("(any)", "(none)"):
+        return None
+    if text == "(empty)":
+        return ""
     if spans := code_spans(text):
         return spans[0]
     number, _, unit = text.partition(" ")
@@ -69,9 +73,20 @@ def test_every_setting_the_tables_name_has_the_default_they_give() -> None:
         field = fields[name]
         default = field.default_factory() if field.default_factory else field.default
         if isinstance(default, list):
-            default = ",".join(default) if default else []
+            default = ",".join(default) if default else None
         expected = readme_default(default_cell)
         assert default == expected, f"{variable}: README says {default_cell}, the code {default!r}"
+
+
+def test_every_flag_the_settings_table_names_sets_its_setting() -> None:
+    flagged = 0
+    for name_cell, _, flag_cell, _ in table("| setting | default | flag |"):
+        (variable,) = code_spans(name_cell)
+        for flag in code_spans(flag_cell):
+            given = vars(build_parser().parse_args(["serve", flag, "1"]))
+            assert given.get(variable.removeprefix("KVSCOPE_").lower()) in ("1", ["1"]), flag
+            flagged += 1
+    assert flagged, "the settings table names no flag"
 
 
 def test_every_setting_is_in_the_readme() -> None:
