@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from offload import CPUOffloadingManager
+from offload.base import PrepareStoreOutput
 from offload.cpu.policies.gated_lru import MET_CAPACITIES, MET_REQUESTS, GatedLRUCachePolicy
+from offload.cpu.policies.lru import _POSITION_BITS
 from offload.cpu.policies.miniature import CANDIDATES, MODEL_TURNOVERS, Candidate, Miniature
 from offload.cpu.policies.offer_history import (
     OFFERS_PER_SLOT,
@@ -242,3 +246,32 @@ def test_what_waits_for_the_models_is_bounded_in_requests_and_blocks() -> None:
     big = list(range(1000, 1000 + 3 * MET_CAPACITIES * capacity))
     policy.observe(big, RequestRecency(lambda _: None))  # one request alone may hold more
     assert policy._met_blocks == len(big) and len(policy._met) == 1
+
+
+def stored_by(
+    manager: CPUOffloadingManager, block_hash: int, request: RequestRecency | None
+) -> PrepareStoreOutput:
+    out = manager.prepare_store([block_hash], request)
+    assert out is not None
+    manager.complete_store(out.block_hashes_to_store)
+    return out
+
+
+@pytest.mark.parametrize("second_by_request", [True, False])
+def test_the_residency_age_is_timed_from_the_oldest_block_still_at_its_rank(
+    second_by_request: bool,
+) -> None:
+    """Block 1, placed by a request, is placed again by a newer one (its first heap entry
+    outdated), then block 2 is stored, by a request or by use: the eviction that makes room
+    for block 3 takes block 1, and the age the gate learns is block 1's at its current rank,
+    not its outdated entry's, nor the younger block 2's when 2 is ranked by use."""
+    manager, policy = gated(2)
+    stored_by(manager, 1, RequestRecency({1: 16}.get))
+    policy.observe([1], RequestRecency({1: 16}.get))
+    stored_by(manager, 2, RequestRecency({2: 16}.get) if second_by_request else None)
+    rank, now = policy._placed[1], policy._order
+    assert policy._heap[0][0] < rank  # the outdated entry is the heap's top
+    out = stored_by(manager, 3, RequestRecency({3: 16}.get))
+    assert out.block_hashes_evicted == [1]
+    assert policy.residency._average == now - (rank >> _POSITION_BITS)
+    assert manager.invariant_violations() == []

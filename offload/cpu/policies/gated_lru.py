@@ -275,9 +275,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         self, n: int, protected: Container[BlockHash]
     ) -> list[tuple[BlockHash, Block]] | None:
         """The LRU's eviction over the probation segment, timing the age of what leaves."""
-        oldest = next(iter(self._used.values()), None)
-        if oldest is None and self._heap:
-            oldest = self._heap[0][0]
+        oldest = self._oldest_rank()
         evicted = super().evict(n, protected)
         if evicted and oldest is not None:
             self.residency.observe(self._order - (oldest >> _POSITION_BITS), len(evicted))

@@ -267,6 +267,20 @@ class LRUCachePolicy(CachePolicy):
             held.append(entry)
         return None
 
+    def _oldest_rank(self) -> int | None:
+        """The oldest rank of a resident block in the LRU's tables (None: none).
+
+        Outdated heap tops are dropped on the way (eviction would drop them
+        anyway), so the answer is a live block's rank, not a moved one's.
+        """
+        heap, placed = self._heap, self._placed
+        while heap and placed.get(heap[0][2]) != heap[0][0]:
+            heappop(heap)
+        by_use = next(iter(self._used.values()), None)
+        if not heap:
+            return by_use
+        return heap[0][0] if by_use is None else min(by_use, heap[0][0])
+
     def _place(self, block_hash: BlockHash, rank: int) -> None:
         self._placed[block_hash] = rank
         heappush(self._heap, (rank, next(self._pushes), block_hash))
