@@ -93,14 +93,29 @@ def matched_labels(expr: str) -> set[tuple[str, str]]:
     }
 
 
-def grouping_labels(expr: str, clauses: str = "by|without|on|ignoring") -> set[str]:
-    """The labels ``expr`` names in its grouping ``clauses`` (default: every kind)."""
-    return {
-        label.strip()
+GROUPING = "by|without|on|ignoring"
+"""Every kind of grouping clause: those that keep the labels they name, and those that drop them."""
+AGGREGATIONS = "sum|min|max|avg|group|stddev|stdvar|count|count_values|bottomk|topk|quantile"
+"""PromQL's aggregation operators."""
+
+
+def groupings(expr: str, clauses: str = GROUPING) -> list[set[str]]:
+    """The labels each of ``expr``'s grouping ``clauses`` names, clause by clause."""
+    return [
+        {label.strip() for label in labels.split(",") if label.strip()}
         for labels in re.findall(rf"\b(?:{clauses})\s*\(([^)]*)\)", expr)
-        for label in labels.split(",")
-        if label.strip()
-    }
+    ]
+
+
+def grouping_labels(expr: str, clauses: str = GROUPING) -> set[str]:
+    """The labels ``expr`` names in its grouping ``clauses`` (default: every kind)."""
+    return set().union(*groupings(expr, clauses))
+
+
+def bare_aggregations(expr: str) -> list[str]:
+    """The aggregations in ``expr`` with no grouping clause before their argument
+    (``sum(x)``): they keep no label at all."""
+    return re.findall(rf"(?<![\w:])(?:{AGGREGATIONS})\s*\(", expr)
 
 
 def legend_labels(legend: str) -> set[str]:

@@ -3,16 +3,18 @@ and a sidecar in listen mode (whose listen socket's series the demos, connecting
 
 One demo runs lru (the distance to the optimum is its own policy's), the other
 gated (whose admission candidates have a panel of their own, and whose distance
-to the optimum the curve does not tell). The config is the shipped
+to the optimum the curve does not tell). Both run engine "demo", rank 0, as two
+pods of one deployment would run engine 0: only the scrape target tells them
+apart, and the rules must keep them apart. The config is the shipped
 prometheus.yml with only the sidecar's targets moved to these loopback ports,
 the intervals cut to 1 s (so rates exist within seconds) and the vLLM job left
 out (no vLLM here). Through Prometheus' HTTP API, every query of every
 dashboard panel must return data, every rule must evaluate cleanly, and every
-legend must name labels the query's series carry. Every metric a panel, a
-rule, a runbook or a promtool test's input names must be one these sidecars
-serve on /metrics, with the labels its matchers and groupings name (a test's
-input with exactly the labels the sidecar gives it); rate() and increase() may
-read only counters (and a histogram's series), histogram_quantile() only
+legend must name labels the query's series carry.
+Every metric a panel, a rule, a runbook or a promtool test's input names must
+be one these sidecars serve on /metrics, with the labels its matchers and
+groupings name (a test's input with exactly the labels the sidecar gives it);
+rate() and increase() may read only counters (and a histogram's series), histogram_quantile() only
 buckets kept apart by ``le``. A renamed metric or label breaks these tests.
 Queries on vLLM's series are the exception, and the only one: with no vLLM
 scraped they have no data (test_dashboards.py holds that no query mixes them
@@ -38,7 +40,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.server import Sidecar
 from app.settings import SidecarSettings
-from dashboards.rules import WINDOW_EFFICIENCY, WINDOW_OPTIMUM_HIT_RATIO, WINDOW_TIER_HIT_RATIO
+from dashboards.rules import (
+    DEAD_WRITE_RATIO,
+    HIT_RATIO,
+    OCCUPANCY,
+    TOKEN_HIT_RATIO,
+    TRANSFER_FAILURE_RATIO,
+    TURNOVER,
+    WINDOW_EFFICIENCY,
+    WINDOW_OPTIMUM_HIT_RATIO,
+    WINDOW_TIER_HIT_RATIO,
+)
 from tests.ops.artifacts import (
     PROMETHEUS_CONFIG,
     PROMETHEUS_DIR,
@@ -79,6 +91,10 @@ TARGET_LABELS = {"job", "instance"}
 """Labels Prometheus adds to every series it scrapes."""
 COUNTING = {"counter", "histogram", "summary"}
 """Family types whose series only go up: what rate() and increase() may read."""
+TIER_RULES = (
+    HIT_RATIO, TOKEN_HIT_RATIO, OCCUPANCY, DEAD_WRITE_RATIO, TURNOVER, TRANSFER_FAILURE_RATIO
+)  # fmt: skip
+"""The recorded ratios of a worker's tier and transfers: one per engine and rank, and sidecar."""
 
 
 def config_for(targets: list[str], tmp_path: Path) -> Path:
@@ -146,6 +162,25 @@ def _checked_queries() -> list[PanelQuery]:
 
 def _variables() -> set[str]:
     return {v["name"] for board in dashboards().values() for v in board["templating"]["list"]}
+
+
+def test_each_demo_has_its_own_tier_ratios_though_both_run_engine_demo(
+    demos: dict[str, str], prometheus: httpx.Client
+) -> None:
+    """Two sidecars whose workers are labelled alike (engine "demo", rank 0, CPU) get a
+    recorded ratio each, named by its scrape target: summed by engine, rank and medium, the
+    lru and the gated demo read as one tier, and an alert on it could name neither."""
+    instances = {urlsplit(base).netloc for base in demos.values()}
+
+    def demo_instances(result: list[dict[str, Any]]) -> set[str | None]:
+        return {s["metric"].get("instance") for s in result if s["metric"]["engine"] == "demo"}
+
+    for name in TIER_RULES:
+        wait_for(
+            lambda name=name: demo_instances(query(prometheus, name)),
+            lambda found: found == instances,
+            f"{name} for each demo", WAIT_S,
+        )  # fmt: skip
 
 
 def test_every_dashboard_query_returns_data_its_legend_can_name(prometheus: httpx.Client) -> None:

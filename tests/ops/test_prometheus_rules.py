@@ -1,8 +1,9 @@
 """The shipped Prometheus config and rules pass promtool, and every alert is tested both ways.
 
 ``promtool test rules`` runs the unit tests in docker/prometheus/tests/; the
-structural test here holds that each alert has a case where it fires and one
-where it stays silent, and a runbook for whoever it wakes.
+structural tests here hold that each alert has a case where it fires and one
+where it stays silent, and a runbook for whoever it wakes, and that no rule
+sums across scrape targets (the unit tests feed two pods alike but for theirs).
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.ops.artifacts import PROMETHEUS_CONFIG, RULE_FILES, RULE_TESTS, alerts
+from tests.ops.artifacts import PROMETHEUS_CONFIG, RULE_FILES, RULE_TESTS, alerts, rules
+from tests.ops.promql import bare_aggregations, groupings
 from tests.support.prometheus import needs_promtool, promtool
+
+TARGET = {"job", "instance"}
+"""The scrape target's labels: which pod (which sidecar, which vLLM server) a series is from."""
 
 
 def _passes(*args: str) -> None:
@@ -52,3 +57,18 @@ def test_every_alert_has_a_runbook_and_cases_firing_and_silent(alert: dict[str, 
     cases = [case for case in _cases() if case["alertname"] == name]
     assert any(case.get("exp_alerts") for case in cases), f"{name}: no case where it fires"
     assert any(not case.get("exp_alerts") for case in cases), f"{name}: no case where it is silent"
+
+
+@pytest.mark.parametrize("rule", rules(), ids=lambda rule: rule.get("record") or rule["alert"])
+def test_no_rule_groups_away_the_scrape_target(rule: dict[str, Any]) -> None:
+    """Engine ids and publisher names repeat from pod to pod (a deployment's replicas all
+    engine 0, every sidecar's publisher tcp://127.0.0.1:5560), so only the scrape target
+    tells two pods' series apart: a rule that groups it away adds their rates, blends their
+    ratios and fires an alert that names no pod. promtool's tests show it on the rules as
+    they are; this holds a new rule to it too."""
+    expr = rule["expr"]
+    assert not bare_aggregations(expr), f"an aggregation keeps no label: {expr}"
+    for kept in groupings(expr, "by|on"):
+        assert kept >= TARGET, f"groups away {sorted(TARGET - kept)}: {expr}"
+    for dropped in groupings(expr, "without|ignoring"):
+        assert not dropped & TARGET, f"groups away {sorted(dropped & TARGET)}: {expr}"
