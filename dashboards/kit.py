@@ -30,6 +30,17 @@ PUBLISHER = ('publisher=~"$publisher"',)
 VLLM = ('model_name=~"$model"',)
 """vLLM's own vllm:* series (and the recording rules on them)."""
 
+# Legends of series that are one worker's or one stream's (no sum across them). Engine
+# ids and publisher names repeat from pod to pod (a deployment's replicas all run engine
+# 0, every pod's sidecar follows tcp://127.0.0.1:5560, vLLM numbers its engine 0 on every
+# server), so such a legend names the scrape target too, or two pods' lines read alike.
+ON = "{{publisher}} on {{instance}}"
+"""A publisher on its sidecar (the scrape target): a stream, or the worker behind it."""
+TIER_LEGEND = f"{{{{engine}}}}/{{{{rank}}}} {{{{medium}}}}, {ON}"
+"""One worker's tier."""
+VLLM_ON = "{{model_name}} on {{instance}}"
+"""One vLLM server's series of a served model."""
+
 # A pseudo-unit Grafana shows as a suffix: kvscope counts blocks, not bytes.
 BLOCKS = "suffix: blocks"
 BLOCKS_PER_S = "suffix: blocks/s"

@@ -13,10 +13,13 @@ from dashboards import rules
 from dashboards.kit import (
     BLOCKS,
     BLOCKS_PER_S,
+    ON,
     PUBLISHER,
     TIER,
+    TIER_LEGEND,
     TOKENS_PER_S,
     VLLM,
+    VLLM_ON,
     WORKER,
     Panel,
     Query,
@@ -36,9 +39,7 @@ EVENTS_ROW = "Event feed (sidecar)"
 LAG = series("kvscope_sidecar_ingest_lag_seconds", PUBLISHER)
 STREAM = "instance, publisher"
 """A sidecar's stream: every pod's sidecar may name its publisher alike (the pod's
-loopback, tcp://127.0.0.1:5560), so the scrape target tells them apart."""
-ON = "{{publisher}} on {{instance}}"
-"""The legend of a stream."""
+loopback, tcp://127.0.0.1:5560), so the scrape target tells them apart (legend: ON)."""
 
 
 def _by(labels: str, expr: str) -> str:
@@ -70,17 +71,18 @@ def _health() -> list[Panel]:
         ),
         stat_panel(
             "Lookup hit ratio (5m)",
-            "Blocks found in the CPU tier over blocks asked for, per engine/rank/medium. "
-            "Healthy depends on reuse in the workload: steady, and well above 0 for chat.",
+            "Blocks found in the CPU tier over blocks asked for, per tier (engine/rank medium, "
+            "publisher on its sidecar). Healthy depends on reuse in the workload: steady, and "
+            "well above 0 for chat.",
             "percentunit",
-            Query(series(rules.HIT_RATIO, TIER), "{{engine}}/{{rank}} {{medium}}"),
+            Query(series(rules.HIT_RATIO, TIER), TIER_LEGEND),
         ),
         stat_panel(
             "Occupancy",
             "Resident over capacity. Healthy: climbs to ~100% and stays there once warm; "
             "a full tier is the point, thrashing is not (see evictions and dead writes).",
             "percentunit",
-            Query(series(rules.OCCUPANCY, TIER), "{{engine}}/{{rank}} {{medium}}"),
+            Query(series(rules.OCCUPANCY, TIER), TIER_LEGEND),
         ),
         stat_panel(
             "Publishers silent > 60 s",
@@ -109,8 +111,8 @@ def _tier() -> list[Panel]:
             "(recording rules). Healthy: steady; a sudden fall means the working set no "
             "longer fits or the traffic changed.",
             "percentunit",
-            Query(series(rules.HIT_RATIO, TIER), "blocks {{engine}}/{{rank}} {{medium}}"),
-            Query(series(rules.TOKEN_HIT_RATIO, TIER), "tokens {{engine}}/{{rank}} {{medium}}"),
+            Query(series(rules.HIT_RATIO, TIER), f"blocks {TIER_LEGEND}"),
+            Query(series(rules.TOKEN_HIT_RATIO, TIER), f"tokens {TIER_LEGEND}"),
             percent=True,
         ),
         timeseries_panel(
@@ -150,7 +152,7 @@ def _tier() -> list[Panel]:
             "(recording rule). Healthy: well under 90%; near 100% means the tier stores "
             "what is never reused (raise store_threshold, try policy arc).",
             "percentunit",
-            Query(series(rules.DEAD_WRITE_RATIO, TIER), "{{engine}}/{{rank}} {{medium}}"),
+            Query(series(rules.DEAD_WRITE_RATIO, TIER), TIER_LEGEND),
             percent=True,
         ),
         timeseries_panel(
@@ -212,37 +214,35 @@ def _why() -> list[Panel]:
         timeseries_panel(
             "Hit ratio at other capacities",
             "The sidecar's estimate, from the worker's sampled references, of the hit ratio "
-            "the tier would reach at a multiple of its capacity, per simulated policy. Read "
-            "it as: what would more memory, or another policy, buy. Healthy: x1 of the "
-            "tier's policy near the measured hit ratio; a steep rise towards x2 means a larger "
-            "tier pays.",
+            "the tier would reach at a multiple of its capacity, per publisher and simulated "
+            "policy. Read it as: what would more memory, or another policy, buy. Healthy: x1 "
+            "of the tier's policy near the measured hit ratio; a steep rise towards x2 means a "
+            "larger tier pays.",
             "percentunit",
             Query(
-                f"max by (policy, multiple) "
-                f"({series('kvscope_sidecar_hit_ratio_curve', PUBLISHER)})",
-                "{{policy}} x{{multiple}}",
+                series("kvscope_sidecar_hit_ratio_curve", PUBLISHER),
+                f"{{{{policy}}}} x{{{{multiple}}}} {ON}",
             ),
             percent=True,
         ),
         timeseries_panel(
             "Admission candidates (gated)",
-            "Under the gated policy: the recent hit ratio of the tier's small model of each "
-            "admission candidate (a hash sample of the traffic, at the same share of the "
+            "Under the gated policy, per tier: the recent hit ratio of the tier's small model "
+            "of each admission candidate (a hash sample of the traffic, at the same share of the "
             "capacity), and the candidate the tier runs as. Read it as: which admission rule "
             "pays on this traffic, and by how much. Healthy: the followed candidate at or "
             "near the top; another far ahead for long means a switch is pending (the tier "
             "waits for a lead beyond chance). No data under other policies.",
             "percentunit",
             Query(
-                f"max by (candidate) ({series('kvscope_admission_candidate_hit_ratio', TIER)})",
-                "{{candidate}}",
+                series("kvscope_admission_candidate_hit_ratio", TIER),
+                f"{{{{candidate}}}} {TIER_LEGEND}",
             ),
+            # `and` matches on every label: a tier's candidate, not another pod's alike
             Query(
-                f"max by (candidate) "
-                f"({series('kvscope_admission_candidate_hit_ratio', TIER)} "
-                f"and on (engine, rank, medium, candidate) "
-                f"({series('kvscope_admission_candidate_followed', TIER)} == 1))",
-                "followed: {{candidate}}",
+                f"{series('kvscope_admission_candidate_hit_ratio', TIER)} "
+                f"and ({series('kvscope_admission_candidate_followed', TIER)} == 1)",
+                f"followed: {{{{candidate}}}} {TIER_LEGEND}",
             ),
             percent=True,
         ),
@@ -306,7 +306,7 @@ def _transfers() -> list[Panel]:
             *_quantiles("kvscope_transfer_duration_seconds", WORKER, "direction"),
             Query(
                 series(rules.VLLM_OFFLOAD_MEAN_SECONDS, VLLM),
-                "vLLM mean {{direction}} {{model_name}}",
+                f"vLLM mean {{{{direction}}}} {VLLM_ON}",
             ),
         ),
     ]
@@ -468,12 +468,12 @@ def _vllm() -> list[Panel]:
             "and kvscope's CPU tier (recording rules). " + tokens + " vLLM series need vLLM "
             "scraped.",
             "percentunit",
-            Query(series(rules.VLLM_GPU_HIT_RATIO, VLLM), "GPU (vLLM) {{model_name}}"),
+            Query(series(rules.VLLM_GPU_HIT_RATIO, VLLM), f"GPU (vLLM) {VLLM_ON}"),
             Query(
                 series(rules.VLLM_EXTERNAL_HIT_RATIO, VLLM),
-                "external, as vLLM counts it {{model_name}}",
+                f"external, as vLLM counts it {VLLM_ON}",
             ),
-            Query(series(rules.TOKEN_HIT_RATIO, TIER), "CPU (kvscope) {{engine}}/{{rank}}"),
+            Query(series(rules.TOKEN_HIT_RATIO, TIER), f"CPU (kvscope) {TIER_LEGEND}"),
             percent=True,
         ),
         timeseries_panel(
@@ -481,8 +481,8 @@ def _vllm() -> list[Panel]:
             "vLLM's GPU KV-cache usage beside kvscope's CPU tier occupancy. Healthy: the GPU "
             "runs near full under load and the CPU tier holds what it evicts.",
             "percentunit",
-            Query(series("vllm:kv_cache_usage_perc", VLLM), "GPU (vLLM) {{model_name}}"),
-            Query(series(rules.OCCUPANCY, TIER), "CPU (kvscope) {{engine}}/{{rank}}"),
+            Query(series("vllm:kv_cache_usage_perc", VLLM), f"GPU (vLLM) {VLLM_ON}"),
+            Query(series(rules.OCCUPANCY, TIER), f"CPU (kvscope) {TIER_LEGEND}"),
             percent=True,
         ),
         timeseries_panel(

@@ -19,7 +19,9 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard
 from dashboards import rules
 from dashboards.kit import (
     BLOCKS_PER_S,
+    ON,
     VLLM,
+    VLLM_ON,
     WORKER,
     Panel,
     Query,
@@ -111,7 +113,7 @@ def _durations() -> list[Panel]:
             "s",
             Query(
                 series(rules.VLLM_OFFLOAD_MEAN_SECONDS, VLLM),
-                "vLLM mean {{direction}} {{model_name}}",
+                f"vLLM mean {{{{direction}}}} {VLLM_ON}",
             ),
             width=24,
         ),
@@ -147,7 +149,8 @@ def _failures() -> list[Panel]:
             "a failed load recomputes the prefix.",
             "percentunit",
             Query(
-                series(rules.TRANSFER_FAILURE_RATIO, WORKER), "{{engine}}/{{rank}} {{direction}}"
+                series(rules.TRANSFER_FAILURE_RATIO, WORKER),
+                f"{{{{engine}}}}/{{{{rank}}}} {{{{direction}}}}, {ON}",
             ),
             width=8,
             percent=True,

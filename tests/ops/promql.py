@@ -118,6 +118,14 @@ def bare_aggregations(expr: str) -> list[str]:
     return re.findall(rf"(?<![\w:])(?:{AGGREGATIONS})\s*\(", expr)
 
 
+_LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
 def legend_labels(legend: str) -> set[str]:
     """The labels a Grafana legend format fills in (``{{engine}}``)."""
-    return set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))
+    return set(_LEGEND_LABEL.findall(legend))
+
+
+def legend_of(legend: str, labels: dict[str, str]) -> str:
+    """The legend Grafana shows for a series with ``labels`` (a missing label: empty)."""
+    return _LEGEND_LABEL.sub(lambda match: labels.get(match[1], ""), legend)

@@ -5,12 +5,12 @@ One demo runs lru (the distance to the optimum is its own policy's), the other
 gated (whose admission candidates have a panel of their own, and whose distance
 to the optimum the curve does not tell). Both run engine "demo", rank 0, as two
 pods of one deployment would run engine 0: only the scrape target tells them
-apart, and the rules must keep them apart. The config is the shipped
+apart, and the rules and legends must keep them apart. The config is the shipped
 prometheus.yml with only the sidecar's targets moved to these loopback ports,
 the intervals cut to 1 s (so rates exist within seconds) and the vLLM job left
 out (no vLLM here). Through Prometheus' HTTP API, every query of every
 dashboard panel must return data, every rule must evaluate cleanly, and every
-legend must name labels the query's series carry.
+legend must name labels the query's series carry and tell its series apart.
 Every metric a panel, a rule, a runbook or a promtool test's input names must
 be one these sidecars serve on /metrics, with the labels its matchers and
 groupings name (a test's input with exactly the labels the sidecar gives it);
@@ -68,6 +68,7 @@ from tests.ops.promql import (
     grouping_labels,
     is_vllm,
     legend_labels,
+    legend_of,
     matched_labels,
     metric_names,
     quantile_arguments,
@@ -183,7 +184,11 @@ def test_each_demo_has_its_own_tier_ratios_though_both_run_engine_demo(
         )  # fmt: skip
 
 
-def test_every_dashboard_query_returns_data_its_legend_can_name(prometheus: httpx.Client) -> None:
+def test_every_dashboard_query_returns_data_its_legend_can_name_apart(
+    prometheus: httpx.Client,
+) -> None:
+    """Two series of one query under one legend are two lines Grafana shows alike: which
+    pod's is which cannot be read (the demos' engines are named alike, see above)."""
     variables = _variables()
     for panel_query in _checked_queries():
         promql = substitute(panel_query.expr, variables)
@@ -194,6 +199,8 @@ def test_every_dashboard_query_returns_data_its_legend_can_name(prometheus: http
         for series in result:
             missing = legend_labels(panel_query.legend) - set(series["metric"])
             assert not missing, f"the legend names labels the series lack {missing}: {panel_query}"
+        shown = [legend_of(panel_query.legend, series["metric"]) for series in result]
+        assert len(shown) == len(set(shown)), f"series alike in the legend {shown}: {panel_query}"
 
 
 def test_every_kvscope_recording_rule_records_and_every_rule_evaluates(
