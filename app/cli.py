@@ -20,12 +20,12 @@ from typing import Final, TextIO
 
 from pydantic import ValidationError
 
-from app.decimal_text import fractional_number, whole_number
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SettingError, SidecarSettings
 from offload.cpu.manager import MAX_NUM_BLOCKS
 from offload.cpu.policies.registry import policy_names
+from offload.decimal_text import fractional_number, whole_number
 from offload.insight.plot import PlotError, check_plot_path, write_plot
 from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
 from offload.insight.sweep import OPT, SweepPoint, replay_point, sweep_curve, sweep_policies

@@ -49,6 +49,7 @@ LAYERS = {
     "offload": {
         "base": 0,
         "shown": 0,
+        "decimal_text": 0,
         "wire": 1,
         "telemetry": 2,
         "cpu": 3,

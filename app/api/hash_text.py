@@ -3,7 +3,7 @@
 An int is written in decimal (``"12345"``, ``"-7"``); bytes as ``0x`` and
 lower-case hex. Text reads as an int when it is written so: ASCII digits with
 no leading zero, at most ``MAX_DIGITS`` of them (a 64-bit hash, the widest
-the wire carries), after an optional ``-`` (app/decimal_text.py); as bytes
+the wire carries), after an optional ``-`` (offload/decimal_text.py); as bytes
 when it is ``0x`` and an even number of hex digits, or exactly 64 hex digits
 (a sha256 hash as vLLM logs it). Ints travel as strings because 64-bit
 hashes exceed what JavaScript numbers hold exactly.
@@ -17,7 +17,7 @@ from typing import Annotated, Final
 from pydantic import AfterValidator, StrictInt, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from app.decimal_text import MAX_DIGITS, POSITIVE_PATTERN
+from offload.decimal_text import MAX_DIGITS, POSITIVE_PATTERN
 
 MAX_HASH_TEXT: Final = 2 + 2 * 128
 """Longest hash text: 0x and a 128-byte hash (vLLM's are 32 bytes). Checked before the

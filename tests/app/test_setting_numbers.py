@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.decimal_text import MAX_DIGITS
 from app.settings import SidecarSettings
+from offload.decimal_text import MAX_DIGITS
 from tests.app.test_cli import kvscope
 
 LISTEN = ["tcp://127.0.0.1:*"]

@@ -20,8 +20,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from app.decimal_text import MAX_DIGITS
 from app.decode import DecodedBatch, DecodedEvent
+from offload.decimal_text import MAX_DIGITS
 from tests.support.http_app import record, serving, sidecar_app, sse_events
 from tests.support.polling import WAIT_S, wait_until
 
