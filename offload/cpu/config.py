@@ -10,15 +10,10 @@ tier's sizing are read by ``offload/vllm/settings.py``.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
+from offload.decimal_text import whole_number
 from offload.shown import shown_repr
-
-_DECIMAL = re.compile(r"[+-]?[0-9]+")
-_MAX_DIGITS = 30
-"""More digits than any count or byte size needs (2**64 has 20); past about 4,300,
-``int()`` itself refuses, with a message that names no key."""
 
 
 class ConfigError(ValueError):
@@ -28,18 +23,26 @@ class ConfigError(ValueError):
 def positive_int(
     key: str, value: Any, where: str = "kv_connector_extra_config", minimum: int = 1
 ) -> int:
-    """An integer >= ``minimum`` from an int, an integral float or a decimal string."""
+    """An integer >= ``minimum`` from an int, an integral float or a string of digits.
+
+    A string is read by kvscope's one rule for numbers in text
+    (``offload/decimal_text.py``), as the sidecar reads its ``KVSCOPE_*``
+    variables: ``int()`` would also take ``" 32 "``, ``"+32"``, ``"0032"``,
+    ``"3_2"`` and other scripts' digits, and past about 4,300 digits it fails
+    with a message that names no key.
+    """
     number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
-    elif isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
-        # ASCII digits only: int() would also take "1_000" and other scripts' digits.
-        digits = len(value.strip().lstrip("+-"))
-        if digits > _MAX_DIGITS:
-            raise ConfigError(f"{where} {key} has {digits} digits: no setting is that large")
-        number = int(value.strip())
+    elif isinstance(value, str):
+        try:
+            number = whole_number(value)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{where} {key}={shown_repr(value)} is not a whole number: {exc}"
+            ) from None
     if number is None:
         raise ConfigError(f"{where} {key}={shown_repr(value)} is not a whole number")
     if number < minimum:

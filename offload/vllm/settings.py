@@ -7,7 +7,6 @@ kvscope does not honour, and both are errors rather than silently ignored.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import importlib
 import mmap
@@ -19,6 +18,7 @@ from typing import Any
 from offload.cpu.config import ConfigError, positive_int, whole_bytes
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import policy_names, register_policy
+from offload.decimal_text import fractional_number
 from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
@@ -259,6 +259,11 @@ def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float
     """The sampling rate, 0 or in [``MIN_SAMPLE_RATE``, 1]: the demo's default, and 0 to
     turn the stream off.
 
+    A string is read by kvscope's one rule for numbers in text
+    (``offload/decimal_text.py``), as ``kvscope demo --sample-rate`` reads
+    its rate: ``float()`` would also take ``" 0.5 "``, ``"+0.5"``, ``"0_5"``
+    and ``"nan"``.
+
     The sample travels on kvscope's publisher, so a rate set without
     ``kvscope_endpoint`` would sample into nothing: that is refused, as a
     replay endpoint without a publisher is. Left out, the rate is the
@@ -272,8 +277,12 @@ def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float
         # Compared before converting: an int may be beyond any float.
         rate = float(value) if 0 <= value <= 1 else None
     elif isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            rate = float(value.strip())
+        try:
+            rate = fractional_number(value)
+        except ValueError as exc:
+            raise ConfigError(
+                f"kv_connector_extra_config sample_rate={shown_repr(value)} must be {exc}"
+            ) from None
     if rate is None or not is_worker_rate(rate):
         raise ConfigError(
             f"kv_connector_extra_config sample_rate={shown_repr(value)} must be a number "

@@ -8,10 +8,10 @@ from offload.cpu.config import ConfigError, positive_int
 
 
 @pytest.mark.parametrize(
-    ("value", "number"), [(4e9, 4_000_000_000), ("250", 250), (" 32 ", 32), (7, 7)]
+    ("value", "number"), [(4e9, 4_000_000_000), ("250", 250), ("0", 0), (7, 7)]
 )
 def test_values_parsed_from_json_are_accepted(value: object, number: int) -> None:
-    assert positive_int("cpu_bytes_to_use", value) == number
+    assert positive_int("cpu_bytes_to_use", value, minimum=0) == number
 
 
 def test_a_minimum_of_zero_admits_zero() -> None:
@@ -27,12 +27,13 @@ def test_a_minimum_of_zero_admits_zero() -> None:
         ("cpu_bytes_to_use", 1.5, "cpu_bytes_to_use=1.5 is not a whole number"),
         ("cpu_bytes_to_use", True, "cpu_bytes_to_use=True is not a whole number"),
         ("cpu_bytes_to_use", None, "cpu_bytes_to_use=None is not a whole number"),
-        ("num_cpu_blocks", "-3", "num_cpu_blocks='-3' must be at least 1"),
+        ("num_cpu_blocks", "0", "num_cpu_blocks='0' must be at least 1"),
+        ("num_cpu_blocks", "-3", "num_cpu_blocks='-3' is not a whole number: .*: it has a sign"),
         ("num_cpu_blocks", [4], r"num_cpu_blocks=\[4\] is not a whole number"),
         ("num_cpu_blocks", "1_000", "num_cpu_blocks='1_000' is not a whole number"),
         ("num_cpu_blocks", "\u0661\u0662", "is not a whole number"),  # Arabic-Indic 12
         ("num_cpu_blocks", "0x10", "num_cpu_blocks='0x10' is not a whole number"),
-        ("num_cpu_blocks", "9" * 5000, "num_cpu_blocks has 5000 digits: no setting is that"),
+        ("num_cpu_blocks", "9" * 5000, "num_cpu_blocks='9999.*: it has more than 20 char"),
     ],
 )
 def test_every_bad_value_is_one_clear_error_naming_the_key(
@@ -40,3 +41,21 @@ def test_every_bad_value_is_one_clear_error_naming_the_key(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         positive_int(key, value)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (" 32 ", "it has white space"),
+        ("32\n", "it has white space"),
+        ("+32", "it has a sign"),
+        ("0032", "it has a leading zero"),
+        ("32.0", "it has a character that is not a digit"),
+        ("", "it is empty"),
+    ],
+)
+def test_text_is_read_by_the_one_rule_the_sidecar_reads_numbers_by(text: str, problem: str) -> None:
+    """int() took each of these as 32 (or refused "" naming no key): second spellings of a
+    number that the ``KVSCOPE_*`` variables and the HTTP API refuse."""
+    with pytest.raises(ConfigError, match=f"num_cpu_blocks=.* is not a whole number: .*{problem}"):
+        positive_int("num_cpu_blocks", text)

@@ -172,7 +172,16 @@ def subscribed(
 
 
 @pytest.mark.parametrize(
-    ("value", "rate"), [(0, 0.0), (0.05, 0.05), ("0.25", 0.25), (1, 1.0), (None, DEFAULT_RATE)]
+    ("value", "rate"),
+    [
+        (0, 0.0),
+        (0.05, 0.05),
+        ("0.25", 0.25),
+        ("1e-06", 1e-06),
+        ("1", 1.0),
+        (1, 1.0),
+        (None, DEFAULT_RATE),
+    ],
 )
 def test_sample_rate_is_read_from_the_extra_config(value: object, rate: float) -> None:
     extra = {"num_cpu_blocks": 4, "kvscope_endpoint": "tcp://127.0.0.1:*"}
@@ -198,7 +207,8 @@ def test_without_a_publisher_nothing_is_sampled() -> None:
     [
         (-0.1, "sample_rate=-0.1 must be a number from 0"),
         (1.5, "sample_rate=1.5 must be a number from 0"),
-        ("often", "sample_rate='often' must be a number from 0"),
+        ("often", "sample_rate='often' must be a decimal number such as 2, 0.5 or 1e-05"),
+        ("2", "sample_rate='2' must be a number from 0"),
         (True, "sample_rate=True must be a number from 0"),
         (float("nan"), "sample_rate=nan must be a number from 0"),
         ([0.1], "sample_rate=[0.1] must be a number from 0"),
@@ -220,6 +230,29 @@ def test_a_bad_sample_rate_is_a_clear_error_naming_it(value: object, named: str)
     extra = {"num_cpu_blocks": 4, "kvscope_endpoint": "tcp://127.0.0.1:*", "sample_rate": value}
     with pytest.raises(ConfigError, match=re.escape(named)):
         KVScopeOffloadingSpec(offloading_config(extra))
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("+0.5", "it has a plus sign"),
+        (" 0.5 ", "it has white space"),
+        ("0_5", "it has an underscore"),
+        ("nan", "it has a character that is not a digit"),
+        ("inf", "it has a character that is not a digit"),
+        (".5", "it is not in that form"),
+        ("0.\u0665", "it has a digit that is not ASCII 0-9"),
+    ],
+)
+def test_a_sample_rate_given_as_text_is_read_as_every_kvscope_number_is(
+    text: str, problem: str
+) -> None:
+    """float() took each of these (0.5, or nan and inf refused only by their range); the demo's
+    --sample-rate and every fractional KVSCOPE_* variable refuse them, naming the problem."""
+    extra = {"num_cpu_blocks": 4, "kvscope_endpoint": "tcp://127.0.0.1:*", "sample_rate": text}
+    with pytest.raises(ConfigError, match=re.escape(problem)) as caught:
+        KVScopeOffloadingSpec(offloading_config(extra))
+    assert f"sample_rate={text!r} must be a decimal number" in str(caught.value)
 
 
 def test_a_sample_rate_without_kvscope_endpoint_is_refused() -> None:

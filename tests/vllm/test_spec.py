@@ -61,7 +61,11 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"num_cpu_blocks": 8, "kvscope_replay_endpoint": "tcp://*:1"}, "kvscope_replay_endpoint"),
         ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://"}, "kvscope_endpoint"),
         ({"num_cpu_blocks": 8, "kvscope_endpoint": "tcp://no such host:5"}, "kvscope_endpoint"),
-        ({"num_cpu_blocks": "9" * 5000}, "num_cpu_blocks has 5000 digits"),
+        ({"num_cpu_blocks": "9" * 5000}, "num_cpu_blocks='9999.*more than 20 characters"),
+        ({"num_cpu_blocks": " 8"}, "num_cpu_blocks=' 8' is not a whole number"),
+        ({"num_cpu_blocks": 8, "store_threshold": "+2"}, "store_threshold='\\+2' is not a whole"),
+        ({"num_cpu_blocks": 8, "max_tracker_size": "1_000"}, "max_tracker_size='1_000' is not"),
+        ({"cpu_bytes_to_use": "0x10000000"}, "cpu_bytes_to_use='0x10000000' is not a whole"),
         # vLLM reads its switches with bool(): "false" is on, null is off.
         ({"num_cpu_blocks": 8, "offload_prompt_only": "false"}, "offload_prompt_only='false'"),
         ({"num_cpu_blocks": 8, "offload_prompt_only": None}, "offload_prompt_only=None"),
@@ -70,6 +74,7 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"num_cpu_blocks": 8, "canonical_layout": True}, "canonical_layout=True is not supp"),
         # vLLM reads it with int() in its scheduler, after the spec, naming no key.
         ({"num_cpu_blocks": 8, "sync_load_budget_bytes": "lots"}, "sync_load_budget_bytes"),
+        ({"num_cpu_blocks": 8, "sync_load_budget_bytes": "01"}, "sync_load_budget_bytes='01'"),
         ({"num_cpu_blocks": 8, "sync_load_budget_bytes": -5}, "sync_load_budget_bytes=-5"),
         (
             {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": "..x"},
