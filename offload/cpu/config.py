@@ -21,9 +21,21 @@ class ConfigError(ValueError):
 
 
 def positive_int(
-    key: str, value: Any, where: str = "kv_connector_extra_config", minimum: int = 1
+    key: str,
+    value: Any,
+    where: str = "kv_connector_extra_config",
+    minimum: int = 1,
+    *,
+    floor: bool = False,
 ) -> int:
-    """An integer >= ``minimum`` from an int, an integral float or a string of digits.
+    """An integer >= ``minimum`` from an int, an integral float or a string of digits; with
+    ``floor``, any finite float, floored.
+
+    ``floor`` is for byte sizes: vLLM's ``--kv-offloading-size`` is GiB as a
+    float, and vLLM writes it into the extra config as float bytes (0.3 GiB:
+    322122547.2), floored where it is read, so a fraction of a byte is vLLM's
+    own value, not a typo. The bound is checked on the floored number but an
+    error names the value given (``-1.5``, not the ``-2`` it floors to).
 
     A string is read by kvscope's one rule for numbers in text
     (``offload/decimal_text.py``), as the sidecar reads its ``KVSCOPE_*``
@@ -34,8 +46,8 @@ def positive_int(
     number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
+    elif isinstance(value, float) and (value.is_integer() or (floor and math.isfinite(value))):
+        number = math.floor(value)
     elif isinstance(value, str):
         try:
             number = whole_number(value)
@@ -48,15 +60,3 @@ def positive_int(
     if number < minimum:
         raise ConfigError(f"{where} {key}={shown_repr(value)} must be at least {minimum}")
     return number
-
-
-def whole_bytes(value: Any) -> Any:
-    """A finite float of bytes floored, as vLLM's CPU spec floors it; any other value as is.
-
-    vLLM's ``--kv-offloading-size`` is GiB as a float, and vLLM writes it into the extra
-    config as float bytes (0.3 GiB: 322122547.2), so a fraction of a byte is vLLM's own
-    value, not a typo.
-    """
-    if isinstance(value, float) and math.isfinite(value):
-        return math.floor(value)
-    return value

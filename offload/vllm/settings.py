@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from offload.cpu.config import ConfigError, positive_int, whole_bytes
+from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import policy_names, register_policy
 from offload.decimal_text import fractional_number
@@ -145,7 +145,8 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
             "kv_connector_extra_config needs cpu_bytes_to_use (bytes of CPU memory) "
             "or num_cpu_blocks (a chunk count)"
         )
-    cpu_bytes = positive_int("cpu_bytes_to_use", whole_bytes(extra_config["cpu_bytes_to_use"]))
+    given = extra_config["cpu_bytes_to_use"]
+    cpu_bytes = positive_int("cpu_bytes_to_use", given, floor=True)
     if bytes_per_chunk == 0:
         raise ConfigError(
             "cpu_bytes_to_use cannot size the tier: vLLM reports 0 KV bytes per block; "
@@ -153,7 +154,7 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
         )
     if cpu_bytes < bytes_per_chunk:
         raise ConfigError(
-            f"cpu_bytes_to_use={cpu_bytes} is smaller than one offloaded chunk "
+            f"cpu_bytes_to_use={shown_repr(given)} is smaller than one offloaded chunk "
             f"({bytes_per_chunk} bytes across all workers)"
         )
     return cpu_bytes // bytes_per_chunk

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from offload.cpu.config import ConfigError, positive_int, whole_bytes
+from offload.cpu.config import ConfigError, positive_int
 from offload.shown import shown_repr
 
 VLLM_KEYS = frozenset(
@@ -56,4 +56,4 @@ def check_vllm_keys(extra_config: Mapping[str, Any]) -> None:
         )
     budget = extra_config.get("sync_load_budget_bytes")
     if budget is not None:
-        positive_int("sync_load_budget_bytes", whole_bytes(budget), minimum=0)
+        positive_int("sync_load_budget_bytes", budget, minimum=0, floor=True)

@@ -310,7 +310,7 @@ def spec_accepts(extra_config: Mapping[str, Any]) -> None:
     settings = pytest.importorskip(
         "offload.vllm.settings", reason="needs vllm==0.33.0 (make test installs it)"
     )
-    positive_int("cpu_bytes_to_use", extra_config["cpu_bytes_to_use"])
+    positive_int("cpu_bytes_to_use", extra_config["cpu_bytes_to_use"], floor=True)
     one_chunk = {**extra_config, "cpu_bytes_to_use": None, "num_cpu_blocks": 1}
     spec = settings.read_settings(
         one_chunk, worker_kv_bytes_per_block=2 * 1024 * 1024, world_size=1, blocks_per_chunk=1

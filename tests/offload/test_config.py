@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from offload.cpu.config import ConfigError, positive_int
@@ -59,3 +61,24 @@ def test_text_is_read_by_the_one_rule_the_sidecar_reads_numbers_by(text: str, pr
     number that the ``KVSCOPE_*`` variables and the HTTP API refuse."""
     with pytest.raises(ConfigError, match=f"num_cpu_blocks=.* is not a whole number: .*{problem}"):
         positive_int("num_cpu_blocks", text)
+
+
+@pytest.mark.parametrize(("value", "number"), [(322122547.2, 322122547), (4e9, 4_000_000_000)])
+def test_a_byte_size_in_float_bytes_is_floored_as_vllm_floors_it(value: float, number: int) -> None:
+    assert positive_int("cpu_bytes_to_use", value, floor=True) == number
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1.5, "cpu_bytes_to_use=-1.5 must be at least 1"),
+        (0.5, "cpu_bytes_to_use=0.5 must be at least 1"),
+        (float("inf"), "cpu_bytes_to_use=inf is not a whole number"),
+        (float("nan"), "cpu_bytes_to_use=nan is not a whole number"),
+    ],
+)
+def test_a_floored_value_out_of_bounds_is_named_as_given(value: float, message: str) -> None:
+    """The bound holds for the floored number, but the error names what the user wrote:
+    -1.5 was named as the -2 it floors to, a value nobody gave."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        positive_int("cpu_bytes_to_use", value, floor=True)

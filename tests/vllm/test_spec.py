@@ -49,6 +49,11 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"cpu_bytes_to_use": "lots"}, "cpu_bytes_to_use"),
         ({"cpu_bytes_to_use": 0}, "cpu_bytes_to_use"),
         ({"cpu_bytes_to_use": 100}, "cpu_bytes_to_use"),
+        # Named as given, not as floored: -1.5 read -2, and 100.7 read 100.
+        ({"cpu_bytes_to_use": -1.5}, "cpu_bytes_to_use=-1.5 must be at least 1"),
+        ({"cpu_bytes_to_use": 0.5}, "cpu_bytes_to_use=0.5 must be at least 1"),
+        ({"cpu_bytes_to_use": 100.7}, "cpu_bytes_to_use=100.7 is smaller than one offloaded"),
+        ({"cpu_bytes_to_use": "100"}, "cpu_bytes_to_use='100' is smaller than one offloaded"),
         ({"cpu_bytes_to_use": 8 << 50}, "more than this host's"),  # 8 PiB
         ({"num_cpu_blocks": 2**50}, "more than this host's"),
         ({"cpu_bytes_to_use": 2**30, "num_cpu_blocks": 4}, "num_cpu_blocks"),
@@ -76,6 +81,10 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"num_cpu_blocks": 8, "sync_load_budget_bytes": "lots"}, "sync_load_budget_bytes"),
         ({"num_cpu_blocks": 8, "sync_load_budget_bytes": "01"}, "sync_load_budget_bytes='01'"),
         ({"num_cpu_blocks": 8, "sync_load_budget_bytes": -5}, "sync_load_budget_bytes=-5"),
+        (
+            {"num_cpu_blocks": 8, "sync_load_budget_bytes": -0.5},
+            "sync_load_budget_bytes=-0.5 must be at least 0",
+        ),
         (
             {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": "..x"},
             "cache_policy_module_path",
