@@ -70,12 +70,6 @@ class IngestConfig:
         of the largest as ``receive_buffer_bytes`` holds, and at least one."""
         return max(1, self.receive_buffer_bytes // self.max_message_bytes)
 
-    @property
-    def heartbeat_ivl_ms(self) -> int:
-        """How often a receiving socket pings each peer: six times a timeout, so one late
-        answer never costs a connection."""
-        return max(1, round(self.peer_timeout_s * 1000 / 6))
-
 
 MIN_INSIGHT_CPU_SHARE: Final = 0.001
 """The least CPU share the shadow thread may be given: below it, the wait it owes after one

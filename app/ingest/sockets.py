@@ -10,7 +10,8 @@ then on the sender, whose PUB socket drops (or, kvscope's, refuses and counts)
 what does not fit: the sidecar sees a gap in that publisher's sequence, and
 replays it or counts it missed.
 
-Each also pings its peers (ZMQ heartbeats) and drops one that answers none for
+Each also pings its peers (ZMQ heartbeats, by the publisher's rule:
+``offload/wire/heartbeat.py``) and drops one that answers none for
 ``peer_timeout_s``: a subscriber sends nothing once subscribed, so a connection
 whose far end vanished without closing it (a host lost, a network cut) looked
 alive forever, and a connect-mode socket never connected again to the worker
@@ -22,6 +23,7 @@ from __future__ import annotations
 import zmq
 
 from app.settings import IngestConfig
+from offload.wire.heartbeat import set_heartbeat
 
 
 def receiving_socket(ctx: zmq.Context, kind: int, config: IngestConfig) -> zmq.Socket:
@@ -32,6 +34,5 @@ def receiving_socket(ctx: zmq.Context, kind: int, config: IngestConfig) -> zmq.S
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes)
     sock.setsockopt(zmq.RCVHWM, config.receive_hwm)
-    sock.setsockopt(zmq.HEARTBEAT_IVL, config.heartbeat_ivl_ms)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, round(config.peer_timeout_s * 1000))
+    set_heartbeat(sock, config.peer_timeout_s)
     return sock

@@ -40,6 +40,7 @@ from offload.wire.framing import (
     encode_seq,
     parse_replay_request,
 )
+from offload.wire.heartbeat import set_heartbeat
 from offload.wire.kv_events import KVEventBatch, encode_batch, to_kv_events
 from offload.wire.log_limit import LogLimiter
 from offload.wire.sample_frame import SendableSampleFrame, encode_sample_frame
@@ -318,7 +319,7 @@ class EventPublisher(Publisher):
         self._answering: dict[bytes, int] = {}  # peer identity -> its latest answer's key
 
         self._ctx = zmq.Context(io_threads=1)
-        self._peer_timeout_ms = round(peer_timeout_s * 1000)
+        self._peer_timeout_s = peer_timeout_s
         try:
             # What a subscriber sends is a subscription: a topic prefix behind a flag byte
             # or ZMTP 3.1's SUBSCRIBE command (its name and the name's length: 10 bytes).
@@ -361,9 +362,7 @@ class EventPublisher(Publisher):
         sock.setsockopt(zmq.SNDHWM, hwm)
         sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
         sock.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
-        # A PING every third of the timeout, so a peer misses several before it is cut.
-        sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, self._peer_timeout_ms // 3))
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, self._peer_timeout_ms)
+        set_heartbeat(sock, self._peer_timeout_s)
         sock.copy_threshold = 0  # payloads sent copy=False are never copied, so all are tracked
         try:
             sock.bind(endpoint)

@@ -9,15 +9,21 @@ connections: open, carrying nothing.
 
 from __future__ import annotations
 
+import socket
+
 import pytest
+import zmq
 
 from app.ingest import Ingestor
+from app.ingest.sockets import receiving_socket
 from app.settings import IngestConfig, PublisherEndpoints
 from offload.base import OffloadingEvent
+from offload.wire.heartbeat import PINGS_PER_TIMEOUT
 from offload.wire.publisher import EventPublisher
 from tests.support.polling import wait_until
 from tests.support.tcp_relay import TcpRelay
 from tests.support.zmq_peers import ingesting
+from tests.support.zmtp_peer import READ_LIMIT_S, handshake, pings_until_closed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,3 +55,23 @@ def test_a_worker_behind_a_silent_connection_is_followed_again_once_it_is_back()
             relay.target = address(second.endpoint)
             wait_until(lambda: follows(ingestor, second, 2), "the sidecar follows it again")
         assert relay.accepted == 2
+
+
+def test_a_publisher_that_answers_no_ping_is_pinged_as_the_publisher_pings_its_peers() -> None:
+    """The sidecar's sockets and the publisher's follow one rule (offload/wire/heartbeat.py):
+    PINGS_PER_TIMEOUT pings in a peer timeout, then the cut (one PING fewer where the I/O
+    thread sends one late, past the cut, on a loaded machine)."""
+    ctx = zmq.Context()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(READ_LIMIT_S)
+        sub = receiving_socket(ctx, zmq.SUB, IngestConfig(peer_timeout_s=2.4))
+        try:
+            sub.connect(f"tcp://127.0.0.1:{server.getsockname()[1]}")
+            peer, _ = server.accept()
+            with peer:
+                handshake(peer, b"PUB")
+                pings = pings_until_closed(peer)
+        finally:
+            sub.close(linger=0)
+            ctx.term()
+    assert PINGS_PER_TIMEOUT - 1 <= pings <= PINGS_PER_TIMEOUT

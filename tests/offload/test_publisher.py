@@ -22,6 +22,7 @@ from offload.base import OffloadingEvent
 from offload.cpu.manager import CPUOffloadingManager
 from offload.telemetry import metrics as m
 from offload.wire.framing import DEFAULT_STATS_TOPIC, END_OF_REPLAY_SEQ
+from offload.wire.heartbeat import PINGS_PER_TIMEOUT
 from offload.wire.kv_events import (
     BlockRemoved,
     BlockStored,
@@ -42,6 +43,7 @@ from offload.wire.stats_frame import (
 )
 from offload.worker_telemetry import WorkerTelemetry, publisher_snapshot
 from tests.support.polling import wait_until
+from tests.support.zmtp_peer import handshake, pings_until_closed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -513,3 +515,29 @@ def test_a_worker_without_a_publisher_drains_its_events_and_counts_nothing_sent(
         if sample.name.startswith("kvscope_publisher_")
     }
     assert published and set(published.values()) == {0.0}
+
+
+SILENT_PEER_TIMEOUT_S = 2.4
+"""A peer timeout for the silent-peer tests: a PING every 0.4 s, long beside a thread's
+scheduling delays."""
+
+
+@pytest.mark.parametrize("socket_name", ["endpoint", "replay_endpoint"])
+def test_a_peer_that_answers_no_ping_is_pinged_six_times_a_timeout_then_cut(
+    socket_name: str,
+) -> None:
+    """Both sockets ping by the rule the sidecar's sockets follow (PINGS_PER_TIMEOUT): the
+    publisher pinged every third of the timeout while the sidecar pinged every sixth.
+
+    The timeout runs from the first unanswered PING and each PING is timed from
+    the one before, so a PING the I/O thread sends late may fall past the
+    cut: one fewer is allowed for a loaded machine.
+    """
+    with EventPublisher(
+        "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", peer_timeout_s=SILENT_PEER_TIMEOUT_S
+    ) as pub:
+        host, port = getattr(pub, socket_name).removeprefix("tcp://").rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as peer:
+            handshake(peer, b"SUB" if socket_name == "endpoint" else b"DEALER")
+            pings = pings_until_closed(peer)
+    assert PINGS_PER_TIMEOUT - 1 <= pings <= PINGS_PER_TIMEOUT
