@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 
+from offload.shown import shown, shown_repr
+
 if TYPE_CHECKING:  # the SDK is imported only where tracing is on (configure_otel)
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -81,13 +83,14 @@ def _check_integer(environ: Mapping[str, str], variable: str) -> None:
     try:
         int(value)
     except ValueError:
-        raise OtelConfigError(f"{variable} must be an integer, got {value!r}") from None
+        raise OtelConfigError(f"{variable} must be an integer, got {shown_repr(value)}") from None
 
 
 def _refused(exc: ValueError) -> OtelConfigError:
-    """The SDK's error, naming the variable where the SDK names the argument it set."""
+    """The SDK's error, naming the variable where the SDK names the argument it set, on one
+    line cut to length: the SDK's message quotes the value as given."""
     pattern = r"\b(" + "|".join(_BSP_VARIABLES) + r")\b"
-    message = re.sub(pattern, lambda match: _BSP_VARIABLES[match[1]], str(exc)).rstrip(".")
+    message = shown(re.sub(pattern, lambda match: _BSP_VARIABLES[match[1]], str(exc)).rstrip("."))
     if "OTEL_" in message:
         return OtelConfigError(message)
     return OtelConfigError(f"the OpenTelemetry SDK refused the OTEL_* settings: {message}")
@@ -108,6 +111,6 @@ def _exporter(name: str) -> SpanExporter:
             ) from None
         return OTLPSpanExporter()
     raise OtelConfigError(
-        f"OTEL_TRACES_EXPORTER names an unknown exporter {name!r}; "
+        f"OTEL_TRACES_EXPORTER names an unknown exporter {shown_repr(name)}; "
         f"kvscope knows: {', '.join(KNOWN_EXPORTERS)}"
     )

@@ -277,6 +277,28 @@ def test_an_otel_value_the_sdk_refuses_is_one_line_naming_it(
     assert result.stderr == f"kvscope: error: {message}\n"
 
 
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {"OTEL_BSP_SCHEDULE_DELAY": "soon" * 25_000},
+        {"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "abc" * 30_000},
+        {"OTEL_TRACES_EXPORTER": "zipkin" * 15_000},
+    ],
+    ids=["not an integer", "refused by the SDK", "unknown exporter"],
+)
+def test_a_long_otel_value_is_named_in_one_short_line(
+    trace_slice: Path, variables: dict[str, str]
+) -> None:
+    """The error printed the value whole: 100 kB of the variable on stderr."""
+    result = kvscope(
+        "replay", str(trace_slice), env={"OTEL_TRACES_EXPORTER": "console", **variables}
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("kvscope: error: OTEL_")
+    assert len(result.stderr) < 600
+    assert result.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize("args", [["--help"], ["replay", "--capacity", "10"]])
 def test_a_bad_otel_value_breaks_no_command_while_tracing_is_off(args: list[str]) -> None:
     """The SDK read the span limits as it was imported, and app.otel imported it first thing."""
