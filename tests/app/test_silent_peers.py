@@ -59,8 +59,9 @@ def test_a_worker_behind_a_silent_connection_is_followed_again_once_it_is_back()
 
 def test_a_publisher_that_answers_no_ping_is_pinged_as_the_publisher_pings_its_peers() -> None:
     """The sidecar's sockets and the publisher's follow one rule (offload/wire/heartbeat.py):
-    PINGS_PER_TIMEOUT pings in a peer timeout, then the cut (one PING fewer where the I/O
-    thread sends one late, past the cut, on a loaded machine)."""
+    PINGS_PER_TIMEOUT pings in a peer timeout, then the cut. Each PING is timed from the
+    one before, so where the I/O thread runs late some fall past the cut: more than half of
+    them (every third of the timeout, the old rule of the publisher, gave half) must come."""
     ctx = zmq.Context()
     with socket.create_server(("127.0.0.1", 0)) as server:
         server.settimeout(READ_LIMIT_S)
@@ -74,4 +75,4 @@ def test_a_publisher_that_answers_no_ping_is_pinged_as_the_publisher_pings_its_p
         finally:
             sub.close(linger=0)
             ctx.term()
-    assert PINGS_PER_TIMEOUT - 1 <= pings <= PINGS_PER_TIMEOUT
+    assert PINGS_PER_TIMEOUT // 2 < pings <= PINGS_PER_TIMEOUT
