@@ -8,7 +8,7 @@ event. How it keys blocks, counts hits and caps its memory: docs/ARCHITECTURE.md
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Final
 
@@ -19,7 +19,7 @@ from app.settings import MAX_PAGE_LIMIT
 from app.state.held_block import HeldBlock, location_numbers
 from app.state.listing import Listing
 from app.state.shards import SHARD_RUN, SHARDS, shard_of
-from app.state.stranded import StrandedBlocks
+from app.state.stranded import MAX_REHANG_LINKS, StrandedBlocks
 
 # Per block, the index keeps one HeldBlock (app/state/held_block.py), changed in
 # place, in dicts the cyclic garbage collector never tracks; the listing
@@ -480,16 +480,39 @@ class BlockIndex:
         entry = self._record(block_hash)
         return None if entry is None else self._snapshot(entry)
 
-    def lookup_prefix(self, block_hashes: Iterable[Hashable]) -> PrefixMatch:
-        """Per medium, the leading run of a hash chain held there; and where the chain breaks."""
+    def lookup_prefix(self, block_hashes: Sequence[Hashable]) -> PrefixMatch:
+        """Per medium, the leading run of a hash chain held there; and where the chain breaks.
+
+        A block of the chain held nowhere, or not on a medium whose run goes on, still counts
+        where a coarser block further on covers it (``_cover``): a hybrid model's coarse
+        group names a block by the hash of its last fine block, and its sliding-window group
+        drops the fine blocks its window has passed, while vLLM hits the whole prefix through
+        the coarse chain. Walking the fine chain (a request's hashes) stopped at the first
+        block the window dropped.
+        """
         alive = self._bits_by_medium()
         runs: dict[str, int] = {}
+        covers: list[tuple[int, int]] = []  # (last position, mask) of the covering blocks
+        finest = 0  # the smallest block size held in the chain so far
         length = 0
         for block_hash in block_hashes:
             entry = self._record(block_hash)
-            if entry is None:
+            mask = 0
+            if entry is not None:
+                mask = entry.mask
+                if entry.size and (not finest or entry.size < finest):
+                    finest = entry.size
+            if covers:
+                covers = [cover for cover in covers if cover[0] >= length]
+                for _last, bits in covers:
+                    mask |= bits
+            if not mask or not all(mask & bits for bits in alive.values()):
+                cover = self._cover(block_hashes, length, finest)
+                if cover is not None:
+                    covers.append(cover)
+                    mask |= cover[1]
+            if not mask:
                 break
-            mask = entry.mask
             for medium, bits in list(alive.items()):
                 if not mask & bits:
                     runs[medium] = length
@@ -498,6 +521,33 @@ class BlockIndex:
         for medium in alive:
             runs[medium] = length
         return PrefixMatch(runs, length)
+
+    def _cover(self, chain: Sequence[Hashable], at: int, finest: int) -> tuple[int, int] | None:
+        """The position and locations of the first held block of ``chain`` after ``at`` that
+        covers ``at``, within ``MAX_REHANG_LINKS`` blocks; None when none does.
+
+        A block of ``n`` times the chain's finest block size (the smallest seen in the walk
+        or in the blocks searched here) spans its ``n`` positions, the last its own, and it
+        covers them when it hangs under the block just before them (its coarsest store's
+        parent: ``_rehang``), or under none when they start the chain. So a block the events
+        chained otherwise (kvscope's CPU stream names no parent where the tier never met the
+        block before a run) covers nothing, and neither does a coarse block with no finer
+        block of the chain in view.
+        """
+        found: list[tuple[int, HeldBlock]] = []
+        for place in range(at + 1, min(len(chain), at + 1 + MAX_REHANG_LINKS)):
+            entry = self._record(chain[place])
+            if entry is None:
+                continue
+            if entry.size and (not finest or entry.size < finest):
+                finest = entry.size
+            if _covers(chain, at, place, entry, finest):  # the usual case: the first held
+                return place, entry.mask
+            found.append((place, entry))
+        for place, entry in found:  # a finer block came after it
+            if _covers(chain, at, place, entry, finest):
+                return place, entry.mask
+        return None
 
     def page(
         self,
@@ -551,3 +601,14 @@ class BlockIndex:
             hits=entry.hits,
             seq=entry.seq,
         )
+
+
+def _covers(chain: Sequence[Hashable], at: int, place: int, entry: HeldBlock, finest: int) -> bool:
+    """Whether ``entry``, the held block at ``place`` in ``chain``, covers position ``at``
+    (``BlockIndex._cover``), ``finest`` being the chain's finest block size known."""
+    if not finest:
+        return False
+    span, rest = divmod(entry.size or 0, finest)
+    before = place - span  # the position of the block it hangs under when it covers them
+    above = None if before < 0 else chain[before]
+    return not rest and -1 <= before < at and entry.parent == above

@@ -181,6 +181,31 @@ def test_lookup_prefix_runs_per_medium_and_the_break() -> None:
     assert BlockIndex(max_blocks=1).lookup_prefix([1]) == PrefixMatch({}, 0)
 
 
+def test_lookup_prefix_counts_fine_blocks_a_coarser_block_covers_on_its_media() -> None:
+    """A hybrid model's 16-token group dropped 1 and 3 from the GPU, where its 32-token group
+    holds 2 and 4 (4 under 2): the fine chain runs to 4 on the GPU, as it does on the CPU,
+    which holds every fine block; a 64-token group's 4 and 8 (8 under 4) cover the chain."""
+    index = BlockIndex(max_blocks=100)
+    fine = stored([1, 2, 3, 4, 5, 6, 7, 8], "GPU", block_size=16, group=0)
+    coarse = stored([2, 4], "GPU", block_size=32, group=1)
+    index.apply("vllm", batch(fine, coarse, removed([1, 3], "GPU", group=0)), 1.0)
+    assert index.lookup_prefix([1, 2, 3, 4, 5]) == PrefixMatch({"GPU": 5}, 5)  # 5 sizes 2
+    index.apply("kvscope", batch(stored([1, 2, 3, 4], "CPU")), 1.0)
+    assert index.lookup_prefix([1, 2, 3, 4, 5]) == PrefixMatch({"GPU": 5, "CPU": 4}, 5)
+    index.apply("vllm", batch(removed([5, 6, 7], "GPU", group=0)), 2.0)
+    assert index.lookup_prefix(list(range(1, 9))) == PrefixMatch({"GPU": 4, "CPU": 4}, 4)
+    index.apply("vllm", batch(stored([4, 8], "GPU", block_size=64, group=2)), 3.0)
+    assert index.lookup_prefix(list(range(1, 9))) == PrefixMatch({"GPU": 8, "CPU": 4}, 8)
+
+
+def test_lookup_prefix_takes_no_run_of_an_unknown_parent_for_a_cover() -> None:
+    """kvscope's CPU stream names no parent for a run whose block before the tier never met:
+    such a run of fine blocks covers nothing before it."""
+    index = BlockIndex(max_blocks=100)
+    index.apply("kvscope", batch(stored([3, 4], "CPU")), 1.0)
+    assert index.lookup_prefix([1, 2, 3, 4]) == PrefixMatch({"CPU": 0}, 0)
+
+
 # --- listing ----------------------------------------------------------------------
 
 

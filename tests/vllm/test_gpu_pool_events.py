@@ -38,7 +38,7 @@ from vllm.v1.kv_cache_interface import (
 from vllm.v1.request import Request
 
 from app.decode import decode_kv_payload
-from app.state.block_index import BlockIndex
+from app.state.block_index import BlockIndex, PrefixMatch
 from tests.vllm.kv_cache_configs import shared_pool_config
 
 HASH_TOKENS = 16
@@ -212,18 +212,11 @@ def test_a_sliding_window_groups_full_report_names_blocks_it_no_longer_holds() -
         _assert_agrees(pool, index)
 
 
-@pytest.mark.parametrize(
-    "specs",
-    [(_full(32), _window(16)), (_window(16), _full(32))],
-    ids=["full-attention-first", "sliding-window-first"],
-)
-def test_blocks_vllm_hits_are_not_stranded_whichever_group_stores_first(specs: tuple) -> None:
-    """The 32-token group names a block by its last 16-token hash and chains it under the
-    coarse block before (h4 under h2), the 16-token sliding-window group under the fine
-    one (h4 under h3). The window passes the prompt and the pool evicts the fine blocks it
-    freed, h3 among them, cached nowhere now; vLLM still hits the whole prompt, so no block
-    of it is stranded, in either group order (with the window's group first, the index
-    hung h4 under h3 and counted six copies stranded)."""
+def _window_passed(specs: tuple) -> tuple[KVCacheManager, BlockIndex, list[int], list]:
+    """A prompt of eight 16-token blocks prefilled by a 32-token full-attention group and a
+    16-token sliding-window group, the window moved past it and the fine blocks it freed
+    evicted by another request, all applied to an index: the manager, the index, the prompt
+    and its (fine) chain of hashes."""
     manager = _manager(specs, num_blocks=20)
     index = BlockIndex(max_blocks=100)
     prompt = list(range(8 * 16))
@@ -236,10 +229,40 @@ def test_blocks_vllm_hits_are_not_stranded_whichever_group_stores_first(specs: t
     _apply(manager.take_events(), index, 1.0)
     chain = [maybe_convert_block_hash(h) for h in writer.block_hashes]
     assert index.get(chain[2]) is None, "h3 is cached nowhere"
+    return manager, index, prompt, chain
+
+
+HYBRID_ORDERS = pytest.mark.parametrize(
+    "specs",
+    [(_full(32), _window(16)), (_window(16), _full(32))],
+    ids=["full-attention-first", "sliding-window-first"],
+)
+
+
+@HYBRID_ORDERS
+def test_blocks_vllm_hits_are_not_stranded_whichever_group_stores_first(specs: tuple) -> None:
+    """The 32-token group names a block by its last 16-token hash and chains it under the
+    coarse block before (h4 under h2), the 16-token sliding-window group under the fine
+    one (h4 under h3). The window passes the prompt and the pool evicts the fine blocks it
+    freed, h3 among them, cached nowhere now; vLLM still hits the whole prompt, so no block
+    of it is stranded, in either group order (with the window's group first, the index
+    hung h4 under h3 and counted six copies stranded)."""
+    manager, index, prompt, chain = _window_passed(specs)
     assert index.lookup_prefix(chain[1::2]).runs == {"GPU": 4}, "the coarse chain is held"
 
     assert _prefill(manager, _request("reader", [*prompt, 5])) == len(prompt)
     assert [row.stranded for row in index.usage()] == [0]
+
+
+@HYBRID_ORDERS
+def test_a_lookup_of_the_fine_chain_finds_the_prefix_vllm_hits(specs: tuple) -> None:
+    """A request's own chain is of 16-token hashes: the lookup walks it past the blocks the
+    window dropped (h3, h5), each covered by the coarse block after it, to the whole
+    prompt vLLM hits (it stopped at h3)."""
+    manager, index, prompt, chain = _window_passed(specs)
+    assert index.get(chain[4]) is None, "h5 is cached nowhere"
+    hit = _prefill(manager, _request("reader", [*prompt, 5]))
+    assert index.lookup_prefix(chain) == PrefixMatch({"GPU": hit // HASH_TOKENS}, len(chain))
 
 
 def test_partial_entries_promotion_and_replacement_follow_the_pool() -> None:
