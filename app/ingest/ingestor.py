@@ -460,8 +460,7 @@ class Ingestor:
             self._fill(state, last + 1, dropped_last + 1, None)
 
     def _apply(self, state: PublisherState, seq: int, batch: DecodedBatch) -> None:
-        with self.state.lock:
-            self.state.index.apply(state.name, batch, time.time())
+        self.state.index.apply(state.name, batch, time.time(), self.state.lock)
         state.last_seq = seq
         state.batches_applied += 1
         state.malformed += batch.malformed

@@ -8,7 +8,8 @@ event. How it keys blocks, counts hits and caps its memory: docs/ARCHITECTURE.md
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
 from typing import Final
 
@@ -34,6 +35,13 @@ RESET_TRACKED: Final = 2048
 """Most blocks a publisher may store after a reset (counted as its batches end) for its next
 reset to look at those alone, rather than walk the index: 16 KB per publisher at most. To make
 its resets walk a million blocks again, a peer must store this many between two."""
+PART_BLOCKS: Final = 65_536
+"""Block events a batch applies per hold of the readers' lock (``BlockIndex.apply``): under
+0.1 s of removals, the dearest events (a 16 MB frame holds about 2 million). A reset is a
+part of its own: a walk of at most every block held."""
+_NO_LOCK: Final = nullcontext()
+_DONE: Final = object()
+"""What the parts of a batch give when the batch is applied."""
 MAX_LOCATIONS: Final = 1024
 """Most locations (publisher, medium, group) in all: every held block's mask is as wide as
 the highest bit, so its memory and the walks over it grow with them (64 publishers on
@@ -87,10 +95,12 @@ class BlockIndex:
     """Block hash -> locations and timings, for every publisher the sidecar follows.
 
     Not thread-safe: one ingest thread applies batches; readers run on the same
-    thread (or take their own lock around both).
+    thread, or take a lock that ``apply`` is given (it lets it go between parts).
     """
 
-    def __init__(self, max_blocks: int, max_media: int = 16) -> None:
+    def __init__(
+        self, max_blocks: int, max_media: int = 16, part_blocks: int = PART_BLOCKS
+    ) -> None:
         """A location is a (publisher, medium, KV cache group): a hybrid model holds a block
         once per group, each copy stored and removed on its own, so a block leaves a
         medium when its last group's copy does, and a medium's count is of copies (the
@@ -99,6 +109,10 @@ class BlockIndex:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
         if max_media < 1:
             raise ValueError(f"max_media must be at least 1, got {max_media}")
+        if part_blocks < 1:
+            raise ValueError(f"part_blocks must be at least 1, got {part_blocks}")
+        self.part_blocks = part_blocks
+        """Block events applied per hold of the readers' lock (``apply``)."""
         self.max_blocks = max_blocks
         self.max_media = max_media
         """Most distinct media tracked: each is a bit of every block's location mask per
@@ -152,34 +166,99 @@ class BlockIndex:
 
     # --- ingest -------------------------------------------------------------------
 
-    def apply(self, publisher: str, batch: DecodedBatch, now: float) -> None:
-        """Apply one decoded batch of ``publisher``'s events, in order, at time ``now``.
+    def apply(
+        self,
+        publisher: str,
+        batch: DecodedBatch,
+        now: float,
+        lock: AbstractContextManager[object] = _NO_LOCK,
+    ) -> None:
+        """Apply one decoded batch of ``publisher``'s events, in order, at time ``now``,
+        holding ``lock`` (the readers' lock) for one part of the batch at a time.
 
-        A batch walks the whole index at most once, whatever it holds: after a reset,
-        the publisher's next one looks only at what it stored since (``_gained``) for
-        the rest of the batch, and beyond while that is at most ``RESET_TRACKED``.
+        A part is about ``part_blocks`` block events (a longer event is cut: a later cut of a
+        store continues its chain under the block before it, a removal's cuts go tail
+        first as its blocks do, and each cut's bookkeeping is done before the lock is let
+        go), or one reset. A 16 MB frame held the lock for seconds (a store or removal of a
+        million blocks, a thousand resets of what was stored since the one before): every
+        API read and /metrics waited it out. A reader between parts sees the index as if the
+        publisher had sent the events (and blocks) applied so far alone: every count, chain
+        and stranded flag agrees with the blocks held (the caller, the index's one writer,
+        changes nothing else between parts).
         """
+        parts = self._parts(publisher, batch, now)
+        while True:
+            with lock:
+                if next(parts, _DONE) is _DONE:
+                    return
+
+    def _parts(self, publisher: str, batch: DecodedBatch, now: float) -> Iterator[None]:
+        """Apply ``batch``, pausing after each part (``apply``).
+
+        A reset looks only at what its publisher stored since its last one (``_gained``)
+        while that is tracked; a publisher past the bound is reset by a walk of the whole
+        index, a part of its own, and one walk after another in a batch takes more than
+        an eighth of the index in stores between them (so a walk costs at most about what
+        the stores before it did).
+        """
+        pending = 0  # block events applied since the last pause
         for event in batch.events:
             if event.kind == "stored":
-                self._store(publisher, event, now)
+                cuts = self._store(publisher, event, now)
             elif event.kind == "removed":
-                self._remove(publisher, event)
+                cuts = self._remove(publisher, event)
             else:
-                self.reset_publisher(publisher)
+                cuts = self._reset(publisher)
+            for applied in cuts:
+                pending += applied
+                if pending >= self.part_blocks:
+                    self._listing.settle()
+                    yield
+                    pending = 0
         gained = self._gained.get(publisher)
         if gained is not None and len(gained) > RESET_TRACKED:
             del self._gained[publisher]
         self._listing.settle()
 
-    def _store(self, publisher: str, event: DecodedEvent, now: float) -> None:
+    def _reset(self, publisher: str) -> Iterator[int]:
+        """A reset, weighed as a whole part: it may walk the index."""
+        self.reset_publisher(publisher)
+        yield self.part_blocks
+
+    def _cuts(self, block_hashes: list[Hashable]) -> range:
+        """Where each cut of an event's blocks starts: ``part_blocks`` blocks a cut."""
+        return range(0, len(block_hashes), self.part_blocks)
+
+    def _store(self, publisher: str, event: DecodedEvent, now: float) -> Iterator[int]:
+        """Store ``event``'s blocks a cut at a time, yielding each cut's length once it is in."""
         medium = event.medium or DEFAULT_MEDIUM
         number = self._location(publisher, medium, event.group)
         if number is None:
             return
         bit = 1 << number
+        hashes = event.block_hashes
         if event.parent_block_hash is None and self._reports(event, bit):
-            self._touch(event, bit, now)
+            for start in self._cuts(hashes):
+                yield self._touch(hashes[start : start + self.part_blocks], bit, now)
             return
+        for start in self._cuts(hashes):
+            parent = event.parent_block_hash if start == 0 else hashes[start - 1]
+            cut = hashes[start : start + self.part_blocks]
+            self._store_run(publisher, medium, number, cut, parent, event.block_size, now)
+            yield len(cut)
+
+    def _store_run(
+        self,
+        publisher: str,
+        medium: str,
+        number: int,
+        block_hashes: list[Hashable],
+        parent: Hashable | None,
+        block_size: int | None,
+        now: float,
+    ) -> None:
+        """Store one chain of blocks, the first under ``parent``, at location ``number``."""
+        bit = 1 << number
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
         # Another group's copy on this medium came with the same reload: one hit, not two.
         copies = self._pair_bits[publisher, medium]
@@ -187,16 +266,14 @@ class BlockIndex:
         records = self._listing.open  # this event's new records go at its end
         listed, first_new = records.append, len(records)
         room = self.max_blocks - self._held
-        block_size = event.block_size
-        # The event's blocks continue one chain: each hangs under the one before it.
-        parent = event.parent_block_hash
+        # The blocks continue one chain: each hangs under the one before it.
         parent_shard = 0 if parent is None else shard_of(parent)
         extra = self._copies(number)
         seq = self._next_seq
         added = refused = 0
         sized = bool(block_size)  # a size that names no granularity (0) moves nothing
         coarser: list[tuple[HeldBlock, Hashable | None, int]] = []  # (block, parent, shard)
-        for block_hash in event.block_hashes:
+        for block_hash in block_hashes:
             shard = (hash(block_hash) >> SHARD_RUN) % SHARDS  # shard_of, inlined
             blocks = shards[shard]
             entry = blocks.get(block_hash)
@@ -232,22 +309,32 @@ class BlockIndex:
                 extra[block_hash] = extra.get(block_hash, 0) + 1
                 added += 1
         if added and (gained := self._gained.get(publisher)) is not None:
-            gained += event.block_hashes
+            gained += block_hashes
             if len(gained) > max(RESET_TRACKED, self._held >> 3):  # a walk costs less
                 del self._gained[publisher]
         if added_records := records[first_new:]:
             self.stranded.stored(added_records)
             self._held += len(added_records)
-        for entry, above, above_shard in coarser:  # once the event's new parents are in
+        for entry, above, above_shard in coarser:  # once the run's new parents are in
             self._rehang(entry, above, above_shard, block_size)
         self._next_seq = seq
         self._counts[number] += added
         self.overflow += refused
 
-    def _remove(self, publisher: str, event: DecodedEvent) -> None:
+    def _remove(self, publisher: str, event: DecodedEvent) -> Iterator[int]:
+        """Remove ``event``'s blocks a cut at a time, the tail's cut first, yielding each
+        cut's length once it is out."""
         number = self._location(publisher, event.medium or DEFAULT_MEDIUM, event.group)
         if number is None:
             return
+        hashes = event.block_hashes
+        for start in reversed(self._cuts(hashes)):
+            cut = hashes[start : start + self.part_blocks]
+            self._remove_run(number, cut)
+            yield len(cut)
+
+    def _remove_run(self, number: int, block_hashes: list[Hashable]) -> None:
+        """Remove one copy of each block at location ``number``."""
         bit = 1 << number
         shards = self._shards
         stranded = self.stranded
@@ -255,7 +342,7 @@ class BlockIndex:
         removed = gone = 0
         # Tail first: a chain listed head first then leaves without stranding,
         # one after another, every block below the head (the result is the same).
-        for block_hash in reversed(event.block_hashes):
+        for block_hash in reversed(block_hashes):
             blocks = shards[(hash(block_hash) >> SHARD_RUN) % SHARDS]  # shard_of, inlined
             entry = blocks.get(block_hash)
             if entry is None:
@@ -280,7 +367,7 @@ class BlockIndex:
         self._counts[number] -= removed
         self._held -= gone
         self._listing.dead += gone
-        self.untracked_removals += len(event.block_hashes) - removed
+        self.untracked_removals += len(block_hashes) - removed
 
     def _rehang(
         self, entry: HeldBlock, parent: Hashable | None, parent_shard: int, block_size: int
@@ -319,19 +406,20 @@ class BlockIndex:
         entry = self._record(event.block_hashes[-1])
         return entry is not None and bool(entry.mask & bit)
 
-    def _touch(self, event: DecodedEvent, bit: int, now: float) -> None:
+    def _touch(self, block_hashes: list[Hashable], bit: int, now: float) -> int:
         """A report of prefix-cache hits (``_reports``): the blocks the location holds were
-        stored again at ``now``; nothing else changes.
+        stored again at ``now``; nothing else changes. Returns how many blocks it named.
 
         It names every block of the hit, but a sliding-window group hits only the blocks in
         its window (vLLM's null blocks stand for the rest, which the group freed, and may
         have evicted): adding the location to those would count copies the group does not
         hold, for good, as no removal of them follows.
         """
-        for block_hash in event.block_hashes:
+        for block_hash in block_hashes:
             entry = self._record(block_hash)
             if entry is not None and entry.mask & bit:
                 entry.last = now
+        return len(block_hashes)
 
     def _copies(self, number: int) -> dict[Hashable, int]:
         """The extra copies held at location ``number`` (created on first use)."""

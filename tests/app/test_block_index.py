@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
-from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS, BlockIndex, PrefixMatch, Usage
+from app.state.block_index import (
+    MAX_GROUPS,
+    MAX_LOCATIONS,
+    PART_BLOCKS,
+    BlockIndex,
+    PrefixMatch,
+    Usage,
+)
 from app.state.stranded import MAX_REHANG_LINKS
 
 
@@ -585,12 +592,37 @@ class Model:
             del self.sizes[block_hash]
 
 
+class Reader:
+    """A lock whose every release lets a reader in: it checks that the index it sees
+    agrees with itself (its blocks, their listing, the stranded among them)."""
+
+    def __init__(self, index: BlockIndex) -> None:
+        self.index = index
+        self.seen: list[tuple[int, dict[str, int]]] = []
+        """Blocks held and stranded per medium at each release."""
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *_exc: object) -> None:
+        index = self.index
+        self.seen.append((len(index), stranded_by_medium(index)))
+        listed = walk(index, limit=MAX_PAGE_LIMIT)
+        assert len(listed) == len(index), "every block held is listed once"
+        assert all(index.get(block_hash) is not None for block_hash in listed)
+        assert sum(row.blocks for row in index.usage()) >= len(index)
+        assert all(0 <= row.stranded <= row.blocks for row in index.usage())
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.lists(step, max_size=25), st.integers(1, 8))
-def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int) -> None:
-    index, model = BlockIndex(max_blocks), Model(max_blocks)
+@given(st.lists(step, max_size=25), st.integers(1, 8), st.sampled_from((1, 2, PART_BLOCKS)))
+def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int, part_blocks: int) -> None:
+    """Whatever the parts a batch is applied in (each block a part of its own, at the
+    least), with a reader let in between them."""
+    index, model = BlockIndex(max_blocks, part_blocks=part_blocks), Model(max_blocks)
+    reader = Reader(index)
     for publisher, events in steps:
-        index.apply(publisher, batch(*events), now=0.0)
+        index.apply(publisher, batch(*events), now=0.0, lock=reader)
         for event in events:
             model.apply(publisher, event)
     assert walk(index, limit=3) == list(model.blocks)
@@ -616,3 +648,15 @@ def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int) -> None:
     assert (index.overflow, index.untracked_removals) == (model.overflow, model.untracked)
     stranded = {medium: n for medium, n in stranded_by_medium(index).items() if n}
     assert stranded == model.stranded_by_medium()
+
+
+def test_a_batch_in_parts_lets_readers_see_whole_runs_and_removes_tail_first() -> None:
+    """Two blocks a part: a store of a chain of five shows a reader two, then four; its
+    removal goes tail first, so no reader sees a block under a removed one (stranded)."""
+    index = BlockIndex(max_blocks=100, part_blocks=2)
+    reader = Reader(index)
+    index.apply("a", batch(stored([1, 2, 3, 4, 5])), 1.0, lock=reader)
+    assert reader.seen == [(2, {"CPU": 0}), (4, {"CPU": 0}), (5, {"CPU": 0})]
+    reader.seen.clear()
+    index.apply("a", batch(removed([1, 2, 3, 4, 5])), 2.0, lock=reader)
+    assert reader.seen == [(2, {"CPU": 0}), (0, {"CPU": 0}), (0, {"CPU": 0})]

@@ -92,6 +92,41 @@ def test_the_index_holds_what_was_published(publisher: EventPublisher) -> None:
         ingestor.close()
 
 
+class WatchedLock:
+    """The sidecar's lock, noting how many blocks the index holds at each release."""
+
+    def __init__(self, index: BlockIndex) -> None:
+        self._lock = threading.Lock()
+        self._index = index
+        self.held_at_release: list[int] = []
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.held_at_release.append(len(self._index))
+        self._lock.release()
+
+
+def test_a_frame_is_applied_in_parts_letting_readers_in_between(
+    publisher: EventPublisher,
+) -> None:
+    """The ingest thread lets the index's lock go after each part of a batch (two blocks a
+    part here), so a reader waits for a part, not for a 16 MB frame."""
+    index = BlockIndex(max_blocks=1000, part_blocks=2)
+    sidecar = SidecarState(index, EventLog(1000), (endpoints(publisher),))
+    lock = sidecar.lock = WatchedLock(index)  # type: ignore[assignment]
+    ingestor = Ingestor(sidecar)
+    ingestor.start()
+    try:
+        connected(ingestor, publisher)
+        publisher.publish_events([stored(*range(5))])
+        wait_until(lambda: cpu_blocks(ingestor) == set(range(5)), "index")
+        assert {2, 4} <= set(lock.held_at_release), "the lock was let go between parts"
+    finally:
+        ingestor.close()
+
+
 def test_a_sidecar_started_after_the_worker_catches_up_from_replay(
     publisher: EventPublisher,
 ) -> None:

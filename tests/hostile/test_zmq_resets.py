@@ -1,4 +1,6 @@
-"""A peer's resets cost the index a walk per batch at most, and none while it stores little.
+"""A peer's resets cost the index a walk per batch at most, and none while it stores little
+(a walk more only after it stored an eighth of the index since its last: about what the
+walk costs).
 
 Each "AllBlocksCleared" walked every block of the index, whoever held it: a
 1 MB frame of them, a store of one block before each, held the ingest thread
