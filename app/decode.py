@@ -39,9 +39,9 @@ class DecodedEvent(msgspec.Struct, frozen=True, gc=False):
     ``parent_block_hash`` are known only for "stored". ``medium`` None means
     ``DEFAULT_MEDIUM`` (the GPU). ``group``: the KV cache group whose copy of
     the blocks this is (vLLM's ``group_idx``: a hybrid model keeps one copy of
-    a block per group, each stored and removed on its own); None where the
-    publisher names none (one group, or kvscope's stream, which counts its
-    groups' copies at the source).
+    a block per group, each stored and removed on its own, in vLLM's GPU pool
+    and in kvscope's CPU tier alike); None where the publisher names none
+    (one group).
     """
 
     kind: EventKind

@@ -39,6 +39,10 @@ class OffloadingEvent(msgspec.Struct, frozen=True, gc=False):
     """For a store whose blocks continue one prompt's chain, the block before the first
     (vLLM's ``BlockStored`` meaning): a consumer can tell which held blocks a prefix lookup
     still reaches. None: the chain's first block, or a store that names no chain."""
+    group_idx: int | None = None
+    """The KV cache group whose copies of the blocks these are, where a tier keeps one per
+    group (vLLM's ``group_idx``: a hybrid model's groups each store and remove their own);
+    None where it names none (one group)."""
 
 
 class LoadStoreSpec(ABC):

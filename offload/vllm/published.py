@@ -11,17 +11,20 @@ a manager no other hash of the chunk.
 With one KV cache group this holds no memory: a removal strips the same key
 as its store, so it names exactly the hashes the store named. With several
 (hybrid models), each group keeps its own copy of a chunk under one raw
-hash, so the hash is announced stored when its first copy is stored and
-removed when its last copy leaves: the reference counting vLLM asks of
-consumers of its own offloading events, done here so that a consumer keyed
-by hash (the sidecar's block index) never drops a block a group still
-holds. Each group's chunk covers its own number of tokens, which is the
-block size of its stored events.
+hash, and each copy is announced as vLLM's own events announce it: stored
+and removed on its own, naming its group (``group_idx``), its group's chunk
+size as its block size and its group's chunk before as its parent. A stream
+that announced a hash once, with the first group's parent, hid the chain of
+every group that stored it later: a coarser group chains a hash under the
+chunk one coarse chunk back, so once the finer group's copies before it left,
+a consumer saw the hash under a block held nowhere (stranded), though the
+coarser group's chain reached it from the root.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import groupby
 
 from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
 
@@ -33,63 +36,35 @@ class PublishedNames:
 
     def __init__(self, chunk_tokens: Mapping[int, int]) -> None:
         """``chunk_tokens``: tokens of one chunk by KV cache group index."""
-        self._chunk_tokens = dict(chunk_tokens)
-        self._copies: dict[bytes, int] | None = {} if len(chunk_tokens) > 1 else None
-        """Group copies the tier holds per raw hash, with several groups; None with one."""
+        self._chunk_tokens = dict(chunk_tokens) if len(chunk_tokens) > 1 else None
+        """Tokens of one chunk by group, with several groups; None with one (no group named)."""
 
     def __call__(self, events: list[TierEvent]) -> list[TierEvent]:
-        if self._copies is None:
-            return [_stripped(event) for event in events]
+        sizes = self._chunk_tokens
+        if sizes is None:
+            return [
+                _stripped(event, event.block_hashes, event.block_size, None) for event in events
+            ]
         named: list[TierEvent] = []
         for event in events:
             if event.removed:
-                named += self._removed(event)
-            else:
-                named += self._stored(event)
+                # One removal may leave several groups: one event per group's run of keys.
+                for group, keys in groupby(event.block_hashes, get_offload_group_idx):
+                    named.append(_stripped(event, list(keys), event.block_size, group))
+            else:  # the core never lets a stored run cross groups
+                group = get_offload_group_idx(event.block_hashes[0])
+                named.append(_stripped(event, event.block_hashes, sizes[group], group))
         return named
 
-    def _stored(self, event: TierEvent) -> list[TierEvent]:
-        """The run's hashes not held already, as runs of the chain, each under the block
-        before it: a hash another group holds is in the consumer's view, not repeated."""
-        copies = self._copies
-        assert copies is not None
-        size = self._chunk_tokens[get_offload_group_idx(event.block_hashes[0])]
-        previous = event.parent_block_hash
-        previous = None if previous is None else get_offload_block_hash(previous)
-        runs: list[tuple[bytes | None, list[bytes]]] = []
-        fresh = False
-        for key in event.block_hashes:
-            block = get_offload_block_hash(key)
-            held = copies.get(block, 0)
-            copies[block] = held + 1
-            if not held:
-                if not fresh:
-                    runs.append((previous, []))
-                runs[-1][1].append(block)
-            fresh, previous = not held, block
-        return [TierEvent(blocks, size, event.medium, False, parent) for parent, blocks in runs]
 
-    def _removed(self, event: TierEvent) -> list[TierEvent]:
-        """The hashes whose last copy left."""
-        copies = self._copies
-        assert copies is not None
-        gone: list[bytes] = []
-        for key in event.block_hashes:
-            block = get_offload_block_hash(key)
-            held = copies.pop(block) - 1
-            if held:
-                copies[block] = held
-            else:
-                gone.append(block)
-        return [TierEvent(gone, event.block_size, event.medium, True)] if gone else []
-
-
-def _stripped(event: TierEvent) -> TierEvent:
+def _stripped(event: TierEvent, keys: list[bytes], block_size: int, group: int | None) -> TierEvent:
+    """``event`` naming ``keys`` by raw hash, with ``block_size`` and ``group``."""
     parent = event.parent_block_hash
     return TierEvent(
-        [get_offload_block_hash(key) for key in event.block_hashes],
-        event.block_size,
+        [get_offload_block_hash(key) for key in keys],
+        block_size,
         event.medium,
         event.removed,
         None if parent is None else get_offload_block_hash(parent),
+        group,
     )

@@ -56,5 +56,7 @@ def _pieces(event: OffloadingEvent, max_hashes: int) -> Iterator[OffloadingEvent
     parent = event.parent_block_hash
     for start in range(0, len(hashes), max_hashes):
         piece = hashes[start : start + max_hashes]
-        yield OffloadingEvent(piece, event.block_size, event.medium, event.removed, parent)
+        yield OffloadingEvent(
+            piece, event.block_size, event.medium, event.removed, parent, event.group_idx
+        )
         parent = None if event.removed else piece[-1]

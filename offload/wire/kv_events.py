@@ -87,17 +87,25 @@ def to_kv_events(events: list[OffloadingEvent]) -> list[BlockStored | BlockRemov
 
     The offloading manager never sees tokens, so that field carries vLLM's
     "not known" value (no token ids); the parent is the event's own, set
-    where the blocks continue one chain. This runs for every event
-    published, so it is one comprehension with positional arguments (cheaper
-    than a call per event, or keywords): BlockStored's are
-    (block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
-    lora_name).
+    where the blocks continue one chain, and so is the KV cache group. This
+    runs for every event published, so it is one comprehension with
+    positional arguments (cheaper than a call per event, or keywords):
+    BlockStored's are (block_hashes, parent_block_hash, token_ids,
+    block_size, lora_id, medium, lora_name, extra_keys, group_idx).
     """
     return [
-        BlockRemoved(e.block_hashes, e.medium)
+        BlockRemoved(e.block_hashes, e.medium, e.group_idx)
         if e.removed
         else BlockStored(
-            e.block_hashes, e.parent_block_hash, [], e.block_size, None, e.medium, None
+            e.block_hashes,
+            e.parent_block_hash,
+            [],
+            e.block_size,
+            None,
+            e.medium,
+            None,
+            None,
+            e.group_idx,
         )
         for e in events
     ]

@@ -19,8 +19,8 @@ LIMIT = IngestConfig().max_message_bytes
 def test_events_are_cut_at_the_bound_and_a_stored_chain_keeps_its_parents() -> None:
     events = [
         OffloadingEvent([1, 2], 16, "CPU", False, 0),
-        OffloadingEvent(list(range(10, 17)), 16, "CPU", False, 2),
-        OffloadingEvent(list(range(20, 25)), 16, "CPU", True),
+        OffloadingEvent(list(range(10, 17)), 16, "CPU", False, 2, group_idx=1),
+        OffloadingEvent(list(range(20, 25)), 16, "CPU", True, group_idx=1),
         OffloadingEvent([], 16, "CPU", True),
     ]
     batches = list(bounded_batches(events, max_hashes=3))
@@ -32,6 +32,7 @@ def test_events_are_cut_at_the_bound_and_a_stored_chain_keeps_its_parents() -> N
         ([10, 11, 12], 2), ([13, 14, 15], 12), ([16], 15)
     ]  # fmt: skip
     assert all(e.parent_block_hash is None for e in flat if e.removed)
+    assert [e.group_idx for e in flat] == [None, 1, 1, 1, 1, 1, None]  # each piece its group's
     assert flat[-1] == events[-1]
 
 

@@ -80,8 +80,8 @@ def vllm_schema() -> Iterator[ModuleType]:
 def test_our_batches_decode_with_vllms_schema(vllm_schema: ModuleType) -> None:
     events = [
         OffloadingEvent([1, 2, 3], block_size=16, medium="CPU", removed=False),
-        OffloadingEvent([b"\x00" * 32, b"\xff" * 32], block_size=32, medium="CPU", removed=False),
-        OffloadingEvent([2, b"\x01" * 32], block_size=16, medium="CPU", removed=True),
+        OffloadingEvent([b"\x00" * 32, b"\xff" * 32], 32, "CPU", False, b"\x02" * 32, 1),
+        OffloadingEvent([2, b"\x01" * 32], block_size=16, medium="CPU", removed=True, group_idx=1),
     ]
     batch = KVEventBatch(ts=12.5, events=to_kv_events(events), data_parallel_rank=3)
 
@@ -92,11 +92,12 @@ def test_our_batches_decode_with_vllms_schema(vllm_schema: ModuleType) -> None:
     assert [type(event) for event in theirs.events] == expected_types
     for got, sent in zip(theirs.events, events, strict=True):
         assert (got.block_hashes, got.medium) == (sent.block_hashes, "CPU")
+        assert got.group_idx == sent.group_idx  # a tier's copy per KV cache group names it
         if not sent.removed:
             assert (got.block_size, got.token_ids, got.parent_block_hash) == (
                 sent.block_size,
                 [],
-                None,
+                sent.parent_block_hash,
             )
 
 

@@ -14,7 +14,12 @@ import random
 
 import msgspec
 from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVEventBatch
-from vllm.v1.kv_offload.base import OffloadKey, ReqContext, make_offload_key
+from vllm.v1.kv_offload.base import (
+    OffloadKey,
+    ReqContext,
+    get_offload_group_idx,
+    make_offload_key,
+)
 
 from app.decode import decode_kv_payload
 from app.state.block_index import BlockIndex
@@ -65,10 +70,11 @@ def _published(manager: KVScopeManager, subscriber: Subscriber) -> list:
     ]
 
 
-def test_a_chunk_every_group_holds_is_announced_once_and_leaves_with_its_last_copy() -> None:
+def test_each_groups_copy_is_announced_with_its_group_and_indexed_as_a_copy() -> None:
     """Random requests over shared prefixes, two groups, a small tier, some failed stores:
-    the stream never announces a held hash again nor removes one a group still holds, and
-    the sidecar's index ends holding exactly the tier's hashes."""
+    the stream announces each group's copy of a hash on its own, naming the group, as
+    vLLM's own events do: never a copy held already, never the removal of one not held;
+    the sidecar's index ends holding exactly the tier's hashes, a copy per key."""
     rng = random.Random(7)
     prefixes = [[rng.randrange(1, 1000) * 10 + n for n in range(6)] for _ in range(3)]
     with subscribed({"num_cpu_blocks": 7, "sample_rate": 0}, tokens_per_block=(16, 16)) as (
@@ -84,26 +90,30 @@ def test_a_chunk_every_group_holds_is_announced_once_and_leaves_with_its_last_co
                 _store(manager, request, span, span, success=rng.random() > 0.1)
             manager.on_request_finished(request.ctx)
         held_by_tier = {
-            bytes(key[:-4]) for key, block in manager.core.policy.blocks.items() if block.ref >= 0
+            (bytes(key[:-4]), get_offload_group_idx(key))
+            for key, block in manager.core.policy.blocks.items()
+            if block.ref >= 0
         }
         events = _published(manager, subscriber)
         frames = subscriber.frames[DEFAULT_KV_TOPIC]
-    announced: set[bytes] = set()
+    announced: set[tuple[bytes, int]] = set()
     for event in events:
+        copies = {(block, event.group_idx) for block in event.block_hashes}
         if isinstance(event, BlockStored):
-            assert announced.isdisjoint(event.block_hashes), "a held hash announced again"
-            announced.update(event.block_hashes)
+            assert announced.isdisjoint(copies), "a held copy announced again"
+            announced |= copies
         else:
             assert isinstance(event, BlockRemoved)
-            assert set(event.block_hashes) <= announced, "a hash removed twice"
-            announced.difference_update(event.block_hashes)
+            assert copies <= announced, "a copy removed twice"
+            announced -= copies
     assert any(isinstance(event, BlockRemoved) for event in events)
     assert announced == held_by_tier
     index = BlockIndex(1024)
     for payload in frames:
         index.apply("kvscope", decode_kv_payload(payload), 1.0)
-    assert len(index) == len(held_by_tier)
-    assert all(index.get(block) is not None for block in held_by_tier)
+    assert len(index) == len({block for block, _group in held_by_tier})
+    assert all(index.get(block) is not None for block, _group in held_by_tier)
+    assert index.blocks_by_medium() == {"CPU": len(held_by_tier)}
 
 
 def test_each_groups_chain_begins_anew_in_one_offer() -> None:
@@ -114,9 +124,9 @@ def test_each_groups_chain_begins_anew_in_one_offer() -> None:
         manager.on_new_request(request.ctx)
         _store(manager, request, slice(2, 4), slice(0, 4))
         events = _published(manager, subscriber)
-    assert [(e.block_hashes, e.parent_block_hash) for e in events] == [
-        ([raw(3), raw(4)], None),  # the tier never met block 2 before it: not known
-        ([raw(1), raw(2)], None),  # 3 and 4 are announced already
+    assert [(e.block_hashes, e.parent_block_hash, e.group_idx) for e in events] == [
+        ([raw(3), raw(4)], None, 0),  # the tier never met block 2 before it: not known
+        ([raw(1), raw(2), raw(3), raw(4)], None, 1),
     ]
 
 
@@ -130,12 +140,42 @@ def test_a_groups_runs_carry_its_own_chunk_size_and_hang_under_its_own_chunks() 
             _store(manager, request, slice(0, 0), slice(chunk, chunk + 1))
         _store(manager, request, slice(0, 12), slice(3, 3))
         events = _published(manager, subscriber)
-    assert [(e.block_hashes, e.parent_block_hash, e.block_size) for e in events] == [
-        ([raw(4)], None, 64),
-        ([raw(8)], raw(4), 64),
-        ([raw(12)], raw(8), 64),
-        # Group 0's chain, less the hashes group 1 announced, each run under its block before.
-        ([raw(1), raw(2), raw(3)], None, 16),
-        ([raw(5), raw(6), raw(7)], raw(4), 16),
-        ([raw(9), raw(10), raw(11)], raw(8), 16),
+    assert [(e.block_hashes, e.parent_block_hash, e.block_size, e.group_idx) for e in events] == [
+        ([raw(4)], None, 64, 1),
+        ([raw(8)], raw(4), 64, 1),
+        ([raw(12)], raw(8), 64, 1),
+        ([raw(h) for h in range(1, 13)], None, 16, 0),  # group 0's own chain, whole
     ]
+
+
+def test_a_coarse_groups_chain_reaches_what_the_fine_groups_copies_no_longer_do() -> None:
+    """Group 0 (16 tokens) stores 1 to 4 before group 1 (32 tokens) stores 2 and 4, which it
+    chains from the root (4 under 2). The tier then evicts group 0's copies of 1 and 2:
+    group 1's chain still reaches 2 and 4, and 3 hangs under 2, still held. A stream that
+    announced a hash once, under the first group's parent, left 2 under 1 (held nowhere):
+    the sidecar counted 2, 3 and 4 stranded, and a lookup of the request's chain found
+    nothing on the CPU."""
+    with subscribed({"num_cpu_blocks": 6, "sample_rate": 0}, tokens_per_block=(16, 32)) as (
+        manager,
+        subscriber,
+    ):
+        request = Request("r", [1, 2, 3, 4], (16, 32))
+        manager.on_new_request(request.ctx)
+        _store(manager, request, slice(0, 4), slice(0, 2))
+        manager.touch([*request.keys[0][2:], *request.keys[1]], request.ctx)
+        other = Request("other", [11, 12], (16, 32))
+        manager.on_new_request(other.ctx)
+        _store(manager, other, slice(0, 2), slice(0, 0))  # the tier is full: 2 evictions
+        assert {make_offload_key(raw(h), 0) for h in (1, 2)}.isdisjoint(manager.core.policy.blocks)
+        events = _published(manager, subscriber)
+        frames = subscriber.frames[DEFAULT_KV_TOPIC]
+    assert (events[1].block_hashes, events[1].parent_block_hash, events[1].block_size) == (
+        [raw(2), raw(4)],
+        None,
+        32,
+    ), "group 1's copies, under group 1's chain"
+    index = BlockIndex(64)
+    for payload in frames:
+        index.apply("kvscope", decode_kv_payload(payload), 1.0)
+    assert [(row.blocks, row.stranded) for row in index.usage()] == [(6, 0)]
+    assert index.lookup_prefix([raw(h) for h in (1, 2, 3, 4)]).runs == {"CPU": 4}
