@@ -65,7 +65,6 @@ export class HistoryStore {
         await this.fetch();
         backoff.succeeded();
         wait = untilPhase(1000 * this.resolution, HISTORY_PHASE_MS);
-        this.problem = null;
       } catch (error) {
         wait = backoff.failed(error);
         this.problem = { message: error.message, retryS: Math.ceil(wait / 1000) };
@@ -88,6 +87,7 @@ export class HistoryStore {
     const resolution = this.resolution;
     const answer = await get("history", { since, resolution });
     if (resolution !== this.resolution) return; // the range changed meanwhile
+    this.problem = null; // before the listeners hear of this answer, not after them
     this.merge(answer);
     this.listeners.forEach((listener) => listener(this));
   }
