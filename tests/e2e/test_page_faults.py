@@ -11,7 +11,6 @@ uncaught exception or console error the test did not expect.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -199,21 +198,20 @@ def test_a_session_that_ends_is_named_with_what_to_do(
         assert "open the page as /?token=TOKEN again" in header(page)["text"]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_a_sidecar_that_restarts_is_waited_for_and_read_again(
     page: sync_api.Page, allowed_errors: list[str]
 ) -> None:
     """Down, then up again with every counter back at zero, on the same port."""
     allowed_errors.append("net::ERR_")  # the refused connections, as the browser reports them
-    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=free_port(), token=None)
+
+    def settings(port: int) -> SidecarSettings:
+        return SidecarSettings(listen=["tcp://127.0.0.1:*"], port=port, token=None)  # env aside
+
     page.add_init_script(COUNT_READS)
     page.clock.install()
-    with Sidecar(settings) as first:
+    with Sidecar(settings(0)) as first:
+        # The port it bound: one probed free and bound later could be taken in between.
+        port = int(first.url.rsplit(":", 1)[1])
         page.goto(f"{first.url}/#/events")
         page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
         page.wait_for_function(
@@ -224,7 +222,7 @@ def test_a_sidecar_that_restarts_is_waited_for_and_read_again(
     page.wait_for_function(
         "() => document.getElementById('feed-state').textContent.startsWith('reconnecting')"
     )
-    with Sidecar(settings):
+    with Sidecar(settings(port)):
         page.clock.run_for(int(header(page)["retryS"]) * 1000)
         page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
         page.clock.run_for(30_000)  # the stream's own retry, or the page's after a refusal
