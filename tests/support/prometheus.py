@@ -6,6 +6,7 @@ them); the skip reasons are here so every such test says the same.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -40,31 +41,48 @@ def worker_exposition(base_url: str) -> str:
 
 
 def free_port() -> int:
+    """A port free now, for a process that must be told its port before it binds it (and
+    may find it taken by then): only where the process cannot bind port 0 and say which."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
+LISTENING = re.compile(r'msg="Listening on" address=(\S+)')
+"""The line Prometheus logs (at level info) naming the address it bound."""
+
+
 @contextmanager
 def running_prometheus(config: Path, data: Path) -> Iterator[httpx.Client]:
-    """Prometheus on a free loopback port with ``config``, its TSDB under ``data``.
+    """Prometheus on a loopback port of its own choosing with ``config``, its TSDB under
+    ``data``, its log beside it (``data`` with ``.log``).
 
     Yields a client for its HTTP API once it reports ready.
     """
     assert PROMETHEUS is not None
-    address = f"127.0.0.1:{free_port()}"
-    server = subprocess.Popen(
-        [
-            PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={data}",
-            f"--web.listen-address={address}", "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    log = data.with_suffix(".log")
+    with log.open("w") as written:
+        # Port 0, the address read from its log: a port probed free, then bound by
+        # Prometheus, could be taken in between.
+        server = subprocess.Popen(
+            [
+                PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={data}",
+                "--web.listen-address=127.0.0.1:0", "--log.level=info",
+            ],
+            stdout=subprocess.DEVNULL, stderr=written,
+        )  # fmt: skip
     try:
-        with httpx.Client(base_url=f"http://{address}", timeout=10) as api:
+
+        def address() -> str | None:
+            assert server.poll() is None, f"prometheus exited: {log.read_text()}"
+            found = LISTENING.search(log.read_text())
+            return found.group(1) if found else None
+
+        listening = wait_for(address, bool, "prometheus listens", WAIT_S)
+        with httpx.Client(base_url=f"http://{listening}", timeout=10) as api:
 
             def ready() -> bool:
-                assert server.poll() is None, f"prometheus exited: {server.communicate()[1]}"
+                assert server.poll() is None, f"prometheus exited: {log.read_text()}"
                 try:
                     return api.get("/-/ready").status_code == 200
                 except httpx.TransportError:
