@@ -80,10 +80,10 @@ def demo() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def demo_with_token() -> Iterator[str]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("KVSCOPE_TOKEN", TOKEN)  # the demo reads it from its environment
-        with running_demo(rate=40) as base:
-            yield base
+    # In the demo's environment only: set in this one, it stayed set for the module's later
+    # tests while this fixture lived (a sidecar they built from the environment took it).
+    with running_demo(rate=40, token=TOKEN) as base:
+        yield base
 
 
 def api(page: sync_api.Page, base: str, path: str, **params: Any) -> Any:
