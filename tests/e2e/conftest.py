@@ -42,6 +42,9 @@ def artefacts(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[sync_api.Browser]:
     playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    # The one deadline for expect() too: its own default, 5 s, is one a loaded machine's
+    # first page load can take.
+    playwright.expect.set_options(timeout=WAIT_MS)
     with playwright.sync_playwright() as running:
         chromium = running.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         yield chromium
