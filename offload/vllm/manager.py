@@ -288,9 +288,17 @@ class KVScopeManager(OffloadingManager):
         return [self._config_info]
 
     def shutdown(self) -> None:
-        if self.telemetry is not None:
+        """Hand kvscope's publisher what is left (events, the sample, stats), then close it.
+
+        Closed whatever the publishing raised: an open publisher keeps its thread and its
+        bound endpoint, so a connector built again in this process could not bind it.
+        """
+        if self.telemetry is None:
+            return
+        try:
             self.on_schedule_end(ScheduleEndContext((), ()))
             self.telemetry.publish_sample(force=True)
+        finally:
             self.telemetry.publisher.close()
 
     # --- helpers ---

@@ -246,3 +246,25 @@ def test_a_manager_that_fails_to_build_leaves_its_endpoint_free_for_the_next_try
         offloading_config({"num_cpu_blocks": 4, "kvscope_endpoint": endpoint})
     ).get_manager()
     manager.shutdown()
+
+
+def test_a_shutdown_whose_last_stats_frame_fails_still_frees_its_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Shutdown publishes what is left before closing the publisher; a stats frame that
+    could not be made there (the heartbeat logs the same failure) left the publisher open,
+    its thread running and its port bound, so the connector built again failed to bind."""
+    endpoint = f"tcp://127.0.0.1:{_free_ports(1)}"
+    extra = {"num_cpu_blocks": 4, "kvscope_endpoint": endpoint}
+    manager = KVScopeOffloadingSpec(offloading_config(extra)).get_manager()
+    assert isinstance(manager, KVScopeManager) and manager.telemetry is not None
+
+    def unmade() -> None:
+        raise OSError("the snapshot's source is gone")
+
+    monkeypatch.setattr(manager.telemetry, "stats_frame", unmade)
+    with pytest.raises(OSError, match="source is gone"):
+        manager.shutdown()
+    # The failure is the caller's to see, and the port is free: a new manager binds it.
+    again = KVScopeOffloadingSpec(offloading_config(extra)).get_manager()
+    again.shutdown()
