@@ -9,7 +9,7 @@ and counts what it did in plain integers (ManagerStats) once per call.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from operator import attrgetter
 
 from offload.base import (
@@ -184,61 +184,44 @@ class CPUOffloadingManager(OffloadingManager):
         # dict.fromkeys dedupes while keeping order: a hash named twice is stored once.
         # (An unhashable hash raises here, before anything is counted or changed.)
         to_store = list(dict.fromkeys([h for h in requested if h not in resident]))
-        stats = self.stats
-        stats.store_requested_blocks += len(requested)
         held = len(requested) - len(to_store)
-        stats.store_skipped_blocks += held
+        offered_new = len(to_store)
         evicted_hashes: list[BlockHash] = []
         refused: Sequence[BlockHash] = ()
+        blocks: list[Block] | None = []
         try:
-            if not to_store:
-                return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
-            pool = self.pool
-            admitted = self.policy.admit(to_store, pool.num_free, request)
-            if admitted is not to_store:
-                # Refused before any room is made: a block not worth a slot evicts nothing.
-                stats.store_not_admitted_blocks += len(to_store) - len(admitted)
-                if self._attributing:
-                    kept = set(admitted)
-                    refused = [h for h in to_store if h not in kept]
-                to_store = admitted
-                if not to_store:
-                    return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
-            shortfall = len(to_store) - pool.num_free
-            self._moves += 1
-            try:
-                if shortfall > 0:
-                    evicted = self.policy.evict(shortfall, also_protected.union(requested))
-                    if evicted is None:
-                        stats.store_refused_calls += 1
-                        stats.store_refused_blocks += len(to_store)
-                        return None
-                    hashes, freed = zip(*evicted, strict=True)
-                    evicted_hashes = list(hashes)
-                    stats.evicted_capacity_blocks += shortfall
-                    stats.dead_write_blocks += shortfall - sum(map(_loaded, freed))
-                    pool.free(freed)
-                    if self._events is not None:
-                        event = OffloadingEvent(evicted_hashes, self.block_size, MEDIUM, True)
-                        self._events.append(event)
-                blocks = pool.allocate(len(to_store))
-                try:
-                    self.policy.insert(to_store, blocks, request)
-                except BaseException:
-                    # The slots of the blocks the policy did not take come back; one it took
-                    # stays its own (a slot is never owned twice).
-                    taken = self._blocks
-                    pairs = zip(to_store, blocks, strict=True)
-                    pool.free([block for h, block in pairs if taken.get(h) is not block])
-                    raise
-            finally:
-                self._moves += 1
-        finally:
-            if self._attributing:
-                # One call per store, whichever way it ends: the store's start and
-                # what it found held split the last miss; what it refused and evicted
-                # is remembered.
-                self.misses.stored(requested, held, refused, evicted_hashes)
+            if to_store:
+                pool = self.pool
+                admitted = self.policy.admit(to_store, pool.num_free, request)
+                if admitted is not to_store:
+                    # Refused before any room is made: a block not worth a slot evicts nothing.
+                    if self._attributing:
+                        kept = set(admitted)
+                        refused = [h for h in to_store if h not in kept]
+                    to_store = admitted
+                if to_store:
+                    protected = also_protected.union(requested)
+                    blocks = self._allocate(to_store, protected, request, evicted_hashes)
+        except BaseException:
+            # The store did not happen: nothing is counted for it. Only what left the tier
+            # for room before the failure is remembered (its removed event is queued).
+            if evicted_hashes and self._attributing:
+                self.misses.stored((), 0, (), evicted_hashes)
+            raise
+        stats = self.stats
+        stats.store_requested_blocks += len(requested)
+        stats.store_skipped_blocks += held
+        stats.store_not_admitted_blocks += offered_new - len(to_store)
+        if self._attributing:
+            # The store's start and what it found held split the last miss; what it
+            # refused and evicted is remembered.
+            self.misses.stored(requested, held, refused, evicted_hashes)
+        if blocks is None:
+            stats.store_refused_calls += 1
+            stats.store_refused_blocks += len(to_store)
+            return None
+        if not to_store:
+            return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
         stats.store_admitted_blocks += len(to_store)
         if self._events is not None:
             if not restarts and to_store[-1] == requested[len(to_store) - 1]:
@@ -263,6 +246,51 @@ class CPUOffloadingManager(OffloadingManager):
         return PrepareStoreOutput(
             to_store, CPULoadStoreSpec([block.slot for block in blocks]), evicted_hashes
         )
+
+    def _allocate(
+        self,
+        to_store: list[BlockHash],
+        protected: Container[BlockHash],
+        request: RequestRecency | None,
+        evicted_hashes: list[BlockHash],
+    ) -> list[Block] | None:
+        """Slots for ``to_store``, made by evicting idle blocks not in ``protected``, and the
+        blocks into the policy; None, with nothing changed, when room cannot be made.
+
+        Evictions are counted and announced here, as they happen, and their hashes go into
+        ``evicted_hashes``: a store that fails after making room has still lost those blocks,
+        and its caller must know which.
+        """
+        pool = self.pool
+        shortfall = len(to_store) - pool.num_free
+        self._moves += 1
+        try:
+            if shortfall > 0:
+                evicted = self.policy.evict(shortfall, protected)
+                if evicted is None:
+                    return None
+                hashes, freed = zip(*evicted, strict=True)
+                evicted_hashes.extend(hashes)
+                stats = self.stats
+                stats.evicted_capacity_blocks += shortfall
+                stats.dead_write_blocks += shortfall - sum(map(_loaded, freed))
+                pool.free(freed)
+                if self._events is not None:
+                    event = OffloadingEvent(list(hashes), self.block_size, MEDIUM, True)
+                    self._events.append(event)
+            blocks = pool.allocate(len(to_store))
+            try:
+                self.policy.insert(to_store, blocks, request)
+            except BaseException:
+                # The slots of the blocks the policy did not take come back; one it took
+                # stays its own (a slot is never owned twice).
+                taken = self._blocks
+                pairs = zip(to_store, blocks, strict=True)
+                pool.free([block for h, block in pairs if taken.get(h) is not block])
+                raise
+        finally:
+            self._moves += 1
+        return blocks
 
     def complete_store(
         self, block_hashes: Iterable[BlockHash], success: bool = True

@@ -20,8 +20,9 @@ from offload import (
     policy_names,
     register_policy,
 )
-from offload.base import BlockHash
+from offload.base import BlockHash, OffloadingEvent
 from offload.cpu.block_pool import Block
+from offload.cpu.manager_stats import ManagerStats
 from offload.cpu.policies import GuardedPolicy, LRUCachePolicy
 from offload.cpu.request_recency import RequestRecency
 from tests.support.plugin_policy import PluginLRU, plugin_manager, registered
@@ -194,6 +195,106 @@ def test_a_policy_failing_to_reset_leaves_the_counts_as_they_were() -> None:
         manager.reset()
     manager.complete_load([1])
     assert (manager.stats.loads_in_flight, manager.stats.load_dropped_blocks) == (0, 0)
+
+
+class FailsWhenTold(LRUCachePolicy):
+    """LRU that refuses the blocks from 100 on, and whose ``fails`` method (admit, evict or
+    insert) raises: a plug-in whose own store went away part way through a store."""
+
+    name = "fails-when-told"
+    fails: str | None = None
+
+    def _check(self, method: str) -> None:
+        if self.fails == method:
+            raise OSError(f"the policy's {method} lost its own store")
+
+    def admit(self, block_hashes: list, free: int, request: Any = None) -> list:
+        self._check("admit")
+        return [block_hash for block_hash in block_hashes if block_hash < 100]
+
+    def evict(self, n: int, protected: Container) -> Any:
+        self._check("evict")
+        return super().evict(n, protected)
+
+    def insert(self, block_hashes: Sequence, blocks: Sequence, request: Any = None) -> None:
+        self._check("insert")
+        super().insert(block_hashes, blocks, request)
+
+
+def whole_state(manager: CPUOffloadingManager) -> dict:
+    """Everything a store can change: blocks, slots, every count, events, miss attribution."""
+    stats, misses = manager.stats, manager.misses
+    return {
+        "blocks": {h: (b.slot, b.ref, b.loaded) for h, b in manager.policy.blocks.items()},
+        "free": sorted(manager.pool.free_slots()),
+        "counts": {
+            name: getattr(stats, name)
+            for name in ManagerStats.__slots__
+            if name != "prepare_store_seconds"
+        },
+        "timed_stores": sum(stats.prepare_store_seconds.counts),
+        "events": manager.take_events(),
+        "misses": (dict(misses.lookups), dict(misses.blocks), misses.remembered),
+        "violations": manager.invariant_violations(),
+    }
+
+
+def full_tier_after_a_miss() -> CPUOffloadingManager:
+    """A full tier of four idle blocks (1 was read once), whose last lookup missed at 50, and
+    no event waiting."""
+    manager = plugin_manager(FailsWhenTold, 4)
+    stored(manager, [1, 2, 3, 4])
+    manager.prepare_load([1])
+    manager.complete_load([1])
+    assert manager.lookup([50, 51]) == 0
+    manager.take_events()
+    return manager
+
+
+OFFER = [50, 51, 100, 4]
+"""Two new blocks, one the plug-in refuses, one held: every store count moves."""
+
+
+@pytest.mark.parametrize("method", ["admit", "evict"])
+def test_a_plugin_raising_before_room_is_made_leaves_the_tier_exactly_as_it_was(
+    method: str,
+) -> None:
+    """No count for a store that did not happen (offered, skipped, not admitted), and the
+    pending miss is left for the store that follows it: the tier is its twin's, which was
+    never asked, and the same store retried does what the twin's does."""
+    failing, twin = full_tier_after_a_miss(), full_tier_after_a_miss()
+    policy = failing.policy.inner
+    policy.fails = method
+    with pytest.raises(OSError, match=f"{method} lost its own store"):
+        failing.prepare_store(OFFER)
+    assert whole_state(failing) == whole_state(twin)
+    policy.fails = None
+    assert failing.prepare_store(OFFER) == twin.prepare_store(OFFER) is not None
+    assert whole_state(failing) == whole_state(twin)
+
+
+def test_a_plugin_raising_after_room_was_made_counts_and_announces_the_evictions_alone() -> None:
+    """The evicted blocks did leave: their slots are free, they are counted and announced,
+    and a later miss on one is charged to its eviction. Nothing is counted for the store."""
+    failing, twin = full_tier_after_a_miss(), full_tier_after_a_miss()
+    failing.policy.inner.fails = "insert"
+    with pytest.raises(OSError, match="insert lost its own store"):
+        failing.prepare_store(OFFER)
+    after, before = whole_state(failing), whole_state(twin)
+    evicted = [h for h in before["blocks"] if h not in after["blocks"]]
+    never_read = sum(not before["blocks"][h][2] for h in evicted)
+    assert len(evicted) == len(after["free"]) == 2 and after["violations"] == []
+    assert after["events"] == [OffloadingEvent(evicted, 16, failing.medium, True)]
+    assert after["counts"] == {
+        **before["counts"],
+        "evicted_capacity_blocks": 2,
+        "dead_write_blocks": never_read,
+    }
+    lookups, blocks, remembered = before["misses"]
+    assert after["misses"] == (lookups, blocks, remembered + 2)
+    assert failing.lookup(evicted[:1]) == 0
+    failing.misses.flush()
+    assert failing.misses.blocks["evicted"] == 1
 
 
 def test_a_plugin_that_keeps_the_contract_decides_as_the_same_policy_built_in() -> None:
