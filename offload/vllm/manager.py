@@ -19,7 +19,7 @@ vLLM's GPU events name the prefix cache's blocks (see ``published.py``).
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from itertools import count
 
@@ -42,6 +42,7 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
+from offload.base import PrepareStoreOutput as CorePrepareStoreOutput
 from offload.cpu.manager import CPUOffloadingManager
 from offload.vllm.published import PublishedNames
 from offload.vllm.request_access import RequestAccess
@@ -141,19 +142,29 @@ class KVScopeManager(OffloadingManager):
     def prepare_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> PrepareStoreOutput | None:
+        """vLLM's store: the keys the reuse threshold lets through, stored by the core tier.
+
+        What the request met is recorded first, as vLLM's manager records it: the policy must
+        observe new keys before they are inserted (ARC learns from its ghosts), and a retry
+        observes nothing twice. The rest (offer counts, threshold skips, allocation sizes,
+        the sample's references) is recorded once the tier answered: an offer whose store
+        raised (a policy failing) is not counted, so a retry counts as the first try.
+        """
         keys = list(keys)
         counts, threshold = self.counts, self.store_threshold
-        if counts is not None:
-            self._count_offers(keys)
+        # Each tracked key's offers with this one, read before it is counted; a key not
+        # tracked yet reaches one offer at most, below any threshold in use (2 or more).
+        offers = Counter(key for key in keys if key in counts) if counts is not None else Counter()
         blocks = self._blocks
         new: list[OffloadKey] = []
         ready: list[OffloadKey] = []
+        skipped = 0
         first = last = 0  # where the new keys begin and end in the offer
         for index, key in enumerate(keys):
             block = blocks.get(key)
             if block is None:
-                if counts is not None and counts.get(key, 0) < threshold:
-                    self.stores_skipped_in_current_batch += 1
+                if counts is not None and counts.get(key, 0) + offers[key] < threshold:
+                    skipped += 1
                     continue
                 if not new:
                     first = index
@@ -171,26 +182,29 @@ class KVScopeManager(OffloadingManager):
             chain = [key for key in chain if key in blocks or key in met]
         parent: OffloadKey | None = None
         restarts: dict[int, OffloadKey | None] = {}
+        if self.telemetry is not None and new:
+            parent = self._parent(access, keys, first)
+            if starts := access.run_starts(chain, self._tokens_of):
+                # Each named from the offer, where the key before it may be one the
+                # threshold kept out of the chain.
+                place = {key: index for index, key in enumerate(keys)}
+                restarts = {at: self._parent(access, keys, place[chain[at]]) for at in starts}
+        output: CorePrepareStoreOutput | None = None
+        if new:
+            try:
+                output = self.core.prepare_store(
+                    chain, access.recency, offered=keys, parent=parent, restarts=restarts
+                )
+            finally:
+                self._drain()  # blocks evicted before a failure did leave
+            self.allocation_sizes.append(len(new))
+        if counts is not None:
+            self._count_offers(keys)
+            self.stores_skipped_in_current_batch += skipped
         if self.telemetry is not None and keys:
-            if new:
-                parent = self._parent(access, keys, first)
-                if starts := access.run_starts(chain, self._tokens_of):
-                    # Each named from the offer, where the key before it may be one the
-                    # threshold kept out of the chain.
-                    place = {key: index for index, key in enumerate(keys)}
-                    restarts = {at: self._parent(access, keys, place[chain[at]]) for at in starts}
             access.place(keys, self._sampling)
         if not new:
             return PrepareStoreOutput([], CPULoadStoreSpec([]), [])
-        self.allocation_sizes.append(len(new))
-        output = self.core.prepare_store(
-            chain,
-            access.recency,
-            offered=keys,
-            parent=parent,
-            restarts=restarts,
-        )
-        self._drain()
         if output is None:
             return None
         access.inserted.update(output.block_hashes_to_store)
