@@ -216,11 +216,12 @@ class PublisherInsight:
         # this sidecar's first frame of it is older than any stream here.
         if missed or (worker_shed and last is not None):
             self._lossless = False
-        self._stream_block_refs += frame.block_refs
-        self._simulate(frame)
+        block_refs = frame.block_refs  # a pass over the requests: taken once
+        self._stream_block_refs += block_refs
+        self._simulate(frame, block_refs)
         self.ts = frame.ts
         self.requests += len(frame.requests) + frame.unsampled_requests
-        self.block_refs += frame.block_refs
+        self.block_refs += block_refs
         self.sampled_refs += frame.sampled_refs
         # The worker's counts are its own since it started; the sidecar's only ever rise (a
         # count that went down is a restarted worker's, all of it new), since they are
@@ -232,8 +233,9 @@ class PublisherInsight:
         # thread) and in every total: a reader that sees it counted sees all of it.
         self.frames += 1
 
-    def _simulate(self, frame: SampleFrame) -> None:
-        """The frame into the stack now, the shadow tiers' queue and the optimum's window."""
+    def _simulate(self, frame: SampleFrame, block_refs: int) -> None:
+        """The frame (standing for ``block_refs``) into the stack now, the shadow tiers'
+        queue and the optimum's window."""
         # Each simulation takes the frame whole, in columns (the sampled blocks, the block
         # counts): a few calls and C-level passes per frame, no object per request.
         sampled = [r.sampled for r in frame.requests]
@@ -241,12 +243,12 @@ class PublisherInsight:
         unsampled = frame.unsampled_block_refs
         if self._stack is not None:
             stack, stacked = self._stack, _narrowed(sampled, self._stack_sampler)
-            for part, part_refs in _holds(stacked, refs, unsampled):
+            for part, part_refs in _holds(stacked, refs, block_refs):
                 with self.lock:
                     stack.record_many(part, part_refs)
         if self.rates.shadows is not None:
             shadowed = _narrowed(sampled, self._shadow_sampler)
-            self._queue_shadows(shadowed, refs, unsampled, frame.block_refs)
+            self._queue_shadows(shadowed, refs, unsampled, block_refs)
         if self._window is not None:
             self._record_window(_narrowed(sampled, self._window_sampler), refs, unsampled)
 
@@ -474,22 +476,24 @@ def _sampler(stream: SampledStream, rate: float | None) -> SpatialSampler | None
 
 
 def _holds(
-    sampled: list[Sequence[BlockHash]], refs: list[int], unsampled: int
+    sampled: list[Sequence[BlockHash]], refs: list[int], block_refs: int
 ) -> Iterator[tuple[list[Sequence[BlockHash]], int]]:
     """A frame's requests (their sampled blocks, their block counts) in consecutive parts of
     at most ``STACK_HOLD_REFS`` sampled references (a longer request alone), each with the
-    block references it stands for; the requests with none sampled (``unsampled`` block
-    references) with the last part, as a whole frame counts them after its requests."""
+    block references it stands for, of the frame's ``block_refs``: the last part takes what
+    the others leave, the requests with none sampled included, as a whole frame counts them
+    after its requests."""
     ends = list(accumulate(map(len, sampled)))
     if not ends or ends[-1] <= STACK_HOLD_REFS:
-        yield sampled, sum(refs) + unsampled
+        yield sampled, block_refs
         return
-    start = 0
+    start, left = 0, block_refs
     while start < len(sampled):
         done = ends[start - 1] if start else 0
         stop = max(start + 1, bisect_right(ends, done + STACK_HOLD_REFS))
-        last = stop == len(sampled)
-        yield sampled[start:stop], sum(refs[start:stop]) + (unsampled if last else 0)
+        part_refs = left if stop == len(sampled) else sum(refs[start:stop])
+        left -= part_refs
+        yield sampled[start:stop], part_refs
         start = stop
 
 
