@@ -105,7 +105,18 @@ class CPUOffloadingManager(OffloadingManager):
         return hits
 
     def prepare_load(self, block_hashes: Iterable[BlockHash]) -> CPULoadStoreSpec:
-        blocks = self._resident(block_hashes, "load")
+        return self.pin(self.readable(block_hashes))
+
+    def readable(self, block_hashes: Iterable[BlockHash]) -> Sequence[Block]:
+        """A load's check: the ready blocks behind the hashes, or a ValueError naming the
+        first absent or not ready one; nothing changes. With ``pin``, ``prepare_load`` in two
+        steps, for a caller with its own step between them that may fail (vLLM's connector
+        has the policy observe the loading request): it then leaves no block pinned."""
+        return self._resident(block_hashes, "load")
+
+    def pin(self, blocks: Sequence[Block]) -> CPULoadStoreSpec:
+        """A load's start: pin blocks ``readable`` returned (none evicted since) and name
+        their slots; ``complete_load`` unpins them."""
         pinned = 0
         for block in blocks:
             if not block.ref:

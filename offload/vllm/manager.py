@@ -125,8 +125,11 @@ class KVScopeManager(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext
     ) -> CPULoadStoreSpec:
         keys = list(keys)
-        spec = self.core.prepare_load(keys)
+        # Checked, met, then pinned: a bad key or a policy failing to observe the request
+        # leaves no block pinned (nor the load counted) for a load vLLM never completes.
+        blocks = self.core.readable(keys)
         access = self._met(keys, req_context, reused=keys)
+        spec = self.core.pin(blocks)
         if self.telemetry is not None and keys:
             access.place(keys, self._sampling)
         return CPULoadStoreSpec(spec.block_ids)
@@ -145,10 +148,11 @@ class KVScopeManager(OffloadingManager):
         """vLLM's store: the keys the reuse threshold lets through, stored by the core tier.
 
         What the request met is recorded first, as vLLM's manager records it: the policy must
-        observe new keys before they are inserted (ARC learns from its ghosts), and a retry
-        observes nothing twice. The rest (offer counts, threshold skips, allocation sizes,
-        the sample's references) is recorded once the tier answered: an offer whose store
-        raised (a policy failing) is not counted, so a retry counts as the first try.
+        observe new keys before they are inserted (ARC learns from its ghosts), and once it
+        has, a retry observes nothing twice. The rest (offer counts, threshold skips,
+        allocation sizes, the sample's references) is recorded once the tier answered: an
+        offer whose store raised (a policy failing) is not counted, so a retry counts as the
+        first try.
         """
         keys = list(keys)
         counts, threshold = self.counts, self.store_threshold
@@ -327,10 +331,14 @@ class KVScopeManager(OffloadingManager):
     def _met(
         self, keys: list[OffloadKey], req_context: ReqContext, reused: list[OffloadKey]
     ) -> RequestAccess:
+        """The request met ``keys`` (``reused``: found stored): the policy observes those it
+        meets for the first time, and they are recorded as met once it did, so a policy
+        that failed there observes them on the retry."""
         access = self._access(req_context)
-        new = access.met(keys)
+        new = access.unmet(keys)
         if new:
             self.core.policy.observe(new, access.recency)
+            access.meet(new)
         access.reuse(reused)
         return access
 

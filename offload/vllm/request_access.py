@@ -77,14 +77,18 @@ class RequestAccess:
         self.start: int | None = None
         """Where the current scheduling's lookup began; None: no lookup since the last record."""
 
-    def met(self, keys: list[OffloadKey]) -> list[OffloadKey]:
-        """Record keys met; returns those met for the first time, in order."""
+    def unmet(self, keys: list[OffloadKey]) -> list[OffloadKey]:
+        """The keys not met before, in order, recorded by ``meet`` once the policy observed
+        them; a finished request meeting new keys is refused here, before anything changes."""
         seen = self.seen
         new = [key for key in keys if key not in seen]
         if new and self.finished:
             raise ValueError("a finished request cannot meet new blocks")
-        seen.update(dict.fromkeys(new))
         return new
+
+    def meet(self, keys: list[OffloadKey]) -> None:
+        """Record keys met for the first time (those ``unmet`` returned)."""
+        self.seen.update(dict.fromkeys(keys))
 
     def reuse(self, keys: list[OffloadKey]) -> None:
         """Keys found already stored; re-reading a block this request stored is no reuse."""

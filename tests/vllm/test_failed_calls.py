@@ -1,10 +1,11 @@
-"""A store that a plug-in policy fails under vLLM 0.33's connector.
+"""Stores and loads that fail part way under vLLM 0.33's connector.
 
-vLLM's scheduler hears the error (vLLM's own manager propagates it too). What the offer
-showed of its request stays recorded, as vLLM's manager records it before storing (the
-policy has observed the new keys); nothing else counts for the store that did not happen:
-not the offers the reuse threshold counts, its skips, nor the allocation size. A retry is
-then the first try, as a twin manager that was never asked shows.
+vLLM's scheduler hears the error (vLLM's own manager propagates it too). A store that a
+plug-in policy fails keeps what the policy observed of its request, as vLLM's manager
+records the request before storing; nothing else counts for the store that did not
+happen: not the offers the reuse threshold counts, its skips, nor the allocation size. A
+retry is then the first try, as a twin manager that was never asked shows. A load that
+fails leaves no block pinned for a load vLLM will never complete.
 """
 
 from __future__ import annotations
@@ -84,3 +85,30 @@ def test_a_store_the_policy_fails_counts_nothing_and_its_retry_is_the_first_try(
     finally:
         failing.shutdown()
         twin.shutdown()
+
+
+def test_a_load_whose_request_the_policy_cannot_place_pins_nothing() -> None:
+    """LRU places a request's blocks by their positions, and refuses one outside [0, 2**48)
+    when the request first meets it: in a load that came after the pins, so the load vLLM
+    never completes held its blocks for good, counted and never evictable."""
+    manager = kvscope_manager(2, "lru", True)
+    writer = ReqContext(req_id="writer")
+    stored = manager.prepare_store([A, B], writer)
+    assert stored is not None
+    manager.complete_store(stored.keys_to_store, writer)
+    reader = ReqContext(req_id="reader")
+    reader.set_offload_key_position(A, 2**48)
+    with pytest.raises(ValueError, match=r"outside \[0, 2\*\*48\)"):
+        manager.prepare_load([A, B], reader)
+    stats = manager.core.stats
+    assert (stats.load_blocks, stats.loads_in_flight, stats.blocks_pinned_by_loads) == (0, 0, 0)
+    # Nor are they recorded as met: the policy observes them when the load is retried.
+    access = reader.get_state(RequestAccess)
+    assert access is not None and not access.seen
+    reader.set_offload_key_position(A, 16)
+    manager.prepare_load([A, B], reader)
+    assert list(access.seen) == [A, B] and stats.blocks_pinned_by_loads == 2
+    manager.complete_load([A, B], reader)
+    # Nothing holds A and B: new blocks take their slots.
+    taken = manager.prepare_store([C, D], ReqContext(req_id="next"))
+    assert taken is not None and sorted(taken.evicted_keys) == [A, B]
