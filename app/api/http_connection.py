@@ -20,6 +20,13 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   A client that reads, however slowly, is given the time again.
 - past ``max_connections`` open connections a new one is answered 503 and
   closed before its request is read (``connections_full``).
+- past ``max_pipelined`` requests queued behind the one being answered
+  (HTTP/1.1 pipelining), the connection reads no further: the newest queued
+  request is answered with ``connection: close``, the ones after it never
+  (``pipeline_full``), as a server may close any keep-alive connection.
+  uvicorn parses every request a client sends ahead and queues each until
+  the ones before it are answered, and reads on whenever one is: a client
+  that sent 200,000 ``GET``s in a row had them all queued at once.
 - bytes the parser refuses (a byte a URL cannot hold, an unknown method or
   version, a malformed Content-Length or chunk) are a 400 naming the parser's
   reason, in JSON (``malformed_request``). uvicorn answered "Invalid HTTP
@@ -45,6 +52,10 @@ from app.api.http_counts import HttpCounts, Refusal
 from app.api.limits import HttpLimits
 
 
+class _PipelineFull(Exception):
+    """Raised from the parser's callback to stop it parsing what follows (``max_pipelined``)."""
+
+
 class BoundedConnection(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds above; ``over`` binds it to an app's."""
 
@@ -63,6 +74,8 @@ class BoundedConnection(HttpToolsProtocol):
         self._head_deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
         self._buffered = 0  # the write buffer's size when the send deadline was set
+        self._ignoring = False
+        """Whether the pipeline filled: what the client sends from then on is dropped."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -83,6 +96,8 @@ class BoundedConnection(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._ignoring:
+            return
         limit = self.limits.max_header_bytes
         if len(data) <= limit - self._head_bytes:  # the common case: feed it whole
             self._fed(data)
@@ -123,7 +138,8 @@ class BoundedConnection(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
         except httptools.HttpParserError as exc:
-            self._refuse("malformed_request", 400, f"malformed HTTP request: {exc}")
+            if not self._ignoring:  # else the pipeline filled: _PipelineFull stopped it
+                self._refuse("malformed_request", 400, f"malformed HTTP request: {exc}")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -144,7 +160,24 @@ class BoundedConnection(HttpToolsProtocol):
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
+        if self._queued_full():
+            self._stop_reading()
+            raise _PipelineFull  # the parser stops here, mid-feed: no later request is parsed
         super().on_headers_complete()
+
+    def _queued_full(self) -> bool:
+        """Whether ``max_pipelined`` requests wait behind the one being answered (``cycle`` is
+        the newest request's: uvicorn makes one at each head, queued or not)."""
+        answering = self.cycle is not None and not self.cycle.response_complete
+        return answering and len(self.pipeline) >= self.limits.max_pipelined
+
+    def _stop_reading(self) -> None:
+        """Read no more: the newest request is the last answered, then the connection closes
+        (uvicorn closes it after a response that is not kept alive)."""
+        self.counts.refuse("pipeline_full")
+        self._ignoring = True
+        self.cycle.keep_alive = False
+        self.flow.pause_reading()
 
     def on_message_complete(self) -> None:
         if self.transport.is_closing():  # refused at its head: no request cycle was started

@@ -19,6 +19,7 @@ Refusal = Literal[
     "headers_timeout",
     "send_timeout",
     "connections_full",
+    "pipeline_full",
     "malformed_request",
 ]
 

@@ -20,6 +20,11 @@ KIB: Final = 1024
 SSE_CHUNK_BYTES: Final = 256 * KIB
 """Most event bytes rendered into one write to a stream (at least one event each)."""
 
+MAX_PIPELINED: Final = 16
+"""Most requests one connection may send ahead of the response it waits for (HTTP/1.1
+pipelining): uvicorn queues each, parsed, until the ones before it are answered, and took
+every one a client sent. No browser pipelines, so this is no setting."""
+
 
 def _setting(name: str) -> Any:
     """A limit's default: the setting's, so the two cannot disagree."""
@@ -43,6 +48,7 @@ class HttpLimits:
     header_timeout_s: float = _setting("header_timeout_s")
     send_timeout_s: float = _setting("send_timeout_s")
     max_connections: int = _setting("max_connections")
+    max_pipelined: int = MAX_PIPELINED
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
     """Host header names served (any port); None serves every name."""
 

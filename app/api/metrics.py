@@ -308,7 +308,8 @@ class HttpCollector(Collector):
             "sse_clients_full (503), headers_too_large (431), connections_full (503), "
             "malformed_request (400, bytes the HTTP parser refuses); "
             "connections closed: headers_timeout (no complete head in time), send_timeout "
-            "(a response its client stopped reading).",
+            "(a response its client stopped reading), pipeline_full (too many requests "
+            "sent ahead of their answers).",
             labels=["reason"],
         )
         for reason, count in self._counts.refused.items():

@@ -403,6 +403,29 @@ def test_connections_past_the_cap_are_a_503_before_their_request_is_read() -> No
         assert http.get("/healthz").status_code == 200
 
 
+def test_requests_pipelined_past_the_cap_are_not_read_and_the_connection_closes() -> None:
+    """uvicorn parsed and queued every request a client sent ahead of its answers (200,000
+    GETs in a row, all at once): past ``max_pipelined`` the connection reads no more."""
+    app, _ = sidecar_app(HttpLimits(max_pipelined=4))
+    with served_quietly(app) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+        answer = read_all(raw_connection(url, healthz * 40))  # ten times the cap
+        heads = [part.split(b"\r\n\r\n")[0] for part in answer.split(b"HTTP/1.1 ")[1:]]
+        # the one answered first, then the four queued behind it, the last closing
+        assert [head.split(b"\r\n")[0] for head in heads] == [b"200 OK"] * 5, answer[:500]
+        assert b"connection: close" in heads[-1] and b"connection: close" not in heads[0]
+        reason = {"reason": "pipeline_full"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+        kept = raw_connection(url, healthz * 5)  # one answered and four queued: all answered
+        kept.settimeout(WAIT_S)
+        received = b""
+        while received.count(b"HTTP/1.1 200") < 5:
+            received += kept.recv(65536)
+        kept.close()
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+
+
 @pytest.mark.parametrize(
     ("request_line", "problem"),
     [
