@@ -20,6 +20,7 @@ import socket
 from pathlib import Path
 
 from app.settings import SettingError
+from offload.shown import shown, shown_repr
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,9 @@ def bind_http(host: str, port: int) -> list[socket.socket]:
             host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
     except socket.gaierror as exc:
-        raise HostError(f"cannot resolve {host!r}: {exc.strerror}") from None
+        raise HostError(f"cannot resolve {shown_repr(host)}: {exc.strerror}") from None
+    except UnicodeError as exc:  # a label over 63 characters, or empty: no name to look up
+        raise HostError(f"cannot resolve {shown_repr(host)}: {shown(exc)}") from None
     sockets: list[socket.socket] = []
     for family, kind, proto, _, address in dict.fromkeys(infos):
         sock = socket.socket(family, kind, proto)

@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from app.decimal_text import DecimalFloat, DecimalInt
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
+from offload.shown import shown, shown_repr
 from offload.wire.endpoints import is_bindable, is_connectable
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
@@ -422,8 +423,8 @@ class SidecarSettings(BaseSettings):
         for endpoint in endpoints:
             if not is_bindable(endpoint):
                 raise ValueError(
-                    f"{endpoint!r} is not an endpoint to listen on (expected tcp://HOST:PORT, "
-                    "e.g. tcp://*:5557 or tcp://10.0.0.5:5557, or ipc://PATH)"
+                    f"{shown_repr(endpoint)} is not an endpoint to listen on (expected "
+                    "tcp://HOST:PORT, e.g. tcp://*:5557 or tcp://10.0.0.5:5557, or ipc://PATH)"
                 )
         _no_repeats(endpoints, "is listed twice")
         return endpoints
@@ -450,7 +451,9 @@ class SidecarSettings(BaseSettings):
         known = policy_names()
         for name in names:
             if name not in known:
-                raise ValueError(f"{name[:80]!r} is not a cache policy (known: {', '.join(known)})")
+                raise ValueError(
+                    f"{shown_repr(name)} is not a cache policy (known: {', '.join(known)})"
+                )
         return list(dict.fromkeys(names))
 
     @field_validator("allowed_hosts")
@@ -458,7 +461,7 @@ class SidecarSettings(BaseSettings):
     def _hosts_are_names(cls, hosts: list[str]) -> list[str]:
         for host in hosts:
             if not _HOST_NAME.fullmatch(host):
-                raise ValueError(f"{host[:80]!r} is not a host name or address")
+                raise ValueError(f"{shown_repr(host)} is not a host name or address")
         return hosts
 
     @field_validator("kv_topic", "stats_topic", "sample_topic")
@@ -489,7 +492,7 @@ class SidecarSettings(BaseSettings):
         both = sorted(set(self.connect) & set(self.listen))
         if both:
             raise ValueError(
-                f"{both[0]} is both listened on (KVSCOPE_LISTEN) and connected to "
+                f"{shown(both[0])} is both listened on (KVSCOPE_LISTEN) and connected to "
                 "(KVSCOPE_CONNECT): the sidecar would read its own socket; connect names a "
                 "worker's endpoint, listen one the sidecar binds for publishers"
             )
@@ -504,9 +507,10 @@ class SidecarSettings(BaseSettings):
             for endpoint in self.listen:
                 if endpoint.startswith("ipc://@"):
                     raise ValueError(
-                        f"listen_allow (KVSCOPE_LISTEN_ALLOW) cannot guard {endpoint!r}: an "
-                        "abstract socket has no file whose permissions say who connects, and "
-                        "its peers no IP address to match; listen on ipc://PATH instead"
+                        "listen_allow (KVSCOPE_LISTEN_ALLOW) cannot guard "
+                        f"{shown_repr(endpoint)}: an abstract socket has no file whose "
+                        "permissions say who connects, and its peers no IP address to match; "
+                        "listen on ipc://PATH instead"
                     )
         return self
 
@@ -580,13 +584,13 @@ def _allowed_network(text: str) -> str:
         network = ipaddress.ip_network(text, strict=False)
     except ValueError:
         raise ValueError(
-            f"{text[:80]!r} is not an IP network (expected an address or "
+            f"{shown_repr(text)} is not an IP network (expected an address or "
             "ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fd00::/8)"
         ) from None
     if isinstance(network, ipaddress.IPv6Network):
         if "%" in text.partition("/")[0]:  # the network's own address has lost it to the mask
             raise ValueError(
-                f"{text[:80]!r} names a scope id, which a peer's address is not matched "
+                f"{shown_repr(text)} names a scope id, which a peer's address is not matched "
                 "on: name the network without it (e.g. fe80::/64)"
             )
         mapped = network.network_address.ipv4_mapped
@@ -599,7 +603,9 @@ def _declared_stream(pair: str) -> ListenStream:
     """A ``listen_replay`` value, ``STREAM=ENDPOINT``, as the stream it declares."""
     name, separator, endpoint = pair.partition("=")
     if not separator or not endpoint:
-        raise ValueError(f"{pair!r} is not STREAM=ENDPOINT (e.g. vllm-gpu@0=tcp://engine:5558)")
+        raise ValueError(
+            f"{shown_repr(pair)} is not STREAM=ENDPOINT (e.g. vllm-gpu@0=tcp://engine:5558)"
+        )
     _check_zmq(endpoint)
     return ListenStream(*parse_stream_name(name), replay_endpoint=endpoint)
 
@@ -607,8 +613,8 @@ def _declared_stream(pair: str) -> ListenStream:
 def _check_zmq(endpoint: str) -> None:
     if not is_connectable(endpoint):
         raise ValueError(
-            f"{endpoint!r} is not a ZMQ endpoint to connect to (expected tcp://HOST:PORT, "
-            "e.g. tcp://127.0.0.1:5557, or ipc://PATH)"
+            f"{shown_repr(endpoint)} is not a ZMQ endpoint to connect to (expected "
+            "tcp://HOST:PORT, e.g. tcp://127.0.0.1:5557, or ipc://PATH)"
         )
 
 
@@ -617,5 +623,5 @@ def _no_repeats(values: list[str], complaint: str) -> None:
     seen: set[str] = set()
     for value in values:
         if value in seen:
-            raise ValueError(f"{value!r} {complaint}")
+            raise ValueError(f"{shown_repr(value)} {complaint}")
         seen.add(value)

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar, Final, Literal
 
+from offload.shown import shown_repr
+
 MAX_TOPIC_BYTES: Final = 128
 """Longest topic (or engine id) that names a stream; a longer one is a malformed frame."""
 
@@ -51,18 +53,22 @@ def parse_stream_name(name: str) -> tuple[bytes, int | None]:
     """The (topic, rank) a stream name stands for; ``ValueError`` saying why it stands for none."""
     text, separator, rank_text = name.rpartition("@")
     if not separator or not (rank_text == _NO_RANK or _RANK.fullmatch(rank_text)):
-        raise ValueError(f"{name!r} is not a stream name: {_NAME_FORM}")
+        raise ValueError(f"{shown_repr(name)} is not a stream name: {_NAME_FORM}")
     rank = None if rank_text == _NO_RANK else int(rank_text)
     if text.startswith(_HEX_PREFIX):
         try:
             topic = bytes.fromhex(text.removeprefix(_HEX_PREFIX))
         except ValueError:
-            raise ValueError(f"{name!r} is not a stream name: bad hex after 'hex:'") from None
+            raise ValueError(
+                f"{shown_repr(name)} is not a stream name: bad hex after 'hex:'"
+            ) from None
     else:
         topic = text.encode()
     canonical = stream_name(topic, rank)
     if canonical != name:
-        raise ValueError(f"{name!r} names stream {canonical!r}; write it that way")
+        raise ValueError(
+            f"{shown_repr(name)} names stream {shown_repr(canonical)}; write it that way"
+        )
     return topic, rank
 
 

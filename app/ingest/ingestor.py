@@ -33,6 +33,7 @@ from app.state.listener import ListenerState
 from app.state.publisher import PublisherState, ReplayOutcome
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats, block_bytes_by_medium
+from offload.shown import shown_repr
 from offload.wire.framing import MalformedFrame, decode_seq
 from offload.wire.log_limit import LogLimiter
 from offload.wire.sample_frame import SampleFrame, decode_sample_frame
@@ -146,7 +147,9 @@ class Ingestor:
                 sock.bind(endpoint)
             except zmq.ZMQError as exc:
                 self._destroy()
-                raise ListenError(f"cannot bind {endpoint!r}: {zmq.strerror(exc.errno)}") from None
+                raise ListenError(
+                    f"cannot bind {shown_repr(endpoint)}: {zmq.strerror(exc.errno)}"
+                ) from None
             bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         listener.bound = tuple(bound)
         return sock, gate

@@ -289,6 +289,15 @@ def test_an_endpoint_that_cannot_be_bound_is_an_error_naming_it() -> None:
         taken.close()
 
 
+def test_an_endpoint_that_cannot_be_bound_is_named_in_one_short_line() -> None:
+    """The endpoint is the operator's, but it may be megabytes long: it was shown whole."""
+    endpoint = f"tcp://{'h' * 100_000}:5557"
+    with pytest.raises(ListenError) as refused:
+        Ingestor(SidecarState.from_settings(SidecarSettings(listen=[endpoint])))
+    assert str(refused.value).startswith("cannot bind 'tcp://hhh")
+    assert len(str(refused.value)) < 500
+
+
 def test_a_declared_stream_waits_unseen_until_it_sends() -> None:
     replay = free_tcp_endpoint()
     ingestor = listening(listen_replay=[f"vllm-gpu@0={replay}"])

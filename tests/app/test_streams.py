@@ -113,6 +113,42 @@ def test_bad_endpoint_and_listen_settings_are_refused_by_name(
     assert why in error["msg"]
 
 
+LONG = "x" * 100_000
+LONG_ENDPOINT = f"tcp://{'h' * 100_000}:5557"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"connect": [LONG]},
+        {"connect": ["tcp://e:1"], "replay": [LONG]},
+        {"listen": [LONG]},
+        {"listen": [LONG_ENDPOINT, LONG_ENDPOINT]},
+        {"connect": [LONG_ENDPOINT], "listen": [LONG_ENDPOINT]},
+        {"listen": [f"ipc://@{LONG}"], "listen_allow": ["10.0.0.0/8"]},
+        {"listen": [LISTEN], "listen_allow": [LONG]},
+        {"listen": [LISTEN], "listen_replay": [LONG]},
+        {"listen": [LISTEN], "listen_replay": [f"{LONG}=tcp://e:1"]},
+        {"listen": [LISTEN], "listen_replay": [f"hex:{'zz' * 100_000}@0=tcp://e:1"]},
+        {"listen": [LISTEN], "listen_replay": [f"a@0={LONG}"]},
+        {"connect": ["tcp://e:1"], "allowed_hosts": [f"{LONG}!"]},
+        {"connect": ["tcp://e:1"], "insight_policies": [LONG]},
+    ],
+    ids=[
+        "connect", "replay", "listen", "listen twice", "listen and connect", "abstract ipc",
+        "listen_allow", "listen_replay pair", "stream name", "stream hex", "replay endpoint",
+        "allowed_hosts", "insight_policies",
+    ],
+)  # fmt: skip
+def test_a_refused_setting_is_shown_cut_to_one_short_line(settings: dict[str, object]) -> None:
+    """Its value is the operator's, but an environment variable may hold megabytes: each was
+    echoed whole (a 100 kB endpoint made a 100 kB error line; a bad hex stream name, 200 kB)."""
+    with pytest.raises(ValidationError) as refused:
+        SidecarSettings(**settings)
+    [error] = refused.value.errors()
+    assert len(error["msg"]) < 500, error["msg"][:500]
+
+
 def test_listen_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVSCOPE_LISTEN", "tcp://*:5557, tcp://*:5558")
     monkeypatch.setenv(
