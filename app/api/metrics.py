@@ -15,7 +15,6 @@ from prometheus_client import (
     GCCollector,
     PlatformCollector,
     ProcessCollector,
-    generate_latest,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -26,6 +25,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from app.api.event_stream import EventStreams
+from app.api.exposition_text import TextFormat
 from app.api.http_counts import HttpCounts
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
@@ -372,10 +372,11 @@ class Exposition:
         self.registry.register(http)
         self.registry.register(GcPauseCollector(gc_pauses()))
         self.registry.register(process)
+        self._text = TextFormat()
 
     def render(self) -> bytes:
         """Prometheus's text format (version 0.0.4) of every family."""
-        return self.workers.text() + generate_latest(self.registry)
+        return self.workers.text() + self._text.render(self.registry.collect())
 
 
 def _printed_names(registry: CollectorRegistry) -> set[str]:

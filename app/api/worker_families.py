@@ -2,8 +2,8 @@
 
 A worker's families change only when its next stats frame arrives (once a
 second by default), while Prometheus, dashboards and probes may scrape far
-more often; rendering them is most of a scrape's work (``prometheus_client``
-checks and escapes every label of every sample). So the text is kept and
+more often; rendering them is most of a scrape's work (building every family
+from the frames, and writing every sample). So the text is kept and
 served again until a publisher's frame is replaced, or a publisher comes or
 goes.
 """
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, generate_latest
-
+from app.api.exposition_text import TextFormat
 from app.state.sidecar import SidecarState
 from offload.telemetry.collector import SnapshotCollector
 from offload.telemetry.metrics import Snapshot
@@ -34,6 +33,7 @@ class WorkerFamilies:
     def __init__(self, state: SidecarState, reserved: Iterable[str] = ()) -> None:
         self._state = state
         self._reserved = frozenset(reserved)
+        self._format = TextFormat()
         self._rendered: tuple[_Frames, bytes, int] = ((), b"", 0)
         """The frames last rendered, their text and the samples they left out: one tuple,
         replaced whole, so that concurrent scrapes never see a mix of two renderings."""
@@ -55,9 +55,7 @@ class WorkerFamilies:
         last, text, _ = self._rendered
         if not _same(frames, last):
             collector = SnapshotCollector(lambda: _snapshots(frames), self._reserved)
-            registry = CollectorRegistry(auto_describe=False)
-            registry.register(collector)
-            text = generate_latest(registry)
+            text = self._format.render(collector.collect())
             self._rendered = (frames, text, collector.conflicting_samples)
         return text
 
