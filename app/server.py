@@ -98,7 +98,7 @@ def http_server(
         host=host,
         port=port,
         log_level=log_level,
-        http=BoundedConnection.over(app.state.limits, app.state.counts),
+        http=BoundedConnection.over(app.state.limits, app.state.counts, app.state.response_buffers),
         ws="none",  # no route is a WebSocket: an Upgrade header is a plain request's
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         # The client's address is the socket's: forwarded headers would let any local client

@@ -14,6 +14,7 @@ from app.api.http_counts import HttpCounts
 from app.api.limits import HttpLimits
 from app.api.metrics import Exposition, HttpCollector
 from app.api.page import mount_page
+from app.api.response_buffers import ResponseBuffers
 from app.api.routes import blocks, docs, events, history, insight, operations, stats
 from app.api.validation_errors import install_validation_errors
 from app.settings import SidecarSettings
@@ -91,12 +92,14 @@ def create_app(
     )
     counts = HttpCounts()
     streams = EventStreams(state.event_log, limits, counts)
+    buffers = ResponseBuffers()
     app.state.settings = settings
     app.state.sidecar = state
     app.state.limits = limits
     app.state.counts = counts
     app.state.streams = streams
-    app.state.metrics = Exposition(state, HttpCollector(counts, streams))
+    app.state.response_buffers = buffers
+    app.state.metrics = Exposition(state, HttpCollector(counts, streams, buffers))
     for router in (
         stats.router,
         history.router,

@@ -27,6 +27,8 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   uvicorn parses every request a client sends ahead and queues each until
   the ones before it are answered, and reads on whenever one is: a client
   that sent 200,000 ``GET``s in a row had them all queued at once.
+- a connection's buffer past the transport's high-water mark is counted as
+  held until it drains (``ResponseBuffers``, shown on /metrics).
 - bytes the parser refuses (a byte a URL cannot hold, an unknown method or
   version, a malformed Content-Length or chunk) are a 400 naming the parser's
   reason, in JSON (``malformed_request``). uvicorn answered "Invalid HTTP
@@ -50,6 +52,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.api.http_counts import HttpCounts, Refusal
 from app.api.limits import HttpLimits
+from app.api.response_buffers import ResponseBuffers
 
 
 class _PipelineFull(Exception):
@@ -61,11 +64,16 @@ class BoundedConnection(HttpToolsProtocol):
 
     limits: ClassVar[HttpLimits]
     counts: ClassVar[HttpCounts]
+    buffers: ClassVar[ResponseBuffers]
 
     @classmethod
-    def over(cls, limits: HttpLimits, counts: HttpCounts) -> type[BoundedConnection]:
-        """This protocol with ``limits`` and ``counts`` (uvicorn makes one per connection)."""
-        return type(cls.__name__, (cls,), {"limits": limits, "counts": counts})
+    def over(
+        cls, limits: HttpLimits, counts: HttpCounts, buffers: ResponseBuffers
+    ) -> type[BoundedConnection]:
+        """This protocol with an app's ``limits``, ``counts`` and ``buffers`` (uvicorn makes
+        one per connection)."""
+        attributes = {"limits": limits, "counts": counts, "buffers": buffers}
+        return type(cls.__name__, (cls,), attributes)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -93,6 +101,7 @@ class BoundedConnection(HttpToolsProtocol):
         for deadline in (self._head_deadline, self._send_deadline):
             if deadline is not None:
                 deadline.cancel()
+        self.buffers.resumed(self.transport)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -191,11 +200,13 @@ class BoundedConnection(HttpToolsProtocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
+        self.buffers.paused(self.transport)
         if self._send_deadline is None:
             self._arm_send_deadline()
 
     def resume_writing(self) -> None:
         super().resume_writing()
+        self.buffers.resumed(self.transport)
         if self._send_deadline is not None:
             self._send_deadline.cancel()
             self._send_deadline = None

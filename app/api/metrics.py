@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from app.api.event_stream import EventStreams
 from app.api.exposition_text import TextFormat
 from app.api.http_counts import HttpCounts
+from app.api.response_buffers import ResponseBuffers
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
 from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS
@@ -292,11 +293,13 @@ def _optimum_families(
 
 
 class HttpCollector(Collector):
-    """What the HTTP side refused or shed, and the event streams open (``HttpLimits``)."""
+    """What the HTTP side refused or shed, the event streams open and the response bytes held
+    (``HttpLimits``)."""
 
-    def __init__(self, counts: HttpCounts, streams: EventStreams) -> None:
+    def __init__(self, counts: HttpCounts, streams: EventStreams, buffers: ResponseBuffers) -> None:
         self._counts = counts
         self._streams = streams
+        self._buffers = buffers
 
     def describe(self) -> list[Metric]:
         return []
@@ -322,6 +325,12 @@ class HttpCollector(Collector):
         )
         yield GaugeMetricFamily(
             "kvscope_sidecar_sse_clients", "Event streams open.", len(self._streams)
+        )
+        yield GaugeMetricFamily(
+            "kvscope_sidecar_http_response_buffer_bytes",
+            "Response bytes held for clients still reading them: the buffers of connections "
+            "with more than 64 KiB unsent.",
+            self._buffers.held(),
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.limits import KIB, HttpLimits
 from app.api.schemas import MAX_EVENT_HASHES
+from app.state.history import Reading, SeriesKey
+from app.state.sidecar import SidecarState
 from tests.support.http_app import TOKEN, record, serving, sidecar_app, sse_events
 from tests.support.polling import WAIT_S, wait_for, wait_until
 
@@ -57,12 +60,14 @@ def logged(name: str) -> Iterator[list[logging.LogRecord]]:
 
 
 @contextmanager
-def served_quietly(app: FastAPI) -> Iterator[tuple[str, httpx.Client]]:
+def served_quietly(
+    app: FastAPI, send_buffer: int | None = None
+) -> Iterator[tuple[str, httpx.Client]]:
     """``app`` served with a client on it, yielding (base URL, client); once the server has
     stopped, uvicorn must have logged nothing at warning or above while it ran."""
     with (
         logged("uvicorn.error") as records,
-        serving(app) as url,
+        serving(app, send_buffer=send_buffer) as url,
         httpx.Client(base_url=url, timeout=WAIT_S) as http,
     ):
         yield url, http
@@ -476,3 +481,63 @@ def test_a_request_asking_for_an_upgrade_is_served_quietly_or_refused_when_it_ha
         assert "Upgrade" in json.loads(detail)["detail"]
         reason = {"reason": "malformed_request"}
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+
+
+# --- responses held for slow readers, bounded all together ---------------------------------
+
+HISTORY = "/api/v1/history?since=1000"
+
+
+def fill_history(state: SidecarState) -> None:
+    """About 3 MB of ``HISTORY``: 200 series of 900 one-second points, 16 digits or so each."""
+    for second in range(900):
+        readings = [Reading(SeriesKey("p", f"m{n}"), "gauge", second / 7 + n) for n in range(200)]
+        state.history.add(1000.0 + second, readings)
+
+
+def unread(url: str, path: str) -> tuple[bytes, socket.socket]:
+    """The status line of a GET of ``path``, from a client that reads no more of it."""
+    host = urlsplit(url).netloc.encode()
+    request = b"GET %b HTTP/1.1\r\nHost: %b\r\n\r\n" % (path.encode(), host)
+    sock = raw_connection(url, request, receive_buffer=4096)
+    line = b""
+    while not line.endswith(b"\r\n"):
+        line += sock.recv(1)
+    return line, sock
+
+
+def read_answer(sock: socket.socket, status_line: bytes) -> bytes:
+    """The head of a kept-alive answer whose status line was read, once its whole body is."""
+    received = status_line
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    (length,) = re.findall(rb"\r\ncontent-length: (\d+)", head)
+    while len(body) < int(length):
+        body += sock.recv(65536)
+    return head
+
+
+def test_answers_left_unread_are_shown_held_until_their_readers_read_or_go() -> None:
+    """uvicorn keeps each answer whole until its client reads it: 1,024 clients reading a
+    20 MiB history slowly held 20 GiB, and nothing showed it."""
+    app, state = sidecar_app()
+    fill_history(state)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        size = len(http.get(HISTORY).content)
+        assert metric(http, "kvscope_sidecar_http_response_buffer_bytes") == 0
+        (status_line, reader), (_, leaver) = unread(url, HISTORY), unread(url, HISTORY)
+        held = metric(http, "kvscope_sidecar_http_response_buffer_bytes")
+        assert size < held <= 2 * size  # both answers, less what the sockets took
+        assert read_answer(reader, status_line).startswith(b"HTTP/1.1 200")  # one reads it all
+        wait_for(
+            lambda: metric(http, "kvscope_sidecar_http_response_buffer_bytes"),
+            lambda now: 0 < now <= size,
+            "one answer held once its reader read it",
+        )
+        leaver.close()  # the other goes without reading
+        wait_until(
+            lambda: metric(http, "kvscope_sidecar_http_response_buffer_bytes") == 0,
+            "nothing held once the readers read or went",
+        )
+        reader.close()

@@ -9,6 +9,7 @@ through fastapi's TestClient or from uvicorn on loopback (``serving``).
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,10 +46,21 @@ def in_process(app: FastAPI) -> TestClient:
 
 
 @contextmanager
-def serving(app: FastAPI, log_level: str = "warning") -> Iterator[str]:
-    """``app`` under uvicorn on a free loopback port; yields its base URL."""
-    with HttpServer(http_server(app, "127.0.0.1", 0, log_level)) as server:
-        yield server.url
+def serving(
+    app: FastAPI, log_level: str = "warning", send_buffer: int | None = None
+) -> Iterator[str]:
+    """``app`` under uvicorn on a free loopback port; yields its base URL.
+
+    ``send_buffer`` fixes each connection's kernel send buffer (``SO_SNDBUF``, which
+    accepted sockets take from the listening one): Linux grows it to megabytes on
+    loopback, where a test needs what a client leaves unread to stay in the server's own.
+    """
+    server = http_server(app, "127.0.0.1", 0, log_level)
+    if send_buffer is not None:
+        for sock in server.bound:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    with HttpServer(server) as served:
+        yield served.url
 
 
 def record(state: SidecarState, events: int, hashes: int = 2, first_hash: int = 0) -> None:
