@@ -381,6 +381,13 @@ class SidecarSettings(BaseSettings):
         description="Most HTTP connections open at once (event streams included); one more is "
         "a 503 before its request is read (counted).",
     )
+    response_buffer_bytes: DecimalInt = Field(
+        default=256 * MiB,
+        ge=MiB,
+        description="Response bytes held for clients still reading them, all connections "
+        "together; an answer that would pass it is a 503 (counted), unless nothing else is "
+        "held.",
+    )
     allowed_hosts: EndpointList = Field(
         default_factory=list,
         description="Host header names the HTTP server answers (any port); unset: the "

@@ -61,7 +61,9 @@ unseen publishers but does not name them.
 hashes; an event lists at most 1,000 of its hashes (`block_count` says how many
 it had); an events page stops at about 1 MiB; at most 256 event streams are
 open (then 503), and a stream whose reader falls 1 MiB behind is ended (the
-reader resumes with `Last-Event-ID`). Requests must name the sidecar by a
+reader resumes with `Last-Event-ID`). While 256 MiB of answers wait for
+clients still reading them, an answer that would pass that is a 503 with
+`Retry-After`. Requests must name the sidecar by a
 name it serves (`Host`; by default the loopback names and the address it
 binds), except the probes'.
 """
@@ -92,7 +94,7 @@ def create_app(
     )
     counts = HttpCounts()
     streams = EventStreams(state.event_log, limits, counts)
-    buffers = ResponseBuffers()
+    buffers = ResponseBuffers(limits.response_buffer_bytes)
     app.state.settings = settings
     app.state.sidecar = state
     app.state.limits = limits
@@ -115,5 +117,5 @@ def create_app(
     mount_page(app)
     install_validation_errors(app)
     install_body_errors(app)
-    install_guards(app, limits, counts)
+    install_guards(app, limits, counts, buffers)
     return app

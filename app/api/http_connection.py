@@ -27,8 +27,9 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   uvicorn parses every request a client sends ahead and queues each until
   the ones before it are answered, and reads on whenever one is: a client
   that sent 200,000 ``GET``s in a row had them all queued at once.
-- a connection's buffer past the transport's high-water mark is counted as
-  held until it drains (``ResponseBuffers``, shown on /metrics).
+- a connection's buffer past the transport's high-water mark counts toward
+  ``response_buffer_bytes`` until it drains (``ResponseBuffers``; the guard
+  that refuses answers past it is app/api/guards/response_budget.py).
 - bytes the parser refuses (a byte a URL cannot hold, an unknown method or
   version, a malformed Content-Length or chunk) are a 400 naming the parser's
   reason, in JSON (``malformed_request``). uvicorn answered "Invalid HTTP

@@ -21,6 +21,7 @@ Refusal = Literal[
     "connections_full",
     "pipeline_full",
     "malformed_request",
+    "response_buffer_full",
 ]
 
 REFUSALS: Final[tuple[Refusal, ...]] = get_args(Refusal)

@@ -48,6 +48,7 @@ class HttpLimits:
     header_timeout_s: float = _setting("header_timeout_s")
     send_timeout_s: float = _setting("send_timeout_s")
     max_connections: int = _setting("max_connections")
+    response_buffer_bytes: int = _setting("response_buffer_bytes")
     max_pipelined: int = MAX_PIPELINED
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
     """Host header names served (any port); None serves every name."""
@@ -78,5 +79,6 @@ class HttpLimits:
             header_timeout_s=settings.header_timeout_s,
             send_timeout_s=settings.send_timeout_s,
             max_connections=settings.max_connections,
+            response_buffer_bytes=settings.response_buffer_bytes,
             allowed_hosts=hosts,
         )

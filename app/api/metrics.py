@@ -309,7 +309,8 @@ class HttpCollector(Collector):
             "kvscope_sidecar_http_refused",
             "Requests refused by a limit: body_too_large (413), host_not_allowed (400), "
             "sse_clients_full (503), headers_too_large (431), connections_full (503), "
-            "malformed_request (400, bytes the HTTP parser refuses); "
+            "malformed_request (400, bytes the HTTP parser refuses), response_buffer_full "
+            "(503, an answer that would pass the bytes held for clients still reading); "
             "connections closed: headers_timeout (no complete head in time), send_timeout "
             "(a response its client stopped reading), pipeline_full (too many requests "
             "sent ahead of their answers).",
@@ -328,8 +329,9 @@ class HttpCollector(Collector):
         )
         yield GaugeMetricFamily(
             "kvscope_sidecar_http_response_buffer_bytes",
-            "Response bytes held for clients still reading them: the buffers of connections "
-            "with more than 64 KiB unsent.",
+            "Response bytes held for clients still reading them: buffers of connections past "
+            "64 KiB unsent, and answers admitted but not yet written. An answer that would "
+            "take it past response_buffer_bytes is refused (response_buffer_full).",
             self._buffers.held(),
         )
 

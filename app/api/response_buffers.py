@@ -5,13 +5,19 @@ transport keeps what the client has not read yet: a default /api/v1/history
 answers about 20 MiB, so ``max_connections`` clients that asked for it and
 read slowly held about 20 GiB, bounded by nothing but ``send_timeout_s`` (and
 that only for a client reading nothing at all). ``ResponseBuffers`` keeps the
-total, for /metrics.
+total, for the guard that refuses an answer that would pass
+``response_buffer_bytes`` (app/api/guards/response_budget.py) and for /metrics.
 
-What is counted: the buffer of each connection whose transport paused
-writing, that is whose buffer passed the transport's high-water mark (64 KiB;
-``BoundedConnection`` reports each pause and resume). A connection below the
-mark holds at most that, and is not counted: summing only the paused ones
-leaves nothing to sum while clients read, which is every poll of the page.
+What is counted:
+
+- the buffer of each connection whose transport paused writing, that is whose
+  buffer passed the transport's high-water mark (64 KiB; ``BoundedConnection``
+  reports each pause and resume). A connection below the mark holds at most
+  that, and is not counted: summing only the paused ones leaves the check
+  nothing to sum while clients read, which is every poll of the page.
+- each answer admitted but not yet written into its transport, from its check
+  on: a response waits for its connection's earlier one to drain before it is
+  written, and an answer admitted meanwhile must not take its room.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ import asyncio
 
 
 class ResponseBuffers:
-    """Response bytes held now. Changed on the event loop only; ``held`` may be read from
-    another thread (/metrics)."""
+    """Response bytes held now against ``budget``. Changed on the event loop only; ``held``
+    may be read from another thread (/metrics)."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
         self._paused: set[asyncio.WriteTransport] = set()
+        self._pending = 0
+        """Bytes of admitted answers not yet handed to their transport."""
 
     def paused(self, transport: asyncio.WriteTransport) -> None:
         """``transport``'s buffer passed its high-water mark: counted until it drains."""
@@ -35,6 +44,23 @@ class ResponseBuffers:
         self._paused.discard(transport)
 
     def held(self) -> int:
-        """Bytes held now in the paused transports' buffers (copied first: another thread
-        may call this while the loop changes them)."""
-        return sum(t.get_write_buffer_size() for t in tuple(self._paused))
+        """Bytes held now: the paused transports' buffers and the admitted answers not yet
+        written (copied first: another thread may call this while the loop changes them)."""
+        return self._pending + sum(t.get_write_buffer_size() for t in tuple(self._paused))
+
+    def admit(self, length: int) -> bool:
+        """Whether an answer of ``length`` bytes fits, and if so charge it until ``written``.
+
+        One larger than the whole budget is admitted while nothing else is held, so every
+        answer can be had from an otherwise idle sidecar.
+        """
+        held = self.held()
+        if held and held + length > self.budget:
+            return False
+        self._pending += length
+        return True
+
+    def written(self, length: int) -> None:
+        """``length`` bytes of an admitted answer are in its transport (or never will be):
+        counted from now by its transport's buffer, if at all."""
+        self._pending -= length

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.limits import KIB, HttpLimits
 from app.api.schemas import MAX_EVENT_HASHES
+from app.settings import MiB
 from app.state.history import Reading, SeriesKey
 from app.state.sidecar import SidecarState
 from tests.support.http_app import TOKEN, record, serving, sidecar_app, sse_events
@@ -541,3 +542,48 @@ def test_answers_left_unread_are_shown_held_until_their_readers_read_or_go() -> 
             "nothing held once the readers read or went",
         )
         reader.close()
+
+
+def test_answers_past_the_response_budget_are_a_503_until_their_readers_read() -> None:
+    """Past ``response_buffer_bytes`` held for clients still reading, an answer is a 503
+    with Retry-After, counted, and answered again once a reader has read."""
+    app, state = sidecar_app(HttpLimits(response_buffer_bytes=7 * MiB))
+    fill_history(state)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        size = len(http.get(HISTORY).content)
+        assert 2 * size <= 7 * MiB < 3 * size - MiB, size  # two fit, not three
+        (status_line, reader), (second, leaver) = unread(url, HISTORY), unread(url, HISTORY)
+        assert status_line == second == b"HTTP/1.1 200 OK\r\n"
+        third, refused = unread(url, HISTORY)
+        assert third == b"HTTP/1.1 503 Service Unavailable\r\n"
+        head, _, body = read_all(refused).partition(b"\r\n\r\n")
+        assert b"\r\nretry-after: 5\r" in head, head
+        assert f"would pass {7 * MiB}" in json.loads(body)["detail"]
+        reason = {"reason": "response_buffer_full"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+        assert read_answer(reader, status_line).startswith(b"HTTP/1.1 200")
+        wait_until(lambda: http.get(HISTORY).status_code == 200, "a large answer again")
+        reader.close()
+        leaver.close()
+
+
+def test_an_answer_larger_than_the_budget_is_served_while_nothing_else_is_held() -> None:
+    app, state = sidecar_app(HttpLimits(response_buffer_bytes=MiB))
+    fill_history(state)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        status, holding = unread(url, HISTORY)
+        assert status == b"HTTP/1.1 200 OK\r\n"  # alone: served though past the budget
+        refused = http.get(HISTORY)
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+        assert http.get("/api/v1/stats").status_code == 503  # nothing fits beside it
+        # Not checked: the probes, a HEAD (no body) and the event stream (no length)
+        assert http.get("/healthz").status_code == http.get("/readyz").status_code == 200
+        assert http.head(HISTORY).status_code == 200
+        with http.stream("GET", STREAM) as stream:
+            assert stream.status_code == 200
+        holding.close()
+        buffers = app.state.response_buffers  # /metrics too is refused until it is gone
+        wait_until(lambda: buffers.held() == 0, "the server lets the unread answer go")
+        assert http.get(HISTORY).status_code == 200
+        reason = {"reason": "response_buffer_full"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 2
