@@ -134,7 +134,8 @@ def test_every_reader_gets_each_event_once_in_order_backlog_then_live() -> None:
 def test_a_reader_that_stops_reading_is_shed_counted_and_quietly_let_go() -> None:
     limits = HttpLimits(sse_client_queue_bytes=64 * KIB, sse_chunk_bytes=16 * KIB)
     app, state = sidecar_app(limits)
-    with served_quietly(app) as (url, http):
+    # A fixed send buffer: Linux grew it to megabytes on loopback, all to be flooded first.
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
         stalled = raw_connection(url, stream_request(url), receive_buffer=4096)
         wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 1, "the reader joins")
         with http.stream("GET", STREAM) as reading:  # one that keeps up, alongside
@@ -366,7 +367,8 @@ def test_a_shed_reader_gives_up_its_slot_at_once_and_its_silent_socket_is_cut_la
         send_timeout_s=1.0,
     )
     app, state = sidecar_app(limits)
-    with served_quietly(app) as (url, http):
+    # A fixed send buffer: Linux grew it to megabytes on loopback, all to be flooded first.
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
         stalled = raw_connection(url, stream_request(url), receive_buffer=4096)
         wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 1, "the reader joins")
         with http.stream("GET", STREAM) as reading:
