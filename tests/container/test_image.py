@@ -4,10 +4,12 @@ podman builds the Dockerfile's plain target (the sidecar) on a Debian base
 made by mmdebstrap (no registry serves python:3.11-slim here; see
 tests/container/podman.py), then runs it as docker/k8s runs it: a read-only
 root, no capabilities, no privilege escalation, configured only by KVSCOPE_*
-variables. On the host network it follows a real publisher (the tests' ZMQ
-peer) and must answer /healthz, turn ready on /readyz once that publisher is
-seen, expose its frames on /metrics, pass its own HEALTHCHECK, run as the
-Dockerfile's user, carry no torch, and exit cleanly on its STOPSIGNAL.
+variables. On the host network, on a port it picks (its URL file says which),
+it follows a real publisher (the tests' ZMQ peer) and must answer /healthz,
+turn ready on /readyz once that publisher is seen, expose its frames on
+/metrics, pass its own HEALTHCHECK (which finds that port in the same file),
+run as the Dockerfile's user, carry no torch, and exit cleanly on its
+STOPSIGNAL.
 
 The first run on a machine makes the base (about a minute) and the image
 (under a minute, pip downloading from PyPI); later runs reuse both (the base
@@ -37,7 +39,6 @@ from tests.container.manifests import (
 )
 from tests.container.podman import NoBaseImage, Podman, unusable_reason
 from tests.support.polling import wait_for
-from tests.support.prometheus import free_port
 from tests.support.zmq_peers import RawPublisher, kv_payload
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
@@ -136,25 +137,38 @@ class RunningSidecar:
 
 @pytest.fixture
 def sidecar(podman: Podman, image: str) -> Iterator[RunningSidecar]:
-    """The image run as docker/k8s runs it, following a publisher on this host."""
+    """The image run as docker/k8s runs it, following a publisher on this host.
+
+    On the host network, on a port of its own choosing (``KVSCOPE_PORT=0``), read from
+    the file it writes once listening (the image's ``KVSCOPE_URL_FILE``, the healthcheck's
+    too): a port probed free here and handed to the container could be taken by another
+    process while the container started.
+    """
     publisher = RawPublisher()
-    port = free_port()
     endpoints = publisher.endpoints
     options = [
         "--network", "host", "--read-only", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges",
-        "-e", f"KVSCOPE_PORT={port}",
+        "-e", "KVSCOPE_PORT=0",
         "-e", f"KVSCOPE_CONNECT={endpoints.endpoint}",
         "-e", f"KVSCOPE_REPLAY={endpoints.replay_endpoint}",
     ]  # fmt: skip
     try:
-        with (
-            podman.container(image, options) as container,
-            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http,
-        ):
-            yield RunningSidecar(container, publisher, http)
+        with podman.container(image, options) as container:
+            url = wait_for(
+                lambda: served_url(podman, container), bool, "the sidecar writes its URL", WAIT_S
+            )
+            with httpx.Client(base_url=url, timeout=10) as http:
+                yield RunningSidecar(container, publisher, http)
     finally:
         publisher.close()
+
+
+def served_url(podman: Podman, container: str) -> str:
+    """The base URL in the container's URL file; empty until the sidecar has written it."""
+    url_file = image_settings_env()["KVSCOPE_URL_FILE"]
+    done = podman.run("exec", container, "cat", url_file, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def test_image_serves_probes_and_metrics_and_stops_cleanly(
