@@ -162,17 +162,19 @@ def test_each_rank_is_its_own_stream_and_a_gap_is_replayed_from_its_own_socket(
     peers: list[RawPublisher],
 ) -> None:
     """vLLM's data-parallel ranks share a topic (here vLLM's default, empty) and differ in rank."""
-    listen = free_tcp_endpoint()  # the publishers first: their replay sockets are declared
-    rank0, rank1 = RawPublisher(connect=listen), RawPublisher(connect=listen)
+    # The publishers' replay sockets first, as the sidecar is told of them; their PUB sockets
+    # connect once the sidecar has bound its listen socket, on a port of its own choosing.
+    rank0, rank1 = RawPublisher(bind=False), RawPublisher(bind=False)
     peers += [rank0, rank1]
     ingestor = listening(
-        listen,
         listen_replay=[
             f"@0={rank0.endpoints.replay_endpoint}",
             f"@1={rank1.endpoints.replay_endpoint}",
         ],
     )
     try:
+        for rank in (rank0, rank1):
+            rank.pub.connect(bound(ingestor))
         heard(ingestor, rank0, "", 0)
         heard(ingestor, rank1, "", 1)
         rank0.send(0, kv_payload(stored(1), rank=0))

@@ -46,21 +46,28 @@ class RawPublisher:
     """vLLM's protocol on real sockets, under the test's control: it can lose frames.
 
     ``connect``: a listening sidecar's endpoint to connect the PUB socket to;
-    without it the PUB socket binds a free port. ``topic`` is the KV topic.
-    ``answerer`` answers replay requests (default: honestly, ``honest_answer``).
+    without it the PUB socket binds a free port, or with ``bind=False`` is left for the
+    test to connect (``pub.connect``): for a peer whose replay socket the sidecar must be
+    told of before it binds the listen socket the peer connects to. ``topic`` is the KV
+    topic. ``answerer`` answers replay requests (default: honestly, ``honest_answer``).
     """
 
     def __init__(
-        self, connect: str | None = None, topic: bytes = b"", answerer: Answerer = honest_answer
+        self,
+        connect: str | None = None,
+        topic: bytes = b"",
+        answerer: Answerer = honest_answer,
+        *,
+        bind: bool = True,
     ) -> None:
         self.ctx = zmq.Context()
         self.topic = topic
         self.answerer = answerer
         self.pub = self.ctx.socket(zmq.PUB)
-        if connect is None:
-            self.pub.bind("tcp://127.0.0.1:*")
-        else:
+        if connect is not None:
             self.pub.connect(connect)
+        elif bind:
+            self.pub.bind("tcp://127.0.0.1:*")
         self.router = self.ctx.socket(zmq.ROUTER)
         self.router.bind("tcp://127.0.0.1:*")
         self.buffer: list[tuple[int, bytes]] = []
@@ -117,10 +124,10 @@ def kv_payload(*events: OffloadingEvent, rank: int | None = None) -> bytes:
 
 
 def free_tcp_endpoint() -> str:
-    """``tcp://127.0.0.1:PORT`` for a port free right now.
+    """``tcp://127.0.0.1:PORT`` for a port free right now, for an endpoint the sidecar is
+    told of and nothing binds (a declared replay socket that no test asks).
 
-    For a peer that must be given its port before anything binds it: vLLM's
-    publisher reports a wildcard endpoint as given, not the port it bound.
+    Never for one that something binds later: the port can be taken in between.
     """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
