@@ -63,6 +63,10 @@ _LISTENER_COUNTERS = (
     ("kvscope_sidecar_listen_refused_addresses_total",
      "Listen-socket handshakes refused for good: the peer's address is outside listen_allow.",
      "refused_addresses"),
+    ("kvscope_sidecar_listen_shed_connections_total",
+     "Listen-socket connections counted as admitted before their handshake ended, the gate "
+     "waiting on 16 per max_connections place already: held against the limits until they "
+     "close.", "shed_connections"),
 )  # fmt: skip
 """The listen socket's own counts; its publishers' frames are counted per publisher above."""
 

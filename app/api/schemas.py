@@ -121,6 +121,11 @@ class ListenerInfo(BaseModel):
     refused_addresses: int = Field(
         description="Handshakes refused for good: the peer's address is outside `allow`."
     )
+    shed_connections: int = Field(
+        description="Connections counted as admitted before their handshake ended, 16 per "
+        "max_connections place being unsettled already (a peer opening connections faster "
+        "than handshakes end): each holds a place until it closes."
+    )
 
     @classmethod
     def of(cls, listener: ListenerState, publishers: list[PublisherState]) -> ListenerInfo:
@@ -138,6 +143,7 @@ class ListenerInfo(BaseModel):
             refused_host_connections=listener.refused_host_connections,
             allow=[str(network) for network in listener.allow],
             refused_addresses=listener.refused_addresses,
+            shed_connections=listener.shed_connections,
         )
 
 

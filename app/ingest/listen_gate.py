@@ -28,6 +28,17 @@ applies to it (the socket file's permissions say who connects there). The
 gate, its socket and the monitor live in a ZMQ context of their own: a
 monitor whose queue is full blocks its context's I/O thread, which must
 never hold up the connect-mode sockets.
+
+What the gate keeps is bounded: an open connection's host by ZMQ's own
+connections (a descriptor each), an admission by ``max_connections`` (none is
+given past it, and each is counted until it is forgotten), and the connections
+not yet settled by ``YOUNG_PER_PLACE`` for each of the ``max_connections``
+places. Past that a peer is opening connections faster than their handshakes
+end (refused ones, and ones that never shake hands, stay open until
+``HANDSHAKE_IVL_MS``): the oldest is settled at once, counted in
+``shed_connections``. Shedding fails closed: a settled connection counts as
+admitted until it closes, so the count is high while the flood's connections
+stay open (a new peer may be refused meanwhile), never low.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 from typing import Final
@@ -61,19 +72,10 @@ this, and its peer connects again."""
 SETTLED_S: Final = HANDSHAKE_IVL_MS / 1000 + 1.0
 """A connection open this long after it was accepted was admitted (a second's margin for
 ZMQ's I/O thread to close the others)."""
-
-
-class _Opened:
-    """An open connection of the listen socket, as the monitor named it."""
-
-    __slots__ = ("at", "host", "settled")
-
-    def __init__(self, at: float, host: str | None) -> None:
-        self.at = at
-        """When its accept was read (monotonic seconds)."""
-        self.host = host
-        self.settled = False
-        """Whether it is counted as admitted (open ``SETTLED_S`` after ``at``)."""
+YOUNG_PER_PLACE: Final = 16
+"""How many connections not yet settled the gate waits on for each ``max_connections``
+place: room for the place's own handshake and fifteen peers refused or still handshaking
+beside it, before the oldest is counted as admitted (shed)."""
 
 
 class ListenGate:
@@ -92,10 +94,12 @@ class ListenGate:
         sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
         self._monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.sockets = (self._zap, self._monitor)
-        self._opened: dict[int, _Opened] = {}
-        """Each open connection, by descriptor."""
-        self._young: deque[tuple[int, _Opened]] = deque()
-        """Connections not yet settled, by descriptor, oldest first (some closed since)."""
+        self._opened: dict[int, str | None] = {}
+        """Each open connection's host, by descriptor."""
+        self._young: OrderedDict[int, float] = OrderedDict()
+        """When each open connection not yet settled was accepted (monotonic seconds), by
+        descriptor, oldest first; at most ``_young_cap``."""
+        self._young_cap = YOUNG_PER_PLACE * listener.max_connections
         self._settled = 0
         self._settled_from: Counter[str] = Counter()
         """How many open connections are settled: in all, and from each host."""
@@ -130,19 +134,38 @@ class ListenGate:
                 break
             descriptor = event["value"]
             if event["event"] == zmq.EVENT_ACCEPTED:
-                self._close(descriptor)  # a descriptor reused: the old one closed
-                opened = _Opened(time.monotonic(), descriptor_host(descriptor))
-                self._opened[descriptor] = opened
-                self._young.append((descriptor, opened))
+                self._accept(descriptor)
             elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self._close(descriptor)
 
+    def _accept(self, descriptor: int) -> None:
+        """Count the connection of ``descriptor`` young; with ``_young_cap`` young already,
+        settle the oldest first (``shed_connections``: counted as admitted until it closes,
+        whether it was or not, so the limits hold)."""
+        self._close(descriptor)  # a descriptor reused: the old one closed
+        self._opened[descriptor] = descriptor_host(descriptor)
+        self._advance()  # those due settle by age: only a young one is shed
+        if len(self._young) >= self._young_cap:
+            self._settle(self._young.popitem(last=False)[0])
+            self.listener.shed_connections += 1
+        self._young[descriptor] = time.monotonic()
+
     def _close(self, descriptor: int) -> None:
-        """Forget the connection of ``descriptor``, if one is open, and its place if settled."""
-        opened = self._opened.pop(descriptor, None)
-        if opened is not None and opened.settled:
+        """Forget the connection of ``descriptor``, if one is open: its place if settled,
+        else its wait (a closed connection is no longer young, so it takes no room there)."""
+        if descriptor not in self._opened:
+            return
+        host = self._opened.pop(descriptor)
+        if self._young.pop(descriptor, None) is None:
             self._settled -= 1
-            _discount(self._settled_from, opened.host)
+            _discount(self._settled_from, host)
+
+    def _settle(self, descriptor: int) -> None:
+        """Count the open connection of ``descriptor`` as admitted, in all and by its host."""
+        self._settled += 1
+        host = self._opened[descriptor]
+        if host is not None:
+            self._settled_from[host] += 1
 
     def _admitted(self) -> int:
         """Connections admitted and open: those settled, and those admitted since."""
@@ -163,13 +186,8 @@ class ListenGate:
         while admissions and admissions[0][0] < settled:
             _discount(self._admitted_from_host, admissions.popleft()[1])
         young = self._young
-        while young and young[0][1].at < settled:
-            descriptor, opened = young.popleft()
-            if self._opened.get(descriptor) is opened:  # else closed since
-                opened.settled = True
-                self._settled += 1
-                if opened.host is not None:
-                    self._settled_from[opened.host] += 1
+        while young and next(iter(young.values())) < settled:
+            self._settle(young.popitem(last=False)[0])
 
     def _decide(self, address: bytes) -> tuple[bytes, bytes]:
         """A final refusal for a peer outside ``allow``; else admitted while fewer than the

@@ -3,8 +3,9 @@
 Frames that reach a publisher's stream are counted in that publisher's state;
 these counters hold the rest: frames too malformed to name a stream, and
 frames of new streams once ``max_publishers`` are tracked. The connections
-open now, those refused past ``max_connections`` or ``max_connections_per_host``
-and those refused from an address outside ``allow`` are the listen gate's
+open now, those refused past ``max_connections`` or ``max_connections_per_host``,
+those refused from an address outside ``allow`` and those counted as admitted
+before their handshake was known (``shed_connections``) are the listen gate's
 (app/ingest/listen_gate.py).
 """
 
@@ -34,6 +35,7 @@ class ListenerState:
     refused_connections: int = 0
     refused_host_connections: int = 0
     refused_addresses: int = 0
+    shed_connections: int = 0
 
     @property
     def name(self) -> str:

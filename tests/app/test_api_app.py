@@ -255,7 +255,7 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
                 0,
             )
             assert listener["allow"] == ["127.0.0.0/8", "::1/128"]
-            assert listener["refused_addresses"] == 0
+            assert (listener["refused_addresses"], listener["shed_connections"]) == (0, 0)
 
             metrics = http.get("/metrics").text
             assert 'kvscope_sidecar_frames_total{publisher="engine-b@0"}' in metrics
@@ -266,6 +266,7 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             assert "kvscope_sidecar_listen_refused_connections_total 0.0" in metrics
             assert "kvscope_sidecar_listen_refused_host_connections_total 0.0" in metrics
             assert "kvscope_sidecar_listen_refused_addresses_total 0.0" in metrics
+            assert "kvscope_sidecar_listen_shed_connections_total 0.0" in metrics
             capacity = next(
                 sample
                 for family in text_string_to_metric_families(metrics)

@@ -28,6 +28,7 @@ from app.ingest.listen_gate import (
     NOT_ALLOWED,
     REFUSED,
     SETTLED_S,
+    YOUNG_PER_PLACE,
     ListenGate,
     address_host,
     allowed,
@@ -429,6 +430,46 @@ def test_an_idle_connection_closing_frees_no_place_an_engine_holds(
         assert "other@0" not in ingestor.state.publishers and listener.connections == 1
     finally:
         idle.close()
+        ingestor.close()
+
+
+def test_connections_past_the_gates_wait_list_are_counted_as_admitted_until_they_close(
+    monkeypatch: pytest.MonkeyPatch, peers: list[RawPublisher]
+) -> None:
+    """The gate kept every connection accepted in the last SETTLED_S, so a peer opening
+    connections as fast as TCP allows grew it without bound. Past its cap the oldest is
+    counted as admitted (fail closed: dropped uncounted, an admitted one would have left a
+    place open past the limit), and holds its place until it closes."""
+    # Handshakes that do not time out while the test runs: the idle connections stay open
+    # and young until closed here, however slowly the test runs.
+    monkeypatch.setattr(listen_gate, "HANDSHAKE_IVL_MS", 600_000)
+    monkeypatch.setattr(listen_gate, "SETTLED_S", 601.0)
+    ingestor = listening(listen_max_connections=1)
+    listener = listener_of(ingestor)
+    host, port = bound(ingestor).removeprefix("tcp://").rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port))) for _ in range(YOUNG_PER_PLACE + 1)]
+    try:
+        wait_until(  # the shed one holds the only place
+            lambda: (listener.shed_connections, listener.connections) == (1, 1),
+            "one past the cap sheds the oldest, counted as admitted",
+        )
+        refused = RawPublisher(bound(ingestor), b"refused")
+        peers.append(refused)
+        wait_until(  # its own connection, one past the cap again, shed the next oldest
+            lambda: (listener.refused_connections, listener.shed_connections) == (1, 2),
+            "a peer finds no place free",
+        )
+        wait_until(lambda: listener.connections == 2, "both shed connections hold a place")
+        for sock in idle:
+            sock.close()
+        wait_until(lambda: listener.connections == 0, "the shed connection's close frees it")
+        engine = RawPublisher(bound(ingestor), b"engine")
+        peers.append(engine)
+        heard(ingestor, engine, "engine", 0)
+        assert (listener.shed_connections, listener.connections) == (2, 1)
+    finally:
+        for sock in idle:
+            sock.close()
         ingestor.close()
 
 
