@@ -407,8 +407,10 @@ def _events() -> list[Panel]:
             "Frames each listening sidecar received on its listen socket, those skipped "
             "before they named a stream, and those of new streams past its most publishers; "
             "handshakes it refused past its most peers, past a host's share, or from outside "
-            "KVSCOPE_LISTEN_ALLOW (each has an alert and a runbook). Healthy: a steady rate "
-            "received, everything else 0 (a refused engine is not followed).",
+            "KVSCOPE_LISTEN_ALLOW (each has an alert and a runbook); connections it counted "
+            "as admitted before they settled, past 16 waiting per place (a flood of "
+            "connections). Healthy: a steady rate received, everything else 0 (a refused "
+            "engine is not followed).",
             "cps",
             *(
                 Query(
@@ -422,6 +424,7 @@ def _events() -> list[Panel]:
                     ("refused_connections", "handshakes past the most peers"),
                     ("refused_host_connections", "handshakes past a host's share"),
                     ("refused_addresses", "handshakes outside the allowed networks"),
+                    ("shed_connections", "connections admitted unsettled"),
                 )
             ),
         ),
