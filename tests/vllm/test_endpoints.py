@@ -8,10 +8,10 @@ read what each publishes on a live SUB socket with vLLM's own event types.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -28,24 +28,9 @@ from offload.vllm.manager import KVScopeManager
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
 from offload.wire.stats_frame import decode_stats_frame
 from tests.support.polling import wait_until
+from tests.support.ports import held_tcp_ports
 
 _VLLM_EVENTS = msgspec.msgpack.Decoder(KVEventBatch)
-
-
-def _free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports free on 127.0.0.1 (probed, then released)."""
-    for _ in range(100):
-        with contextlib.ExitStack() as stack:
-            probes = [stack.enter_context(socket.socket()) for _ in range(count)]
-            probes[0].bind(("127.0.0.1", 0))
-            base = probes[0].getsockname()[1]
-            try:
-                for offset, probe in enumerate(probes[1:], 1):
-                    probe.bind(("127.0.0.1", base + offset))
-            except (OSError, OverflowError):  # taken, or past the last port
-                continue
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def _managers(extra: dict, ranks: int) -> list[KVScopeManager]:
@@ -69,8 +54,16 @@ def _managers(extra: dict, ranks: int) -> list[KVScopeManager]:
     return managers
 
 
-def test_each_data_parallel_rank_binds_its_port_moved_as_vllm_moves_its_own() -> None:
-    base = _free_ports(3)
+@pytest.fixture
+def base() -> Iterator[int]:
+    """The first of four consecutive loopback ports (two ranks, two endpoints each), held
+    for the whole test: nothing else takes one before a manager binds it, or between a
+    manager freeing it and the next binding it again."""
+    with held_tcp_ports(4) as first:
+        yield first
+
+
+def test_each_data_parallel_rank_binds_its_port_moved_as_vllm_moves_its_own(base: int) -> None:
     extra = {
         "kvscope_endpoint": f"tcp://127.0.0.1:{base}",
         "kvscope_replay_endpoint": f"tcp://127.0.0.1:{base + 2}",
@@ -180,8 +173,7 @@ def test_endpoints_two_ranks_or_sockets_would_share_are_refused_naming_the_key(
             KVScopeOffloadingSpec(config)
 
 
-def test_ports_far_enough_apart_serve_every_rank() -> None:
-    base = _free_ports(4)
+def test_ports_far_enough_apart_serve_every_rank(base: int) -> None:
     extra = {
         "kvscope_endpoint": f"tcp://127.0.0.1:{base}",
         "kvscope_replay_endpoint": f"tcp://127.0.0.1:{base + 2}",
@@ -213,7 +205,7 @@ def test_an_endpoint_that_cannot_be_bound_is_a_clear_error_naming_its_key(
 
 
 def test_a_manager_that_fails_to_build_leaves_its_endpoint_free_for_the_next_try(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base: int
 ) -> None:
     """A policy that fails as it is built, after the publisher bound its port, left the port
     bound and the publisher's thread running: built again in the same process, the manager
@@ -228,7 +220,7 @@ def test_a_manager_that_fails_to_build_leaves_its_endpoint_free_for_the_next_try
     monkeypatch.syspath_prepend(str(tmp_path))
     # The policy registers itself for the process; the registry is as it was afterwards.
     monkeypatch.setattr(registry, "_POLICIES", dict(registry._POLICIES))
-    endpoint = f"tcp://127.0.0.1:{_free_ports(1)}"
+    endpoint = f"tcp://127.0.0.1:{base}"
     extra = {
         "num_cpu_blocks": 4,
         "kvscope_endpoint": endpoint,
@@ -249,12 +241,12 @@ def test_a_manager_that_fails_to_build_leaves_its_endpoint_free_for_the_next_try
 
 
 def test_a_shutdown_whose_last_stats_frame_fails_still_frees_its_endpoint(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, base: int
 ) -> None:
     """Shutdown publishes what is left before closing the publisher; a stats frame that
     could not be made there (the heartbeat logs the same failure) left the publisher open,
     its thread running and its port bound, so the connector built again failed to bind."""
-    endpoint = f"tcp://127.0.0.1:{_free_ports(1)}"
+    endpoint = f"tcp://127.0.0.1:{base}"
     extra = {"num_cpu_blocks": 4, "kvscope_endpoint": endpoint}
     manager = KVScopeOffloadingSpec(offloading_config(extra)).get_manager()
     assert isinstance(manager, KVScopeManager) and manager.telemetry is not None
