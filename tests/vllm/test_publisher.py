@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
-import socket
-
 import zmq
 from vllm.v1.kv_offload.base import ReqContext, ScheduleEndContext, make_offload_key
 
 from app.decode import decode_kv_payload
 from bench.tooling.vllm_config import offloading_config
 from offload.vllm import KVScopeOffloadingSpec
+from offload.vllm.manager import KVScopeManager
 from offload.wire.framing import DEFAULT_STATS_TOPIC
 from offload.wire.stats_frame import decode_stats_frame
 from tests.support.polling import wait_until
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_events_and_stats_reach_the_endpoint_named_by_kvscope_endpoint() -> None:
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    # A port of the publisher's own choosing, read back once bound: one probed free and
+    # bound by the publisher later could be taken in between. That the named port itself
+    # is bound is tests/vllm/test_endpoints.py's to show.
     spec = KVScopeOffloadingSpec(
-        offloading_config({"num_cpu_blocks": 4, "kvscope_endpoint": endpoint}, events=False)
+        offloading_config(
+            {"num_cpu_blocks": 4, "kvscope_endpoint": "tcp://127.0.0.1:*"}, events=False
+        )
     )
     manager = spec.get_manager()
+    assert isinstance(manager, KVScopeManager) and manager.telemetry is not None
+    endpoint = manager.telemetry.publisher.endpoint
+    assert endpoint.startswith("tcp://127.0.0.1:")  # the address kvscope_endpoint named
     context = zmq.Context()
     sub = context.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")

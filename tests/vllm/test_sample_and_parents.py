@@ -14,7 +14,6 @@ types.
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -45,12 +44,6 @@ TOKENS_PER_CHUNK = 16
 """offloading_config's block of 16 tokens, one block per chunk."""
 
 _VLLM_EVENTS = msgspec.msgpack.Decoder(KVEventBatch)
-
-
-def _free_endpoint() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def raw(number: int) -> bytes:
@@ -141,11 +134,12 @@ def subscribed(
     blocks_per_chunk: int = 1,
     tokens_per_block: int | tuple[int, ...] = TOKENS_PER_CHUNK,
 ) -> Iterator[tuple[KVScopeManager, Subscriber]]:
-    """A manager publishing on a fresh endpoint, and a subscriber that already hears it."""
-    endpoint = _free_endpoint()
+    """A manager publishing on a port of its own choosing, and a subscriber that already
+    hears it on the endpoint the publisher bound (a port probed free and bound later could
+    be taken in between)."""
     spec = KVScopeOffloadingSpec(
         offloading_config(
-            {"num_cpu_blocks": 64, "kvscope_endpoint": endpoint, **extra},
+            {"num_cpu_blocks": 64, "kvscope_endpoint": "tcp://127.0.0.1:*", **extra},
             events=events,
             blocks_per_chunk=blocks_per_chunk,
             tokens_per_block=tokens_per_block,
@@ -154,7 +148,7 @@ def subscribed(
     manager = spec.get_manager()
     assert isinstance(manager, KVScopeManager) and manager.telemetry is not None
     context = zmq.Context()
-    subscriber = Subscriber(context, endpoint)
+    subscriber = Subscriber(context, manager.telemetry.publisher.endpoint)
 
     def heard() -> bool:
         """A PUB socket drops what it sends before a subscription arrives: wait for one."""
