@@ -17,7 +17,8 @@ from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
 from bench.tooling.vllm_config import SPEC, offloading_config
 from offload.vllm import KVScopeOffloadingSpec
-from tests.vllm.test_scheduler_connector import HYBRIDS, PAGE, Engine, _endpoint, _reuse
+from tests.support.ports import held_tcp_ports
+from tests.vllm.test_scheduler_connector import HYBRIDS, PAGE, Engine, _reuse
 from tests.vllm.test_worker_and_metrics import _caches
 
 
@@ -28,15 +29,20 @@ def _threads(name: str) -> int:
 def test_vllms_scheduler_connector_built_again_on_the_same_endpoint_works_as_before() -> None:
     """Shut down, the manager has published what it held, closed its publisher and joined
     its thread, so the next connector binds the same endpoint and decides the same."""
-    extra = {**SPEC, "kvscope_endpoint": _endpoint(), "cpu_bytes_to_use": 64 * PAGE}
     traces = []
-    for _ in range(2):
-        engine = Engine(extra, HYBRIDS["full16+swa16"])
-        assert _threads("kvscope-publisher") == 1
-        _reuse(engine)
-        engine.connector.shutdown()
-        assert _threads("kvscope-publisher") == 0
-        traces.append(engine.trace)
+    with held_tcp_ports() as port:  # the same port for both: none other may take it between
+        extra = {
+            **SPEC,
+            "kvscope_endpoint": f"tcp://127.0.0.1:{port}",
+            "cpu_bytes_to_use": 64 * PAGE,
+        }
+        for _ in range(2):
+            engine = Engine(extra, HYBRIDS["full16+swa16"])
+            assert _threads("kvscope-publisher") == 1
+            _reuse(engine)
+            engine.connector.shutdown()
+            assert _threads("kvscope-publisher") == 0
+            traces.append(engine.trace)
     assert traces[0] == traces[1]
     assert any(entry[0] == "load" for entry in traces[0])
 
