@@ -49,7 +49,12 @@ import json
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from app.api.http_counts import HttpCounts, Refusal
 from app.api.limits import HttpLimits
@@ -85,6 +90,8 @@ class BoundedConnection(HttpToolsProtocol):
         self._buffered = 0  # the write buffer's size when the send deadline was set
         self._ignoring = False
         """Whether the pipeline filled: what the client sends from then on is dropped."""
+        self._answering: RequestResponseCycle | None = None
+        """The request being answered: uvicorn's ``cycle`` is the newest, maybe a queued one."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -103,7 +110,18 @@ class BoundedConnection(HttpToolsProtocol):
             if deadline is not None:
                 deadline.cancel()
         self.buffers.resumed(self.transport)
+        answering = self._answering
+        if answering is not None and not answering.response_complete:
+            # uvicorn marks only the newest request's cycle, a queued one while requests are
+            # pipelined: the one being answered wrote on to the closed transport, which
+            # uvloop refuses with an error and traceback in the log, for any client to make.
+            answering.disconnected = True
+            answering.message_event.set()
         super().connection_lost(exc)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        self._answering = cycle  # uvicorn starts one at a time, each once the last is answered
+        super()._start_asgi_task(cycle, app)
 
     def data_received(self, data: bytes) -> None:
         if self._ignoring:

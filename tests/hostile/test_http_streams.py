@@ -434,6 +434,21 @@ def test_requests_pipelined_past_the_cap_are_not_read_and_the_connection_closes(
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
 
 
+def test_a_client_gone_while_requests_are_queued_is_no_error() -> None:
+    """uvicorn marks only the newest request's cycle disconnected when a connection is lost,
+    and that is a queued one while requests are pipelined: the request being answered (the
+    second, once the first's answer let the server read the end of file) wrote on to the
+    closed transport, which uvloop refuses: an error and traceback in the log that any
+    client could make by sending three requests and closing its side."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, _http):
+        host = urlsplit(url).netloc.encode()
+        healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+        gone = raw_connection(url, healthz * 16)
+        gone.shutdown(socket.SHUT_WR)  # the server closes at its end of file
+        read_all(gone)
+
+
 @pytest.mark.parametrize(
     ("request_line", "problem"),
     [
