@@ -26,7 +26,10 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   (``pipeline_full``), as a server may close any keep-alive connection.
   uvicorn parses every request a client sends ahead and queues each until
   the ones before it are answered, and reads on whenever one is: a client
-  that sent 200,000 ``GET``s in a row had them all queued at once.
+  that sent 200,000 ``GET``s in a row had them all queued at once. A
+  connection lost meanwhile ends the request being answered as a client gone
+  (uvicorn told only the newest, queued one, and the answered one wrote on to
+  the closed transport: an error and traceback in the log).
 - a connection's buffer past the transport's high-water mark counts toward
   ``response_buffer_bytes`` until it drains (``ResponseBuffers``; the guard
   that refuses answers past it is app/api/guards/response_budget.py).
