@@ -449,6 +449,21 @@ def test_a_client_gone_while_requests_are_queued_is_no_error() -> None:
         read_all(gone)
 
 
+def test_a_stream_with_a_request_queued_behind_it_ends_when_its_reader_goes() -> None:
+    """The stream is the request being answered, the one queued behind it the newest: told
+    of nothing, the stream held its place among ``max_sse_clients`` until its next write
+    (a keep-alive, up to 15 s later), which failed on the closed transport."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        queued = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+        reader = raw_connection(url, stream_request(url) + queued)
+        assert reader.recv(12) == b"HTTP/1.1 200"
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 1, "the reader joins")
+        reader.close()
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "the reader gone")
+
+
 @pytest.mark.parametrize(
     ("request_line", "problem"),
     [
