@@ -138,6 +138,10 @@ class BlockIndex:
         self._locations: dict[tuple[str, str, int | None], int] = {}
         self._location_names: list[tuple[str, str]] = []  # bit number -> (publisher, medium)
         self._counts: list[int] = []  # bit number -> blocks held there
+        # bit number -> the largest block size it stored (0 before any), its group's (a
+        # partial block's store names a smaller one): a coarse block covers fine positions
+        # only on the locations of its coarse group (``_cover``)
+        self._sizes: list[int] = []
         self._block_bytes: dict[str, dict[str, int]] = {}  # publisher -> medium -> bytes
         self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
         self.stranded = StrandedBlocks(self._shards)
@@ -308,6 +312,8 @@ class BlockIndex:
             else:  # another copy at the same location
                 extra[block_hash] = extra.get(block_hash, 0) + 1
                 added += 1
+        if block_size and block_size > self._sizes[number]:
+            self._sizes[number] = block_size
         if added and (gained := self._gained.get(publisher)) is not None:
             gained += block_hashes
             if len(gained) > max(RESET_TRACKED, self._held >> 3):  # a walk costs less
@@ -453,6 +459,7 @@ class BlockIndex:
             self._locations[key] = number
             self._location_names.append(pair)
             self._counts.append(0)
+            self._sizes.append(0)
             if medium != DEFAULT_MEDIUM:
                 self._lower_tier_bits |= 1 << number
         return number
@@ -579,6 +586,7 @@ class BlockIndex:
         block the window dropped.
         """
         alive = self._bits_by_medium()
+        by_size = self._bits_by_size()
         runs: dict[str, int] = {}
         covers: list[tuple[int, int]] = []  # (last position, mask) of the covering blocks
         finest = 0  # the smallest block size held in the chain so far
@@ -595,7 +603,7 @@ class BlockIndex:
                 for _last, bits in covers:
                     mask |= bits
             if not mask or not all(mask & bits for bits in alive.values()):
-                cover = self._cover(block_hashes, length, finest)
+                cover = self._cover(block_hashes, length, finest, by_size)
                 if cover is not None:
                     covers.append(cover)
                     mask |= cover[1]
@@ -610,9 +618,16 @@ class BlockIndex:
             runs[medium] = length
         return PrefixMatch(runs, length)
 
-    def _cover(self, chain: Sequence[Hashable], at: int, finest: int) -> tuple[int, int] | None:
+    def _cover(
+        self, chain: Sequence[Hashable], at: int, finest: int, by_size: Mapping[int, int]
+    ) -> tuple[int, int] | None:
         """The position and locations of the first held block of ``chain`` after ``at`` that
         covers ``at``, within ``MAX_REHANG_LINKS`` blocks; None when none does.
+
+        Its locations are those of its copies at its own (coarse) size, ``by_size`` giving
+        the locations storing at each size: a finer group's copy of the block on another
+        medium (the CPU tier's 16-token copy, where only the GPU holds the 32-token one)
+        says nothing of the fine blocks before it, which that medium may have dropped.
 
         A block of ``n`` times the chain's finest block size (the smallest seen in the walk
         or in the blocks searched here) spans its ``n`` positions, the last its own, and it
@@ -622,19 +637,21 @@ class BlockIndex:
         block before a run) covers nothing, and neither does a coarse block with no finer
         block of the chain in view.
         """
-        found: list[tuple[int, HeldBlock]] = []
+        found: list[tuple[int, HeldBlock, int]] = []  # (place, block, its coarse copies)
         for place in range(at + 1, min(len(chain), at + 1 + MAX_REHANG_LINKS)):
             entry = self._record(chain[place])
             if entry is None:
                 continue
             if entry.size and (not finest or entry.size < finest):
                 finest = entry.size
-            if _covers(chain, at, place, entry, finest):  # the usual case: the first held
-                return place, entry.mask
-            found.append((place, entry))
-        for place, entry in found:  # a finer block came after it
+            coarse = entry.mask & by_size.get(entry.size or 0, 0)
+            if coarse and _covers(chain, at, place, entry, finest):  # usually the first held
+                return place, coarse
+            if coarse:
+                found.append((place, entry, coarse))
+        for place, entry, coarse in found:  # a finer block came after it
             if _covers(chain, at, place, entry, finest):
-                return place, entry.mask
+                return place, coarse
         return None
 
     def page(
@@ -674,6 +691,13 @@ class BlockIndex:
         bits: dict[str, int] = {}
         for number, (_owner, medium) in enumerate(self._location_names):
             bits[medium] = bits.get(medium, 0) | 1 << number
+        return bits
+
+    def _bits_by_size(self) -> dict[int, int]:
+        """Block size -> the bits of the locations whose largest store was of that size."""
+        bits: dict[int, int] = {}
+        for number, size in enumerate(self._sizes):
+            bits[size] = bits.get(size, 0) | 1 << number
         return bits
 
     def _snapshot(self, entry: HeldBlock) -> BlockEntry:

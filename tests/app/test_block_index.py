@@ -205,6 +205,19 @@ def test_lookup_prefix_counts_fine_blocks_a_coarser_block_covers_on_its_media() 
     assert index.lookup_prefix(list(range(1, 9))) == PrefixMatch({"GPU": 8, "CPU": 4}, 8)
 
 
+def test_lookup_prefix_covers_a_fine_block_only_on_the_coarse_copies_media() -> None:
+    """A coarse block covers the fine blocks before it on the media its coarse group holds
+    it: the CPU tier holds 16-token copies of 1, 2 and 4 (3 evicted) and no 32-token copy,
+    so its run stops at 3, though 4's GPU copy of the 32-token group hangs under 2."""
+    index = BlockIndex(max_blocks=100)
+    fine = stored([1, 2, 3, 4], "GPU", block_size=16, group=0)
+    coarse = stored([2, 4], "GPU", block_size=32, group=1)
+    index.apply("vllm", batch(fine, coarse), 1.0)
+    cpu = stored([1, 2, 3, 4], "CPU", block_size=16, group=0)
+    index.apply("kvscope", batch(cpu, removed([3], "CPU", group=0)), 1.0)
+    assert index.lookup_prefix([1, 2, 3, 4]) == PrefixMatch({"GPU": 4, "CPU": 2}, 4)
+
+
 def test_lookup_prefix_takes_no_run_of_an_unknown_parent_for_a_cover() -> None:
     """kvscope's CPU stream names no parent for a run whose block before the tier never met:
     such a run of fine blocks covers nothing before it."""
