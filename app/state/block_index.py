@@ -8,7 +8,7 @@ event. How it keys blocks, counts hits and caps its memory: docs/ARCHITECTURE.md
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
 from typing import Final
@@ -183,10 +183,12 @@ class BlockIndex:
         A part is about ``part_blocks`` block events (a longer event is cut: a later cut of a
         store continues its chain under the block before it, a removal's cuts go tail
         first as its blocks do, and each cut's bookkeeping is done before the lock is let
-        go), or one reset. A 16 MB frame held the lock for seconds (a store or removal of a
-        million blocks, a thousand resets of what was stored since the one before): every
-        API read and /metrics waited it out. A reader between parts sees the index as if the
-        publisher had sent the events (and blocks) applied so far alone: every count, chain
+        go), or one reset. A store's moves of held blocks under its coarser parents come in
+        parts of their own once all its cuts are in, as the whole event makes them. A 16 MB
+        frame held the lock for seconds (a store or removal of a million blocks, a thousand
+        resets of what was stored since the one before): every API read and /metrics waited
+        it out. A reader between parts sees the index as if the publisher had sent the
+        events (and blocks) applied so far alone, a store's moves aside: every count, chain
         and stranded flag agrees with the blocks held (the caller, the index's one writer,
         changes nothing else between parts).
         """
@@ -229,9 +231,9 @@ class BlockIndex:
         self.reset_publisher(publisher)
         yield self.part_blocks
 
-    def _cuts(self, block_hashes: list[Hashable]) -> range:
-        """Where each cut of an event's blocks starts: ``part_blocks`` blocks a cut."""
-        return range(0, len(block_hashes), self.part_blocks)
+    def _cuts(self, items: Sized) -> range:
+        """Where each cut of an event's blocks (or rehangs) starts: ``part_blocks`` a cut."""
+        return range(0, len(items), self.part_blocks)
 
     def _store(self, publisher: str, event: DecodedEvent, now: float) -> Iterator[int]:
         """Store ``event``'s blocks a cut at a time, yielding each cut's length once it is in."""
@@ -245,11 +247,21 @@ class BlockIndex:
             for start in self._cuts(hashes):
                 yield self._touch(hashes[start : start + self.part_blocks], bit, now)
             return
+        block_size = event.block_size
+        coarser: list[tuple[HeldBlock, Hashable | None, int]] = []  # (block, parent, shard)
         for start in self._cuts(hashes):
             parent = event.parent_block_hash if start == 0 else hashes[start - 1]
             cut = hashes[start : start + self.part_blocks]
-            self._store_run(publisher, medium, number, cut, parent, event.block_size, now)
+            self._store_run(publisher, medium, number, cut, parent, block_size, now, coarser)
             yield len(cut)
+        # Once the whole chain is in, as for an event applied whole: a block the chain names
+        # twice (a loop) is met at each place before it moves, and a cut moving it first
+        # left the later place unmet, its stranded count apart from the whole event's.
+        for start in self._cuts(coarser):
+            moves = coarser[start : start + self.part_blocks]
+            for entry, above, above_shard in moves:
+                self._rehang(entry, above, above_shard, block_size or 0)
+            yield len(moves)
 
     def _store_run(
         self,
@@ -260,8 +272,11 @@ class BlockIndex:
         parent: Hashable | None,
         block_size: int | None,
         now: float,
+        coarser: list[tuple[HeldBlock, Hashable | None, int]],
     ) -> None:
-        """Store one chain of blocks, the first under ``parent``, at location ``number``."""
+        """Store one chain of blocks, the first under ``parent``, at location ``number``;
+        the held blocks stored at a coarser size go on ``coarser``, with the parent this
+        store names, for ``_store`` to rehang once the event's blocks are all in."""
         bit = 1 << number
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
         # Another group's copy on this medium came with the same reload: one hit, not two.
@@ -276,7 +291,6 @@ class BlockIndex:
         seq = self._next_seq
         added = refused = 0
         sized = bool(block_size)  # a size that names no granularity (0) moves nothing
-        coarser: list[tuple[HeldBlock, Hashable | None, int]] = []  # (block, parent, shard)
         for block_hash in block_hashes:
             shard = (hash(block_hash) >> SHARD_RUN) % SHARDS  # shard_of, inlined
             blocks = shards[shard]
@@ -321,8 +335,6 @@ class BlockIndex:
         if added_records := records[first_new:]:
             self.stranded.stored(added_records)
             self._held += len(added_records)
-        for entry, above, above_shard in coarser:  # once the run's new parents are in
-            self._rehang(entry, above, above_shard, block_size)
         self._next_seq = seq
         self._counts[number] += added
         self.overflow += refused

@@ -663,6 +663,20 @@ def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int, part_blocks:
     assert stranded == model.stranded_by_medium()
 
 
+def test_a_store_naming_a_block_twice_rehangs_it_in_parts_as_whole() -> None:
+    """A chain naming 1 twice (a loop, from a peer's bytes) meets it under 2, refused as the
+    index is full, and under 0: whole, the store moves it under each in turn, ending under
+    0, held; cut a block a part, 1 moved under 2 before its second place was met."""
+    ends = []
+    for part_blocks in (PART_BLOCKS, 1):
+        index = BlockIndex(max_blocks=2, part_blocks=part_blocks)
+        fine = stored([1], "GPU", block_size=16, parent=3, group=1)
+        coarse = stored([0, 2, 1, 0, 1], "GPU", block_size=32, group=0)
+        index.apply("a", batch(fine, coarse), 0.0)
+        ends.append((stranded_by_medium(index), index.overflow))
+    assert ends == [({"GPU": 0}, 1), ({"GPU": 0}, 1)]
+
+
 def test_a_batch_in_parts_lets_readers_see_whole_runs_and_removes_tail_first() -> None:
     """Two blocks a part: a store of a chain of five shows a reader two, then four; its
     removal goes tail first, so no reader sees a block under a removed one (stranded)."""
