@@ -598,7 +598,7 @@ class BlockIndex:
         block the window dropped.
         """
         alive = self._bits_by_medium()
-        by_size = self._bits_by_size()
+        by_size: dict[int, int] | None = None  # made at the first cover sought (none: held whole)
         runs: dict[str, int] = {}
         covers: list[tuple[int, int]] = []  # (last position, mask) of the covering blocks
         finest = 0  # the smallest block size held in the chain so far
@@ -615,6 +615,8 @@ class BlockIndex:
                 for _last, bits in covers:
                     mask |= bits
             if not mask or not all(mask & bits for bits in alive.values()):
+                if by_size is None:
+                    by_size = self._bits_by_size()
                 cover = self._cover(block_hashes, length, finest, by_size)
                 if cover is not None:
                     covers.append(cover)
