@@ -386,7 +386,7 @@ class SidecarSettings(BaseSettings):
         ge=MiB,
         description="Response bytes held for clients still reading them, all connections "
         "together; an answer that would pass it is a 503 (counted), unless nothing else is "
-        "held.",
+        "held. Its last eighth is kept for /metrics scrapes.",
     )
     allowed_hosts: EndpointList = Field(
         default_factory=list,

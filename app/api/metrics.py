@@ -335,7 +335,8 @@ class HttpCollector(Collector):
             "kvscope_sidecar_http_response_buffer_bytes",
             "Response bytes held for clients still reading them: buffers of connections past "
             "64 KiB unsent, and answers admitted but not yet written. An answer that would "
-            "take it past response_buffer_bytes is refused (response_buffer_full).",
+            "take it past response_buffer_bytes (an answer other than /metrics: past its "
+            "seven eighths) is refused (response_buffer_full).",
             self._buffers.held(),
         )
 

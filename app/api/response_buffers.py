@@ -8,6 +8,10 @@ that only for a client reading nothing at all). ``ResponseBuffers`` keeps the
 total, for the guard that refuses an answer that would pass
 ``response_buffer_bytes`` (app/api/guards/response_budget.py) and for /metrics.
 
+The budget's last eighth is kept for Prometheus scrapes: other answers may
+hold at most the rest, so slow readers of large answers cannot keep the scrape
+that would show them from being answered.
+
 What is counted:
 
 - the buffer of each connection whose transport paused writing, that is whose
@@ -31,6 +35,8 @@ class ResponseBuffers:
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
+        self.scrape_reserve = budget // 8
+        """Of ``budget``, what only scrapes may take."""
         self._paused: set[asyncio.WriteTransport] = set()
         self._pending = 0
         """Bytes of admitted answers not yet handed to their transport."""
@@ -48,14 +54,20 @@ class ResponseBuffers:
         written (copied first: another thread may call this while the loop changes them)."""
         return self._pending + sum(t.get_write_buffer_size() for t in tuple(self._paused))
 
-    def admit(self, length: int) -> bool:
-        """Whether an answer of ``length`` bytes fits, and if so charge it until ``written``.
+    def room(self, scrape: bool) -> int:
+        """The bytes that may be held once an answer is admitted: all of ``budget`` for a
+        scrape, the rest less the scrape reserve for any other answer."""
+        return self.budget if scrape else self.budget - self.scrape_reserve
 
-        One larger than the whole budget is admitted while nothing else is held, so every
-        answer can be had from an otherwise idle sidecar.
+    def admit(self, length: int, scrape: bool) -> bool:
+        """Whether an answer of ``length`` bytes fits (a scrape's into the reserve as well),
+        and if so charge it until ``written``.
+
+        One larger than its room is admitted while nothing else is held, so every answer can
+        be had from an otherwise idle sidecar.
         """
         held = self.held()
-        if held and held + length > self.budget:
+        if held and held + length > self.room(scrape):
             return False
         self._pending += length
         return True

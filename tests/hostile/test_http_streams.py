@@ -577,10 +577,12 @@ def test_answers_left_unread_are_shown_held_until_their_readers_read_or_go() -> 
 
 
 def test_answers_past_the_response_budget_are_a_503_until_their_readers_read() -> None:
-    """Past ``response_buffer_bytes`` held for clients still reading, an answer is a 503
-    with Retry-After, counted, and answered again once a reader has read."""
-    app, state = sidecar_app(HttpLimits(response_buffer_bytes=7 * MiB))
+    """Past ``response_buffer_bytes`` (less its scrape reserve) held for clients still
+    reading, an answer is a 503 with Retry-After, counted, and answered again once a reader
+    has read."""
+    app, state = sidecar_app(HttpLimits(response_buffer_bytes=8 * MiB))
     fill_history(state)
+    assert app.state.response_buffers.room(scrape=False) == 7 * MiB  # an eighth kept
     with served_quietly(app, send_buffer=64 * KIB) as (url, http):
         size = len(http.get(HISTORY).content)
         assert 2 * size <= 7 * MiB < 3 * size - MiB, size  # two fit, not three
@@ -590,13 +592,45 @@ def test_answers_past_the_response_budget_are_a_503_until_their_readers_read() -
         assert third == b"HTTP/1.1 503 Service Unavailable\r\n"
         head, _, body = read_all(refused).partition(b"\r\n\r\n")
         assert b"\r\nretry-after: 5\r" in head, head
-        assert f"would pass {7 * MiB}" in json.loads(body)["detail"]
+        detail = json.loads(body)["detail"]
+        assert f"would pass {7 * MiB}, the sidecar's most less its scrape reserve" in detail
         reason = {"reason": "response_buffer_full"}
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
         assert read_answer(reader, status_line).startswith(b"HTTP/1.1 200")
         wait_until(lambda: http.get(HISTORY).status_code == 200, "a large answer again")
         reader.close()
         leaver.close()
+
+
+def test_scrapes_are_answered_from_the_reserve_that_other_answers_cannot_take() -> None:
+    """Slow readers of large answers held the whole budget, and the /metrics scrape that
+    would have shown it (kvscope_sidecar_http_response_buffer_bytes at the budget, the
+    refusals counted) was itself a 503: Prometheus saw the sidecar down, not why."""
+    probe, state = sidecar_app()
+    fill_history(state)
+    with served_quietly(probe) as (_, http):
+        size = len(http.get(HISTORY).content)
+    room = size - 256 * KIB  # one unread answer passes it, by less than its sockets take
+    app, state = sidecar_app(HttpLimits(response_buffer_bytes=room * 8 // 7))
+    fill_history(state)
+    buffers = app.state.response_buffers
+    assert buffers.room(scrape=False) == room  # and a scrape fits beside the unread answer:
+    assert buffers.room(scrape=True) - size > 64 * KIB
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        status, holding = unread(url, HISTORY)  # alone, so served though past the room
+        assert status == b"HTTP/1.1 200 OK\r\n"
+        assert http.get("/api/v1/stats").status_code == 503  # other answers: no room left
+        scraped = http.get("/metrics")
+        assert scraped.status_code == 200, scraped.text  # the reserve answers the scrape
+        shown = {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(scraped.text)
+            for sample in family.samples
+        }
+        assert shown["kvscope_sidecar_http_response_buffer_bytes"] > room
+        reason = {"reason": "response_buffer_full"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+        holding.close()
 
 
 def test_an_answer_larger_than_the_budget_is_served_while_nothing_else_is_held() -> None:

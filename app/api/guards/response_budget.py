@@ -2,11 +2,12 @@
 
 Checked at the answer's start, from its ``Content-Length``, before uvicorn
 writes any of it (app/api/response_buffers.py says what is held). An answer
-that would pass ``response_buffer_bytes`` is replaced by a 503 with
-``Retry-After``, counted as ``response_buffer_full``; the route's body is
-dropped. Not checked: an answer without a length (the event stream, which
-bounds each reader's bytes itself), a HEAD's (it carries no body), and the
-probes', a few bytes that orchestrators must have from a busy sidecar too.
+that would pass ``response_buffer_bytes`` (less its scrape reserve, unless it is
+a /metrics scrape) is replaced by a 503 with ``Retry-After``, counted as
+``response_buffer_full``; the route's body is dropped. Not checked: an answer
+without a length (the event stream, which bounds each reader's bytes itself), a
+HEAD's (it carries no body), and the probes', a few bytes that orchestrators
+must have from a busy sidecar too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from app.api.response_buffers import ResponseBuffers
 
 RETRY_AFTER: Final = ((b"retry-after", b"5"),)
 """As the other 503s: readers drain their answers, or are cut by ``send_timeout_s``."""
+
+SCRAPE_PATH: Final = "/metrics"
+"""Answered within the budget's scrape reserve too (app/api/response_buffers.py)."""
 
 
 def _content_length(start: Message) -> int | None:
@@ -46,6 +50,7 @@ class ResponseBudget:
             return
         charged = 0  # what of the admitted answer is not yet written
         refused = False
+        scrape = scope["path"] == SCRAPE_PATH
 
         async def send_within_budget(message: Message) -> None:
             nonlocal charged, refused
@@ -53,9 +58,9 @@ class ResponseBudget:
                 return
             if message["type"] == "http.response.start":
                 length = _content_length(message)
-                if length is not None and not self.buffers.admit(length):
+                if length is not None and not self.buffers.admit(length, scrape):
                     refused = True
-                    await self._refuse(send, length)
+                    await self._refuse(send, length, scrape)
                     return
                 charged = length or 0
             await send(message)
@@ -69,10 +74,12 @@ class ResponseBudget:
         finally:
             self.buffers.written(charged)
 
-    async def _refuse(self, send: Send, length: int) -> None:
+    async def _refuse(self, send: Send, length: int, scrape: bool) -> None:
         self.counts.refuse("response_buffer_full")
+        room = self.buffers.room(scrape)
+        most = "the sidecar's most" if scrape else "the sidecar's most less its scrape reserve"
         detail = (
             f"{self.buffers.held()} bytes of answers wait for clients still reading them; "
-            f"this one's {length} more would pass {self.buffers.budget}, the sidecar's most"
+            f"this one's {length} more would pass {room}, {most}"
         )
         await send_error(send, 503, detail, RETRY_AFTER)
