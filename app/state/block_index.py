@@ -38,7 +38,8 @@ its resets walk a million blocks again, a peer must store this many between two.
 PART_BLOCKS: Final = 65_536
 """Block events a batch applies per hold of the readers' lock (``BlockIndex.apply``): under
 0.1 s of removals, the dearest events (a 16 MB frame holds about 2 million). A reset is a
-part of its own: a walk of at most every block held."""
+part of its own: a walk of at most every block held. The blocks the stranded count's walks
+look at count as block events: one block's removal or store walks every block under it."""
 _NO_LOCK: Final = nullcontext()
 _DONE: Final = object()
 """What the parts of a batch give when the batch is applied."""
@@ -184,13 +185,16 @@ class BlockIndex:
         store continues its chain under the block before it, a removal's cuts go tail
         first as its blocks do, and each cut's bookkeeping is done before the lock is let
         go), or one reset. A store's moves of held blocks under its coarser parents come in
-        parts of their own once all its cuts are in, as the whole event makes them. A 16 MB
-        frame held the lock for seconds (a store or removal of a million blocks, a thousand
-        resets of what was stored since the one before): every API read and /metrics waited
-        it out. A reader between parts sees the index as if the publisher had sent the
-        events (and blocks) applied so far alone, a store's moves aside: every count, chain
-        and stranded flag agrees with the blocks held (the caller, the index's one writer,
-        changes nothing else between parts).
+        parts of their own once all its cuts are in, as the whole event makes them. The
+        blocks the stranded count walks count as block events (``StrandedBlocks.walked``).
+        A 16 MB frame held the lock for seconds (a store or removal of a million blocks, a
+        thousand resets of what was stored since the one before), and one of a few kilobytes
+        for minutes (a chain's root removed and stored again, again and again: each a
+        walk of the chain under it): every API read and /metrics waited it out. A reader
+        between parts sees the index as if the publisher had sent the events (and blocks)
+        applied so far alone, a store's moves aside: every count, chain and stranded flag
+        agrees with the blocks held (the caller, the index's one writer, changes nothing
+        else between parts).
         """
         parts = self._parts(publisher, batch, now)
         while True:
@@ -207,7 +211,9 @@ class BlockIndex:
         an eighth of the index in stores between them (so a walk costs at most about what
         the stores before it did).
         """
-        pending = 0  # block events applied since the last pause
+        stranded = self.stranded
+        pending = 0  # block events applied, and children walked, since the last pause
+        walked = stranded.walked
         for event in batch.events:
             if event.kind == "stored":
                 cuts = self._store(publisher, event, now)
@@ -216,7 +222,8 @@ class BlockIndex:
             else:
                 cuts = self._reset(publisher)
             for applied in cuts:
-                pending += applied
+                pending += applied + stranded.walked - walked
+                walked = stranded.walked
                 if pending >= self.part_blocks:
                     self._listing.settle()
                     yield

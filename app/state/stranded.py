@@ -73,6 +73,10 @@ class StrandedBlocks:
         )
         self.counts: dict[int, int] = {}
         """Location bit number -> stranded blocks held there."""
+        self.walked = 0
+        """Children the walks looked at, since start: their work, which a store or removal
+        of one block can make as large as the blocks held (a chain's root that comes and
+        goes), for the index to count in its parts of a batch (``BlockIndex.apply``)."""
 
     def stored(self, records: list[HeldBlock]) -> None:
         """The records of the blocks one event newly held, in its order, each entered not
@@ -198,16 +202,20 @@ class StrandedBlocks:
         """Set the flag of every block under ``top`` (not ``top``) that now changes."""
         held, shards = self._held, self._children
         stack = [top]
+        walked = 0
         while stack:
             above = stack.pop()
             below = shards[above.shard].get(above.block_hash)
             if below is None:
                 continue
-            for block_hash in below.members if type(below) is Siblings else (below,):
+            children = below.members if type(below) is Siblings else (below,)
+            walked += len(children)
+            for block_hash in children:
                 record = held[shard_of(block_hash)][block_hash]  # children are held
                 if record.stranded != stranded:
                     self._set(record, stranded)
                     stack.append(record)
+        self.walked += walked
 
     def _set(self, record: HeldBlock, stranded: bool) -> None:
         record.stranded = stranded

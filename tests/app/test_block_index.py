@@ -687,3 +687,17 @@ def test_a_batch_in_parts_lets_readers_see_whole_runs_and_removes_tail_first() -
     reader.seen.clear()
     index.apply("a", batch(removed([1, 2, 3, 4, 5])), 2.0, lock=reader)
     assert reader.seen == [(2, {"CPU": 0}), (0, {"CPU": 0}), (0, {"CPU": 0})]
+
+
+def test_a_part_counts_the_blocks_its_walks_visit_so_a_reader_waits_for_one_walk() -> None:
+    """Taking a chain's root away strands every block under it, and storing it again frees
+    them: each a walk down the chain, which a part counts as the work it is. Counted as
+    one block event each, a frame of a few kilobytes toggling the root of a long chain
+    held the readers' lock for as many walks as it named (minutes at a million blocks)."""
+    index = BlockIndex(max_blocks=100, part_blocks=4)
+    index.apply("a", batch(stored(list(range(20)))), 1.0)
+    reader = Reader(index)
+    toggle = (removed([0]), stored([0]))
+    index.apply("a", batch(*toggle, *toggle), 2.0, lock=reader)
+    after_each_event = [(19, {"CPU": 19}), (20, {"CPU": 0})] * 2
+    assert reader.seen == [*after_each_event, (20, {"CPU": 0})]
