@@ -181,7 +181,8 @@ class SidecarCollector(Collector):
         )
         yield CounterMetricFamily(
             "kvscope_sidecar_history_refused_total",
-            "History readings dropped for a series past history_max_series.",
+            "History readings dropped for a series past history_max_series, or past the "
+            "series one publisher's metric may have (one per medium tracked, at least 16).",
             history.refused,
         )
 

@@ -18,8 +18,12 @@ being filled (a clock that went back) are dropped.
 Memory is fixed by construction: every tier keeps at most ``points`` points
 (a ring overwriting its oldest), one shared timestamp ring per tier and one
 value ring per series, each value a C double (8 bytes); at most
-``max_series`` series are kept, and samples of further series are refused and
-counted. The rings' payload is therefore at most
+``max_series`` series are kept, and at most ``max_label_sets`` of one
+publisher's metric (one per medium, reason or direction), and samples of
+further series are refused and counted. The second bound is the peers': a
+worker names the label values of its reasons and directions, and a series is
+kept for good once met, so one stats frame naming hundreds of reasons took
+every series, and the publishers met after it had none. The rings' payload is therefore at most
 ``8 * (max_series + 1) * sum(points of each tier)`` bytes (``max_bytes``):
 with the default tiers (1 s for 15 min, 10 s for 6 h: 3,060 points) and 512
 series, about 12 MiB. Series keys, the per-tier pending bucket and Python object
@@ -34,6 +38,7 @@ from __future__ import annotations
 import math
 import threading
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
@@ -76,6 +81,10 @@ DEFAULT_TIERS: Final = (TierSpec(1, 900), TierSpec(10, 2160))
 
 DEFAULT_MAX_SERIES: Final = SidecarSettings.model_fields["history_max_series"].default
 """Enough for 16 publishers' every series (about 30 each, by medium, reason and direction)."""
+
+DEFAULT_MAX_LABEL_SETS: Final = SidecarSettings.model_fields["max_media"].default
+"""Series one publisher's metric may have: one per medium the index tracks (its default
+count), and over the reasons (five) and directions (two) a kvscope worker names."""
 
 POINT_BYTES: Final = array("d").itemsize
 """One stored value (or timestamp): a C double."""
@@ -170,16 +179,23 @@ class History:
     """Every series of the sidecar's aggregates, at each tier's resolution, in bounded memory."""
 
     def __init__(
-        self, max_series: int = DEFAULT_MAX_SERIES, tiers: Iterable[TierSpec] = DEFAULT_TIERS
+        self,
+        max_series: int = DEFAULT_MAX_SERIES,
+        tiers: Iterable[TierSpec] = DEFAULT_TIERS,
+        max_label_sets: int = DEFAULT_MAX_LABEL_SETS,
     ) -> None:
         self.max_series = max_series
+        self.max_label_sets = max_label_sets
         self.tiers: tuple[TierSpec, ...] = tuple(sorted(tiers, key=lambda t: t.resolution_s))
         if not self.tiers or len({t.resolution_s for t in self.tiers}) != len(self.tiers):
             raise ValueError("history tiers need distinct resolutions, at least one")
         self._tiers = [_Tier(spec) for spec in self.tiers]
         self._kinds: dict[SeriesKey, Kind] = {}
+        self._label_sets: Counter[tuple[str | None, str]] = Counter()
+        """Series kept per (publisher, metric)."""
         self.refused = 0
-        """Readings dropped because ``max_series`` series were already kept."""
+        """Readings dropped because ``max_series`` series were already kept, or
+        ``max_label_sets`` of their publisher's metric."""
         self._lock = threading.Lock()
 
     @property
@@ -202,13 +218,17 @@ class History:
         with self._lock:
             kept = []
             for reading in readings:
-                kind = self._kinds.get(reading.key)
+                key = reading.key
+                kind = self._kinds.get(key)
                 if kind is None:
-                    if len(self._kinds) >= self.max_series:
+                    metric = (key.publisher, key.metric)
+                    sets = self._label_sets[metric]
+                    if len(self._kinds) >= self.max_series or sets >= self.max_label_sets:
                         self.refused += 1
                         continue
-                    kind = self._kinds[reading.key] = reading.kind
-                kept.append(Reading(reading.key, kind, reading.value))
+                    self._label_sets[metric] = sets + 1
+                    kind = self._kinds[key] = reading.kind
+                kept.append(Reading(key, kind, reading.value))
             for tier in self._tiers:
                 tier.add(ts, kept)
 

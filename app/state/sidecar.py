@@ -9,7 +9,15 @@ from ipaddress import ip_network
 from app.settings import IngestConfig, SidecarSettings
 from app.state.block_index import BlockIndex
 from app.state.event_log import EventLog
-from app.state.history import DEFAULT_TIERS, History, Kind, Reading, SeriesKey, TierSpec
+from app.state.history import (
+    DEFAULT_MAX_LABEL_SETS,
+    DEFAULT_TIERS,
+    History,
+    Kind,
+    Reading,
+    SeriesKey,
+    TierSpec,
+)
 from app.state.insight import InsightState
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherSource, PublisherState
@@ -77,6 +85,7 @@ class SidecarState:
             History(
                 settings.history_max_series,
                 (DEFAULT_TIERS[0], TierSpec(10, max(1, settings.history_retention_s // 10))),
+                max(settings.max_media, DEFAULT_MAX_LABEL_SETS),  # a series per medium tracked
             ),
             InsightState(settings.insight_config()),
         )

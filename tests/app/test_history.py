@@ -42,7 +42,7 @@ def counter(value: float, key: SeriesKey = LOADS) -> Reading:
 
 def test_points_and_memory_stay_bounded_over_a_long_run() -> None:
     tiers = (TierSpec(1, 60), TierSpec(10, 36))
-    history = History(max_series=50, tiers=tiers)
+    history = History(max_series=50, tiers=tiers, max_label_sets=60)
     assert history.max_bytes == 8 * 51 * 96
     tracemalloc.start()
     try:

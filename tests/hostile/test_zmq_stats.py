@@ -265,3 +265,33 @@ def test_publishers_that_disagree_about_a_metric_leave_the_exposition_valid() ->
         ({"a": "1", "publisher": "p1"}, 3.0)
     ]
     assert collector.conflicting_samples == 2
+
+
+def test_a_worker_naming_hundreds_of_reasons_leaves_the_history_room_for_the_others() -> None:
+    """A worker names the label values of its reasons and directions, and the history keeps
+    each series it meets for good, up to its cap: one stats frame of 600 eviction reasons
+    took all 512 series, and a publisher that stored its first blocks afterwards had none."""
+    hostile, honest = RawPublisher(), RawPublisher()
+    try:
+        with ingesting(hostile.endpoints, honest.endpoints) as ingestor:
+            wait_connected(hostile, ingestor)
+            wait_connected(honest, ingestor)
+            history = ingestor.state.history
+
+            def metrics(publisher: RawPublisher) -> set[str]:
+                window = history.window(0, publisher=publisher.endpoints.endpoint)
+                return {key.metric for key, _kind, _values in window.series}
+
+            reasons = [
+                counter("kvscope_evicted_blocks_total", 1.0, medium="CPU", reason=f"r{n}")
+                for n in range(600)
+            ]
+            payload = msgspec.msgpack.encode(frame(counters=reasons))
+            hostile.pub.send_multipart([STATS, b"\0" * 8, payload])
+            wait_until(lambda: "evictions" in metrics(hostile), "the reasons reach the history")
+            honest.send(0, kv_payload(OffloadingEvent([1, 2], 16, "CPU", False)))
+            wait_until(lambda: "blocks" in metrics(honest), "the honest blocks reach the history")
+            assert history.refused > 0  # the reasons past the hostile worker's share
+    finally:
+        hostile.close()
+        honest.close()
