@@ -2,9 +2,12 @@
 
 They pass through to vLLM, but vLLM reads its flags with ``bool()``: the JSON string
 ``"false"`` (or ``null``) silently turned ``offload_prompt_only`` on (or off), whatever
-the user meant; and it reads ``sync_load_budget_bytes`` with ``int()`` in its scheduler,
-after the spec is built, in an error naming no key. So they are checked here, where the
-config enters, with kvscope's own keys.
+the user meant; it reads ``sync_load_budget_bytes`` with ``int()`` in its scheduler,
+after the spec is built, in an error naming no key; and it reads the chunk size
+(``block_size`` or ``blocks_per_chunk``) with ``int()``, so a fraction was cut off and
+``true`` was 1, and it checks no ``block_size`` for a sign, so 0 or -16 made chunks of
+0 or -1 blocks. So they are checked here, where the config enters, with kvscope's own
+keys.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ VLLM_KEYS = frozenset(
 )
 """Keys vLLM's offloading connector reads itself; they pass through untouched."""
 
+CHUNK_SIZES = ("block_size", "blocks_per_chunk")
+"""vLLM's keys that size a chunk, in tokens or GPU blocks: whole numbers, at least 1."""
+
 FLAGS = ("offload_prompt_only", "self_describing_kv_events", "canonical_layout")
 """vLLM's keys that are switches: ``bool(value)`` to vLLM, so only a real boolean means
 what it says."""
@@ -38,9 +44,12 @@ def check_vllm_keys(extra_config: Mapping[str, Any]) -> None:
     """Refuse a value of vLLM's own keys that vLLM would misread, or that kvscope cannot
     honour; raises ConfigError naming the key.
 
-    ``block_size`` and ``blocks_per_chunk`` are not checked: vLLM reads them, and refuses
-    bad ones by name, before it builds any spec.
+    vLLM has read the chunk size before it builds any spec, refusing text that is no
+    number; what it took in silently is refused here.
     """
+    for key in CHUNK_SIZES:
+        if extra_config.get(key) is not None:
+            positive_int(key, extra_config[key])
     for key in FLAGS:
         if key in extra_config and not isinstance(extra_config[key], bool):
             raise ConfigError(

@@ -181,6 +181,28 @@ def test_vllms_own_keys_reach_vllm_as_given() -> None:
     assert spec.extra_config["sync_load_budget_bytes"] == 2**20
 
 
+@pytest.mark.parametrize(
+    ("extra", "vllm_blocks_per_chunk", "named"),
+    [
+        # What vLLM 0.33's build_offloading_config makes of each (16-token GPU blocks): it
+        # reads them with int() and checks neither a block_size's sign nor a fraction.
+        ({"block_size": 0}, 0, "block_size=0 must be at least 1"),
+        ({"block_size": -16}, -1, "block_size=-16 must be at least 1"),
+        ({"block_size": 32.7}, 2, "block_size=32.7 is not a whole number"),
+        ({"blocks_per_chunk": 2.5}, 2, "blocks_per_chunk=2.5 is not a whole number"),
+        ({"blocks_per_chunk": True}, 1, "blocks_per_chunk=True is not a whole number"),
+    ],
+)
+def test_a_chunk_size_vllm_would_misread_is_refused_by_name(
+    extra: dict, vllm_blocks_per_chunk: int, named: str
+) -> None:
+    config = offloading_config(
+        {"num_cpu_blocks": 8, **extra}, blocks_per_chunk=vllm_blocks_per_chunk
+    )
+    with pytest.raises(ConfigError, match=f"kv_connector_extra_config {named}"):
+        KVScopeOffloadingSpec(config)
+
+
 def test_an_extra_config_that_is_not_a_mapping_is_rejected() -> None:
     with pytest.raises(ConfigError, match="must be a mapping, got list"):
         read_settings(
