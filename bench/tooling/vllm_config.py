@@ -65,9 +65,13 @@ def kvscope_manager(
     enable_events: bool = False,
     store_threshold: int = 0,
     max_tracker_size: int = 64_000,
+    tokens_per_block: int | tuple[int, ...] = 16,
     **extra: Any,
 ) -> Any:
-    """A manager built the way vLLM builds one: its factory, kvscope's spec, get_manager()."""
+    """A manager built the way vLLM builds one: its factory, kvscope's spec, get_manager().
+
+    ``tokens_per_block`` as in ``offloading_config``: a tuple gives one KV cache group each.
+    """
     from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
     config = offloading_config(
@@ -79,5 +83,6 @@ def kvscope_manager(
             **extra,
         },
         events=enable_events,
+        tokens_per_block=tokens_per_block,
     )
     return OffloadingSpecFactory.create_spec(config).get_manager()

@@ -324,7 +324,7 @@ class KVScopeManager(OffloadingManager):
     def _access(self, req_context: ReqContext) -> RequestAccess:
         access = req_context.get_state(RequestAccess)
         if access is None or access.owner is not self or access.generation != self._generation:
-            access = RequestAccess(self, self._generation, req_context)
+            access = RequestAccess(self, self._generation, req_context, len(self._chunk_tokens))
             req_context.set_state(access)
         return access
 

@@ -28,6 +28,11 @@ from offload.cpu.request_recency import RequestRecency
 GROUP_BYTES = 4
 """An OffloadKey ends in its KV cache group index, 4 bytes big-endian."""
 
+GROUP_PLACES = 1 << 16
+"""Places of one token position in the policy's order, one per KV cache group: vLLM's group
+indices (into its list of groups) stay below it, and positions below 2**32 tokens keep the
+places within the 2**48 the LRU ranks."""
+
 
 def group_starts(keys: list[OffloadKey]) -> list[int]:
     """Where in ``keys`` another KV cache group's keys begin (0 excluded): vLLM offers and
@@ -52,6 +57,7 @@ class RequestAccess:
         "inserted",
         "last",
         "owner",
+        "position",
         "recency",
         "referenced",
         "reused",
@@ -59,10 +65,13 @@ class RequestAccess:
         "start",
     )
 
-    def __init__(self, owner: object, generation: int, context: ReqContext) -> None:
+    def __init__(self, owner: object, generation: int, context: ReqContext, groups: int) -> None:
+        """``groups``: the KV cache groups offloaded; with one, no two keys share a position."""
         self.owner = owner
         self.generation = generation
-        self.recency = RequestRecency(context.get_offload_key_position)
+        self.position = context.get_offload_key_position
+        """The token position where a key's chunk ends in the request; None: not given."""
+        self.recency = RequestRecency(self._policy_place if groups > 1 else self.position)
         self.seen: dict[OffloadKey, None] = {}
         self.inserted: set[OffloadKey] = set()
         self.reused: set[OffloadKey] = set()
@@ -102,7 +111,7 @@ class RequestAccess:
         index, then sorted by token position if vLLM gave one for each key.
         """
         keys = sorted(self.seen, key=lambda key: key[-GROUP_BYTES:])
-        position = self.recency.position
+        position = self.position
         places = [position(key) for key in keys]
         if all(place is not None for place in places):
             order = dict(zip(keys, places, strict=True))
@@ -120,7 +129,7 @@ class RequestAccess:
         boundary) hangs under the whole chunk before it, as in vLLM's own
         events.
         """
-        position, head = self.recency.position, keys[first]
+        position, head = self.position, keys[first]
         at = position(head)
         if at is None or at <= chunk_tokens:
             return None
@@ -144,7 +153,7 @@ class RequestAccess:
         taken to continue the one before it.
         """
         starts = group_starts(chain)
-        position = self.recency.position
+        position = self.position
         first, last = position(chain[0]), position(chain[-1])
         if (
             not starts
@@ -163,7 +172,7 @@ class RequestAccess:
     def place(self, keys: list[OffloadKey], sampling: bool) -> None:
         """Keys loaded or offered for store, in prompt order within each group: each group's
         last one for the next offer's parent, and all of them for the sample when ``sampling``."""
-        position, last = self.recency.position, self.last
+        position, last = self.position, self.last
         tails = [*(keys[start - 1] for start in group_starts(keys)), keys[-1]]
         for tail in tails:
             at = position(tail)
@@ -171,6 +180,21 @@ class RequestAccess:
                 last[tail[-GROUP_BYTES:]] = (at, tail)
         if sampling:
             self.referenced += keys
+
+    def _policy_place(self, key: OffloadKey) -> int | None:
+        """A key's place in the request for the policy: its token position, then its KV cache
+        group, a lower group nearer the tail.
+
+        vLLM's LRU ranks a running request's blocks by position and evicts
+        blocks of one rank in key order. A chunk's copies in several groups
+        share its position and its raw hash, so the lower group's copy leaves
+        first; ordered by when they were ranked instead, a copy of the higher
+        group ranked earlier (reused beside a new lower one) left first.
+        """
+        at = self.position(key)
+        if at is None:
+            return None
+        return (at + 1) * GROUP_PLACES - 1 - int.from_bytes(key[-GROUP_BYTES:], "big")
 
     def asked(self, key: OffloadKey, step: int) -> list[OffloadKey]:
         """A lookup of ``key`` in scheduler step ``step``.
@@ -181,7 +205,7 @@ class RequestAccess:
         returned, once, for the sample. Lookups within a step (prefix, tail,
         group after group) are one scheduling's, begun at the earliest.
         """
-        at = self.recency.position(key)
+        at = self.position(key)
         if at is None:
             return []
         if step == self.asked_step:
@@ -204,7 +228,7 @@ class RequestAccess:
         self.start, self.referenced = None, []
         if start is None or not keys:
             return []
-        position = self.recency.position
+        position = self.position
         placed = {at: key for key in keys if (at := position(key)) is not None and at >= start}
         return [placed[at] for at in sorted(placed)]
 

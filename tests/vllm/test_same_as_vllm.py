@@ -12,8 +12,9 @@ import random
 import pytest
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
-from bench.tooling.vllm_config import kvscope_manager
+from bench.tooling.vllm_config import kvscope_manager, offloading_config
 
 CAPACITY = 24
 
@@ -95,3 +96,40 @@ def test_kvscope_answers_every_call_as_vllm_does_with_lru(seed: int, publisher: 
     for step, (mine, vllms) in enumerate(zip(ours, theirs, strict=True)):
         assert mine == vllms, f"call {step} differs"
     assert any(entry[0] == "store" and entry[1] and entry[3] for entry in ours), "no eviction ran"
+
+
+CHUNK = (7).to_bytes(8, "big")
+GROUP_0, GROUP_1 = make_offload_key(CHUNK, 0), make_offload_key(CHUNK, 1)
+"""One chunk's copies in two KV cache groups of 16-token chunks: one raw hash, one position."""
+NEXT = make_offload_key((9).to_bytes(8, "big"), 0)
+
+
+def _hybrid_request(req_id: str) -> ReqContext:
+    ctx = ReqContext(req_id=req_id)
+    for key, end in ((GROUP_0, 16), (GROUP_1, 16), (NEXT, 32)):
+        ctx.set_offload_key_position(key, end)
+    return ctx
+
+
+def test_a_hybrid_models_copies_of_one_chunk_leave_in_vllms_order() -> None:
+    """A chunk's copies in two groups share a running request's rank (one position); vLLM
+    evicts the lower group's first (its heap breaks the tie by key). A request that stored
+    only group 1's copy, then one that reuses it and stores group 0's beside it, ranks the
+    two in the opposite order: kvscope evicted group 1's copy."""
+    config = offloading_config({"num_cpu_blocks": 2}, events=True, tokens_per_block=(16, 16))
+    evicted = []
+    for manager in (
+        OffloadingSpecFactory.create_spec(config).get_manager(),
+        CPUOffloadingManager(2, "lru", enable_events=True),
+    ):
+        first = _hybrid_request("a")
+        manager.complete_store(manager.prepare_store([GROUP_1], first).keys_to_store, first)
+        manager.on_request_finished(first)
+        second = _hybrid_request("b")
+        manager.complete_store(
+            manager.prepare_store([GROUP_0, GROUP_1], second).keys_to_store, second
+        )
+        evicted.append(manager.prepare_store([NEXT], _hybrid_request("c")).evicted_keys)
+    ours, vllms = evicted
+    assert vllms == [GROUP_0]
+    assert ours == vllms

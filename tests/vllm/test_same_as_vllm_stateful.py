@@ -9,6 +9,8 @@ that forget), tiers of one block, and resets with jobs in flight (whose
 completions vLLM then drops). After
 every step both tiers answer a lookup of every key alike, and vLLM's own
 stats series (usage, allocation sizes, threshold skips) read the same.
+The same runs on a hybrid model's keys: two KV cache groups of 16- and 32-token chunks, a
+chunk's copies in both groups sharing its position and raw hash, offered group after group.
 """
 
 from __future__ import annotations
@@ -22,23 +24,32 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 from bench.tooling.vllm_config import kvscope_manager
 
-KEYS = [make_offload_key(number.to_bytes(8, "big"), 0) for number in range(8)]
+HASH_TOKENS = 16
+
+
+def _chunks(group: int, tokens: int, count: int) -> dict[OffloadKey, int]:
+    """Group ``group``'s first ``count`` chunks of ``tokens`` tokens, each keyed as vLLM keys
+    it (the hash of its last 16-token block, and the group) -> the token where it ends."""
+    return {
+        make_offload_key((end // HASH_TOKENS - 1).to_bytes(8, "big"), group): end
+        for end in range(tokens, tokens * count + 1, tokens)
+    }
+
+
+ONE_GROUP = _chunks(0, 16, 8)
+TWO_GROUPS = {**_chunks(0, 16, 6), **_chunks(1, 32, 2)}
+"""Eight keys too, in vLLM's order (group after group); chunks at 32 and 64 in both groups."""
 REQUESTS = 3
-TOKENS = 16
-places = st.integers(0, len(KEYS) - 1)
+places = st.integers(0, len(ONE_GROUP) - 1)
 requests = st.integers(0, REQUESTS - 1)
-
-
-def _context(name: str) -> ReqContext:
-    """A request whose prompt is KEYS, in that order, one chunk each."""
-    context = ReqContext(req_id=name)
-    for place, key in enumerate(KEYS, 1):
-        context.set_offload_key_position(key, place * TOKENS)
-    return context
 
 
 class BothManagers(RuleBasedStateMachine):
     """The same calls on both; each request has a context per manager, as each engine would."""
+
+    CHUNKS = ONE_GROUP
+    """The prompt's keys, in the order offers name them -> where each chunk ends."""
+    TOKENS_PER_BLOCK: int | tuple[int, ...] = 16
 
     @initialize(
         capacity=st.sampled_from([1, 3, 5]),
@@ -49,7 +60,10 @@ class BothManagers(RuleBasedStateMachine):
     def start(self, capacity: int, threshold: int, tracked: int, publishing: bool) -> None:
         """``tracked``: keys the threshold's offer counts hold (3: they forget some)."""
         extra = {"kvscope_endpoint": "tcp://127.0.0.1:*", "sample_rate": 1} if publishing else {}
-        self.ours = kvscope_manager(capacity, "lru", True, threshold, tracked, **extra)
+        self.ours = kvscope_manager(
+            capacity, "lru", True, threshold, tracked, self.TOKENS_PER_BLOCK, **extra
+        )
+        self.keys = list(self.CHUNKS)
         self.theirs = CPUOffloadingManager(
             capacity,
             "lru",
@@ -68,7 +82,14 @@ class BothManagers(RuleBasedStateMachine):
 
     def _new_request(self) -> tuple[ReqContext, ReqContext]:
         self.started += 1
-        return _context(f"ours-{self.started}"), _context(f"theirs-{self.started}")
+        return self._context(f"ours-{self.started}"), self._context(f"theirs-{self.started}")
+
+    def _context(self, name: str) -> ReqContext:
+        """A request whose prompt holds every chunk of CHUNKS."""
+        context = ReqContext(req_id=name)
+        for key, end in self.CHUNKS.items():
+            context.set_offload_key_position(key, end)
+        return context
 
     def _both(self, method: str, request: int, *args: object) -> tuple[object, object]:
         ours, theirs = self.contexts[request]
@@ -79,13 +100,13 @@ class BothManagers(RuleBasedStateMachine):
 
     @rule(request=requests, place=places)
     def lookup(self, request: int, place: int) -> None:
-        ours, theirs = self._both("lookup", request, KEYS[place])
+        ours, theirs = self._both("lookup", request, self.keys[place])
         assert ours == theirs
 
     @rule(request=requests, data=st.data())
     def prepare_load(self, request: int, data: st.DataObject) -> None:
         probe = ReqContext(req_id="probe")
-        ready = [key for key in KEYS if self.theirs.lookup(key, probe) is LookupResult.HIT]
+        ready = [key for key in self.keys if self.theirs.lookup(key, probe) is LookupResult.HIT]
         if not ready:
             return
         keys = data.draw(st.lists(st.sampled_from(ready), min_size=1, max_size=3, unique=True))
@@ -95,7 +116,7 @@ class BothManagers(RuleBasedStateMachine):
 
     @rule(request=requests, chosen=st.lists(places, max_size=3, unique=True))
     def touch(self, request: int, chosen: list[int]) -> None:
-        self._both("touch", request, [KEYS[place] for place in chosen])
+        self._both("touch", request, [self.keys[place] for place in chosen])
 
     @precondition(lambda self: self.loads)
     @rule(data=st.data())
@@ -106,7 +127,7 @@ class BothManagers(RuleBasedStateMachine):
     @rule(request=requests, chosen=st.lists(places, max_size=4, unique=True))
     def prepare_store(self, request: int, chosen: list[int]) -> None:
         """An offer in prompt order, as vLLM makes one (chunks may be left out of it)."""
-        ours, theirs = self._both("prepare_store", request, [KEYS[p] for p in sorted(chosen)])
+        ours, theirs = self._both("prepare_store", request, [self.keys[p] for p in sorted(chosen)])
         if theirs is None:
             assert ours is None
             return
@@ -120,7 +141,7 @@ class BothManagers(RuleBasedStateMachine):
     @rule(request=requests, start=places, length=st.integers(1, 4))
     def store_a_run(self, request: int, start: int, length: int) -> None:
         """The common case: chunks one after another, stored, and the job done at once."""
-        self.prepare_store(request, list(range(start, min(start + length, len(KEYS)))))
+        self.prepare_store(request, list(range(start, min(start + length, len(self.keys)))))
         if self.stores and self.stores[-1][0] == request:
             self._both("complete_store", request, self.stores.pop()[1])
 
@@ -161,10 +182,17 @@ class BothManagers(RuleBasedStateMachine):
     @invariant()
     def both_hold_the_same_blocks_in_the_same_state(self) -> None:
         probe = ReqContext(req_id="probe")
-        ours = [self.ours.lookup(key, probe) for key in KEYS]
-        assert ours == [self.theirs.lookup(key, probe) for key in KEYS]
+        ours = [self.ours.lookup(key, probe) for key in self.keys]
+        assert ours == [self.theirs.lookup(key, probe) for key in self.keys]
         assert self.ours.core.invariant_violations() == []
 
 
-BothManagers.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+class BothManagersOfTwoGroups(BothManagers):
+    CHUNKS = TWO_GROUPS
+    TOKENS_PER_BLOCK = (16, 32)
+
+
+for machine in (BothManagers, BothManagersOfTwoGroups):
+    machine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 TestBothManagers = BothManagers.TestCase
+TestBothManagersOfTwoGroups = BothManagersOfTwoGroups.TestCase
