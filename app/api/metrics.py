@@ -97,6 +97,12 @@ class SidecarCollector(Collector):
             for outcome, count in publisher.replays.items():
                 replays.add_metric([publisher.name, outcome], count)
         yield replays
+        yield CounterMetricFamily(
+            "kvscope_sidecar_ingest_faults_total",
+            "Faults of the sidecar's own (bugs) the ingest thread got past: a frame dropped, a "
+            "step of its loop skipped; each logged with its traceback.",
+            self._state.ingest_faults,
+        )
         lag = GaugeMetricFamily(
             "kvscope_sidecar_ingest_lag_seconds",
             "Seconds since the publisher's last frame (absent until its first).",

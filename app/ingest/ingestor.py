@@ -130,6 +130,8 @@ class Ingestor:
         self._listen: zmq.Socket | None = None
         if state.listener is not None:
             self._listen, self._gate = self._bind(state.listener)
+        self._next_sample = self._next_young_gc = time.monotonic()
+        self._young_collections = 0
         self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
         insight = state.insight
         self._shadows = ShadowThread(insight.queue, insight.config.cpu_share)
@@ -180,24 +182,47 @@ class Ingestor:
             poller.register(self._listen, zmq.POLLIN)
         for sock in () if self._gate is None else self._gate.sockets:
             poller.register(sock, zmq.POLLIN)
-        next_sample = next_young_gc = time.monotonic()
-        young_collections = 0
+        housekeeping = (self._expire_replays, self._collect_young, self._sample_history)
         while not self._stop.is_set():
             for sock, _ in poller.poll(POLL_MS):
                 try:
                     self._on_ready(sock)
                 except Exception as exc:  # a fault of the sidecar's: one message, not the thread
-                    _log.log(logging.ERROR, "bug:ingest", "dropped a message", exc_info=exc)
-            self._expire_replays()
-            if time.monotonic() >= next_young_gc:
-                young_collections += 1
-                gc.collect(1 if young_collections % MIDDLE_GC_EVERY == 0 else 0)
-                next_young_gc = time.monotonic() + YOUNG_GC_EVERY_S
-            if time.monotonic() >= next_sample:
-                # here, on the one thread that writes the publishers' states: a sample
-                # sees each publisher between frames, never half updated
-                self.state.sample_history(time.time())
-                next_sample = max(next_sample + HISTORY_EVERY_S, time.monotonic())
+                    self._fault("bug:ingest", "dropped a message", exc)
+            for step in housekeeping:
+                try:
+                    step()
+                except Exception as exc:  # as a message's: one step of one turn, not the thread
+                    # (a replay's socket refused for want of file descriptors, say)
+                    self._fault(f"bug:ingest:{step.__name__}", f"skipped {step.__name__}", exc)
+
+    def _collect_young(self) -> None:
+        """Collect the youngest generation when it is due (``YOUNG_GC_EVERY_S``)."""
+        if time.monotonic() < self._next_young_gc:
+            return
+        self._young_collections += 1
+        gc.collect(1 if self._young_collections % MIDDLE_GC_EVERY == 0 else 0)
+        self._next_young_gc = time.monotonic() + YOUNG_GC_EVERY_S
+
+    def _sample_history(self) -> None:
+        """Sample the aggregates into the history when it is due (``HISTORY_EVERY_S``).
+
+        Here, on the one thread that writes the publishers' states: a sample sees each
+        publisher between frames, never half updated. The next one is due before this one
+        runs, so a sample that fails is not tried again every turn (each try holds the
+        index's lock for a pass over its counts).
+        """
+        if time.monotonic() < self._next_sample:
+            return
+        self._next_sample = max(self._next_sample + HISTORY_EVERY_S, time.monotonic())
+        self.state.sample_history(time.time())
+
+    def _fault(self, key: str, message: str, exc: Exception) -> None:
+        """A fault of the sidecar's own that ingest got past: counted (/metrics) and logged
+        with its traceback, at most a line per ``key`` every few seconds (it may recur every
+        turn, and a turn takes at most ``POLL_MS``)."""
+        self.state.ingest_faults += 1
+        _log.log(logging.ERROR, key, message, exc_info=exc)
 
     def _on_ready(self, sock: zmq.Socket) -> None:
         """Take one message from a ready socket (one per socket per turn: fair to all)."""
@@ -225,7 +250,7 @@ class Ingestor:
         try:
             raw = self._parse(frames, listen=False)
         except Exception as exc:  # a publisher's bad frame must not stop the others
-            _skipped(state, exc)
+            self._skipped(state, exc)
             return
         self._receive(state, raw)
 
@@ -241,7 +266,7 @@ class Ingestor:
             )
             state = self.state.listened_publisher(*_stream(message))
         except Exception as exc:  # malformed before it named a stream: the listener's count
-            _skipped(listener, exc)
+            self._skipped(listener, exc)
             return
         if state is None:
             listener.refused += 1
@@ -264,7 +289,26 @@ class Ingestor:
                 return
             self._deliver(state, self._decoded(raw) if decoded is None else decoded)
         except Exception as exc:  # a publisher's bad frame must not stop the others
-            _skipped(state, exc)
+            self._skipped(state, exc)
+
+    def _skipped(self, counts: PublisherState | ListenerState, exc: Exception) -> None:
+        """Count a frame skipped; log it, a line per kind of problem at most every few seconds.
+
+        A ``ValueError`` (``MalformedFrame``, msgspec's decode errors, the stats
+        checks) is the sender's bytes: the line names the publisher and the kind
+        of error, never the exception's text, which may quote those bytes.
+        Anything else is a bug here, a fault (``_fault``) logged with its traceback.
+        """
+        counts.malformed += 1
+        kind = type(exc).__name__
+        if isinstance(exc, ValueError):
+            _log.log(
+                logging.WARNING,
+                f"malformed:{counts.name}:{kind}",
+                f"skipped a malformed frame from {counts.name} ({kind})",
+            )
+        else:
+            self._fault(f"bug:{counts.name}:{kind}", f"dropped a frame from {counts.name}", exc)
 
     # --- reading a message ----------------------------------------------------------
 
@@ -447,7 +491,7 @@ class Ingestor:
                     assert isinstance(message, _Batch)
                     self._deliver(state, message)
             except Exception as exc:  # as for a live frame
-                _skipped(state, exc)
+                self._skipped(state, exc)
         if replay.dropped_last is not None:
             self._replay_dropped(state, replay.dropped_last)
 
@@ -486,28 +530,3 @@ def _stream(message: _Batch | StatsFrame | _Sample) -> tuple[bytes, int | None]:
 def _heard(state: PublisherState) -> None:
     state.frames += 1
     state.last_frame_at = time.time()
-
-
-def _skipped(counts: PublisherState | ListenerState, exc: Exception) -> None:
-    """Count a frame skipped; log it, a line per kind of problem at most every few seconds.
-
-    A ``ValueError`` (``MalformedFrame``, msgspec's decode errors, the stats
-    checks) is the sender's bytes: the line names the publisher and the kind
-    of error, never the exception's text, which may quote those bytes.
-    Anything else is a bug here, logged with its traceback.
-    """
-    counts.malformed += 1
-    kind = type(exc).__name__
-    if isinstance(exc, ValueError):
-        _log.log(
-            logging.WARNING,
-            f"malformed:{counts.name}:{kind}",
-            f"skipped a malformed frame from {counts.name} ({kind})",
-        )
-    else:
-        _log.log(
-            logging.ERROR,
-            f"bug:{counts.name}:{kind}",
-            f"dropped a frame from {counts.name}",
-            exc_info=exc,
-        )

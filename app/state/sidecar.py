@@ -53,6 +53,13 @@ class SidecarState:
         self.ingest = IngestConfig() if ingest is None else ingest
         """How the ingest thread reads: topics and the bounds on what peers send."""
         self.lock = threading.Lock()
+        self.ingest_faults = 0
+        """Faults of the sidecar's own (bugs, MemoryError) the ingest thread got past, each
+        logged as an error with its traceback: a frame or message dropped, a step of its loop
+        skipped."""
+        self.ingest_stopped = False
+        """Whether the ingest thread ended other than by ``Ingestor.close``: no publisher is
+        read from then on, and /healthz says so."""
         self.listener = listener
         states = [PublisherState(p) for p in publishers]
         self.publishers: Mapping[str, PublisherState] = {s.name: s for s in states}

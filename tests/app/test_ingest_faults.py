@@ -1,0 +1,85 @@
+"""Faults of the sidecar's own in the ingest thread: counted, logged a few lines at most, and
+ingest goes on.
+
+Before, a fault in a step of the loop's turn (a replay's expiry, the young collection, the
+history's sample) got out of the loop and ended the thread silently: no line in the log,
+no publisher read from then on, and the probes still answered 200. A step that fails here
+is a subclass of the real ``Ingestor`` overriding that one step, since nothing a peer
+sends reaches those failures; everything else is real (sockets on loopback, the index,
+the app). Waits poll a condition; nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+import pytest
+import zmq
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.api import create_app
+from app.ingest import Ingestor
+from app.ingest import ingestor as ingestor_module
+from app.settings import SidecarSettings
+from app.state.block_index import BlockIndex
+from app.state.event_log import EventLog
+from app.state.sidecar import SidecarState
+from offload.base import OffloadingEvent
+from offload.wire.log_limit import LogLimiter
+from tests.support.http_app import in_process
+from tests.support.polling import wait_until
+from tests.support.zmq_peers import RawPublisher, kv_payload, wait_connected
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def stored(*hashes: int) -> OffloadingEvent:
+    return OffloadingEvent(list(hashes), 16, "CPU", False)
+
+
+class ExpiryWithoutDescriptors(Ingestor):
+    """A real ingest thread whose replays' expiry fails every turn, as it does when a replay
+    it starts cannot have a socket for want of file descriptors."""
+
+    def _expire_replays(self) -> None:
+        raise zmq.ZMQError(errno.EMFILE)
+
+
+@pytest.fixture
+def fresh_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh limiter: a line another test wrote within its interval would hold one back."""
+    monkeypatch.setattr(ingestor_module, "_log", LogLimiter(ingestor_module.logger))
+
+
+@pytest.mark.usefixtures("fresh_log")
+def test_a_step_failing_every_turn_is_counted_logged_once_and_ingest_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="app.ingest")
+    raw = RawPublisher()
+    state = SidecarState(BlockIndex(1000), EventLog(1000), (raw.endpoints,))
+    ingestor = ExpiryWithoutDescriptors(state)
+    ingestor.start()
+    try:
+        publisher = wait_connected(raw, ingestor)
+        raw.send(0, kv_payload(stored(1)))
+        wait_until(lambda: publisher.last_seq == 0, "a batch applied after the faults")
+        wait_until(lambda: state.ingest_faults >= 20, "the loop turns on, failing each time")
+        wait_until(lambda: state.history.series > 0, "the other steps still run")
+        raw.send(1, kv_payload(stored(2)))
+        wait_until(lambda: publisher.last_seq == 1, "later batches applied too")
+        app = create_app(SidecarSettings(connect=[raw.endpoints.endpoint]), state)
+        with in_process(app) as http:
+            assert http.get("/healthz").status_code == 200
+            families = text_string_to_metric_families(http.get("/metrics").text)
+            faults = next(f for f in families if f.name == "kvscope_sidecar_ingest_faults")
+            assert faults.samples[0].value >= 20
+    finally:
+        ingestor.close()
+        raw.close()
+    lines = [r for r in caplog.records if r.name == "app.ingest"]
+    # the first line at once, then at most one a 10 s interval (the test takes a few seconds)
+    assert 1 <= len(lines) <= 2, [r.getMessage() for r in lines]
+    assert lines[0].getMessage() == "skipped _expire_replays"
+    assert lines[0].exc_info is not None and lines[0].exc_info[0] is zmq.ZMQError
