@@ -258,6 +258,13 @@ class EventPage(BaseModel):
     last_id: int
 
 
+class Liveness(BaseModel):
+    status: Literal["ok", "ingest stopped"] = Field(
+        description="ok; or ingest stopped (a 503): the ingest thread ended, no publisher is "
+        "read, and only a restart brings the sidecar back (its log says why)."
+    )
+
+
 class Readiness(BaseModel):
     ready: bool
     unseen_count: int = Field(description="Publishers not heard from yet.")

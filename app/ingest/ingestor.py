@@ -175,6 +175,20 @@ class Ingestor:
     # --- the loop -------------------------------------------------------------------
 
     def _run(self) -> None:
+        """The thread: the loop until ``close``; should anything else end it, word of that.
+
+        The loop gets past every fault it can tell of (``_fault``); one that still gets
+        out (a fault of a handler itself, the poller's own) stops every publisher's ingest
+        for good, so it is logged and /healthz answers 503 from then on: an orchestrator
+        restarts the sidecar.
+        """
+        try:
+            self._loop()
+        except BaseException as exc:  # whatever it is, the thread ends here: say so
+            self.state.ingest_stopped = True
+            logger.critical("the ingest thread stopped: no publisher is read", exc_info=exc)
+
+    def _loop(self) -> None:
         poller = self._poller
         for sock in self._sockets:
             poller.register(sock, zmq.POLLIN)

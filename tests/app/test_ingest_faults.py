@@ -69,17 +69,53 @@ def test_a_step_failing_every_turn_is_counted_logged_once_and_ingest_goes_on(
         wait_until(lambda: state.history.series > 0, "the other steps still run")
         raw.send(1, kv_payload(stored(2)))
         wait_until(lambda: publisher.last_seq == 1, "later batches applied too")
-        app = create_app(SidecarSettings(connect=[raw.endpoints.endpoint]), state)
-        with in_process(app) as http:
-            assert http.get("/healthz").status_code == 200
-            families = text_string_to_metric_families(http.get("/metrics").text)
-            faults = next(f for f in families if f.name == "kvscope_sidecar_ingest_faults")
-            assert faults.samples[0].value >= 20
+        settings = SidecarSettings(connect=[raw.endpoints.endpoint])
     finally:
         ingestor.close()
         raw.close()
+    with in_process(create_app(settings, state)) as http:
+        assert http.get("/healthz").status_code == 200  # closed is not stopped
+        families = text_string_to_metric_families(http.get("/metrics").text)
+        faults = next(f for f in families if f.name == "kvscope_sidecar_ingest_faults")
+        assert faults.samples[0].value >= 20
     lines = [r for r in caplog.records if r.name == "app.ingest"]
     # the first line at once, then at most one a 10 s interval (the test takes a few seconds)
     assert 1 <= len(lines) <= 2, [r.getMessage() for r in lines]
     assert lines[0].getMessage() == "skipped _expire_replays"
     assert lines[0].exc_info is not None and lines[0].exc_info[0] is zmq.ZMQError
+
+
+class Fatal(BaseException):
+    """What no handler in the loop catches, as a fault inside a handler itself would get out."""
+
+
+class ExpiryThatEndsTheThread(Ingestor):
+    """A real ingest thread whose replays' expiry raises what the loop does not get past."""
+
+    def _expire_replays(self) -> None:
+        raise Fatal("the ingest thread's end")
+
+
+def test_an_ingest_thread_that_ends_turns_healthz_to_503_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An orchestrator restarts a sidecar whose liveness probe fails; one that reads no
+    publisher any more answered 200 for as long as it ran."""
+    caplog.set_level(logging.ERROR, logger="app.ingest")
+    raw = RawPublisher()
+    state = SidecarState(BlockIndex(1000), EventLog(1000), (raw.endpoints,))
+    ingestor = ExpiryThatEndsTheThread(state)
+    app = create_app(SidecarSettings(connect=[raw.endpoints.endpoint], token="s3cret"), state)
+    try:
+        with in_process(app) as http:
+            assert http.get("/healthz").json() == {"status": "ok"}
+            ingestor.start()
+            wait_until(lambda: state.ingest_stopped, "the thread ends")
+            answer = http.get("/healthz")  # open: no token, as orchestrators call it
+            assert (answer.status_code, answer.json()) == (503, {"status": "ingest stopped"})
+    finally:
+        ingestor.close()
+        raw.close()
+    [line] = [r for r in caplog.records if r.name == "app.ingest"]
+    assert line.levelno == logging.CRITICAL
+    assert line.exc_info is not None and line.exc_info[0] is Fatal

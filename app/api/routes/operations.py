@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import UNAUTHORIZED, Metrics, Settings, State, is_authorized, require_token
-from app.api.schemas import Readiness
+from app.api.schemas import Liveness, Readiness
 
 router = APIRouter(
     tags=["operations"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED
@@ -22,10 +22,16 @@ def metrics(exposition: Metrics) -> Response:
     return Response(exposition.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-@probes.get("/healthz")
-def healthz() -> dict[str, str]:
-    """Liveness: 200 while the process serves."""
-    return {"status": "ok"}
+@probes.get("/healthz", response_model=Liveness, responses={503: {"model": Liveness}})
+def healthz(state: State) -> JSONResponse:
+    """Liveness: 200 while the process serves and its ingest thread runs, else 503.
+
+    A sidecar whose ingest thread ended (a bug; the log says which) still answers the API
+    from a view that no longer moves: only a restart brings it back.
+    """
+    if state.ingest_stopped:
+        return JSONResponse({"status": "ingest stopped"}, status.HTTP_503_SERVICE_UNAVAILABLE)
+    return JSONResponse({"status": "ok"})
 
 
 @probes.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
