@@ -72,6 +72,12 @@ publisher's view like a sequence that goes back, instead of counting
 billions of batches missed."""
 
 
+UNREADABLE_AHEAD_KEPT: Final = 64
+"""The most numbers a publisher's ``unreadable_ahead`` keeps (the oldest forgotten first):
+a peer's flood of them costs a few kilobytes, and a number forgotten is counted twice at
+worst."""
+
+
 class ListenError(SettingError):
     """A ``listen`` endpoint could not be bound (taken, or no such address here)."""
 
@@ -99,7 +105,8 @@ def _unreadable(malformed: int = 1) -> DecodedBatch:
 
     TCP does not corrupt bytes and the publisher's replay buffer holds the same
     ones, so asking for that batch again could only fail again: counting it
-    once as malformed, and moving on, is all there is to do.
+    once as malformed, and moving on, is all there is to do. ``malformed`` is 0 for a
+    replay's copy of bytes counted when they came live (``PublisherState.unreadable_ahead``).
     """
     return DecodedBatch(0.0, None, [], malformed=malformed)
 
@@ -384,11 +391,18 @@ class Ingestor:
         if batch is None:
             # A payload that is no batch: its number is used up where it is the next one;
             # any other number is not believed, since only a batch may restart the
-            # publisher's view or show a gap (either would drop what is held).
-            if seq == (0 if last is None else last + 1):
+            # publisher's view or show a gap (either would drop what is held). One ahead
+            # may come again in a replay of the gap before it: counted now, not then.
+            expected = 0 if last is None else last + 1
+            if seq == expected:
                 self._apply(state, seq, _unreadable())
-            else:
-                state.malformed += 1
+                return
+            state.malformed += 1
+            if seq > expected:
+                ahead = state.unreadable_ahead
+                ahead[seq] = None
+                if len(ahead) > UNREADABLE_AHEAD_KEPT:
+                    del ahead[next(iter(ahead))]
             return
         if last is not None and not last < seq <= last + MAX_SEQ_JUMP:
             self._restart(state)
@@ -417,6 +431,7 @@ class Ingestor:
         """The publisher's sequence went back: forget what it told us before."""
         state.restarts += 1
         state.last_seq = None
+        state.unreadable_ahead.clear()  # numbers of the old sequence
         with self.state.lock:
             self.state.index.reset_publisher(state.name)
 
@@ -457,8 +472,8 @@ class Ingestor:
             return
         try:
             batch = decode_kv_payload(answer.payload)
-        except ValueError:
-            batch = _unreadable()
+        except ValueError:  # counted already where its live copy came ahead of its turn
+            batch = _unreadable(0 if answer.seq in state.unreadable_ahead else 1)
         self._apply(state, answer.seq, batch)
         replay.applied += 1
         state.replayed += 1

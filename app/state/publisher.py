@@ -57,6 +57,11 @@ class PublisherState:
     held_dropped: int = 0
     """Live KV frames dropped because those held during a replay reached ``replay_hold_bytes``;
     each shows as a gap afterwards, filled by the next replay when the publisher still has it."""
+    unreadable_ahead: dict[int, None] = field(default_factory=dict, repr=False)
+    """Numbers past the next one whose live KV payload was no batch, counted in ``malformed``
+    as it came: a replay that brings the same bytes later uses the number up without
+    counting them again. In arrival order, bounded by the ingest thread; emptied when the
+    publisher restarts."""
     stats: StatsFrame | None = field(default=None, repr=False)
     worker: WorkerStats | None = field(default=None, repr=False)
     """Totals and rates, replaced (never mutated) with each stats frame."""

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
+from app.ingest.ingestor import UNREADABLE_AHEAD_KEPT
 from app.ingest.replay import HELD_FRAME_OVERHEAD
 from app.settings import IngestConfig, SidecarSettings
 from app.state.sidecar import SidecarState
@@ -191,6 +192,64 @@ def test_a_malformed_payload_is_counted_once_and_uses_up_its_number() -> None:
             assert (state.malformed, state.gaps, state.missed, state.replayed) == (1, 0, 0, 0)
             assert raw.replay_requests == 0
             assert blocks(ingestor, raw.endpoints.endpoint) == {1, 3}
+    finally:
+        raw.close()
+
+
+def test_a_malformed_payload_ahead_of_a_gap_is_counted_once_when_the_replay_brings_it() -> None:
+    """Live, after a lost batch, it was counted; the replay of that gap brought the same
+    bytes again, and they were counted a second time."""
+    raw = RawPublisher()
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            raw.send(0, kv_payload(stored(1)))
+            raw.send(1, kv_payload(stored(2)), lose=True)
+            raw.send(2, b"\xc1 not a batch")  # not the next number: counted, nothing else
+            wait_until(lambda: state.malformed == 1, "the live copy counted")
+            raw.send(3, kv_payload(stored(4)))  # shows the gap: 1 and 2 are replayed
+            wait_until(lambda: state.last_seq == 3, "batch 3 applied")
+            assert (state.malformed, state.gaps, state.missed, state.replayed) == (1, 1, 0, 2)
+            assert state.replays["complete"] == 1
+            assert blocks(ingestor, raw.endpoints.endpoint) == {1, 2, 4}
+    finally:
+        raw.close()
+
+
+def test_a_malformed_payload_of_a_restarted_sequence_is_counted_whatever_the_old_one_sent() -> None:
+    """The numbers counted ahead of their turn are the old sequence's: a replay of the new
+    one bringing no batch under the same number is counted."""
+    raw = RawPublisher()
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            raw.send(0, kv_payload(stored(1)))
+            raw.send(5, b"\xc1 not a batch")  # ahead: counted
+            wait_until(lambda: state.malformed == 1, "the old sequence's payload counted")
+            with raw._lock:
+                raw.buffer.clear()  # the restarted process has an empty replay buffer
+            raw.send(0, kv_payload(stored(2)))  # the sequence starts over
+            for seq in range(1, 5):
+                raw.send(seq, kv_payload(stored(10 + seq)), lose=True)
+            raw.send(5, b"\xc1 not a batch", lose=True)
+            raw.send(6, kv_payload(stored(3)))  # shows the gap: 1 to 5 are replayed
+            wait_until(lambda: state.last_seq == 6, "batch 6 applied")
+            assert (state.malformed, state.restarts, state.gaps, state.missed) == (2, 1, 1, 0)
+    finally:
+        raw.close()
+
+
+def test_the_numbers_counted_ahead_stay_bounded_whatever_a_peer_floods() -> None:
+    raw = RawPublisher()
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            for seq in range(1, 3 * UNREADABLE_AHEAD_KEPT + 1):
+                raw.send(seq, b"\xc1 not a batch")
+            wait_until(lambda: state.malformed == 3 * UNREADABLE_AHEAD_KEPT, "every one counted")
+            assert list(state.unreadable_ahead) == list(
+                range(2 * UNREADABLE_AHEAD_KEPT + 1, 3 * UNREADABLE_AHEAD_KEPT + 1)
+            )
     finally:
         raw.close()
 
