@@ -100,7 +100,7 @@ class SidecarCollector(Collector):
         yield CounterMetricFamily(
             "kvscope_sidecar_ingest_faults_total",
             "Faults of the sidecar's own (bugs) the ingest thread got past: a frame dropped, a "
-            "step of its loop skipped; each logged with its traceback.",
+            "step of its loop skipped, a batch applied in part; each logged with its traceback.",
             self._state.ingest_faults,
         )
         lag = GaugeMetricFamily(

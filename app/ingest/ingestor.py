@@ -536,10 +536,26 @@ class Ingestor:
             self._fill(state, last + 1, dropped_last + 1, None)
 
     def _apply(self, state: PublisherState, seq: int, batch: DecodedBatch) -> None:
-        self.state.index.apply(state.name, batch, time.time(), self.state.lock)
+        """Apply batch ``seq`` of the publisher: its number is used up before the index is
+        touched.
+
+        A fault of the sidecar's part-way through the batch (a bug, MemoryError) leaves
+        the events before it applied: had it left the number unused, the next frame would
+        show a gap whose replay applied the same batch again. The fault is counted and
+        logged instead, and the batch goes on to the event log, which shows what the
+        publisher sent.
+        """
         state.last_seq = seq
         state.batches_applied += 1
         state.malformed += batch.malformed
+        try:
+            self.state.index.apply(state.name, batch, time.time(), self.state.lock)
+        except Exception as exc:  # the sidecar's fault, not the publisher's: not malformed
+            self._fault(
+                f"bug:apply:{state.name}:{type(exc).__name__}",
+                f"applied a batch from {state.name} in part",
+                exc,
+            )
         self.state.event_log.record(state.name, seq, batch)
 
 

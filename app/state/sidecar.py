@@ -56,7 +56,7 @@ class SidecarState:
         self.ingest_faults = 0
         """Faults of the sidecar's own (bugs, MemoryError) the ingest thread got past, each
         logged as an error with its traceback: a frame or message dropped, a step of its loop
-        skipped."""
+        skipped, a batch applied in part."""
         self.ingest_stopped = False
         """Whether the ingest thread ended other than by ``Ingestor.close``: no publisher is
         read from then on, and /healthz says so."""

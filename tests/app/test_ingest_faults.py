@@ -3,22 +3,25 @@ ingest goes on.
 
 Before, a fault in a step of the loop's turn (a replay's expiry, the young collection, the
 history's sample) got out of the loop and ended the thread silently: no line in the log,
-no publisher read from then on, and the probes still answered 200. A step that fails here
-is a subclass of the real ``Ingestor`` overriding that one step, since nothing a peer
-sends reaches those failures; everything else is real (sockets on loopback, the index,
-the app). Waits poll a condition; nothing asserts on time.
+no publisher read from then on, and the probes still answered 200; and a batch the index
+failed part-way was applied again by the replay the next frame asked for. A step that
+fails here is a subclass of the real ``Ingestor`` or ``BlockIndex`` overriding that one
+step, since nothing a peer sends reaches those failures; everything else is real (sockets
+on loopback, the index, the app). Waits poll a condition; nothing asserts on time.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Iterator
 
 import pytest
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
+from app.decode import DecodedEvent
 from app.ingest import Ingestor
 from app.ingest import ingestor as ingestor_module
 from app.settings import SidecarSettings
@@ -119,3 +122,48 @@ def test_an_ingest_thread_that_ends_turns_healthz_to_503_and_says_why(
     [line] = [r for r in caplog.records if r.name == "app.ingest"]
     assert line.levelno == logging.CRITICAL
     assert line.exc_info is not None and line.exc_info[0] is Fatal
+
+
+FAULTY = 666
+"""The block whose store the failing index cannot make."""
+
+
+class StoreThatFails(BlockIndex):
+    """A real index that fails storing ``FAULTY``, as a bug or MemoryError part-way through a
+    batch would: the batch's events before it are in."""
+
+    def _store(self, publisher: str, event: DecodedEvent, now: float) -> Iterator[int]:
+        if FAULTY in event.block_hashes:
+            raise MemoryError
+        return super()._store(publisher, event, now)
+
+
+@pytest.mark.usefixtures("fresh_log")
+def test_a_batch_that_fails_part_way_is_applied_once_its_fault_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its number was left unused: the next frame showed a gap, whose replay applied the same
+    batch again (and failed again, at the same place)."""
+    caplog.set_level(logging.ERROR, logger="app.ingest")
+    raw = RawPublisher()
+    state = SidecarState(StoreThatFails(1000), EventLog(1000), (raw.endpoints,))
+    ingestor = Ingestor(state)
+    ingestor.start()
+    try:
+        publisher = wait_connected(raw, ingestor)
+        raw.send(0, kv_payload(stored(1)))
+        raw.send(1, kv_payload(stored(2), stored(FAULTY), stored(3)))
+        raw.send(2, kv_payload(stored(4)))
+        wait_until(lambda: publisher.last_seq == 2, "the batch after it applied")
+        assert (publisher.gaps, publisher.missed, publisher.replayed) == (0, 0, 0)
+        assert (publisher.malformed, publisher.batches_applied, state.ingest_faults) == (0, 3, 1)
+        assert raw.replay_requests == 0
+        with state.lock:
+            held = {h for h in (1, 2, 3, 4, FAULTY) if state.index.get(h) is not None}
+        assert held == {1, 2, 4}  # the part applied before the fault stays
+        assert state.event_log.last_id == 5  # what the publisher sent, every event
+    finally:
+        ingestor.close()
+        raw.close()
+    [line] = [r for r in caplog.records if r.name == "app.ingest"]
+    assert line.exc_info is not None and line.exc_info[0] is MemoryError
