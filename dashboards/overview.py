@@ -447,6 +447,18 @@ def _events() -> list[Panel]:
             ),
         ),
         timeseries_panel(
+            "Sidecar faults",
+            "Faults of each sidecar's own that its ingest got past, per second: a frame "
+            "dropped, a step of its ingest loop skipped, a batch applied in part, each logged "
+            "with its traceback. Healthy: 0 (else a bug: its alert's runbook says what to "
+            "save).",
+            "suffix: faults/s",
+            Query(
+                _by("instance", rate("kvscope_sidecar_ingest_faults_total", ())),
+                "faults {{instance}}",
+            ),
+        ),
+        timeseries_panel(
             "Sidecar pauses (garbage collection)",
             "How long each sidecar's garbage collections held its requests and ingest, p50 "
             "and p99 by generation (2: a full collection). Healthy: milliseconds, flat as the "
