@@ -45,6 +45,11 @@ typedef struct {
     Py_ssize_t free;   /* the first free entry below high */
 } KeyTable;
 
+/* Bumped by every change to the slots or entries of any table (of the extension that includes
+ * this header): a lookup whose key's __eq__ ran Python code that changed them starts again, as a
+ * dict's does, instead of going on through slots that moved or entries that are gone. */
+static size_t key_table_changes;
+
 /* Fibonacci hashing's multiplier (miniature_model.py's _MIX): spreads sequential ids. */
 #define FIBONACCI_MIX 0x9E3779B97F4A7C15ULL
 
@@ -82,6 +87,7 @@ key_table_init(KeyTable *table)
         return -1;
     *table = (KeyTable){.slots = slots, .mask = size - 1, .shift = 64 - KEY_FIRST_BITS,
                         .free = KEY_NONE};
+    key_table_changes++; /* a table that replaces another (re-initialisation) is a change */
     return 0;
 }
 
@@ -90,6 +96,7 @@ key_table_init(KeyTable *table)
 static Py_ssize_t
 key_table_find(const KeyTable *table, PyObject *key, Py_hash_t hash, size_t *slot)
 {
+again:
     for (size_t i = key_home(table, hash);; i = (i + 1) & table->mask) {
         Py_ssize_t index = table->slots[i];
         if (index == KEY_NONE) {
@@ -101,12 +108,15 @@ key_table_find(const KeyTable *table, PyObject *key, Py_hash_t hash, size_t *slo
             if (entry->key == key)
                 return index;
             /* A key's __eq__ may run Python code: the held key stays alive through it, as a
-             * dict keeps its own. */
+             * dict keeps its own, and a table it changed is searched again from the start. */
+            size_t changes = key_table_changes;
             PyObject *held = Py_NewRef(entry->key);
             int equal = PyObject_RichCompareBool(held, key, Py_EQ);
             Py_DECREF(held);
             if (equal < 0)
                 return -2;
+            if (key_table_changes != changes)
+                goto again;
             if (equal)
                 return index;
         }
@@ -136,6 +146,7 @@ key_grow_slots(KeyTable *table)
     table->slots = slots;
     table->mask = size - 1;
     table->shift--;
+    key_table_changes++;
     for (Py_ssize_t index = 0; index < table->high; index++)
         if (table->entries[index].key != NULL)
             slots[key_empty_slot(table, table->entries[index].hash)] = index;
@@ -186,6 +197,7 @@ key_table_add(KeyTable *table, PyObject *key, Py_hash_t hash, size_t slot, long 
                                        .count = count, .toward = {KEY_NONE, KEY_NONE}};
     table->slots[slot] = index;
     table->count++;
+    key_table_changes++;
     return index;
 }
 
@@ -245,6 +257,7 @@ key_table_remove(KeyTable *table, Py_ssize_t index)
     entry->toward[NEWEST] = table->free;
     table->free = index;
     table->count--;
+    key_table_changes++;
     return key;
 }
 
@@ -261,6 +274,7 @@ key_table_empty(KeyTable *table)
     table->free = KEY_NONE;
     for (size_t i = 0; table->slots != NULL && i <= table->mask; i++)
         table->slots[i] = KEY_NONE;
+    key_table_changes++;
     for (Py_ssize_t i = 0; i < high; i++)
         Py_XDECREF(entries[i].key);
     PyMem_Free(entries);

@@ -148,3 +148,30 @@ def test_an_offer_far_beyond_the_limit_leaves_no_memory_behind(form: type) -> No
         assert tracemalloc.get_traced_memory()[0] - before < 64 * 1024
     finally:
         tracemalloc.stop()
+
+
+class _Clearing:
+    """A block whose equality empties the history that compares it (then claims a match)."""
+
+    history: object = None
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        self.history.clear()  # type: ignore[attr-defined]
+        return True
+
+
+def test_a_block_whose_equality_changes_the_history_is_looked_up_again() -> None:
+    """As a dict's lookup is: the match it claimed was in a table that is gone (the C form read
+    the emptied table's entries through it). The C form only: the Python form's OrderedDict.pop
+    crashes CPython on such a block (python/cpython#142637, open)."""
+    require_a_build_toolchain()
+    history = BaseOfferHistory(8, PROVEN_OFFERS)
+    _Clearing.history = history
+    first, second = _Clearing(), _Clearing()
+    history.admit([first], 1, 0, None)
+    assert history.admit([second], 2, 0, 1) == ([], 1)  # a first offer, in the emptied history
+    assert len(history) == 1
+    assert history.invariant_violations() == []

@@ -137,7 +137,7 @@ History_admit(History *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     long long refused = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         int seen;
-        long long time, offers;
+        long long time = 0, offers = 0; /* read only when seen, which GCC cannot always tell */
         if (offer(self, items[i], now, &seen, &time, &offers) < 0)
             goto fail;
         /* Forgotten as the offers come, not after them: a store of many more blocks than the
