@@ -104,6 +104,16 @@ def test_a_bad_size_or_horizon_is_refused_by_name(form: tuple[type, type]) -> No
 
 
 @pytest.mark.parametrize("form", FORMS)
+def test_turnovers_too_many_to_reach_keep_the_age_unpublished(form: tuple[type, type]) -> None:
+    """turnovers * slots past 2**63 (the C form's counter) is still never reached: its product
+    overflowed to a negative bound, which the first eviction passed, publishing an age."""
+    model = new_model(form, 2, None, turnovers=2**62)
+    for block in range(6):
+        model.run([block], 1.0, False)
+    assert len(model) == 2 and model.age is None
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_an_unhashable_block_is_a_type_error_and_the_model_still_runs(
     form: tuple[type, type],
 ) -> None:

@@ -75,7 +75,8 @@ observe_eviction(Model *self, long long age, Py_ssize_t evicted)
     }
     if (!self->has_age) {
         self->evicted += evicted;
-        if (self->evicted < self->turnovers * (long long)self->slots)
+        /* evicted < turnovers * slots, the product unformed: it may pass 2**63 */
+        if (self->evicted / (long long)self->slots < self->turnovers)
             return;
         self->has_age = 1;
     }
