@@ -6,6 +6,7 @@ forms get the same scripted and random requests, and keys that run code against 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from math import inf
 from typing import Any
@@ -203,6 +204,30 @@ def test_a_key_whose_equality_raises_leaves_the_model_whole(form: tuple[type, ty
     assert len(model) == len(model.probation) + len(model.protected) <= model.slots
     model.run([3, 4], 1.0, False)
     assert 3 in model and 4 in model
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_runs_evictions_and_failures_hold_no_reference_to_a_block(
+    form: tuple[type, type],
+) -> None:
+    """No block is held once the model and its history forgot it, whether it was evicted,
+    demoted, refused or stored, or a request failed beside it: a reference the C form kept
+    would keep every block of a long run alive."""
+    blocks = [b"block %d" % i for i in range(30)]
+    before = [sys.getrefcount(block) for block in blocks]
+    model = new_model(form, 6, 2, protected_slots=3, admit_continuations=True)
+    for step in range(60):
+        start = step * 7 % 24
+        model.run(blocks[start : start + 5], 0.9, step % 3 == 0, step % 2 == 0)
+    assert model.age is not None  # the gate was on: some blocks were refused
+    model.run([3, *blocks[:2]], 1.0, True)  # a continuation: stored whatever the gate
+    assert 3 in model  # so a meddler, hashed as 3, is compared
+    with pytest.raises(TypeError, match="unhashable"):
+        model.run([*blocks[2:5], [1]], 1.0, False)
+    with pytest.raises(ArithmeticError, match="no comparing"):
+        model.run([*blocks[5:8], _Meddler(True)], 1.0, False)
+    model.clear()
+    assert [sys.getrefcount(block) for block in blocks] == before
 
 
 keys = st.one_of(st.integers(-20, 60), st.binary(min_size=1, max_size=2))

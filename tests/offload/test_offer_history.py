@@ -6,6 +6,7 @@ here both forms get the same scripted and random sequences.
 
 from __future__ import annotations
 
+import sys
 import tracemalloc
 
 import pytest
@@ -148,6 +149,37 @@ def test_an_offer_far_beyond_the_limit_leaves_no_memory_behind(form: type) -> No
         assert tracemalloc.get_traced_memory()[0] - before < 64 * 1024
     finally:
         tracemalloc.stop()
+
+
+class _Unequal:
+    """A block whose equality raises (its hash is 7's)."""
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        raise ArithmeticError("no comparing")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_offers_forgets_and_failures_hold_no_reference_to_a_block(form: type) -> None:
+    """No block is held once forgotten, whether it left by the limit or by clear(), was
+    offered again as an equal copy, or an offer failed beside it: a reference the C form kept
+    would keep every block of a long run alive."""
+    blocks = [b"block %d" % i for i in range(40)]
+    copies = [bytes(bytearray(block)) for block in blocks]  # equal, but other objects
+    before = [sys.getrefcount(block) for block in blocks + copies]
+    history = form(16, PROVEN_OFFERS)
+    for step in range(1, 30):
+        history.admit(blocks[step % 20 : step % 20 + 12], step, 2, step - 3)
+        history.admit(copies[step % 7 : step % 7 + 5], step, 0, None)  # offered again
+    history.admit([*blocks[:3], 7], 30, 0, None)
+    with pytest.raises(TypeError, match="unhashable"):
+        history.admit([*blocks[3:6], [1], *blocks[6:9]], 31, 0, None)
+    with pytest.raises(ArithmeticError, match="no comparing"):
+        history.admit([*blocks[9:12], _Unequal()], 32, 0, None)
+    history.clear()
+    assert [sys.getrefcount(block) for block in blocks + copies] == before
 
 
 class _Clearing:
