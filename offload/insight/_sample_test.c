@@ -226,7 +226,9 @@ PyInit__sample_test(void)
     PyObject *select = PyCapsule_New((void *)SampleTest_select, SAMPLE_SELECT_CAPSULE, NULL);
     if (select == NULL)
         return NULL;
-    int added = PyDict_SetItemString(SampleTestType.tp_dict, SAMPLE_SELECT_ATTRIBUTE, select);
+    int added = PyCapsule_SetContext(select, &SampleTestType) < 0
+                    ? -1
+                    : PyDict_SetItemString(SampleTestType.tp_dict, SAMPLE_SELECT_ATTRIBUTE, select);
     Py_DECREF(select);
     if (added < 0)
         return NULL;

@@ -380,7 +380,8 @@ Recorder_drain(Recorder *self, PyObject *Py_UNUSED(ignored))
     return drained;
 }
 
-/* The test's C selection, when it offers one (sample_select.h); NULL otherwise. */
+/* The test's C selection, when it offers one for its own type (sample_select.h); NULL
+ * otherwise. */
 static sample_select
 offered_selection(PyObject *sample)
 {
@@ -389,7 +390,8 @@ offered_selection(PyObject *sample)
         PyErr_Clear();
         return NULL;
     }
-    sample_select select = PyCapsule_IsValid(capsule, SAMPLE_SELECT_CAPSULE)
+    sample_select select = PyCapsule_IsValid(capsule, SAMPLE_SELECT_CAPSULE) &&
+                                   PyCapsule_GetContext(capsule) == (void *)Py_TYPE(sample)
                                ? (sample_select)PyCapsule_GetPointer(capsule, SAMPLE_SELECT_CAPSULE)
                                : NULL;
     Py_DECREF(capsule);

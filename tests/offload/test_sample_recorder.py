@@ -68,6 +68,29 @@ def test_the_c_recorder_runs_a_c_tests_selection_and_calls_any_other_test() -> N
         selecting([1, "a"])
 
 
+def test_a_c_selection_copied_onto_another_callable_is_not_run_on_it() -> None:
+    """The selection reads its test's struct: run on an object of another type (one that
+    copied the capsule) it read memory that object does not have. The recorder calls such a
+    test, as the Python form does."""
+    if SampleRecorder is PySampleRecorder:
+        pytest.skip("no C form built")
+    test = SpatialSampler(0.3).sample
+
+    class Copycat:
+        _c_select = test._c_select  # type: ignore[attr-defined]
+
+        def __call__(self, hashes: list) -> list:
+            return test(hashes)
+
+    copied = SampleRecorder(Copycat(), 10**6, 100, 100, HOUR)
+    python = PySampleRecorder(Copycat(), 10**6, 100, 100, HOUR)
+    assert not copied.selects_in_c
+    for start in range(0, 1000, 100):
+        copied(list(range(start, start + 100)))
+        python(list(range(start, start + 100)))
+    assert copied.drain() == python.drain()
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_sampled_requests_are_held_with_their_block_counts(form: type) -> None:
     sampler = SpatialSampler(0.25)
