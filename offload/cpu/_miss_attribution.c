@@ -445,15 +445,19 @@ settle(Attribution *self)
     self->pending_reason = reason;
 }
 
-/* Charge the pending miss's blocks, all to its reason. */
-static void
-flush_pending(Attribution *self)
+/* Charge the pending miss's blocks, all to its reason; its break block (NULL: none was
+ * pending), for the caller to release once its own state is whole: the block's finalizer may
+ * run Python code, even a miss, which must not be overwritten by the caller's own. */
+static PyObject *
+take_pending(Attribution *self)
 {
-    if (self->pending_hash != NULL) {
+    PyObject *block_hash = self->pending_hash;
+    if (block_hash != NULL) {
         settle(self);
         self->blocks[self->pending_reason] += self->pending_lost;
-        Py_CLEAR(self->pending_hash);
+        self->pending_hash = NULL;
     }
+    return block_hash;
 }
 
 /* miss(block_hashes, hits, in_flight) */
@@ -501,7 +505,7 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
         Py_DECREF(block_hash);
         return NULL;
     }
-    flush_pending(self);
+    PyObject *charged = take_pending(self);
     if (in_flight) {
         self->lookups[IN_FLIGHT]++;
     } else {
@@ -512,6 +516,7 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     self->pending_value = hash;
     self->pending_reason = in_flight ? IN_FLIGHT : UNSETTLED;
     self->pending_lost = length - hits;
+    Py_XDECREF(charged);
     Py_RETURN_NONE;
 }
 
@@ -572,7 +577,7 @@ Attribution_stored(Attribution *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 Attribution_flush(Attribution *self, PyObject *Py_UNUSED(ignored))
 {
-    flush_pending(self);
+    Py_XDECREF(take_pending(self));
     Py_RETURN_NONE;
 }
 
@@ -581,9 +586,10 @@ Attribution_reset(Attribution *self, PyObject *Py_UNUSED(ignored))
 {
     if (attribution_ready(self) < 0)
         return NULL;
-    flush_pending(self);
+    PyObject *charged = take_pending(self);
     generations_empty(self->evicted);
     generations_empty(self->refused);
+    Py_XDECREF(charged);
     Py_RETURN_NONE;
 }
 

@@ -4,6 +4,8 @@ compiler), which are also held to each other on random sequences."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -359,3 +361,34 @@ def test_keys_that_run_code_while_hashed_or_compared_corrupt_nothing(form: type)
     assert sum(attribution.lookups.values()) == 2  # each miss once
     assert sum(attribution.blocks.values()) == 2  # each lost one block, charged once
     assert attribution.remembered >= 40
+
+
+class _MissOnRelease:
+    """A break block whose finalizer makes another miss, on the attribution that let it go."""
+
+    def __init__(self, attribution: object, then: object) -> None:
+        self.attribution = attribution
+        self.then = then
+
+    def __hash__(self) -> int:
+        return 21
+
+    def __del__(self) -> None:
+        self.attribution.miss([self.then], 0, False)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+def test_a_miss_made_as_the_last_break_block_is_let_go_is_counted_and_not_kept(
+    form: type,
+) -> None:
+    """The next miss releases the last one's break block, whose finalizer makes a miss: the C
+    form put its own over that one, never counting its lookup and keeping its block."""
+    attribution = form(4, 16)
+    then = 10**30  # an int of its own, its references counted
+    before = sys.getrefcount(then)
+    attribution.miss([_MissOnRelease(attribution, then)], 0, False)
+    attribution.miss([5, 6], 0, False)
+    attribution.flush()
+    attribution.reset()
+    assert sum(attribution.lookups.values()) == 3  # each miss once
+    assert sys.getrefcount(then) == before
