@@ -230,6 +230,43 @@ def test_runs_evictions_and_failures_hold_no_reference_to_a_block(
     assert [sys.getrefcount(block) for block in blocks] == before
 
 
+class _KeptVerdict:
+    """An offer history that admits everything and keeps the list it returns."""
+
+    def __init__(self) -> None:
+        self.admitted: list[object] = []
+
+    def admit(self, blocks: list, now: int, free: int, oldest: object) -> tuple[list, int]:
+        self.admitted = list(blocks)
+        return self.admitted, 0
+
+    def clear(self) -> None:
+        self.admitted = []
+
+
+class _EmptiesTheVerdict:
+    """A block whose hash empties the offer history's kept verdict while it is stored."""
+
+    def __init__(self, offers: _KeptVerdict) -> None:
+        self.offers = offers
+
+    def __hash__(self) -> int:
+        self.offers.admitted.clear()
+        return 5
+
+
+@pytest.mark.parametrize("model_type", [BaseMiniature, PyMiniature])
+def test_a_verdict_emptied_while_it_is_stored_stores_what_was_read(model_type: type) -> None:
+    """The C form read the admitted list by the length it had before a block's hash emptied
+    it (memory the list had freed); both forms store what they read before, and stop."""
+    offers = _KeptVerdict()
+    model = model_type(6, 2.0, 0, False, offers, 1)
+    meddler = _EmptiesTheVerdict(offers)
+    model.run([b"a", b"b", b"c", meddler], 1.0, False, False)
+    assert list(model.probation) == [meddler]
+    assert model.invariant_violations() == []
+
+
 keys = st.one_of(st.integers(-20, 60), st.binary(min_size=1, max_size=2))
 requests = st.lists(
     st.tuples(

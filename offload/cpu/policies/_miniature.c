@@ -169,28 +169,44 @@ admitted(Model *self, PyObject *offered, long long now, int continues)
     return stored;
 }
 
+/* Store key as probation's newest unless it is resident: its entry; KEY_NONE when it was
+ * resident already (the history admitted a block it was not offered); -2 with an exception (a
+ * key's hash, memory). */
+static Py_ssize_t
+store_block(Model *self, PyObject *key, long long clock)
+{
+    KeyTable *table = &self->table;
+    Py_hash_t hash = hash_of(key);
+    if (hash == -1)
+        return -2;
+    size_t slot;
+    Py_ssize_t index = key_table_find(table, key, hash, &slot);
+    if (index != KEY_NONE)
+        return index == -2 ? -2 : KEY_NONE;
+    index = key_table_add(table, key, hash, slot, clock, PROBATION);
+    if (index == KEY_NONE)
+        return -2;
+    key_list_push(table, &self->probation, index, NEWEST);
+    return index;
+}
+
 /* Store the blocks of new (tail first, so the head is newest), the chain's last block then
- * ranked as probation's oldest if demote; -1 with an exception (a key's hash, memory). */
+ * ranked as probation's oldest if demote; -1 with an exception. new is the offer history's
+ * list, which a key's __hash__ or __eq__ may shorten while it is read: the store ends there, as
+ * the Python form's reversed() does, and each key is held while it is stored. */
 static int
 store(Model *self, PyObject *new, long long clock, int demote)
 {
     KeyTable *table = &self->table;
     Py_ssize_t n = PyList_GET_SIZE(new), last = KEY_NONE;
     for (Py_ssize_t j = n - 1; j >= 0; j--) {
-        PyObject *key = PyList_GET_ITEM(new, j);
-        Py_hash_t hash = hash_of(key);
-        if (hash == -1)
-            return -1;
-        size_t slot;
-        Py_ssize_t index = key_table_find(table, key, hash, &slot);
+        if (j >= PyList_GET_SIZE(new))
+            break;
+        PyObject *key = Py_NewRef(PyList_GET_ITEM(new, j));
+        Py_ssize_t index = store_block(self, key, clock);
+        Py_DECREF(key);
         if (index == -2)
             return -1;
-        if (index != KEY_NONE)
-            continue; /* resident already: the history admitted a block it was not offered */
-        index = key_table_add(table, key, hash, slot, clock, PROBATION);
-        if (index == KEY_NONE)
-            return -1;
-        key_list_push(table, &self->probation, index, NEWEST);
         if (j == n - 1)
             last = index;
     }
