@@ -183,17 +183,22 @@ mixed(PyObject *odd, PyObject *first)
 }
 
 /* The msgpack size of one held request, [block_refs, [hash, ...]]; -1 with a TypeError naming
- * a type a frame cannot carry (or a mix of ints and bytes), or an OverflowError. */
+ * a type a frame cannot carry (or a mix of ints and bytes), or an OverflowError. Every type is
+ * checked before any value, as the Python form does: a mix is named as one even behind a value
+ * too wide to frame. */
 static Py_ssize_t
 request_size(Py_ssize_t refs, PyObject *const *items, Py_ssize_t n)
 {
     Py_ssize_t size = 1 + int_size((uint64_t)refs, 0) + header_size(n);
+    int ints = PyLong_CheckExact(items[0]);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (ints ? !PyLong_CheckExact(items[i])
+                 : !PyBytes_Check(items[i]) && !PyByteArray_Check(items[i]))
+            return mixed(items[i], items[0]);
     uint64_t value;
     int negative;
-    if (PyLong_CheckExact(items[0])) {
+    if (ints) {
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (!PyLong_CheckExact(items[i]))
-                return mixed(items[i], items[0]);
             if (int_bits(items[i], &value, &negative) < 0)
                 return -1;
             size += int_size(value, negative);
@@ -201,13 +206,8 @@ request_size(Py_ssize_t refs, PyObject *const *items, Py_ssize_t n)
         return size;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t length;
-        if (PyBytes_Check(items[i]))
-            length = PyBytes_GET_SIZE(items[i]);
-        else if (PyByteArray_Check(items[i]))
-            length = PyByteArray_GET_SIZE(items[i]);
-        else
-            return mixed(items[i], items[0]);
+        Py_ssize_t length = PyBytes_Check(items[i]) ? PyBytes_GET_SIZE(items[i])
+                                                    : PyByteArray_GET_SIZE(items[i]);
         if ((uint64_t)length > UINT32_MAX) {
             PyErr_SetString(PyExc_OverflowError,
                             "a block hash of 2**32 bytes or more cannot be framed");
