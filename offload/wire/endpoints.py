@@ -10,6 +10,7 @@ another process (a sidecar never shares a process with its workers, so
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Final
 
@@ -44,11 +45,45 @@ def offset_endpoint(endpoint: str, rank: int) -> str:
 
 def ports_overlap(first: str, second: str, ranks: int) -> bool:
     """Whether ``ranks`` data-parallel ranks, each moving both ports up by its rank, would
-    bind one port twice: fixed TCP ports on one address fewer than ``ranks`` apart."""
+    bind one port twice: fixed TCP ports fewer than ``ranks`` apart on addresses that
+    overlap (``_addresses_overlap``)."""
     a, b = _fixed_port(first), _fixed_port(second)
-    if a is None or b is None or (a[0] != b[0] and "*" not in (a[0], b[0])):
+    if a is None or b is None or not _addresses_overlap(a[0], b[0]):
         return False
     return abs(a[1] - b[1]) < ranks
+
+
+def _addresses_overlap(first: str, second: str) -> bool:
+    """Whether binding one port on both hosts can collide.
+
+    A wildcard binds the port on every address it covers, so the bind of
+    another address there fails: ``*`` covers every address, ``0.0.0.0``
+    every IPv4 one, and ``[::]`` every address (IPv6, and IPv4 too, as ZMQ
+    binds it dual-stack). A host name or interface may be any address, so it
+    overlaps every wildcard; two specific addresses overlap when they are one
+    address however written (``127.0.0.1``, ``[::ffff:127.0.0.1]``).
+    """
+    if first == second or "*" in (first, second):
+        return True
+    a, b = _address(first), _address(second)
+    if a is not None and b is not None:
+        return a == b or any(
+            address.is_unspecified and (address.version == 6 or other.version == 4)
+            for address, other in ((a, b), (b, a))
+        )
+    known = a if a is not None else b
+    return known is not None and known.is_unspecified
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A host's IP address (an IPv4-mapped IPv6 one as its IPv4 address); None for a name."""
+    try:
+        address = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def _fixed_port(endpoint: str) -> tuple[str, int] | None:

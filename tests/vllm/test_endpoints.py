@@ -25,6 +25,7 @@ from offload.cpu.config import ConfigError
 from offload.cpu.policies import registry
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.manager import KVScopeManager
+from offload.wire.endpoints import ports_overlap
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
 from offload.wire.stats_frame import decode_stats_frame
 from tests.support.polling import wait_until
@@ -153,6 +154,25 @@ def test_an_ipc_endpoint_gets_a_path_of_its_own_per_rank(tmp_path: Path) -> None
             4,
             "keep the ports at least 4 apart",
         ),
+        # A wildcard address binds the port on every address it covers.
+        (
+            {
+                "kvscope_endpoint": "tcp://0.0.0.0:5557",
+                "kvscope_replay_endpoint": "tcp://127.0.0.1:5558",
+            },
+            2,
+            "keep the ports at least 2 apart",
+        ),
+        (
+            {"kvscope_endpoint": "tcp://[::1]:5557", "kvscope_replay_endpoint": "tcp://[::]:5558"},
+            2,
+            "keep the ports at least 2 apart",
+        ),
+        (
+            {"kvscope_endpoint": "tcp://0.0.0.0:5557", "kvscope_replay_endpoint": "tcp://*:5559"},
+            3,
+            "keep the ports at least 3 apart",
+        ),
         (
             {"kvscope_endpoint": "tcp://127.0.0.1:65535"},
             2,
@@ -171,6 +191,29 @@ def test_endpoints_two_ranks_or_sockets_would_share_are_refused_naming_the_key(
                 data_parallel_size=ranks,
             )
             KVScopeOffloadingSpec(config)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "overlap"),
+    [
+        ("0.0.0.0", "127.0.0.1", True),
+        ("10.1.2.3", "0.0.0.0", True),
+        ("0.0.0.0", "localhost", True),  # a name may be any address
+        ("[::]", "[::1]", True),
+        ("[::]", "127.0.0.1", True),  # ZMQ binds [::] dual-stack
+        ("[0:0::0]", "10.1.2.3", True),  # [::] written another way
+        ("*", "[::1]", True),
+        ("[::ffff:127.0.0.1]", "127.0.0.1", True),  # one address, written two ways
+        ("0.0.0.0", "[::1]", False),  # an IPv4 wildcard covers no IPv6 address
+        ("127.0.0.1", "127.0.0.2", False),
+        ("[::1]", "127.0.0.1", False),
+    ],
+)
+def test_a_wildcard_address_overlaps_every_address_it_binds(
+    first: str, second: str, overlap: bool
+) -> None:
+    assert ports_overlap(f"tcp://{first}:5557", f"tcp://{second}:5558", 2) is overlap
+    assert ports_overlap(f"tcp://{second}:5557", f"tcp://{first}:5558", 2) is overlap
 
 
 def test_ports_far_enough_apart_serve_every_rank(base: int) -> None:
