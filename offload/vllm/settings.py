@@ -10,9 +10,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import mmap
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from offload.cpu.config import ConfigError, positive_int
@@ -21,6 +21,8 @@ from offload.cpu.policies.registry import policy_names, register_policy
 from offload.decimal_text import fractional_number
 from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
+from offload.transfer.host_tier import size_text
+from offload.vllm.host_memory import CGROUP_ROOT, memory_bound
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
 from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
 from offload.wire.sample_frame import MIN_SAMPLE_RATE, is_worker_rate
@@ -73,11 +75,13 @@ def read_settings(
     blocks_per_chunk: int,
     data_parallel_rank: int = 0,
     data_parallel_size: int = 1,
+    cgroup_root: Path = CGROUP_ROOT,
 ) -> SpecSettings:
     """Check every key and size the tier; raises ConfigError naming the first bad key.
 
     Every data-parallel engine gets the same extra config, so each binds the
-    endpoints moved by its rank (``offset_endpoint``).
+    endpoints moved by its rank (``offset_endpoint``). The tier must fit this
+    host's memory and the container's limit read under ``cgroup_root``.
     """
     if not isinstance(extra_config, Mapping):
         raise ConfigError(
@@ -106,7 +110,7 @@ def read_settings(
         * CHUNK_ALIGNMENT
     )
     num_chunks = _num_chunks(extra_config, chunk)
-    _check_fits_host(num_chunks, chunk)
+    _check_fits_host(num_chunks, chunk, cgroup_root)
     return SpecSettings(
         num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay, sample_rate
     )
@@ -160,17 +164,18 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
     return cpu_bytes // bytes_per_chunk
 
 
-def _check_fits_host(num_chunks: int, bytes_per_chunk: int) -> None:
-    """Refuse a tier larger than the host's memory before allocating any of it."""
-    try:
-        host_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):  # no such sysconf name here: nothing to compare with
+def _check_fits_host(num_chunks: int, bytes_per_chunk: int, cgroup_root: Path) -> None:
+    """Refuse a tier larger than the host's memory, or the container's limit where lower,
+    before allocating any of it: past either, the worker is killed during its zero-fill."""
+    bound = memory_bound(cgroup_root)
+    if bound is None:  # nothing to compare with
         return
     tier_bytes = num_chunks * bytes_per_chunk
-    if tier_bytes > host_bytes:
+    if tier_bytes > bound.num_bytes:
         raise ConfigError(
             f"the CPU tier would take {tier_bytes} bytes ({num_chunks} chunks of "
-            f"{bytes_per_chunk} bytes), more than this host's {host_bytes} bytes of memory; "
+            f"{bytes_per_chunk} bytes), more than {bound.what}, "
+            f"{size_text(bound.num_bytes)} ({bound.num_bytes} bytes); "
             "lower cpu_bytes_to_use or num_cpu_blocks"
         )
 

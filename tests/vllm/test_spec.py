@@ -17,7 +17,10 @@ from bench.tooling.vllm_config import SPEC, offloading_config
 from offload import policy_names
 from offload.cpu.config import ConfigError
 from offload.vllm import KVScopeOffloadingSpec
-from offload.vllm.settings import CHUNK_ALIGNMENT, read_settings
+from offload.vllm.settings import CHUNK_ALIGNMENT, SpecSettings, read_settings
+
+_MEMORY = "(this host's memory|the container's memory limit)"
+"""The bound a tier too large for this machine passes: the host's, or a container's."""
 
 
 def test_vllm_factory_resolves_the_spec_from_the_extra_config() -> None:
@@ -54,8 +57,8 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"cpu_bytes_to_use": 0.5}, "cpu_bytes_to_use=0.5 must be at least 1"),
         ({"cpu_bytes_to_use": 100.7}, "cpu_bytes_to_use=100.7 is smaller than one offloaded"),
         ({"cpu_bytes_to_use": "100"}, "cpu_bytes_to_use='100' is smaller than one offloaded"),
-        ({"cpu_bytes_to_use": 8 << 50}, "more than this host's"),  # 8 PiB
-        ({"num_cpu_blocks": 2**50}, "more than this host's"),
+        ({"cpu_bytes_to_use": 8 << 50}, f"more than {_MEMORY}"),  # 8 PiB
+        ({"num_cpu_blocks": 2**50}, f"more than {_MEMORY}"),
         ({"cpu_bytes_to_use": 2**30, "num_cpu_blocks": 4}, "num_cpu_blocks"),
         ({}, "cpu_bytes_to_use"),
         ({"num_cpu_blocks": -1}, "num_cpu_blocks"),
@@ -211,6 +214,34 @@ def test_an_extra_config_that_is_not_a_mapping_is_rejected() -> None:
             world_size=1,
             blocks_per_chunk=1,
         )
+
+
+def test_a_tier_above_the_containers_memory_limit_is_refused_naming_it(tmp_path: Path) -> None:
+    """Below the host's memory but above the container's limit: the worker would be killed
+    for memory during its zero-fill, naming no key."""
+    limit = tmp_path / "memory.max"
+
+    def settings(cpu_bytes: int) -> SpecSettings:
+        return read_settings(
+            {"cpu_bytes_to_use": cpu_bytes},
+            worker_kv_bytes_per_block=4096,
+            world_size=1,
+            blocks_per_chunk=1,
+            cgroup_root=tmp_path,
+        )
+
+    limit.write_text(f"{1 << 30}\n")
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "the CPU tier would take 2147483648 bytes (524288 chunks of 4096 bytes), more than "
+            "the container's memory limit, 1.0 GiB (1073741824 bytes); lower cpu_bytes_to_use"
+        ),
+    ):
+        settings(2 << 30)
+    assert settings(1 << 30).num_chunks == 262144  # at the limit: fits
+    limit.write_text("max\n")
+    assert settings(2 << 30).num_chunks == 524288
 
 
 def test_vllm_options_keep_their_meaning() -> None:
