@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from offload.cpu.config import ConfigError, positive_int
+from offload.cpu.manager import MAX_NUM_BLOCKS
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import policy_names, register_policy
 from offload.decimal_text import fractional_number
@@ -46,6 +47,12 @@ MAX_NAMED_KEYS = 5
 
 CHUNK_ALIGNMENT = mmap.PAGESIZE
 """A chunk's bytes are rounded up to a page, as vLLM's CPU spec sizes its region."""
+
+BOOKKEEPING_BYTES_PER_CHUNK = 2048
+"""The scheduler's records of one chunk of a full tier, counted with the chunk's bytes by
+the memory check: its slot, key, policy entries and miss-attribution tables took 650
+bytes with lru and 1,100 with gated (200,000 chunks after 600,000 stores, 2026-11-29);
+rounded up to 2 KiB, to cover every built-in policy with room to spare."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +116,8 @@ def read_settings(
         -(-worker_kv_bytes_per_block * world_size * blocks_per_chunk // CHUNK_ALIGNMENT)
         * CHUNK_ALIGNMENT
     )
-    num_chunks = _num_chunks(extra_config, chunk)
-    _check_fits_host(num_chunks, chunk, cgroup_root)
+    num_chunks, size_key = _num_chunks(extra_config, chunk)
+    _check_fits_host(num_chunks, chunk, size_key, cgroup_root)
     return SpecSettings(
         num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay, sample_rate
     )
@@ -137,13 +144,22 @@ def _check_known(extra_config: Mapping[str, Any]) -> None:
     )
 
 
-def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
+def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> tuple[int, str]:
+    """The tier's chunks, and the key that sized it."""
     has_bytes = extra_config.get("cpu_bytes_to_use") is not None
     has_count = extra_config.get("num_cpu_blocks") is not None
     if has_bytes and has_count:
         raise ConfigError("give one of cpu_bytes_to_use and num_cpu_blocks, not both")
     if has_count:
-        return positive_int("num_cpu_blocks", extra_config["num_cpu_blocks"])
+        given_count = extra_config["num_cpu_blocks"]
+        count = positive_int("num_cpu_blocks", given_count)
+        if count > MAX_NUM_BLOCKS:
+            # Else the manager refuses it, naming its own argument, or fails allocating.
+            raise ConfigError(
+                f"kv_connector_extra_config num_cpu_blocks={shown_repr(given_count)} must be "
+                f"at most {MAX_NUM_BLOCKS}, the most chunks a kvscope tier holds"
+            )
+        return count, "num_cpu_blocks"
     if not has_bytes:
         raise ConfigError(
             "kv_connector_extra_config needs cpu_bytes_to_use (bytes of CPU memory) "
@@ -161,22 +177,29 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> int:
             f"cpu_bytes_to_use={shown_repr(given)} is smaller than one offloaded chunk "
             f"({bytes_per_chunk} bytes across all workers)"
         )
-    return cpu_bytes // bytes_per_chunk
+    return cpu_bytes // bytes_per_chunk, "cpu_bytes_to_use"
 
 
-def _check_fits_host(num_chunks: int, bytes_per_chunk: int, cgroup_root: Path) -> None:
+def _check_fits_host(
+    num_chunks: int, bytes_per_chunk: int, size_key: str, cgroup_root: Path
+) -> None:
     """Refuse a tier larger than the host's memory, or the container's limit where lower,
-    before allocating any of it: past either, the worker is killed during its zero-fill."""
+    before allocating any of it: past either, the worker is killed during its zero-fill.
+
+    The manager's records count too: with vLLM reporting 0 KV bytes per block (a GPU
+    cache of 0 blocks), a tier of 2**31 empty chunks otherwise passed, and building its
+    manager failed with a MemoryError naming no key.
+    """
     bound = memory_bound(cgroup_root)
     if bound is None:  # nothing to compare with
         return
-    tier_bytes = num_chunks * bytes_per_chunk
+    tier_bytes = num_chunks * (bytes_per_chunk + BOOKKEEPING_BYTES_PER_CHUNK)
     if tier_bytes > bound.num_bytes:
         raise ConfigError(
             f"the CPU tier would take {tier_bytes} bytes ({num_chunks} chunks of "
-            f"{bytes_per_chunk} bytes), more than {bound.what}, "
-            f"{size_text(bound.num_bytes)} ({bound.num_bytes} bytes); "
-            "lower cpu_bytes_to_use or num_cpu_blocks"
+            f"{bytes_per_chunk} bytes and {BOOKKEEPING_BYTES_PER_CHUNK} of kvscope's records "
+            f"each), more than {bound.what}, {size_text(bound.num_bytes)} "
+            f"({bound.num_bytes} bytes); lower {size_key}"
         )
 
 

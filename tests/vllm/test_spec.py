@@ -58,7 +58,7 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"cpu_bytes_to_use": 100.7}, "cpu_bytes_to_use=100.7 is smaller than one offloaded"),
         ({"cpu_bytes_to_use": "100"}, "cpu_bytes_to_use='100' is smaller than one offloaded"),
         ({"cpu_bytes_to_use": 8 << 50}, f"more than {_MEMORY}"),  # 8 PiB
-        ({"num_cpu_blocks": 2**50}, f"more than {_MEMORY}"),
+        ({"num_cpu_blocks": 2**50}, "num_cpu_blocks=1125899906842624 must be at most 4294967296"),
         ({"cpu_bytes_to_use": 2**30, "num_cpu_blocks": 4}, "num_cpu_blocks"),
         ({}, "cpu_bytes_to_use"),
         ({"num_cpu_blocks": -1}, "num_cpu_blocks"),
@@ -216,6 +216,28 @@ def test_an_extra_config_that_is_not_a_mapping_is_rejected() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("num_cpu_blocks", "named"),
+    [
+        (2**31, f"more than {_MEMORY}.*; lower num_cpu_blocks$"),
+        (2**40, "num_cpu_blocks=1099511627776 must be at most 4294967296"),
+    ],
+)
+def test_a_huge_tier_of_empty_chunks_is_refused_naming_num_cpu_blocks(
+    num_cpu_blocks: int, named: str
+) -> None:
+    """vLLM reports 0 KV bytes per block for a GPU cache of 0 blocks: the chunks hold
+    nothing, but the manager keeps records per chunk (building it failed with a MemoryError
+    or a ValueError naming no key)."""
+    config = offloading_config({"num_cpu_blocks": num_cpu_blocks}, worker_kv_bytes_per_block=0)
+    with pytest.raises(ConfigError, match=named):
+        KVScopeOffloadingSpec(config)
+    small = KVScopeOffloadingSpec(
+        offloading_config({"num_cpu_blocks": 8}, worker_kv_bytes_per_block=0)
+    )
+    assert small.get_manager().core.num_blocks == 8
+
+
 def test_a_tier_above_the_containers_memory_limit_is_refused_naming_it(tmp_path: Path) -> None:
     """Below the host's memory but above the container's limit: the worker would be killed
     for memory during its zero-fill, naming no key."""
@@ -234,14 +256,15 @@ def test_a_tier_above_the_containers_memory_limit_is_refused_naming_it(tmp_path:
     with pytest.raises(
         ConfigError,
         match=re.escape(
-            "the CPU tier would take 2147483648 bytes (524288 chunks of 4096 bytes), more than "
-            "the container's memory limit, 1.0 GiB (1073741824 bytes); lower cpu_bytes_to_use"
+            "the CPU tier would take 1610612736 bytes (262144 chunks of 4096 bytes and 2048 of "
+            "kvscope's records each), more than the container's memory limit, 1.0 GiB "
+            "(1073741824 bytes); lower cpu_bytes_to_use"
         ),
     ):
-        settings(2 << 30)
-    assert settings(1 << 30).num_chunks == 262144  # at the limit: fits
+        settings(1 << 30)
+    assert settings(1 << 29).num_chunks == 131072  # 0.75 GiB with the records: fits
     limit.write_text("max\n")
-    assert settings(2 << 30).num_chunks == 524288
+    assert settings(1 << 30).num_chunks == 262144
 
 
 def test_vllm_options_keep_their_meaning() -> None:
