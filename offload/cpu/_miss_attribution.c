@@ -330,6 +330,9 @@ static PyTypeObject GenerationsType = {
 /* ---- MissAttribution ------------------------------------------------------------------ */
 
 enum { COLD, EVICTED, NOT_ADMITTED, IN_FLIGHT, PREFIX_LOST, REASONS, UNSETTLED = -1 };
+/* Tokens of one block at most (the manager's MAX_BLOCK_SIZE): a miss's tokens, its blocks
+ * times this, stay far inside a long long for any sequence of blocks memory can hold. */
+#define MAX_BLOCK_TOKENS 2147483647LL
 static const char *const REASON_NAMES[REASONS] = {
     "cold", "evicted", "not_admitted", "in_flight", "prefix_lost"};
 
@@ -339,10 +342,12 @@ typedef struct {
     Generations *refused;
     long long lookups[REASONS];
     long long blocks[REASONS];
+    long long tokens[REASONS];
     PyObject *pending_hash; /* the last miss's break block, NULL when none is pending */
     Py_hash_t pending_value; /* its hash value, which its reason is found by */
     int pending_reason;      /* UNSETTLED until the miss settles */
     long long pending_lost;
+    long long pending_block_tokens; /* tokens of each of its blocks */
 } Attribution;
 
 static Generations *
@@ -387,6 +392,7 @@ Attribution_init(Attribution *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->refused, refused);
     memset(self->lookups, 0, sizeof self->lookups);
     memset(self->blocks, 0, sizeof self->blocks);
+    memset(self->tokens, 0, sizeof self->tokens);
     Py_CLEAR(self->pending_hash);
     return 0;
 }
@@ -445,38 +451,59 @@ settle(Attribution *self)
     self->pending_reason = reason;
 }
 
-/* Charge the pending miss's blocks, all to its reason; its break block (NULL: none was
- * pending), for the caller to release once its own state is whole: the block's finalizer may
- * run Python code, even a miss, which must not be overwritten by the caller's own. */
+/* Charge the pending miss's blocks and their tokens: ``behind`` of them to prefix_lost, the
+ * rest to its reason. Returns its break block, for the caller to release once its own state is
+ * whole: the block's finalizer may run Python code, even a miss, which must not be overwritten
+ * by the caller's own. */
 static PyObject *
-take_pending(Attribution *self)
+charge_pending(Attribution *self, long long behind)
 {
+    long long own = self->pending_lost - behind;
+    self->blocks[self->pending_reason] += own;
+    self->tokens[self->pending_reason] += own * self->pending_block_tokens;
+    self->blocks[PREFIX_LOST] += behind;
+    self->tokens[PREFIX_LOST] += behind * self->pending_block_tokens;
     PyObject *block_hash = self->pending_hash;
-    if (block_hash != NULL) {
-        settle(self);
-        self->blocks[self->pending_reason] += self->pending_lost;
-        self->pending_hash = NULL;
-    }
+    self->pending_hash = NULL;
     return block_hash;
 }
 
-/* miss(block_hashes, hits, in_flight) */
+/* Charge the pending miss's blocks, all to its reason; its break block (NULL: none was
+ * pending), for the caller to release as charge_pending's. */
+static PyObject *
+take_pending(Attribution *self)
+{
+    if (self->pending_hash == NULL)
+        return NULL;
+    settle(self);
+    return charge_pending(self, 0);
+}
+
+#define MISS_ARGS "miss() takes (block_hashes, hits, in_flight, block_tokens=1)"
+
+/* miss(block_hashes, hits, in_flight, block_tokens=1) */
 static PyObject *
 Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *in_flight_arg = nargs > 2 ? args[2] : NULL;
+    PyObject *block_tokens_arg = nargs > 3 ? args[3] : NULL;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, k);
-        if (in_flight_arg != NULL || !PyUnicode_Check(name) ||
-            PyUnicode_CompareWithASCIIString(name, "in_flight") != 0) {
-            PyErr_SetString(PyExc_TypeError, "miss() takes (block_hashes, hits, in_flight)");
+        PyObject **slot = NULL;
+        if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "in_flight") == 0)
+            slot = &in_flight_arg;
+        else if (PyUnicode_Check(name) &&
+                 PyUnicode_CompareWithASCIIString(name, "block_tokens") == 0)
+            slot = &block_tokens_arg;
+        if (slot == NULL || *slot != NULL) {
+            PyErr_SetString(PyExc_TypeError, MISS_ARGS);
             return NULL;
         }
-        in_flight_arg = args[nargs + k];
+        *slot = args[nargs + k];
     }
-    if (nargs < 2 || nargs > 3 || in_flight_arg == NULL) {
-        PyErr_SetString(PyExc_TypeError, "miss() takes (block_hashes, hits, in_flight)");
+    if (nargs < 2 || nargs > 4 || in_flight_arg == NULL) {
+        PyErr_SetString(PyExc_TypeError, MISS_ARGS);
         return NULL;
     }
     if (attribution_ready(self) < 0)
@@ -484,6 +511,17 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     Py_ssize_t hits = PyLong_AsSsize_t(args[1]);
     if (hits == -1 && PyErr_Occurred())
         return NULL;
+    long long block_tokens = 1;
+    if (block_tokens_arg != NULL) {
+        block_tokens = PyLong_AsLongLong(block_tokens_arg);
+        if (block_tokens == -1 && PyErr_Occurred())
+            return NULL;
+        if (block_tokens < 1 || block_tokens > MAX_BLOCK_TOKENS) {
+            PyErr_Format(PyExc_ValueError, "block_tokens must be from 1 to %lld, got %lld",
+                         (long long)MAX_BLOCK_TOKENS, block_tokens);
+            return NULL;
+        }
+    }
     int in_flight = PyObject_IsTrue(in_flight_arg);
     if (in_flight < 0)
         return NULL;
@@ -516,6 +554,7 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     self->pending_value = hash;
     self->pending_reason = in_flight ? IN_FLIGHT : UNSETTLED;
     self->pending_lost = length - hits;
+    self->pending_block_tokens = block_tokens;
     Py_XDECREF(charged);
     Py_RETURN_NONE;
 }
@@ -539,10 +578,7 @@ split_pending(Attribution *self, PyObject *first, long long held)
     if (same <= 0 || replaced)
         return same < 0 ? -1 : 0;
     long long lost = self->pending_lost;
-    long long behind = held < lost - 1 ? held : lost - 1;
-    self->blocks[self->pending_reason] += lost - behind;
-    self->blocks[PREFIX_LOST] += behind;
-    Py_CLEAR(self->pending_hash);
+    Py_DECREF(charge_pending(self, held < lost - 1 ? held : lost - 1));
     return 0;
 }
 
@@ -625,6 +661,12 @@ Attribution_blocks(Attribution *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+Attribution_tokens(Attribution *self, void *Py_UNUSED(closure))
+{
+    return counts_dict(self->tokens);
+}
+
+static PyObject *
 Attribution_remembered(Attribution *self, void *Py_UNUSED(closure))
 {
     if (attribution_ready(self) < 0)
@@ -655,6 +697,8 @@ static PyMemberDef Attribution_members[] = {
 static PyGetSetDef Attribution_getset[] = {
     {"lookups", (getter)Attribution_lookups, NULL, "Lookups charged to each reason.", NULL},
     {"blocks", (getter)Attribution_blocks, NULL, "Blocks lost to each reason.", NULL},
+    {"tokens", (getter)Attribution_tokens, NULL, "Tokens of the blocks lost to each reason.",
+     NULL},
     {"remembered", (getter)Attribution_remembered, NULL,
      "Hashes held to tell evicted and refused blocks from cold ones.", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -95,13 +95,15 @@ class CPUOffloadingManager(OffloadingManager):
             block = get(block_hash)
             if block is None or block.ref < 0:
                 if self._attributing:
-                    self.misses.miss(block_hashes, hits, block is not None)
+                    self.misses.miss(block_hashes, hits, block is not None, self.block_size)
                 break
             hits += 1
         stats = self.stats
         stats.lookup_calls += 1
         stats.lookup_blocks += total
         stats.lookup_hit_blocks += hits
+        stats.lookup_tokens += total * self.block_size
+        stats.lookup_hit_tokens += hits * self.block_size
         return hits
 
     def prepare_load(self, block_hashes: Iterable[BlockHash]) -> CPULoadStoreSpec:

@@ -22,21 +22,21 @@ def manager_snapshot(manager: CPUOffloadingManager) -> Snapshot:
     store_failed = stats.evicted_failed_store_blocks
     medium = manager.medium
     policy = manager.policy.name
-    tokens = manager.block_size
     snap = Snapshot()
     add = snap.add
     add(m.LOOKUPS_TOTAL, stats.lookup_calls, medium=medium)
     add(m.LOOKUP_BLOCKS_TOTAL, stats.lookup_blocks, medium=medium)
     add(m.LOOKUP_HIT_BLOCKS_TOTAL, stats.lookup_hit_blocks, medium=medium)
-    add(m.LOOKUP_TOKENS_TOTAL, stats.lookup_blocks * tokens, medium=medium)
-    add(m.LOOKUP_HIT_TOKENS_TOTAL, stats.lookup_hit_blocks * tokens, medium=medium)
+    add(m.LOOKUP_TOKENS_TOTAL, stats.lookup_tokens, medium=medium)
+    add(m.LOOKUP_HIT_TOKENS_TOTAL, stats.lookup_hit_tokens, medium=medium)
     misses = manager.misses
     for reason, lookups in list(misses.lookups.items()):
         if reason != "prefix_lost":  # it never decides a lookup
             add(m.LOOKUP_MISSES_TOTAL, lookups, medium=medium, reason=reason)
     for reason, blocks in list(misses.blocks.items()):
         add(m.LOOKUP_MISS_BLOCKS_TOTAL, blocks, medium=medium, reason=reason)
-        add(m.LOOKUP_MISS_TOKENS_TOTAL, blocks * tokens, medium=medium, reason=reason)
+    for reason, tokens in list(misses.tokens.items()):
+        add(m.LOOKUP_MISS_TOKENS_TOTAL, tokens, medium=medium, reason=reason)
     add(m.MISS_MEMORY_BLOCKS, misses.remembered, medium=medium)
     add(m.STORE_REQUESTED_BLOCKS_TOTAL, stats.store_requested_blocks, medium=medium)
     add(m.STORE_ADMITTED_BLOCKS_TOTAL, stats.store_admitted_blocks, medium=medium)

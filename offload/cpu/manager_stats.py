@@ -27,6 +27,8 @@ class ManagerStats:
         "lookup_blocks",
         "lookup_calls",
         "lookup_hit_blocks",
+        "lookup_hit_tokens",
+        "lookup_tokens",
         "prepare_store_seconds",
         "store_admitted_blocks",
         "store_completed_blocks",
@@ -43,6 +45,10 @@ class ManagerStats:
         self.lookup_blocks = 0
         """Blocks asked about; with lookup_hit_blocks, the hit ratio."""
         self.lookup_hit_blocks = 0
+        self.lookup_tokens = 0
+        self.lookup_hit_tokens = 0
+        """Their tokens, each block counted as its own: inside vLLM, a hybrid model's KV
+        cache groups differ in tokens per chunk."""
         self.load_blocks = 0
         """Blocks pinned by prepare_load (submitted)."""
         self.load_completed_blocks = 0

@@ -11,8 +11,10 @@ reason of the block it stopped at:
 
 The blocks it lost are split in two: those after the break that the tier
 still holds are ``prefix_lost`` (stored, but unreachable behind the break),
-the others go to the first miss's reason. Blocks times the block size are the
-tokens lost. Finding the held ones would cost a dictionary probe per lost
+the others go to the first miss's reason. The tokens lost are counted with
+them, each block as its own tokens (the caller names a lookup's block size:
+inside vLLM, a hybrid model's KV cache groups differ in tokens per chunk).
+Finding the held ones would cost a dictionary probe per lost
 block on every lookup; the store that follows a miss (vLLM's and the
 canonical replay's order: look up, then store what was missed) probes those
 very blocks anyway, so the split is taken from it: a miss's blocks are
@@ -48,6 +50,9 @@ from offload.base import BlockHash
 Reason = Literal["cold", "evicted", "not_admitted", "in_flight", "prefix_lost"]
 REASONS: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted", "in_flight", "prefix_lost")
 _MISS_HITS = "a missed lookup needs 0 <= hits < len(block_hashes), got {hits} of {length}"
+MAX_BLOCK_TOKENS: Final = 2**31 - 1
+"""Tokens of one block at most, the manager's block size bound (so the C form's counts stay
+in 64 bits)."""
 HORIZON_CAPACITIES: Final = 4
 """Generations hold this many tiers' worth of hashes: the hit-ratio curve asks what a tier
 up to 8x larger would hit, and two generations of 4x cover that reuse distance."""
@@ -83,7 +88,7 @@ class PyGenerations:
 class PyMissAttribution:
     """Per-reason counts of missed lookups, blocks and the memory they need."""
 
-    __slots__ = ("_pending", "blocks", "evicted", "lookups", "refused")
+    __slots__ = ("_pending", "blocks", "evicted", "lookups", "refused", "tokens")
 
     def __init__(self, capacity: int, horizon_capacities: int) -> None:
         horizon = max(1, capacity * horizon_capacities)
@@ -93,23 +98,37 @@ class PyMissAttribution:
         """Lookups charged to each reason (``prefix_lost`` never decides a lookup)."""
         self.blocks = dict.fromkeys(REASONS, 0)
         """Blocks lost to each reason."""
-        self._pending: tuple[Reason, BlockHash, int] | None = None
-        """The last miss's reason, break block and lost blocks, until a store splits them."""
+        self.tokens = dict.fromkeys(REASONS, 0)
+        """Tokens of the blocks lost to each reason."""
+        self._pending: tuple[Reason, BlockHash, int, int] | None = None
+        """The last miss's reason, break block, lost blocks and tokens per block, until a
+        store splits them."""
 
     @property
     def remembered(self) -> int:
         """Hashes held to tell evicted and refused blocks from cold ones (the memory cost)."""
         return len(self.evicted) + len(self.refused)
 
-    def miss(self, block_hashes: Sequence[BlockHash], hits: int, in_flight: bool) -> None:
+    def miss(
+        self,
+        block_hashes: Sequence[BlockHash],
+        hits: int,
+        in_flight: bool,
+        block_tokens: int = 1,
+    ) -> None:
         """Charge a lookup of ``block_hashes`` that found the first ``hits`` and stopped at
-        the next: it lost that block and every one after it.
+        the next: it lost that block and every one after it, of ``block_tokens`` tokens each
+        (1: tokens count blocks).
 
         ``in_flight``: the block it stopped at is held but still being written (the
         caller's lookup already found out, so the tier is not asked again).
         """
         if not 0 <= hits < len(block_hashes):
             raise ValueError(_MISS_HITS.format(hits=hits, length=len(block_hashes)))
+        if not 1 <= block_tokens <= MAX_BLOCK_TOKENS:
+            raise ValueError(
+                f"block_tokens must be from 1 to {MAX_BLOCK_TOKENS}, got {block_tokens}"
+            )
         block_hash = block_hashes[hits]
         lost = len(block_hashes) - hits
         reason: Reason
@@ -123,7 +142,7 @@ class PyMissAttribution:
             reason = "cold"
         self.lookups[reason] += 1
         self.flush()
-        self._pending = (reason, block_hash, lost)
+        self._pending = (reason, block_hash, lost, block_tokens)
 
     def stored(
         self,
@@ -146,18 +165,24 @@ class PyMissAttribution:
             return
         if self._pending is not pending:  # the compare ran code that made another miss
             return
-        reason, _block_hash, lost = pending
-        behind = min(held, lost - 1)
         self._pending = None
-        self.blocks[reason] += lost - behind
-        self.blocks["prefix_lost"] += behind
+        self._charge(pending, min(held, pending[2] - 1))
 
     def flush(self) -> None:
         """Charge the pending miss's blocks, all to its reason (no store split them)."""
         pending = self._pending
         if pending is not None:
             self._pending = None
-            self.blocks[pending[0]] += pending[2]
+            self._charge(pending, 0)
+
+    def _charge(self, pending: tuple[Reason, BlockHash, int, int], behind: int) -> None:
+        """A miss's blocks and their tokens: ``behind`` to ``prefix_lost``, the rest to its
+        reason."""
+        reason, _block_hash, lost, block_tokens = pending
+        self.blocks[reason] += lost - behind
+        self.tokens[reason] += (lost - behind) * block_tokens
+        self.blocks["prefix_lost"] += behind
+        self.tokens["prefix_lost"] += behind * block_tokens
 
     def reset(self) -> None:
         self.flush()

@@ -65,7 +65,8 @@ LOOKUP_MISS_BLOCKS_TOTAL = _spec(
 LOOKUP_MISS_TOKENS_TOTAL = _spec(
     "kvscope_lookup_miss_tokens_total",
     "counter",
-    "Tokens lookups lost, by reason (blocks times the block size).",
+    "Tokens of the blocks lookups lost, by reason, each block counted with its own size "
+    "(inside vLLM, a hybrid model's KV cache group copy with its group's chunk tokens).",
     "medium",
     "reason",
 )

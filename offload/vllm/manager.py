@@ -107,15 +107,18 @@ class KVScopeManager(OffloadingManager):
                 self._record(references)
         block = self._blocks.get(key)
         stats = self.core.stats
+        tokens = self._tokens_of(key)  # its own group's: groups differ in tokens per chunk
         stats.lookup_calls += 1
         stats.lookup_blocks += 1
+        stats.lookup_tokens += tokens
         if block is None:
             # vLLM asks key by key and stops at the first miss: this one decides the loss.
-            self.core.misses.miss((key,), 0, in_flight=False)
+            self.core.misses.miss((key,), 0, False, tokens)
             return LookupResult.MISS
         if block.ref < 0:
             return LookupResult.HIT_PENDING
         stats.lookup_hit_blocks += 1
+        stats.lookup_hit_tokens += tokens
         return LookupResult.HIT
 
     def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> CacheHitSource:
@@ -352,8 +355,10 @@ class KVScopeManager(OffloadingManager):
         return access.parent(keys, at, self._tokens_of(keys[at]))
 
     def _tokens_of(self, key: OffloadKey) -> int:
-        """Tokens of one chunk of ``key``'s KV cache group."""
-        return self._chunk_tokens[get_offload_group_idx(key)]
+        """Tokens of one chunk of ``key``'s KV cache group; the first group's (the tier's
+        block size) for a group the config does not name, which vLLM's manager accepts too
+        (its own tests store keys of group 1 in a tier configured with one group)."""
+        return self._chunk_tokens.get(get_offload_group_idx(key), self.core.block_size)
 
     def _count_offers(self, keys: list[OffloadKey]) -> None:
         """Count an offer per key; the least recently offered keys leave a full tracker.

@@ -172,7 +172,12 @@ def test_a_store_completed_in_parts_announces_runs_of_its_chain(
 operations = st.lists(
     st.one_of(
         st.tuples(
-            st.just("miss"), st.integers(0, 3), st.integers(0, 30), st.integers(1, 9), st.booleans()
+            st.just("miss"),
+            st.integers(0, 3),
+            st.integers(0, 30),
+            st.integers(1, 9),
+            st.booleans(),
+            st.sampled_from([1, 16, 32, 2**31 - 1]),
         ),
         st.tuples(
             st.just("stored"),
@@ -197,8 +202,9 @@ def test_the_two_forms_count_alike(script: list[tuple], capacity: int) -> None:
     for step in script:
         for attribution in forms:
             match step:
-                case ("miss", hits, block_hash, lost, in_flight):
-                    attribution.miss([-1] * hits + [block_hash] * lost, hits, in_flight)
+                case ("miss", hits, block_hash, lost, in_flight, block_tokens):
+                    block_hashes = [-1] * hits + [block_hash] * lost
+                    attribution.miss(block_hashes, hits, in_flight, block_tokens)
                 case ("stored", requested, held, refused, evicted):
                     attribution.stored(requested, held, refused, evicted)
                 case ("evicted", hashes):
@@ -212,6 +218,7 @@ def test_the_two_forms_count_alike(script: list[tuple], capacity: int) -> None:
         c, python = forms
         assert c.lookups == python.lookups
         assert c.blocks == python.blocks
+        assert c.tokens == python.tokens
         assert c.remembered == python.remembered
 
 
@@ -314,6 +321,46 @@ def test_a_miss_is_charged_by_what_was_remembered_at_it(form: type) -> None:
     attribution.miss([6, 7], 1, False)
     attribution.stored([], 0, [], [7])  # evicted after it was refused: the miss came first
     assert attribution.lookups["not_admitted"] == 1 and attribution.lookups["evicted"] == 0
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+def test_each_miss_counts_its_own_blocks_tokens(form: type) -> None:
+    """Inside vLLM a hybrid model's groups differ in tokens per chunk: each lookup names
+    its own, and its blocks, split or not, count that many tokens each."""
+    attribution = form(4, 1)
+    attribution.miss([7, 8, 9], 0, False, 32)
+    attribution.stored([7, 8, 9], 1, [], [])  # 9 held behind the break
+    attribution.miss([5, 6], 1, False, block_tokens=16)
+    attribution.miss([4], 0, in_flight=True)  # no size named: tokens count blocks
+    attribution.flush()
+    assert attribution.blocks == {
+        **dict.fromkeys(REASONS, 0),
+        "cold": 3,
+        "prefix_lost": 1,
+        "in_flight": 1,
+    }
+    assert attribution.tokens == {
+        **dict.fromkeys(REASONS, 0),
+        "cold": 2 * 32 + 16,
+        "prefix_lost": 32,
+        "in_flight": 1,
+    }
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+@pytest.mark.parametrize("block_tokens", [0, -16, 2**31])
+def test_a_block_size_out_of_range_is_refused_and_changes_nothing(
+    form: type, block_tokens: int
+) -> None:
+    attribution = form(4, 1)
+    attribution.miss([5, 6], 1, False, 16)
+    with pytest.raises(
+        ValueError, match=f"block_tokens must be from 1 to 2147483647, got {block_tokens}"
+    ):
+        attribution.miss([7, 8], 0, False, block_tokens)
+    attribution.flush()
+    assert attribution.lookups["cold"] == 1
+    assert (attribution.blocks["cold"], attribution.tokens["cold"]) == (1, 16)
 
 
 @pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])

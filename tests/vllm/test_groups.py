@@ -15,6 +15,7 @@ import random
 import msgspec
 from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVEventBatch
 from vllm.v1.kv_offload.base import (
+    LookupResult,
     OffloadKey,
     ReqContext,
     get_offload_group_idx,
@@ -23,6 +24,8 @@ from vllm.v1.kv_offload.base import (
 
 from app.decode import decode_kv_payload
 from app.state.block_index import BlockIndex
+from bench.tooling.vllm_config import kvscope_manager
+from offload.cpu.manager_metrics import manager_snapshot
 from offload.vllm.manager import KVScopeManager
 from offload.wire.framing import DEFAULT_KV_TOPIC
 from tests.vllm.test_sample_and_parents import Scheduler, Subscriber, raw, subscribed
@@ -179,3 +182,33 @@ def test_a_coarse_groups_chain_reaches_what_the_fine_groups_copies_no_longer_do(
         index.apply("kvscope", decode_kv_payload(payload), 1.0)
     assert [(row.blocks, row.stranded) for row in index.usage()] == [(6, 0)]
     assert index.lookup_prefix([raw(h) for h in (1, 2, 3, 4)]).runs == {"CPU": 4}
+
+
+def test_each_groups_lookups_count_their_own_chunks_tokens() -> None:
+    """A 16-token group and a 32-token one: a lookup of a group's key asks about, finds or
+    loses that group's chunk of tokens (a miss on the 32-token group counted 16)."""
+    manager = kvscope_manager(8, tokens_per_block=(16, 32))
+    request = Request("r", [10, 20, 30, 40], (16, 32))
+    _store(manager, request, slice(0, 1), slice(0, 1))  # each group's first chunk
+    for group in (0, 1):
+        manager.lookup(request.keys[group][0], request.ctx)  # hits
+        manager.lookup(request.keys[group][1], request.ctx)  # misses: never stored
+    manager.core.misses.flush()  # the last miss is charged when the counts settle
+    counts = {
+        (sample.name, sample.labels.get("reason")): sample.value
+        for sample in manager_snapshot(manager.core).counters
+    }
+    assert counts[("kvscope_lookup_miss_blocks_total", "cold")] == 2
+    assert counts[("kvscope_lookup_miss_tokens_total", "cold")] == 16 + 32
+    assert counts[("kvscope_lookup_tokens_total", None)] == 2 * (16 + 32)
+    assert counts[("kvscope_lookup_hit_tokens_total", None)] == 16 + 32
+
+
+def test_a_key_of_a_group_the_config_does_not_name_counts_the_first_groups_tokens() -> None:
+    """vLLM's manager takes a key of any group (its own tests store group 1's in a tier of
+    one group): kvscope's looks it up too, as a chunk of the first group's tokens."""
+    manager = kvscope_manager(8)  # one group, 16 tokens a chunk
+    assert manager.lookup(make_offload_key(raw(1), 1), ReqContext(req_id="r")) is LookupResult.MISS
+    manager.core.misses.flush()
+    assert manager.core.misses.tokens["cold"] == 16
+    assert manager.core.stats.lookup_tokens == 16
