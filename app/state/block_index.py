@@ -20,7 +20,7 @@ from app.settings import MAX_PAGE_LIMIT
 from app.state.held_block import HeldBlock, location_numbers
 from app.state.listing import Listing
 from app.state.shards import SHARD_RUN, SHARDS, shard_of
-from app.state.stranded import MAX_REHANG_LINKS, StrandedBlocks
+from app.state.stranded import MAX_REHANG_LINKS, Siblings, StrandedBlocks
 
 # Per block, the index keeps one HeldBlock (app/state/held_block.py), changed in
 # place, in dicts the cyclic garbage collector never tracks; the listing
@@ -363,12 +363,14 @@ class BlockIndex:
         bit = 1 << number
         shards = self._shards
         stranded = self.stranded
+        children = stranded.children
         extra = self._extra_copies.get(number)
         removed = gone = 0
         # Tail first: a chain listed head first then leaves without stranding,
         # one after another, every block below the head (the result is the same).
         for block_hash in reversed(block_hashes):
-            blocks = shards[(hash(block_hash) >> SHARD_RUN) % SHARDS]  # shard_of, inlined
+            shard = (hash(block_hash) >> SHARD_RUN) % SHARDS  # shard_of, inlined
+            blocks = shards[shard]
             entry = blocks.get(block_hash)
             if entry is None:
                 continue
@@ -386,7 +388,18 @@ class BlockIndex:
             if mask == bit:  # its last location
                 del blocks[block_hash]
                 gone += 1
-                stranded.gone(entry, bit)
+                if entry.stranded or block_hash in children[shard]:
+                    stranded.gone(entry, bit)
+                    continue
+                # StrandedBlocks.gone of a reachable leaf, inlined: it leaves its parent's
+                # children, and the parent of one child (a chain's) forgets it in one step.
+                parent = entry.parent
+                if parent is not None and parent != block_hash:
+                    siblings = children[entry.parent_shard]
+                    if type(siblings[parent]) is Siblings:
+                        stranded.unhang(entry)
+                    else:
+                        del siblings[parent]
             elif entry.stranded:
                 stranded.count(bit, -1)
         self._counts[number] -= removed

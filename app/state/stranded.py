@@ -68,9 +68,11 @@ class StrandedBlocks:
 
     def __init__(self, held: tuple[dict[Hashable, HeldBlock], ...]) -> None:
         self._held = held
-        self._children: tuple[dict[Hashable, Hashable | Siblings], ...] = tuple(
+        self.children: tuple[dict[Hashable, Hashable | Siblings], ...] = tuple(
             {} for _ in range(SHARDS)
         )
+        """Per shard of the parent: parent -> its one child, or ``Siblings``. The index reads
+        it to tell a leaf's removal, the common case, which it does inline (``gone``)."""
         self.counts: dict[int, int] = {}
         """Location bit number -> stranded blocks held there."""
         self.walked = 0
@@ -89,7 +91,7 @@ class StrandedBlocks:
         its child (a cycle) was not held when the child came: its sequence
         number, later than the child's, says so.
         """
-        held, shards = self._held, self._children
+        held, shards = self._held, self.children
         previous: Hashable | None = None
         previous_stranded = False
         previous_children: Hashable | Siblings | None = None
@@ -122,8 +124,8 @@ class StrandedBlocks:
         what hung under it is stranded."""
         if entry.stranded:
             self.count(mask, -1)
-        self._unhang(entry)
-        if entry.block_hash in self._children[entry.shard]:
+        self.unhang(entry)
+        if entry.block_hash in self.children[entry.shard]:
             self._walk(entry, True)
 
     def rehang(
@@ -149,11 +151,11 @@ class StrandedBlocks:
             or self._above(record, parent, min(links, MAX_REHANG_LINKS))
         ):
             return False
-        self._unhang(record)
+        self.unhang(record)
         record.parent, record.parent_shard = parent, parent_shard
         stranded = False
         if parent is not None:
-            children = self._children[parent_shard]
+            children = self.children[parent_shard]
             _adopt(children, parent, children.get(parent), record.block_hash)
             above = self._held[parent_shard].get(parent)
             stranded = above is None or above.stranded
@@ -178,11 +180,11 @@ class StrandedBlocks:
             above, shard = node.parent, node.parent_shard
         return False
 
-    def _unhang(self, record: HeldBlock) -> None:
+    def unhang(self, record: HeldBlock) -> None:
         """Take a block out of its parent's children."""
         block_hash, parent = record.block_hash, record.parent
         if parent is not None and parent != block_hash:
-            children = self._children[record.parent_shard]
+            children = self.children[record.parent_shard]
             child = children[parent]
             if type(child) is not Siblings:
                 del children[parent]
@@ -200,7 +202,7 @@ class StrandedBlocks:
 
     def _walk(self, top: HeldBlock, stranded: bool) -> None:
         """Set the flag of every block under ``top`` (not ``top``) that now changes."""
-        held, shards = self._held, self._children
+        held, shards = self._held, self.children
         stack = [top]
         walked = 0
         while stack:
