@@ -289,15 +289,21 @@ class BlockIndex:
         # Another group's copy on this medium came with the same reload: one hit, not two.
         copies = self._pair_bits[publisher, medium]
         shards = self._shards
-        records = self._listing.open  # this event's new records go at its end
-        listed, first_new = records.append, len(records)
+        listed = self._listing.open.append  # this event's new records go at its end
         room = self.max_blocks - self._held
         # The blocks continue one chain: each hangs under the one before it.
         parent_shard = 0 if parent is None else shard_of(parent)
         extra = self._copies(number)
-        seq = self._next_seq
+        seq = first_seq = self._next_seq
         added = refused = 0
         sized = bool(block_size)  # a size that names no granularity (0) moves nothing
+        stranded = self.stranded
+        kids = stranded.children
+        # The last new block, whether it is stranded, and what hangs under it: its child
+        # next in the chain takes those without a look-up.
+        previous: Hashable | None = None
+        previous_stranded = False
+        previous_children: Hashable | Siblings | None = None
         for block_hash in block_hashes:
             shard = (hash(block_hash) >> SHARD_RUN) % SHARDS  # shard_of, inlined
             blocks = shards[shard]
@@ -309,6 +315,24 @@ class BlockIndex:
                     continue
                 room -= 1
                 added += 1
+                # Entered not stranded under its parent (``StrandedBlocks``), inline: a call
+                # per block would be most of the store's cost. A parent later in the chain
+                # (a loop) is not held yet, so the block is stranded below it.
+                flag = False
+                if parent is not None and parent != block_hash:
+                    children = kids[parent_shard]
+                    if parent is previous:
+                        child, flag = previous_children, previous_stranded
+                    else:
+                        child = children.get(parent)
+                        above = shards[parent_shard].get(parent)
+                        flag = above is None or above.stranded
+                    if child is None:  # stranded._adopt, inlined
+                        children[parent] = block_hash
+                    elif type(child) is Siblings:
+                        child.members[block_hash] = None
+                    else:
+                        children[parent] = Siblings({child: None, block_hash: None})
                 entry = HeldBlock(
                     block_hash, shard, bit, seq, now, now, 0, block_size,
                     parent, parent_shard, False,
@@ -316,6 +340,12 @@ class BlockIndex:
                 blocks[block_hash] = entry
                 listed(entry)
                 seq += 1
+                below = kids[shard].get(block_hash)
+                if flag:
+                    stranded.flag(entry, True)  # what hangs under it was stranded already
+                elif below is not None:
+                    stranded.walk(entry, False)
+                previous, previous_stranded, previous_children = block_hash, flag, below
                 parent, parent_shard = block_hash, shard
                 continue
             # A hybrid model's coarser group (the first test is all other stores pay).
@@ -329,7 +359,7 @@ class BlockIndex:
                 entry.mask |= bit
                 added += 1
                 if entry.stranded:
-                    self.stranded.count(bit, 1)
+                    stranded.count(bit, 1)
             else:  # another copy at the same location
                 extra[block_hash] = extra.get(block_hash, 0) + 1
                 added += 1
@@ -339,9 +369,7 @@ class BlockIndex:
             gained += block_hashes
             if len(gained) > max(RESET_TRACKED, self._held >> 3):  # a walk costs less
                 del self._gained[publisher]
-        if added_records := records[first_new:]:
-            self.stranded.stored(added_records)
-            self._held += len(added_records)
+        self._held += seq - first_seq
         self._next_seq = seq
         self._counts[number] += added
         self.overflow += refused

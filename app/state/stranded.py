@@ -20,8 +20,9 @@ shards: app/state/shards.py) where it kept four, and a store or a removal
 touches it two or three times. Like the index's, that map holds no object the
 cyclic garbage collector tracks (a parent of several children holds them in a
 ``Siblings``, which it never tracks), so full collections never walk it. The
-index hands over an event's new records in one call: the per-block work is
-then a few dict operations, not a Python call as well.
+index enters a store's new blocks and drops a removal's reachable leaves in
+its own per-block loops, with ``children`` (app/state/block_index.py): the
+per-block work is then a few dict operations, not Python calls as well.
 
 Memory: one map entry per parent of a held block, bounded by the index's
 ``max_blocks``.
@@ -59,11 +60,13 @@ class Siblings(msgspec.Struct, gc=False):
 class StrandedBlocks:
     """How many held blocks are stranded on each location bit, and who hangs under whom.
 
-    ``held`` is the index's shards of held blocks' records. The index enters an event's
-    new blocks not stranded and then calls ``stored``, calls ``gone`` once a
-    block is dropped, and ``count`` when a stranded block gains or loses
-    locations. Each parent maps to its one child, or to ``Siblings`` when it has
-    more (a chain's common case costs one dict entry, no set).
+    ``held`` is the index's shards of held blocks' records. The index enters each new
+    block in ``children`` under its parent itself, then calls ``flag`` when it is stranded
+    (its parent is held nowhere, or stranded) or ``walk`` when blocks hang under it
+    already; it calls ``gone`` once a block is dropped (but for a reachable leaf, which
+    it unhangs itself), and ``count`` when a stranded block gains or loses locations.
+    Each parent maps to its one child, or to ``Siblings`` when it has more (a chain's
+    common case costs one dict entry, no set).
     """
 
     def __init__(self, held: tuple[dict[Hashable, HeldBlock], ...]) -> None:
@@ -71,53 +74,15 @@ class StrandedBlocks:
         self.children: tuple[dict[Hashable, Hashable | Siblings], ...] = tuple(
             {} for _ in range(SHARDS)
         )
-        """Per shard of the parent: parent -> its one child, or ``Siblings``. The index reads
-        it to tell a leaf's removal, the common case, which it does inline (``gone``)."""
+        """Per shard of the parent: parent -> its one child, or ``Siblings``. The index's
+        store and removal loops change it inline for the common cases (a call per block
+        would be most of their cost)."""
         self.counts: dict[int, int] = {}
         """Location bit number -> stranded blocks held there."""
         self.walked = 0
         """Children the walks looked at, since start: their work, which a store or removal
         of one block can make as large as the blocks held (a chain's root that comes and
         goes), for the index to count in its parts of a batch (``BlockIndex.apply``)."""
-
-    def stored(self, records: list[HeldBlock]) -> None:
-        """The records of the blocks one event newly held, in its order, each entered not
-        stranded, hanging under its parent (None: a root, or not known; the block itself:
-        ignored).
-
-        One call per event, not per block: a chain's block hangs under the block
-        entered just before it, whose state and children this loop has just read,
-        so it costs no look-up of its parent. A parent entered by the same event after
-        its child (a cycle) was not held when the child came: its sequence
-        number, later than the child's, says so.
-        """
-        held, shards = self._held, self.children
-        previous: Hashable | None = None
-        previous_stranded = False
-        previous_children: Hashable | Siblings | None = None
-        for record in records:
-            block_hash, parent = record.block_hash, record.parent
-            stranded = False
-            if parent is not None and parent != block_hash:
-                children = shards[record.parent_shard]
-                if parent is previous:
-                    child, stranded = previous_children, previous_stranded
-                else:
-                    child = children.get(parent)
-                    above = held[record.parent_shard].get(parent)
-                    stranded = above is None or above.stranded or above.seq > record.seq
-                if child is None:  # _adopt, inlined
-                    children[parent] = block_hash
-                elif type(child) is Siblings:
-                    child.members[block_hash] = None
-                else:
-                    children[parent] = Siblings({child: None, block_hash: None})
-            below = shards[record.shard].get(block_hash)
-            if stranded:
-                self._set(record, True)  # what hangs under it was stranded already
-            elif below is not None:
-                self._walk(record, False)
-            previous, previous_stranded, previous_children = block_hash, stranded, below
 
     def gone(self, entry: HeldBlock, mask: int) -> None:
         """A block no longer held (``entry``: its record, ``mask``: the locations it left):
@@ -126,7 +91,7 @@ class StrandedBlocks:
             self.count(mask, -1)
         self.unhang(entry)
         if entry.block_hash in self.children[entry.shard]:
-            self._walk(entry, True)
+            self.walk(entry, True)
 
     def rehang(
         self, record: HeldBlock, parent: Hashable | None, parent_shard: int, links: int
@@ -160,8 +125,8 @@ class StrandedBlocks:
             above = self._held[parent_shard].get(parent)
             stranded = above is None or above.stranded
         if stranded != record.stranded:
-            self._set(record, stranded)
-            self._walk(record, stranded)
+            self.flag(record, stranded)
+            self.walk(record, stranded)
         return True
 
     def _above(self, record: HeldBlock, ancestor: Hashable, links: int) -> bool:
@@ -200,7 +165,7 @@ class StrandedBlocks:
         for bit in location_numbers(mask):
             counts[bit] = counts.get(bit, 0) + delta
 
-    def _walk(self, top: HeldBlock, stranded: bool) -> None:
+    def walk(self, top: HeldBlock, stranded: bool) -> None:
         """Set the flag of every block under ``top`` (not ``top``) that now changes."""
         held, shards = self._held, self.children
         stack = [top]
@@ -215,11 +180,12 @@ class StrandedBlocks:
             for block_hash in children:
                 record = held[shard_of(block_hash)][block_hash]  # children are held
                 if record.stranded != stranded:
-                    self._set(record, stranded)
+                    self.flag(record, stranded)
                     stack.append(record)
         self.walked += walked
 
-    def _set(self, record: HeldBlock, stranded: bool) -> None:
+    def flag(self, record: HeldBlock, stranded: bool) -> None:
+        """Set one held block's flag, counting it on its locations."""
         record.stranded = stranded
         self.count(record.mask, 1 if stranded else -1)
 
@@ -231,7 +197,8 @@ def _adopt(
     block_hash: Hashable,
 ) -> None:
     """Enter ``block_hash`` among ``parent``'s children in ``children``, which held ``child``
-    for it (None: no child yet). ``stored`` inlines it: a call per block costs its loop 5%."""
+    for it (None: no child yet). The index's store loop inlines it: a call per block costs
+    that loop 5%."""
     if child is None:
         children[parent] = block_hash
     elif type(child) is Siblings:
