@@ -8,10 +8,10 @@ event. How it keys blocks, counts hits and caps its memory: docs/ARCHITECTURE.md
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -43,10 +43,13 @@ look at count as block events: one block's removal or store walks every block un
 _NO_LOCK: Final = nullcontext()
 _DONE: Final = object()
 """What the parts of a batch give when the batch is applied."""
+_NO_BLOCK: Final = object()
+"""Never a block hash: what a store's loop knows of before it enters a block."""
 MAX_LOCATIONS: Final = 1024
 """Most locations (publisher, medium, group) in all: every held block's mask is as wide as
 the highest bit, so its memory and the walks over it grow with them (64 publishers on
 16 media, the worst case before groups)."""
+_Item = TypeVar("_Item")  # what an event's cuts hold: block hashes, or rehangs
 
 
 class BlockEntry(msgspec.Struct, frozen=True):
@@ -238,9 +241,14 @@ class BlockIndex:
         self.reset_publisher(publisher)
         yield self.part_blocks
 
-    def _cuts(self, items: Sized) -> range:
-        """Where each cut of an event's blocks (or rehangs) starts: ``part_blocks`` a cut."""
-        return range(0, len(items), self.part_blocks)
+    def _cuts(self, items: list[_Item], tail_first: bool = False) -> Iterable[list[_Item]]:
+        """An event's blocks (or rehangs) in cuts of ``part_blocks``, head first or tail
+        first: the list itself when it fits in one (nearly always), which copies nothing."""
+        part = self.part_blocks
+        if len(items) <= part:
+            return (items,) if items else ()
+        starts = range(0, len(items), part)
+        return (items[start : start + part] for start in (starts[::-1] if tail_first else starts))
 
     def _store(self, publisher: str, event: DecodedEvent, now: float) -> Iterator[int]:
         """Store ``event``'s blocks a cut at a time, yielding each cut's length once it is in."""
@@ -251,21 +259,20 @@ class BlockIndex:
         bit = 1 << number
         hashes = event.block_hashes
         if event.parent_block_hash is None and self._reports(event, bit):
-            for start in self._cuts(hashes):
-                yield self._touch(hashes[start : start + self.part_blocks], bit, now)
+            for cut in self._cuts(hashes):
+                yield self._touch(cut, bit, now)
             return
         block_size = event.block_size
         coarser: list[tuple[HeldBlock, Hashable | None, int]] = []  # (block, parent, shard)
-        for start in self._cuts(hashes):
-            parent = event.parent_block_hash if start == 0 else hashes[start - 1]
-            cut = hashes[start : start + self.part_blocks]
+        parent = event.parent_block_hash
+        for cut in self._cuts(hashes):
             self._store_run(publisher, medium, number, cut, parent, block_size, now, coarser)
+            parent = cut[-1]  # the next cut continues the chain
             yield len(cut)
         # Once the whole chain is in, as for an event applied whole: a block the chain names
         # twice (a loop) is met at each place before it moves, and a cut moving it first
         # left the later place unmet, its stranded count apart from the whole event's.
-        for start in self._cuts(coarser):
-            moves = coarser[start : start + self.part_blocks]
+        for moves in self._cuts(coarser):
             for entry, above, above_shard in moves:
                 self._rehang(entry, above, above_shard, block_size or 0)
             yield len(moves)
@@ -290,18 +297,17 @@ class BlockIndex:
         copies = self._pair_bits[publisher, medium]
         shards = self._shards
         listed = self._listing.open.append  # this event's new records go at its end
-        room = self.max_blocks - self._held
         # The blocks continue one chain: each hangs under the one before it.
         parent_shard = 0 if parent is None else shard_of(parent)
-        extra = self._copies(number)
         seq = first_seq = self._next_seq
-        added = refused = 0
+        full = seq + self.max_blocks - self._held  # the sequence number the index is full at
+        added = refused = 0  # added: copies of blocks held already
         sized = bool(block_size)  # a size that names no granularity (0) moves nothing
         stranded = self.stranded
         kids = stranded.children
         # The last new block, whether it is stranded, and what hangs under it: its child
         # next in the chain takes those without a look-up.
-        previous: Hashable | None = None
+        previous: Hashable = _NO_BLOCK
         previous_stranded = False
         previous_children: Hashable | Siblings | None = None
         for block_hash in block_hashes:
@@ -309,30 +315,27 @@ class BlockIndex:
             blocks = shards[shard]
             entry = blocks.get(block_hash)
             if entry is None:
-                if room <= 0:
+                if seq >= full:
                     refused += 1
                     parent, parent_shard = block_hash, shard
                     continue
-                room -= 1
-                added += 1
                 # Entered not stranded under its parent (``StrandedBlocks``), inline: a call
                 # per block would be most of the store's cost. A parent later in the chain
                 # (a loop) is not held yet, so the block is stranded below it.
-                flag = False
-                if parent is not None and parent != block_hash:
-                    children = kids[parent_shard]
-                    if parent is previous:
-                        child, flag = previous_children, previous_stranded
-                    else:
-                        child = children.get(parent)
-                        above = shards[parent_shard].get(parent)
-                        flag = above is None or above.stranded
-                    if child is None:  # stranded._adopt, inlined
-                        children[parent] = block_hash
-                    elif type(child) is Siblings:
-                        child.members[block_hash] = None
-                    else:
-                        children[parent] = Siblings({child: None, block_hash: None})
+                if parent is previous:  # the chain's last new block (never this one)
+                    child, flag = previous_children, previous_stranded
+                elif parent is None or parent == block_hash:
+                    child, flag = _NO_BLOCK, False  # hangs under nothing
+                else:
+                    child = kids[parent_shard].get(parent)
+                    above = shards[parent_shard].get(parent)
+                    flag = above is None or above.stranded
+                if child is None:  # stranded._adopt, inlined
+                    kids[parent_shard][parent] = block_hash
+                elif type(child) is Siblings:
+                    child.members[block_hash] = None
+                elif child is not _NO_BLOCK:
+                    kids[parent_shard][parent] = Siblings({child: None, block_hash: None})
                 entry = HeldBlock(
                     block_hash, shard, bit, seq, now, now, 0, block_size,
                     parent, parent_shard, False,
@@ -355,16 +358,17 @@ class BlockIndex:
             entry.last = now
             if entry.mask & reload_bits and not entry.mask & copies:
                 entry.hits += 1
+            added += 1
             if not entry.mask & bit:
                 entry.mask |= bit
-                added += 1
                 if entry.stranded:
                     stranded.count(bit, 1)
             else:  # another copy at the same location
+                extra = self._copies(number)
                 extra[block_hash] = extra.get(block_hash, 0) + 1
-                added += 1
         if block_size and block_size > self._sizes[number]:
             self._sizes[number] = block_size
+        added += seq - first_seq
         if added and (gained := self._gained.get(publisher)) is not None:
             gained += block_hashes
             if len(gained) > max(RESET_TRACKED, self._held >> 3):  # a walk costs less
@@ -380,9 +384,7 @@ class BlockIndex:
         number = self._location(publisher, event.medium or DEFAULT_MEDIUM, event.group)
         if number is None:
             return
-        hashes = event.block_hashes
-        for start in reversed(self._cuts(hashes)):
-            cut = hashes[start : start + self.part_blocks]
+        for cut in self._cuts(event.block_hashes, tail_first=True):
             self._remove_run(number, cut)
             yield len(cut)
 
@@ -469,7 +471,8 @@ class BlockIndex:
         """
         if not event.block_hashes:
             return False
-        entry = self._record(event.block_hashes[-1])
+        last = event.block_hashes[-1]
+        entry = self._shards[(hash(last) >> SHARD_RUN) % SHARDS].get(last)  # _record, inlined
         return entry is not None and bool(entry.mask & bit)
 
     def _touch(self, block_hashes: list[Hashable], bit: int, now: float) -> int:
