@@ -65,7 +65,8 @@ def frame_events(era: str, stored: list, removed: list, tokens: int) -> list:
             events.append(["BlockStored", *fields, None, MEDIUM])
     for start in range(0, len(removed), BLOCKS_PER_EVENT):
         hashes = removed[start : start + BLOCKS_PER_EVENT]
-        events.append(BlockRemoved(hashes, MEDIUM) if era == "map" else ["BlockRemoved", hashes])
+        removal = BlockRemoved(hashes, MEDIUM) if era == "map" else ["BlockRemoved", hashes, MEDIUM]
+        events.append(removal)
     return events
 
 
