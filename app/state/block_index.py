@@ -405,18 +405,11 @@ class BlockIndex:
             if entry is None:
                 continue
             mask = entry.mask
-            if not mask & bit:
-                continue
-            removed += 1
-            if extra and block_hash in extra:  # one of several copies there: it stays
-                if extra[block_hash] == 1:
-                    del extra[block_hash]
-                else:
-                    extra[block_hash] -= 1
-                continue
-            entry.mask = mask ^ bit
-            if mask == bit:  # its last location
+            if mask == bit and not (extra and block_hash in extra):
+                # Its one copy held, here: it goes (the common case first).
+                entry.mask = 0
                 del blocks[block_hash]
+                removed += 1
                 gone += 1
                 if entry.stranded or block_hash in children[shard]:
                     stranded.gone(entry, bit)
@@ -430,7 +423,18 @@ class BlockIndex:
                         stranded.unhang(entry)
                     else:
                         del siblings[parent]
-            elif entry.stranded:
+                continue
+            if not mask & bit:
+                continue
+            removed += 1
+            if extra and block_hash in extra:  # one of several copies there: it stays
+                if extra[block_hash] == 1:
+                    del extra[block_hash]
+                else:
+                    extra[block_hash] -= 1
+                continue
+            entry.mask = mask ^ bit  # held elsewhere too
+            if entry.stranded:
                 stranded.count(bit, -1)
         self._counts[number] -= removed
         self._held -= gone
