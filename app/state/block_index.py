@@ -272,7 +272,7 @@ class BlockIndex:
         # Once the whole chain is in, as for an event applied whole: a block the chain names
         # twice (a loop) is met at each place before it moves, and a cut moving it first
         # left the later place unmet, its stranded count apart from the whole event's.
-        for moves in self._cuts(coarser):
+        for moves in self._cuts(coarser) if coarser else ():
             for entry, above, above_shard in moves:
                 self._rehang(entry, above, above_shard, block_size or 0)
             yield len(moves)
