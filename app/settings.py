@@ -372,7 +372,8 @@ class SidecarSettings(BaseSettings):
         gt=0,
         le=3600,
         description="Longest a client may read nothing while the server's write buffer for it "
-        "is full; then its response is cut and the connection closed (counted).",
+        "is full, or holds the unsent end of an answer written whole; then its response is "
+        "cut and the connection closed (counted).",
     )
     max_connections: DecimalInt = Field(
         default=1024,

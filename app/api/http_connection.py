@@ -17,7 +17,12 @@ what uvicorn lacks, each counted in ``HttpCounts``:
 - a response its client reads nothing of for ``send_timeout_s`` while the
   server's write buffer is full is cut, dropping what is buffered
   (``send_timeout``): the response's ``send`` returns, as for a client gone.
-  A client that reads, however slowly, is given the time again.
+  A client that reads, however slowly, is given the time again. The same
+  deadline runs once an answer is written whole with some of it unsent,
+  however little: an answer under the high-water mark never filled the
+  buffer, and a close (at uvicorn's keep-alive timeout, or after a
+  ``connection: close``) waits for the buffer to drain, so a client that read
+  nothing of it held its connection for good.
 - past ``max_connections`` open connections a new one is answered 503 and
   closed before its request is read (``connections_full``).
 - past ``max_pipelined`` requests queued behind the one being answered
@@ -124,7 +129,12 @@ class BoundedConnection(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         self._answering = cycle  # uvicorn starts one at a time, each once the last is answered
+        self._watch_sending()
         super()._start_asgi_task(cycle, app)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch_sending()
 
     def data_received(self, data: bytes) -> None:
         if self._ignoring:
@@ -223,15 +233,27 @@ class BoundedConnection(HttpToolsProtocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         self.buffers.paused(self.transport)
-        if self._send_deadline is None:
-            self._arm_send_deadline()
+        self._watch_sending()
 
     def resume_writing(self) -> None:
         super().resume_writing()
         self.buffers.resumed(self.transport)
+        self._watch_sending()
+
+    def _watch_sending(self) -> None:
+        """Start the send deadline anew from the buffer's size now where only the client's
+        reading can shrink the buffer: while it is full (uvicorn writes no more until it
+        drains), or while no answer is being written and some of the last is unsent. An
+        answer being written below the mark adds to the buffer as the client reads it, so
+        there the deadline is stopped (it starts again at the mark or at the answer's end).
+        """
         if self._send_deadline is not None:
             self._send_deadline.cancel()
             self._send_deadline = None
+        answering = self._answering
+        idle = answering is None or answering.response_complete
+        if self.flow.write_paused or (idle and self.transport.get_write_buffer_size()):
+            self._arm_send_deadline()
 
     def _arm_head_deadline(self) -> None:
         self._head_deadline = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
@@ -248,10 +270,10 @@ class BoundedConnection(HttpToolsProtocol):
 
     def _send_late(self) -> None:
         """Cut the response if its client read nothing since the deadline was set; a client
-        that reads, however slowly, gets another ``send_timeout_s``."""
+        that reads, however slowly, gets another ``send_timeout_s`` while bytes are held."""
         self._send_deadline = None
         if self.transport.get_write_buffer_size() < self._buffered:
-            self._arm_send_deadline()
+            self._watch_sending()
             return
         self.counts.refuse("send_timeout")
         self.transport.abort()  # close() would wait for the buffer to drain: for ever

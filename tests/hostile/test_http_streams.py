@@ -393,6 +393,29 @@ def test_a_shed_reader_gives_up_its_slot_at_once_and_its_silent_socket_is_cut_la
         assert read_all(stalled).startswith(b"HTTP/1.1 200")  # cut short, then closed
 
 
+def test_an_answer_left_unread_below_the_high_water_mark_is_cut_too() -> None:
+    """An answer under 64 KiB never paused the transport, so no send deadline ran, and once
+    it was written whole nothing else did: uvicorn's keep-alive timeout closes the idle
+    connection, but a close waits for the buffer to drain. A client that read nothing of
+    such an answer held its connection, one of ``max_connections``, for good."""
+    app, state = sidecar_app(HttpLimits(max_connections=1, send_timeout_s=1.0))
+    record(state, events=200, hashes=20)  # a page of about 60 KB, under the 64 KiB mark
+    host = b"127.0.0.1"
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nConnection: close\r\n\r\n" % host
+    with logged("uvicorn.error") as records, serving(app, send_buffer=4096) as url:
+        page = b"GET /api/v1/events?since=0&limit=1000 HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+        stalled = raw_connection(url, page, receive_buffer=4096)
+        assert stalled.recv(12) == b"HTTP/1.1 200"
+        wait_until(
+            lambda: read_all(raw_connection(url, healthz)).startswith(b"HTTP/1.1 200"),
+            "the stalled connection is cut by its send deadline, freeing its place",
+        )
+        with httpx.Client(base_url=url, timeout=WAIT_S) as http:
+            assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_timeout") == 1
+        read_all(stalled)
+    assert errors_in(records) == []
+
+
 def test_connections_past_the_cap_are_a_503_before_their_request_is_read() -> None:
     app, _ = sidecar_app(HttpLimits(max_connections=2))
     with (
