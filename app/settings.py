@@ -365,7 +365,8 @@ class SidecarSettings(BaseSettings):
         gt=0,
         le=600,
         description="Longest a connection may take to send a request's head, from when the "
-        "head (or the connection) began; then it is closed (counted).",
+        "head (or the connection) began, and its body, from the end of its head; then it is "
+        "closed (counted).",
     )
     send_timeout_s: DecimalFloat = Field(
         default=30.0,

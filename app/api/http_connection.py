@@ -13,7 +13,13 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   of the request before it is counted from the next piece on (so at most twice
   the limit is parsed).
 - a head not complete ``header_timeout_s`` after it began (or after the
-  connection opened, for the first) closes the connection (``headers_timeout``).
+  connection opened, for the first) closes the connection (``headers_timeout``),
+  and so does a body not complete ``header_timeout_s`` after its head
+  (``body_timeout``), unless the server stopped reading it (requests queued
+  before it, or a route not reading yet): a lookup that declared 100 bytes and
+  sent one held its connection for good, its route waiting on the rest, and so
+  did a body sent a chunk at a time to a route that never reads it, each chunk
+  stopping uvicorn's keep-alive timer.
 - a response its client reads nothing of for ``send_timeout_s`` while the
   server's write buffer is full is cut, dropping what is buffered
   (``send_timeout``): the response's ``send`` returns, as for a client gone.
@@ -94,6 +100,7 @@ class BoundedConnection(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._head_deadline: asyncio.TimerHandle | None = None
+        self._body_deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
         self._buffered = 0  # the write buffer's size when the send deadline was set
         self._ignoring = False
@@ -114,7 +121,7 @@ class BoundedConnection(HttpToolsProtocol):
         self._arm_head_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for deadline in (self._head_deadline, self._send_deadline):
+        for deadline in (self._head_deadline, self._body_deadline, self._send_deadline):
             if deadline is not None:
                 deadline.cancel()
         self.buffers.resumed(self.transport)
@@ -205,6 +212,8 @@ class BoundedConnection(HttpToolsProtocol):
             self._stop_reading()
             raise _PipelineFull  # the parser stops here, mid-feed: no later request is parsed
         super().on_headers_complete()
+        if self._declares_body():
+            self._arm_body_deadline()
 
     def _queued_full(self) -> bool:
         """Whether ``max_pipelined`` requests wait behind the one being answered (``cycle`` is
@@ -223,6 +232,9 @@ class BoundedConnection(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         if self.transport.is_closing():  # refused at its head: no request cycle was started
             return
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
         super().on_message_complete()
         self._in_head = True
 
@@ -262,6 +274,20 @@ class BoundedConnection(HttpToolsProtocol):
         self._head_deadline = None
         if not self.transport.is_closing():
             self.counts.refuse("headers_timeout")
+            self.transport.close()
+
+    def _arm_body_deadline(self) -> None:
+        self._body_deadline = self.loop.call_later(self.limits.header_timeout_s, self._body_late)
+
+    def _body_late(self) -> None:
+        """Close the connection of a body not whole in time, unless the server is not reading
+        it (uvicorn pauses reading behind an answer, and while a route leaves 64 KiB of its
+        body unread): then the client is given the time again."""
+        self._body_deadline = None
+        if self.flow.read_paused:
+            self._arm_body_deadline()
+        elif not self.transport.is_closing():
+            self.counts.refuse("body_timeout")
             self.transport.close()
 
     def _arm_send_deadline(self) -> None:

@@ -17,6 +17,7 @@ Refusal = Literal[
     "sse_clients_full",
     "headers_too_large",
     "headers_timeout",
+    "body_timeout",
     "send_timeout",
     "connections_full",
     "pipeline_full",

@@ -322,7 +322,8 @@ class HttpCollector(Collector):
             "sse_clients_full (503), headers_too_large (431), connections_full (503), "
             "malformed_request (400, bytes the HTTP parser refuses), response_buffer_full "
             "(503, an answer that would pass the bytes held for clients still reading); "
-            "connections closed: headers_timeout (no complete head in time), send_timeout "
+            "connections closed: headers_timeout (no complete head in time), body_timeout (no "
+            "complete body in time), send_timeout "
             "(a response its client stopped reading), pipeline_full (too many requests "
             "sent ahead of their answers).",
             labels=["reason"],

@@ -15,7 +15,7 @@ import logging
 import re
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
 
 import httpx
@@ -357,6 +357,31 @@ def test_a_connection_that_sends_no_whole_head_in_time_is_closed_and_counted() -
         assert read_all(kept) == b""
         reason = {"reason": "headers_timeout"}
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 3
+
+
+def test_a_request_whose_body_does_not_come_in_time_is_closed_and_counted() -> None:
+    """The head had a deadline, the body none: a lookup that declared 100 bytes and sent one
+    held its connection, one of ``max_connections``, for good (its route waiting on the
+    rest), and so did a body sent a chunk at a time to a route that never reads it, each
+    chunk stopping uvicorn's keep-alive timer."""
+    app, _ = sidecar_app(HttpLimits(max_connections=2, header_timeout_s=1.0))
+    with served_quietly(app) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        lookup = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{") % host  # fmt: skip
+        assert read_all(raw_connection(url, lookup)) == b""  # closed by the server
+        chunked = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nTransfer-Encoding: chunked\r\n\r\n" % host
+        dribbling = raw_connection(url, chunked)
+        assert dribbling.recv(12) == b"HTTP/1.1 200"
+
+        def dribble() -> float:
+            with suppress(OSError):  # closed: the last chunks were never read
+                dribbling.sendall(b"1\r\nx\r\n")
+            return metric(http, "kvscope_sidecar_http_refused_total", reason="body_timeout")
+
+        wait_for(dribble, lambda closed: closed == 2, "the dribbled body's connection is closed")
+        dribbling.close()
+        assert http.get("/healthz").status_code == 200
 
 
 def test_a_shed_reader_gives_up_its_slot_at_once_and_its_silent_socket_is_cut_later() -> None:
