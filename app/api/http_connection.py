@@ -176,18 +176,24 @@ class BoundedConnection(HttpToolsProtocol):
     def _parse(self, data: bytes) -> None:
         """uvicorn's ``data_received``, but a parser error is refused by ``_refuse`` (a JSON
         400 naming the parser's reason, counted, not logged) rather than by uvicorn's
-        plain-text 400 and a warning per request."""
+        plain-text 400 and a warning per request, and what follows a request that asks for
+        an Upgrade is parsed on.
+
+        The parser stops at the end of such a request (what follows would be the new
+        protocol's) and says where; the server upgrades nothing (``ws="none"``), so what
+        follows is the next request. uvicorn dropped it, and logged two warnings.
+        """
         self._unset_keepalive_if_required()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:  # as uvicorn handles it
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-        except httptools.HttpParserError as exc:
-            if not self._ignoring:  # else the pipeline filled: _PipelineFull stopped it
-                self._refuse("malformed_request", 400, f"malformed HTTP request: {exc}")
+        while data and not self.transport.is_closing():
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade as upgrade:
+                data = data[upgrade.args[0] :]
+                continue
+            except httptools.HttpParserError as exc:
+                if not self._ignoring:  # else the pipeline filled: _PipelineFull stopped it
+                    self._refuse("malformed_request", 400, f"malformed HTTP request: {exc}")
+            return
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -237,10 +243,6 @@ class BoundedConnection(HttpToolsProtocol):
             self._body_deadline = None
         super().on_message_complete()
         self._in_head = True
-
-    def _unsupported_upgrade_warning(self) -> None:
-        """Nothing: the server upgrades no connection by choice, and a request that asks
-        is served as a plain one (see the module doc); a warning per request was noise."""
 
     def pause_writing(self) -> None:
         super().pause_writing()

@@ -564,6 +564,23 @@ def test_a_request_asking_for_an_upgrade_is_served_quietly_or_refused_when_it_ha
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
 
 
+def test_requests_sent_right_behind_one_asking_for_an_upgrade_are_answered_too() -> None:
+    """The parser stops at the end of a request that asks for an Upgrade (what follows would
+    be the new protocol's), and uvicorn dropped the rest of what it had read: the requests
+    sent behind it in one write were never answered, their connection left to its keep-alive
+    timeout."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, _http):
+        host = urlsplit(url).netloc.encode()
+        asks = b"Connection: Upgrade\r\nUpgrade: h2c\r\n"
+        upgrade = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n" + asks + b"\r\n"
+        last = b"GET /readyz HTTP/1.1\r\nHost: %b\r\nConnection: close\r\n\r\n"
+        answer = read_all(raw_connection(url, (upgrade * 2 + last) % (host, host, host)))
+        statuses = [part.split(b"\r\n")[0] for part in answer.split(b"HTTP/1.1 ")[1:]]
+        assert statuses == [b"200 OK"] * 3, answer[:500]
+        assert answer.endswith(b'"unseen":[]}'), answer[-200:]  # /readyz's, the last
+
+
 # --- responses held for slow readers, bounded all together ---------------------------------
 
 HISTORY = "/api/v1/history?since=1000"
