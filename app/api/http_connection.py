@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import httptools
 from uvicorn._types import ASGI3Application
@@ -70,9 +70,14 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+from app.api.guards.security_headers import HEADERS
 from app.api.http_counts import HttpCounts, Refusal
 from app.api.limits import HttpLimits
 from app.api.response_buffers import ResponseBuffers
+
+_SECURITY_HEADERS: Final = b"".join(name + b": " + value + b"\r\n" for name, value in HEADERS)
+"""What the guards add to every response (app/api/guards/security_headers.py), for the refusals
+written below them."""
 
 
 class _PipelineFull(Exception):
@@ -316,8 +321,9 @@ class BoundedConnection(HttpToolsProtocol):
         return False
 
     def _refuse(self, reason: Refusal, status: int, detail: str, headers: bytes = b"") -> None:
-        """Answer ``status`` with ``{"detail": detail}`` and close, as the guards answer
-        (once: a connection already closing was answered)."""
+        """Answer ``status`` with ``{"detail": detail}`` and close, as the guards answer, with
+        the headers they add to every response (once: a connection already closing was
+        answered)."""
         if self.transport.is_closing():
             return
         self.counts.refuse(reason)
@@ -329,6 +335,7 @@ class BoundedConnection(HttpToolsProtocol):
             + head
             + b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
             + b"connection: close\r\n"
+            + _SECURITY_HEADERS
             + headers
             + b"\r\n"
             + body

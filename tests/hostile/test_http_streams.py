@@ -23,6 +23,7 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.api.guards.security_headers import HEADERS
 from app.api.limits import KIB, HttpLimits
 from app.api.schemas import MAX_EVENT_HASHES
 from app.settings import MiB
@@ -579,6 +580,30 @@ def test_requests_sent_right_behind_one_asking_for_an_upgrade_are_answered_too()
         statuses = [part.split(b"\r\n")[0] for part in answer.split(b"HTTP/1.1 ")[1:]]
         assert statuses == [b"200 OK"] * 3, answer[:500]
         assert answer.endswith(b'"unseen":[]}'), answer[-200:]  # /readyz's, the last
+
+
+def test_the_refusals_the_connection_answers_itself_carry_the_security_headers() -> None:
+    """Every response carries them (README), but the 400, 431 and 503 that
+    ``BoundedConnection`` writes itself, below the guards, carried none."""
+    app, _ = sidecar_app(HttpLimits(max_connections=1, max_header_bytes=KIB))
+    with serving(app) as url:
+        host = urlsplit(url).netloc.encode()
+        malformed = b"GET /healthz HTTP/9.9\r\nHost: %b\r\n\r\n" % host
+        too_large = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nX-Pad: %b\r\n\r\n" % (host, b"p" * KIB)
+        heads = [read_all(raw_connection(url, request)) for request in (malformed, too_large)]
+        holding = raw_connection(url, b"")  # the one connection allowed: the next is refused
+        heads.append(read_all(raw_connection(url, malformed)))
+        holding.close()
+    statuses = [head.split(b"\r\n")[0] for head in heads]
+    assert statuses == [
+        b"HTTP/1.1 400 Bad Request",
+        b"HTTP/1.1 431 Request Header Fields Too Large",
+        b"HTTP/1.1 503 Service Unavailable",
+    ]
+    for head in heads:
+        fields = head.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]
+        for name, value in HEADERS:
+            assert name + b": " + value in fields, (head[:20], name)
 
 
 # --- responses held for slow readers, bounded all together ---------------------------------
