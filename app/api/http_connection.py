@@ -54,6 +54,10 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   skips the body of such a request, which was answered as if it had none.
   One without a body is served as any other, without the two warnings uvicorn
   logged for it (one telling the operator to install a WebSocket library).
+- a refusal of a request (a 400, a 431) comes after the answers owed to the
+  requests sent before it, and nothing after it is read: uvicorn wrote its 400
+  the moment the parser refused, ahead of those answers, and closed the
+  connection, so they were never written.
 """
 
 from __future__ import annotations
@@ -80,8 +84,9 @@ _SECURITY_HEADERS: Final = b"".join(name + b": " + value + b"\r\n" for name, val
 written below them."""
 
 
-class _PipelineFull(Exception):
-    """Raised from the parser's callback to stop it parsing what follows (``max_pipelined``)."""
+class _StopParsing(Exception):
+    """Raised from a parser callback to stop it parsing what follows (a request refused at its
+    head, or ``max_pipelined``)."""
 
 
 class BoundedConnection(HttpToolsProtocol):
@@ -109,7 +114,10 @@ class BoundedConnection(HttpToolsProtocol):
         self._send_deadline: asyncio.TimerHandle | None = None
         self._buffered = 0  # the write buffer's size when the send deadline was set
         self._ignoring = False
-        """Whether the pipeline filled: what the client sends from then on is dropped."""
+        """Whether the pipeline filled or a request was refused: what the client sends from
+        then on is dropped."""
+        self._refusal: bytes | None = None
+        """A refusal to write once the answers owed to the requests before it are written."""
         self._answering: RequestResponseCycle | None = None
         """The request being answered: uvicorn's ``cycle`` is the newest, maybe a queued one."""
 
@@ -146,7 +154,13 @@ class BoundedConnection(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self._refusal is not None and not self._owes_answer():
+            self._write_refusal(self._refusal)
         self._watch_sending()
+
+    def _owes_answer(self) -> bool:
+        """Whether a request is being answered (any queued wait behind it)."""
+        return self._answering is not None and not self._answering.response_complete
 
     def data_received(self, data: bytes) -> None:
         if self._ignoring:
@@ -157,7 +171,7 @@ class BoundedConnection(HttpToolsProtocol):
             return
         # In pieces no larger than the room left: a head stops being parsed at its limit.
         view = memoryview(data)
-        while view and not self.transport.is_closing():
+        while view and not (self._ignoring or self.transport.is_closing()):
             room = limit - self._head_bytes
             if room <= 0:
                 detail = f"request head larger than {limit} bytes, the sidecar's limit"
@@ -189,14 +203,14 @@ class BoundedConnection(HttpToolsProtocol):
         follows is the next request. uvicorn dropped it, and logged two warnings.
         """
         self._unset_keepalive_if_required()
-        while data and not self.transport.is_closing():
+        while data and not (self._ignoring or self.transport.is_closing()):
             try:
                 self.parser.feed_data(data)
             except httptools.HttpParserUpgrade as upgrade:
                 data = data[upgrade.args[0] :]
                 continue
             except httptools.HttpParserError as exc:
-                if not self._ignoring:  # else the pipeline filled: _PipelineFull stopped it
+                if not self._ignoring:  # else a callback stopped it: _StopParsing
                     self._refuse("malformed_request", 400, f"malformed HTTP request: {exc}")
             return
 
@@ -213,7 +227,7 @@ class BoundedConnection(HttpToolsProtocol):
                 "a request with a body cannot ask for an Upgrade (the sidecar upgrades no "
                 "connection): send it without the Upgrade header",
             )
-            return
+            raise _StopParsing  # its body is no request's
         self._in_head = False
         self._head_bytes = 0
         if self._head_deadline is not None:
@@ -221,7 +235,7 @@ class BoundedConnection(HttpToolsProtocol):
             self._head_deadline = None
         if self._queued_full():
             self._stop_reading()
-            raise _PipelineFull  # the parser stops here, mid-feed: no later request is parsed
+            raise _StopParsing  # the parser stops here, mid-feed: no later request is parsed
         super().on_headers_complete()
         if self._declares_body():
             self._arm_body_deadline()
@@ -241,8 +255,6 @@ class BoundedConnection(HttpToolsProtocol):
         self.flow.pause_reading()
 
     def on_message_complete(self) -> None:
-        if self.transport.is_closing():  # refused at its head: no request cycle was started
-            return
         if self._body_deadline is not None:
             self._body_deadline.cancel()
             self._body_deadline = None
@@ -278,8 +290,10 @@ class BoundedConnection(HttpToolsProtocol):
         self._head_deadline = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
 
     def _head_late(self) -> None:
+        """Close the connection of a head not whole in time (one refused, or never to be read
+        since the pipeline filled, waits for the answers before it instead)."""
         self._head_deadline = None
-        if not self.transport.is_closing():
+        if not (self._ignoring or self.transport.is_closing()):
             self.counts.refuse("headers_timeout")
             self.transport.close()
 
@@ -293,7 +307,7 @@ class BoundedConnection(HttpToolsProtocol):
         self._body_deadline = None
         if self.flow.read_paused:
             self._arm_body_deadline()
-        elif not self.transport.is_closing():
+        elif not (self._ignoring or self.transport.is_closing()):
             self.counts.refuse("body_timeout")
             self.transport.close()
 
@@ -322,15 +336,21 @@ class BoundedConnection(HttpToolsProtocol):
 
     def _refuse(self, reason: Refusal, status: int, detail: str, headers: bytes = b"") -> None:
         """Answer ``status`` with ``{"detail": detail}`` and close, as the guards answer, with
-        the headers they add to every response (once: a connection already closing was
-        answered)."""
-        if self.transport.is_closing():
+        the headers they add to every response; nothing more is read.
+
+        Answers go in the order of their requests (RFC 9112 9.3.2): while requests sent
+        before this one are owed theirs, the refusal waits for them (uvicorn's 400 was
+        written at once, ahead of them, and the connection closed: they were never
+        answered). Once: a connection already closing, or refusing, was answered.
+        """
+        if self._refusal is not None or self.transport.is_closing():
             return
         self.counts.refuse(reason)
+        self._ignoring = True
         body = json.dumps({"detail": detail}).encode()
         defaults = self.server_state.default_headers  # date and server, as uvicorn sends
         head = b"".join(name + b": " + value + b"\r\n" for name, value in defaults)
-        self.transport.write(
+        self._refusal = refusal = (
             STATUS_LINE[status]
             + head
             + b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
@@ -340,4 +360,13 @@ class BoundedConnection(HttpToolsProtocol):
             + b"\r\n"
             + body
         )
-        self.transport.close()
+        if self._owes_answer():
+            self.flow.pause_reading()
+        else:
+            self._write_refusal(refusal)
+
+    def _write_refusal(self, refusal: bytes) -> None:
+        """Write ``refusal`` and close, unless the last answer closed the connection."""
+        if not self.transport.is_closing():
+            self.transport.write(refusal)
+            self.transport.close()

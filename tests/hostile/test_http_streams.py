@@ -540,6 +540,62 @@ def test_a_request_the_parser_refuses_is_a_json_400_naming_why_counted_and_quiet
         assert http.get("/healthz").status_code == 200
 
 
+@pytest.mark.parametrize(
+    "refused",
+    [
+        b"GET /api/v1/stats HTTP/9.9\r\nHost: %b\r\n\r\n",
+        b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
+        b"Content-Length: 2\r\n\r\n{}",
+    ],
+    ids=["parser", "upgrade with a body"],
+)
+def test_a_refusal_behind_pipelined_requests_is_answered_after_theirs(refused: bytes) -> None:
+    """The 400 was written the moment the request was refused, ahead of the answers owed to
+    the requests sent before it, and the connection closed at once: those were never
+    answered (answers must come in the order of their requests, RFC 9112 9.3.2)."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+        answer = read_all(raw_connection(url, healthz * 2 + refused.replace(b"%b", host)))
+        statuses = [part.split(b"\r\n")[0] for part in answer.split(b"HTTP/1.1 ")[1:]]
+        assert statuses == [b"200 OK", b"200 OK", b"400 Bad Request"], answer[:500]
+        assert b"connection: close" not in answer.partition(b"HTTP/1.1 400")[0]
+        reason = {"reason": "malformed_request"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+
+
+def test_a_refused_head_behind_a_stream_waits_for_it_without_cutting_it() -> None:
+    """A head past its limit sent behind an event stream waits to be refused until the stream
+    ends (the 431 was written into it, ahead of its end), and its deadline, running from
+    when it began, no longer closes the connection under the stream meanwhile."""
+    app, state = sidecar_app(HttpLimits(max_header_bytes=16 * KIB, header_timeout_s=0.5))
+    with logged("uvicorn.error") as records:
+        with serving(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+            huge = b"GET /healthz HTTP/1.1\r\nX-Pad: %b" % (b"p" * 32 * KIB)
+            reader = raw_connection(url, stream_request(url) + huge)
+            assert reader.recv(12) == b"HTTP/1.1 200"
+            refused = {"reason": "headers_too_large"}
+            wait_until(lambda: metric(http, "kvscope_sidecar_http_refused_total", **refused) == 1,
+                       "the head is refused")  # fmt: skip
+            # A head deadline that starts after the refused head's: once it has run out, so
+            # had the refused head's.
+            silent = raw_connection(url, b"")
+            timeout = {"reason": "headers_timeout"}
+            wait_until(lambda: metric(http, "kvscope_sidecar_http_refused_total", **timeout) > 0,
+                       "the silent connection's head deadline runs out")  # fmt: skip
+            assert read_all(silent) == b""
+            assert metric(http, "kvscope_sidecar_http_refused_total", **timeout) == 1
+            record(state, events=1)
+            received = b""
+            while b'"id":1' not in received:  # the stream goes on
+                received += reader.recv(65536)
+        # The server stopped, ending the stream, and closing: the refusal goes unwritten.
+        rest = read_all(reader)
+    assert rest.endswith(b"0\r\n\r\n") and b"HTTP/1.1" not in received + rest, rest
+    assert errors_in(records) == []
+
+
 def test_a_request_asking_for_an_upgrade_is_served_quietly_or_refused_when_it_has_a_body() -> None:
     """The parser skips the body of a request that asks for an Upgrade (the bytes after its
     head belong to the new protocol): a lookup sent so was answered as if it had no body,
