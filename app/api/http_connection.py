@@ -13,13 +13,15 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   of the request before it is counted from the next piece on (so at most twice
   the limit is parsed).
 - a head not complete ``header_timeout_s`` after it began (or after the
-  connection opened, for the first) closes the connection (``headers_timeout``),
-  and so does a body not complete ``header_timeout_s`` after its head
-  (``body_timeout``), unless the server stopped reading it (requests queued
-  before it, or a route not reading yet): a lookup that declared 100 bytes and
-  sent one held its connection for good, its route waiting on the rest, and so
-  did a body sent a chunk at a time to a route that never reads it, each chunk
-  stopping uvicorn's keep-alive timer.
+  connection opened, for the first) closes the connection (``headers_timeout``)
+  once the answers owed to the requests before it are written (a blank line
+  sent behind an event stream cut the stream). So does a body not complete
+  ``header_timeout_s`` after its head (``body_timeout``), at once, unless the
+  server stopped reading it (requests queued before it, or a route not reading
+  yet): a lookup that declared 100 bytes and sent one held its connection for
+  good, its route waiting on the rest, and so did a body sent a chunk at a
+  time to a route that never reads it, each chunk stopping uvicorn's
+  keep-alive timer.
 - a response its client reads nothing of for ``send_timeout_s`` while the
   server's write buffer is full is cut, dropping what is buffered
   (``send_timeout``): the response's ``send`` returns, as for a client gone.
@@ -116,8 +118,8 @@ class BoundedConnection(HttpToolsProtocol):
         self._ignoring = False
         """Whether the pipeline filled or a request was refused: what the client sends from
         then on is dropped."""
-        self._refusal: bytes | None = None
-        """A refusal to write once the answers owed to the requests before it are written."""
+        self._last_words: bytes | None = None
+        """What to write (a refusal, or nothing) before closing, once no answer is owed."""
         self._answering: RequestResponseCycle | None = None
         """The request being answered: uvicorn's ``cycle`` is the newest, maybe a queued one."""
 
@@ -154,8 +156,8 @@ class BoundedConnection(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self._refusal is not None and not self._owes_answer():
-            self._write_refusal(self._refusal)
+        if self._last_words is not None and not self._owes_answer():
+            self._close_with(self._last_words)
         self._watch_sending()
 
     def _owes_answer(self) -> bool:
@@ -209,9 +211,8 @@ class BoundedConnection(HttpToolsProtocol):
             except httptools.HttpParserUpgrade as upgrade:
                 data = data[upgrade.args[0] :]
                 continue
-            except httptools.HttpParserError as exc:
-                if not self._ignoring:  # else a callback stopped it: _StopParsing
-                    self._refuse("malformed_request", 400, f"malformed HTTP request: {exc}")
+            except httptools.HttpParserError as exc:  # or a callback stopped it: _StopParsing
+                self._refuse("malformed_request", 400, f"malformed HTTP request: {exc}")
             return
 
     def on_message_begin(self) -> None:
@@ -290,12 +291,14 @@ class BoundedConnection(HttpToolsProtocol):
         self._head_deadline = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
 
     def _head_late(self) -> None:
-        """Close the connection of a head not whole in time (one refused, or never to be read
-        since the pipeline filled, waits for the answers before it instead)."""
+        """Close the connection of a head not whole in time, once the answers owed to the
+        requests before it are written (a blank line or a head begun behind an event stream
+        cut the stream); one refused, or never to be read since the pipeline filled, waits
+        for them already."""
         self._head_deadline = None
         if not (self._ignoring or self.transport.is_closing()):
             self.counts.refuse("headers_timeout")
-            self.transport.close()
+            self._close_after_answers(b"")
 
     def _arm_body_deadline(self) -> None:
         self._body_deadline = self.loop.call_later(self.limits.header_timeout_s, self._body_late)
@@ -341,16 +344,15 @@ class BoundedConnection(HttpToolsProtocol):
         Answers go in the order of their requests (RFC 9112 9.3.2): while requests sent
         before this one are owed theirs, the refusal waits for them (uvicorn's 400 was
         written at once, ahead of them, and the connection closed: they were never
-        answered). Once: a connection already closing, or refusing, was answered.
+        answered). Once: a connection already closing, or reading no more, was answered.
         """
-        if self._refusal is not None or self.transport.is_closing():
+        if self._ignoring or self.transport.is_closing():
             return
         self.counts.refuse(reason)
-        self._ignoring = True
         body = json.dumps({"detail": detail}).encode()
         defaults = self.server_state.default_headers  # date and server, as uvicorn sends
         head = b"".join(name + b": " + value + b"\r\n" for name, value in defaults)
-        self._refusal = refusal = (
+        self._close_after_answers(
             STATUS_LINE[status]
             + head
             + b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
@@ -360,13 +362,18 @@ class BoundedConnection(HttpToolsProtocol):
             + b"\r\n"
             + body
         )
+
+    def _close_after_answers(self, last_words: bytes) -> None:
+        """Read no more, and once no answer is owed, write ``last_words`` and close."""
+        self._ignoring = True
+        self._last_words = last_words
         if self._owes_answer():
             self.flow.pause_reading()
         else:
-            self._write_refusal(refusal)
+            self._close_with(last_words)
 
-    def _write_refusal(self, refusal: bytes) -> None:
-        """Write ``refusal`` and close, unless the last answer closed the connection."""
+    def _close_with(self, last_words: bytes) -> None:
+        """Write ``last_words`` and close, unless the last answer closed the connection."""
         if not self.transport.is_closing():
-            self.transport.write(refusal)
+            self.transport.write(last_words)
             self.transport.close()

@@ -385,6 +385,30 @@ def test_a_request_whose_body_does_not_come_in_time_is_closed_and_counted() -> N
         assert http.get("/healthz").status_code == 200
 
 
+def test_a_head_begun_behind_a_stream_that_never_ends_closes_only_after_the_stream() -> None:
+    """A blank line (which some clients send after a request) or the start of a head sent
+    behind an answer being written starts a head's deadline, which closed the connection
+    under the answer: an event stream was cut ``header_timeout_s`` later."""
+    app, state = sidecar_app(HttpLimits(header_timeout_s=0.5))
+    with logged("uvicorn.error") as records:
+        with serving(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+            reader = raw_connection(url, stream_request(url))
+            assert reader.recv(12) == b"HTTP/1.1 200"
+            reader.sendall(b"\r\n")
+            timeout = {"reason": "headers_timeout"}
+            wait_until(lambda: metric(http, "kvscope_sidecar_http_refused_total", **timeout) == 1,
+                       "the blank line's head deadline runs out")  # fmt: skip
+            record(state, events=1)
+            received = b""
+            while b'"id":1' not in received:  # the stream goes on
+                chunk = reader.recv(65536)
+                assert chunk, received
+                received += chunk
+        rest = read_all(reader)  # the server stopped, ending the stream: then it closes
+    assert rest.endswith(b"0\r\n\r\n") and b"HTTP/1.1" not in received + rest, rest
+    assert errors_in(records) == []
+
+
 def test_a_shed_reader_gives_up_its_slot_at_once_and_its_silent_socket_is_cut_later() -> None:
     limits = HttpLimits(
         max_sse_clients=2,
