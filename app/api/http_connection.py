@@ -15,13 +15,13 @@ what uvicorn lacks, each counted in ``HttpCounts``:
 - a head not complete ``header_timeout_s`` after it began (or after the
   connection opened, for the first) closes the connection (``headers_timeout``)
   once the answers owed to the requests before it are written (a blank line
-  sent behind an event stream cut the stream). So does a body not complete
-  ``header_timeout_s`` after its head (``body_timeout``), at once, unless the
-  server stopped reading it (requests queued before it, or a route not reading
-  yet): a lookup that declared 100 bytes and sent one held its connection for
-  good, its route waiting on the rest, and so did a body sent a chunk at a
-  time to a route that never reads it, each chunk stopping uvicorn's
-  keep-alive timer.
+  sent behind an event stream cut the stream). A body not complete
+  ``header_timeout_s`` after its head cuts the connection at once
+  (``body_timeout``), unless the server stopped reading it (requests queued
+  before it, or a route not reading yet): a lookup that declared 100 bytes and
+  sent one held its connection for good, its route waiting on the rest, and so
+  did a body sent a chunk at a time to a route that never reads it, each chunk
+  stopping uvicorn's keep-alive timer.
 - a response its client reads nothing of for ``send_timeout_s`` while the
   server's write buffer is full is cut, dropping what is buffered
   (``send_timeout``): the response's ``send`` returns, as for a client gone.
@@ -304,15 +304,19 @@ class BoundedConnection(HttpToolsProtocol):
         self._body_deadline = self.loop.call_later(self.limits.header_timeout_s, self._body_late)
 
     def _body_late(self) -> None:
-        """Close the connection of a body not whole in time, unless the server is not reading
+        """Cut the connection of a body not whole in time, unless the server is not reading
         it (uvicorn pauses reading behind an answer, and while a route leaves 64 KiB of its
-        body unread): then the client is given the time again."""
+        body unread): then the client is given the time again.
+
+        Cut, not closed: a close waits for the buffer to drain, and behind an answer its
+        client never read, with the route waiting on the body (no answer's end to start
+        the send deadline), that was for ever."""
         self._body_deadline = None
         if self.flow.read_paused:
             self._arm_body_deadline()
         elif not (self._ignoring or self.transport.is_closing()):
             self.counts.refuse("body_timeout")
-            self.transport.close()
+            self.transport.abort()
 
     def _arm_send_deadline(self) -> None:
         self._buffered = self.transport.get_write_buffer_size()

@@ -409,6 +409,28 @@ def test_a_head_begun_behind_a_stream_that_never_ends_closes_only_after_the_stre
     assert errors_in(records) == []
 
 
+def test_a_late_body_behind_an_unread_answer_frees_its_connection() -> None:
+    """A body's deadline closed the connection, and a close waits for the buffer to drain:
+    behind an answer its client never read, with the route waiting on the body (so no
+    answer's end to start the send deadline), the connection stayed open for good."""
+    app, state = sidecar_app(HttpLimits(max_connections=1, header_timeout_s=0.5))
+    record(state, events=200, hashes=20)  # a page of about 60 KB, under the 64 KiB mark
+    host = b"127.0.0.1"
+    page = b"GET /api/v1/events?since=0&limit=1000 HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+    lookup = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 100\r\n\r\n{") % host  # fmt: skip
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nConnection: close\r\n\r\n" % host
+    with logged("uvicorn.error") as records, serving(app, send_buffer=4096) as url:
+        stalled = raw_connection(url, page + lookup, receive_buffer=4096)
+        assert stalled.recv(12) == b"HTTP/1.1 200"
+        wait_until(
+            lambda: read_all(raw_connection(url, healthz)).startswith(b"HTTP/1.1 200"),
+            "the late body's connection is closed, freeing its place",
+        )
+        read_all(stalled)
+    assert errors_in(records) == []
+
+
 def test_a_shed_reader_gives_up_its_slot_at_once_and_its_silent_socket_is_cut_later() -> None:
     limits = HttpLimits(
         max_sse_clients=2,
