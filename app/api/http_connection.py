@@ -11,7 +11,9 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   counted as they arrive and parsed in pieces no larger than the room left, so
   parsing stops at the limit; a head that begins in the same piece as the end
   of the request before it is counted from the next piece on (so at most twice
-  the limit is parsed).
+  the limit is parsed). So is a head of more than ``max_header_fields`` fields:
+  each is a tuple of two bytes objects once parsed, and within the byte limit
+  a head of four-byte fields held 25 times its size.
 - a head not complete ``header_timeout_s`` after it began (or after the
   connection opened, for the first) closes the connection (``headers_timeout``)
   once the answers owed to the requests before it are written (a blank line
@@ -87,7 +89,7 @@ written below them."""
 
 
 class _StopParsing(Exception):
-    """Raised from a parser callback to stop it parsing what follows (a request refused at its
+    """Raised from a parser callback to stop it parsing what follows (a request refused in its
     head, or ``max_pipelined``)."""
 
 
@@ -219,6 +221,14 @@ class BoundedConnection(HttpToolsProtocol):
         super().on_message_begin()
         if self._head_deadline is None:
             self._arm_head_deadline()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(self.headers) == self.limits.max_header_fields:
+            most = self.limits.max_header_fields
+            detail = f"request head of more than {most} header fields, the sidecar's most"
+            self._refuse("headers_too_large", 431, detail)
+            raise _StopParsing
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         if self.parser.should_upgrade() and self._declares_body():

@@ -26,6 +26,13 @@ pipelining): uvicorn queues each, parsed, until the ones before it are answered,
 every one a client sent. No browser pipelines, so this is no setting."""
 
 
+MAX_HEADER_FIELDS: Final = 100
+"""Most header fields in one request head (Apache's LimitRequestFields). Each is a tuple of two
+bytes objects once parsed, about 100 bytes beside its text: within ``max_header_bytes`` a head
+of four-byte fields held 25 times its size, and one connection ``max_pipelined`` such heads.
+Browsers send about 20, so this is no setting."""
+
+
 def _setting(name: str) -> Any:
     """A limit's default: the setting's, so the two cannot disagree."""
     return SidecarSettings.model_fields[name].default
@@ -50,6 +57,7 @@ class HttpLimits:
     max_connections: int = _setting("max_connections")
     response_buffer_bytes: int = _setting("response_buffer_bytes")
     max_pipelined: int = MAX_PIPELINED
+    max_header_fields: int = MAX_HEADER_FIELDS
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
     """Host header names served (any port); None serves every name."""
 

@@ -343,6 +343,32 @@ def test_a_head_past_its_limit_is_a_431_without_reading_the_rest() -> None:
         assert metric(http, "kvscope_sidecar_http_refused_total", reason="headers_too_large") == 1
 
 
+def test_a_head_of_more_header_fields_than_the_most_is_a_431() -> None:
+    """64 KiB of four-byte fields is 16,000 of them, each a tuple of two bytes objects once
+    parsed: sixteen such heads queued behind an event stream held 6.7 MB per connection
+    (1 MB as bytes), so ``max_connections`` of them about 7 GB."""
+    app, _ = sidecar_app()
+    most = HttpLimits().max_header_fields
+    with served_quietly(app) as (url, http):
+        host = urlsplit(url).netloc.encode()
+
+        def head(fields: int) -> bytes:
+            """A GET of Host, ``fields`` more and Connection: close."""
+            more = b"".join(b"x-%d:\r\n" % n for n in range(fields))
+            return b"GET /healthz HTTP/1.1\r\nHost: %b\r\n%bConnection: close\r\n\r\n" % (
+                host,
+                more,
+            )
+
+        assert read_all(raw_connection(url, head(most - 2))).startswith(b"HTTP/1.1 200")
+        for fields in (most - 1, 16_000):
+            refused = read_all(raw_connection(url, head(fields)))
+            assert refused.startswith(b"HTTP/1.1 431"), refused[:100]
+            assert b"more than %d header fields" % most in refused
+        reason = {"reason": "headers_too_large"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 2
+
+
 def test_a_connection_that_sends_no_whole_head_in_time_is_closed_and_counted() -> None:
     app, _ = sidecar_app(HttpLimits(header_timeout_s=1.0))
     with served_quietly(app) as (url, http):
