@@ -58,10 +58,11 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   skips the body of such a request, which was answered as if it had none.
   One without a body is served as any other, without the two warnings uvicorn
   logged for it (one telling the operator to install a WebSocket library).
-- a refusal of a request (a 400, a 431) comes after the answers owed to the
-  requests sent before it, and nothing after it is read: uvicorn wrote its 400
-  the moment the parser refused, ahead of those answers, and closed the
-  connection, so they were never written.
+- a refusal of a request's head (a 400, a 431) comes after the answers owed
+  to the requests sent before it, and nothing after it is read: uvicorn wrote
+  its 400 the moment the parser refused, ahead of those answers, and closed
+  the connection, so they were never written. A refused body is answered at
+  once: its route may be waiting on it.
 """
 
 from __future__ import annotations
@@ -356,9 +357,11 @@ class BoundedConnection(HttpToolsProtocol):
         the headers they add to every response; nothing more is read.
 
         Answers go in the order of their requests (RFC 9112 9.3.2): while requests sent
-        before this one are owed theirs, the refusal waits for them (uvicorn's 400 was
+        before this one are owed theirs, a refused head waits for them (uvicorn's 400 was
         written at once, ahead of them, and the connection closed: they were never
-        answered). Once: a connection already closing, or reading no more, was answered.
+        answered). A refused body (a malformed chunk, a trailer too many) is answered at
+        once: its route may be waiting on it, and would wait for ever. Once: a connection
+        already closing, or reading no more, was answered.
         """
         if self._ignoring or self.transport.is_closing():
             return
@@ -366,7 +369,7 @@ class BoundedConnection(HttpToolsProtocol):
         body = json.dumps({"detail": detail}).encode()
         defaults = self.server_state.default_headers  # date and server, as uvicorn sends
         head = b"".join(name + b": " + value + b"\r\n" for name, value in defaults)
-        self._close_after_answers(
+        refusal = (
             STATUS_LINE[status]
             + head
             + b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
@@ -376,6 +379,10 @@ class BoundedConnection(HttpToolsProtocol):
             + b"\r\n"
             + body
         )
+        if self._in_head:
+            self._close_after_answers(refusal)
+        else:
+            self._close_with(refusal)
 
     def _close_after_answers(self, last_words: bytes) -> None:
         """Read no more, and once no answer is owed, write ``last_words`` and close."""

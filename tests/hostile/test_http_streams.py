@@ -637,6 +637,28 @@ def test_a_refusal_behind_pipelined_requests_is_answered_after_theirs(refused: b
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
 
 
+@pytest.mark.parametrize(
+    ("tail", "status"),
+    [
+        (b'5\r\n{"blo\r\nZZ\r\n', b"400"),
+        (b"2\r\n{}\r\n0\r\n" + b"t:\r\n" * 200 + b"\r\n", b"431"),
+    ],
+    ids=["malformed chunk", "trailer fields past the most"],
+)
+def test_a_body_refused_while_its_route_reads_it_is_answered_at_once(
+    tail: bytes, status: bytes
+) -> None:
+    """A refusal waits for the answers owed to the requests before it, but not for its own:
+    its route waits on a body that will never come."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, _http):
+        host = urlsplit(url).netloc.encode()
+        head = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n") % host  # fmt: skip
+        answer = read_all(raw_connection(url, head + tail))
+        assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+
+
 def test_a_refused_head_behind_a_stream_waits_for_it_without_cutting_it() -> None:
     """A head past its limit sent behind an event stream waits to be refused until the stream
     ends (the 431 was written into it, ahead of its end), and its deadline, running from
