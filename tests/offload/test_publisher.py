@@ -1,9 +1,9 @@
 """The publisher over real ZMQ sockets on loopback: order, topics, replay, drops.
 
-Every port is a wildcard bind, so tests never collide. Waits are generous
-polls (several seconds) that return as soon as the frame arrives: a healthy
-run takes well under a second, a loaded one still passes. Nothing asserts on
-how long anything took.
+Every port is a wildcard bind or one held for the test (tests/support/ports.py), so
+tests never collide. Waits are generous polls (several seconds) that return as soon as
+the frame arrives: a healthy run takes well under a second, a loaded one still passes.
+Nothing asserts on how long anything took.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from offload.wire.stats_frame import (
 )
 from offload.worker_telemetry import WorkerTelemetry, publisher_snapshot
 from tests.support.polling import wait_until
+from tests.support.ports import held_tcp_ports
 from tests.support.zmtp_peer import handshake, pings_until_closed
 
 pytestmark = pytest.mark.timeout(120)
@@ -447,31 +448,37 @@ def test_close_is_idempotent_and_refuses_later_publishes() -> None:
 
 def test_close_from_several_threads_returns_in_each_once_the_endpoints_are_free() -> None:
     """A second close() returned at once while the first was still stopping the thread, its
-    endpoints still bound, and the two could close the wake pipe's descriptors twice."""
-    pub = EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
-    ports = [int(endpoint.rsplit(":", 1)[1]) for endpoint in (pub.endpoint, pub.replay_endpoint)]
-    pub.publish_events([stored(n) for n in range(50_000)])  # the last flush takes a while
-    start, probing = threading.Barrier(4), threading.Lock()
-    free: list[bool] = []
-    errors: list[BaseException] = []
+    endpoints still bound, and the two could close the wake pipe's descriptors twice.
 
-    def close_then_probe() -> None:
-        start.wait()
-        try:
-            pub.close()
-            with probing:  # one thread's probe at a time: each binds the ports, then lets go
-                for port in ports:
-                    with socket.socket() as probe:
-                        probe.bind(("127.0.0.1", port))
-                free.append(True)
-        except BaseException as exc:  # reported below, whichever thread raised it
-            errors.append(exc)
+    The ports are held for the whole test (tests/support/ports.py): freed by close(), a
+    wildcard port could be taken by any other process before a probe bound it. A probe
+    shares a held port as ZMQ does (SO_REUSEADDR), which a port still listened on refuses.
+    """
+    with held_tcp_ports(2) as base:
+        pub = EventPublisher(f"tcp://127.0.0.1:{base}", f"tcp://127.0.0.1:{base + 1}")
+        pub.publish_events([stored(n) for n in range(50_000)])  # the last flush takes a while
+        start, probing = threading.Barrier(4), threading.Lock()
+        free: list[bool] = []
+        errors: list[BaseException] = []
 
-    threads = [threading.Thread(target=close_then_probe) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+        def close_then_probe() -> None:
+            start.wait()
+            try:
+                pub.close()
+                with probing:  # one thread's probe at a time: each binds the ports, then lets go
+                    for port in (base, base + 1):
+                        with socket.socket() as probe:
+                            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                            probe.bind(("127.0.0.1", port))
+                    free.append(True)
+            except BaseException as exc:  # reported below, whichever thread raised it
+                errors.append(exc)
+
+        threads = [threading.Thread(target=close_then_probe) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     assert errors == [] and free == [True] * 4
 
 
