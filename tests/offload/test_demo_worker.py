@@ -12,6 +12,7 @@ from offload.sim.demo_worker import DemoConfig, DemoWorker
 from offload.wire.kv_events import decode_batch
 from offload.wire.publisher import EventPublisher
 from offload.wire.stats_frame import decode_stats_frame
+from tests.support.polling import wait_for
 
 
 def test_the_engine_moves_bytes_publishes_events_and_leaves_nothing_pinned() -> None:
@@ -51,21 +52,29 @@ def test_the_engine_moves_bytes_publishes_events_and_leaves_nothing_pinned() -> 
         stats_seen = 0
         expected = {
             ("CPU", "BlockStored"): stats.store_completed_blocks,
+            ("CPU", "BlockRemoved"): stats.evicted_capacity_blocks,
             ("GPU", "BlockStored"): gpu.stored_blocks,
             ("GPU", "BlockRemoved"): gpu.evicted_blocks,
         }
-        while sub.poll(2000):
-            topic, _, payload = sub.recv_multipart()
-            if topic == b"kvscope.stats":
-                stats_seen += 1
-                assert decode_stats_frame(payload).config.policy == "lru"
-            else:
-                for event in decode_batch(payload).events:
-                    seen[(event.medium, type(event).__name__)] += len(event.block_hashes)
-            if all(seen[key] == n for key, n in expected.items()) and stats_seen > 1:
-                break
-        assert {key: seen[key] for key in expected} == expected
-        assert seen[("CPU", "BlockRemoved")] == stats.evicted_capacity_blocks
+
+        def received() -> tuple[dict[tuple[str | None, str], int], int]:
+            """Blocks by medium and kind, and stats frames, of every frame arrived so far."""
+            nonlocal stats_seen
+            while sub.poll(0):
+                topic, _, payload = sub.recv_multipart()
+                if topic == b"kvscope.stats":
+                    stats_seen += 1
+                    assert decode_stats_frame(payload).config.policy == "lru"
+                else:
+                    for event in decode_batch(payload).events:
+                        seen[(event.medium, type(event).__name__)] += len(event.block_hashes)
+            return {key: seen[key] for key in expected}, stats_seen
+
+        wait_for(
+            received,
+            lambda got: got[0] == expected and got[1] > 1,
+            "every stored and dropped block, and the stats frames, arrive",
+        )
         sub.close(linger=0)
         ctx.term()
 
