@@ -26,7 +26,9 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from bench.tooling.vllm_config import SPEC, kvscope_manager, offloading_config
 from offload.transfer import CPUTransferBackend, KVLayout
 from offload.vllm import KVScopeOffloadingSpec
+from offload.vllm import worker as worker_module
 from offload.vllm.worker import KVScopeWorker
+from offload.wire.log_limit import LogLimiter
 
 PAGE = 256
 GPU_BLOCKS = 16
@@ -131,10 +133,15 @@ def test_the_worker_refuses_what_it_could_not_report_once_and_tells_vllm_with_fa
 
 
 def test_a_failed_transfer_is_logged_with_its_cause_before_vllm_hears_of_it(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """vLLM's connector asserts each result's success with no message: the engine stops,
     and the copy's own error must already be in the log, or the cause is lost."""
+    # The worker's limiter is the module's: a failure another test logged within its
+    # interval would hold this test's line back. A fresh one starts this test clean.
+    monkeypatch.setattr(
+        worker_module, "_log", LogLimiter(logging.getLogger(worker_module.__name__))
+    )
 
     def fail_job_0(job_id: int) -> None:
         if job_id == 0:
