@@ -1,12 +1,20 @@
-"""Shared fixtures: small managers and a slice of the bundled trace."""
+"""Shared fixtures: small managers and a slice of the bundled trace; Hypothesis untimed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from offload.sim.mooncake import bundled_trace_path
+
+# Hypothesis times every example (a 200 ms deadline) and fails a property whose first
+# examples took over 1 s to generate (HealthCheck.too_slow, five deadlines): two timed
+# assertions, which a loaded machine's pause fails while the property holds. Untimed,
+# too_slow waits 30 s. Properties that set their own settings keep these defaults.
+settings.register_profile("kvscope", deadline=None)
+settings.load_profile("kvscope")
 
 
 @pytest.fixture
