@@ -458,11 +458,14 @@ def test_a_late_body_behind_an_unread_answer_frees_its_connection() -> None:
 
 
 def test_a_shed_reader_gives_up_its_slot_at_once_and_its_silent_socket_is_cut_later() -> None:
+    # The send deadline starts once the stalled socket's buffers are full, and the flood must
+    # fill its queue before it ends: at 1 s, a loaded machine's flood came second, the socket
+    # was cut unshed and no shed ever followed. 10 s leaves the cut within a wait of the shed.
     limits = HttpLimits(
         max_sse_clients=2,
         sse_client_queue_bytes=64 * KIB,
         sse_chunk_bytes=16 * KIB,
-        send_timeout_s=1.0,
+        send_timeout_s=10.0,
     )
     app, state = sidecar_app(limits)
     # A fixed send buffer: Linux grew it to megabytes on loopback, all to be flooded first.
