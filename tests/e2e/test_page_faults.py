@@ -23,6 +23,7 @@ from app.server import Sidecar
 from app.settings import SidecarSettings
 from tests.e2e.conftest import CHROMIUM, WAIT_MS
 from tests.support.polling import wait_for
+from tests.support.ports import held_tcp_ports
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} absent")
 WAIT_S = WAIT_MS / 1000
@@ -210,31 +211,34 @@ def test_a_sidecar_that_restarts_is_waited_for_and_read_again(
 
     page.add_init_script(COUNT_READS)
     page.clock.install()
-    with Sidecar(settings(0)) as first:
-        # The port it bound: one probed free and bound later could be taken in between.
-        port = int(first.url.rsplit(":", 1)[1])
-        page.goto(f"{first.url}/#/events")
-        page.wait_for_function("() => document.getElementById('updated').dataset.state === 'ok'")
+    # Held for the whole test (tests/support/ports.py): freed by the first sidecar, the port
+    # could be taken (another test's bind, a connection's local end) before the second bound it.
+    with held_tcp_ports() as port:
+        with Sidecar(settings(port)) as first:
+            page.goto(f"{first.url}/#/events")
+            page.wait_for_function(
+                "() => document.getElementById('updated').dataset.state === 'ok'"
+            )
+            page.wait_for_function(
+                "() => document.getElementById('feed-state').textContent.startsWith('live')"
+            )
+        page.clock.run_for(1_000)
+        page.wait_for_function("() => document.getElementById('updated').dataset.state === 'error'")
         page.wait_for_function(
-            "() => document.getElementById('feed-state').textContent.startsWith('live')"
+            "() => document.getElementById('feed-state').textContent.startsWith('reconnecting')"
         )
-    page.clock.run_for(1_000)
-    page.wait_for_function("() => document.getElementById('updated').dataset.state === 'error'")
-    page.wait_for_function(
-        "() => document.getElementById('feed-state').textContent.startsWith('reconnecting')"
-    )
-    with Sidecar(settings(port)):
-        # The clock runs in real time here too (the feed draws on animation frames): a retry
-        # may have gone out as the sidecar came up, and one failing just before sets its
-        # next after any move. Moved by the longest wait until the page has read again.
-        wait_for(
-            lambda: moved(page, "() => document.getElementById('updated').dataset.state"),
-            lambda state: state == "ok", "the page reads the sidecar again", WAIT_S,
-        )  # fmt: skip
-        wait_for(  # the stream's own retry, or the page's after a refusal
-            lambda: moved(page, "() => document.getElementById('feed-state').textContent"),
-            lambda text: text.startswith("live"), "the feed is live again", WAIT_S,
-        )  # fmt: skip
+        with Sidecar(settings(port)):
+            # The clock runs in real time here too (the feed draws on animation frames): a retry
+            # may have gone out as the sidecar came up, and one failing just before sets its
+            # next after any move. Moved by the longest wait until the page has read again.
+            wait_for(
+                lambda: moved(page, "() => document.getElementById('updated').dataset.state"),
+                lambda state: state == "ok", "the page reads the sidecar again", WAIT_S,
+            )  # fmt: skip
+            wait_for(  # the stream's own retry, or the page's after a refusal
+                lambda: moved(page, "() => document.getElementById('feed-state').textContent"),
+                lambda text: text.startswith("live"), "the feed is live again", WAIT_S,
+            )  # fmt: skip
 
 
 def moved(page: sync_api.Page, read: str) -> Any:
