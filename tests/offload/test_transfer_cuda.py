@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -246,11 +245,10 @@ def test_poll_returns_while_a_job_is_still_running() -> None:
     with CUDATransferBackend(layout, 8) as backend:
         busy_current_stream()
         job = backend.submit(GPU_TO_CPU, [0, 1], [0, 1])
-        started = time.perf_counter()
         polled = backend.poll()
-        elapsed = time.perf_counter() - started
+        # poll did not wait for the job: the compute it waits behind is running still
+        assert not torch.cuda.current_stream().query()
         assert polled == []  # the store waits behind about a second of compute
-        assert elapsed < 0.1
         assert finish(backend, job).success
 
 
