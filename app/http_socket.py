@@ -42,7 +42,12 @@ class PortError(SettingError):
 
 def bind_http(host: str, port: int) -> list[socket.socket]:
     """A bound (not yet listening) socket per address of ``host``; ``HostError`` or
-    ``PortError`` when one cannot be had, with every socket bound so far closed."""
+    ``PortError`` when one cannot be had, with every socket bound so far closed.
+
+    An address of a family this machine has no sockets for (IPv6 on a kernel booted
+    without it, where ``localhost`` may still resolve to ``::1``) is passed over, as
+    asyncio's ``create_server`` does; a host with no address left is a ``HostError``.
+    """
     try:
         infos = socket.getaddrinfo(
             host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -52,13 +57,18 @@ def bind_http(host: str, port: int) -> list[socket.socket]:
     except UnicodeError as exc:  # a label over 63 characters, or empty: no name to look up
         raise HostError(f"cannot resolve {shown_repr(host)}: {shown(exc)}") from None
     sockets: list[socket.socket] = []
+    unusable: OSError | None = None
     for family, kind, proto, _, address in dict.fromkeys(infos):
-        sock = socket.socket(family, kind, proto)
-        sockets.append(sock)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:  # as asyncio: an IPv6 wildcard leaves IPv4 to its own
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:  # no such family here: the host's other addresses serve
+            unusable = exc
+            continue
+        sockets.append(sock)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio: an IPv6 wildcard leaves IPv4 alone
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
         except OSError as exc:
             for bound in sockets:
@@ -67,6 +77,8 @@ def bind_http(host: str, port: int) -> list[socket.socket]:
             raise error(
                 f"cannot bind {_address(host, port)}: {os.strerror(exc.errno or 0)}"
             ) from None
+    if not sockets and unusable is not None:
+        raise HostError(f"cannot bind {_address(host, port)}: {os.strerror(unusable.errno or 0)}")
     return sockets
 
 

@@ -1,0 +1,84 @@
+"""The HTTP server's sockets where the host resolves to an address family this machine lacks.
+
+A kernel booted without IPv6 still resolves ``localhost`` to ``::1`` in many
+images; asyncio passes such an address over. The sidecar's own binding raised
+the raw ``OSError`` of ``socket.socket()`` (a traceback, no setting named) and
+left the sockets it had bound for the host's earlier addresses open.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import pytest
+
+from app import http_socket
+from app.http_socket import HostError, bind_http
+
+REAL_SOCKET = socket.socket
+"""Taken before a test replaces the module's (``http_socket.socket`` is the module)."""
+V4 = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0))
+V6 = (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 0, 0, 0))
+
+
+class NoIPv6:
+    """This machine's sockets, as a kernel without IPv6 makes them: the real ``socket`` for
+    every other family, each one kept to see whether it was closed."""
+
+    def __init__(self) -> None:
+        self.made: list[socket.socket] = []
+
+    def __call__(self, family: int, kind: int, proto: int) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        sock = REAL_SOCKET(family, kind, proto)
+        self.made.append(sock)
+        return sock
+
+
+@pytest.fixture
+def no_ipv6(monkeypatch: pytest.MonkeyPatch) -> NoIPv6:
+    sockets = NoIPv6()
+    monkeypatch.setattr(http_socket.socket, "socket", sockets)
+    return sockets
+
+
+def resolving_to(monkeypatch: pytest.MonkeyPatch, *infos: tuple) -> None:
+    monkeypatch.setattr(http_socket.socket, "getaddrinfo", lambda *args, **kwargs: list(infos))
+
+
+def test_an_address_of_a_family_this_machine_lacks_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch, no_ipv6: NoIPv6
+) -> None:
+    resolving_to(monkeypatch, V6, V4)
+    sockets = bind_http("localhost", 0)
+    try:
+        assert [sock.family for sock in sockets] == [socket.AF_INET]
+        assert sockets[0].getsockname()[0] == "127.0.0.1"
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_a_host_with_no_usable_address_is_a_host_error_and_leaves_no_socket_open(
+    monkeypatch: pytest.MonkeyPatch, no_ipv6: NoIPv6
+) -> None:
+    resolving_to(monkeypatch, V6)
+    with pytest.raises(HostError, match=r"^cannot bind localhost:0: Address family not supp"):
+        bind_http("localhost", 0)
+    assert no_ipv6.made == []
+
+
+def test_a_failing_bind_after_a_passed_over_address_closes_what_was_bound(
+    monkeypatch: pytest.MonkeyPatch, no_ipv6: NoIPv6
+) -> None:
+    with REAL_SOCKET() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        here = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port))
+        resolving_to(monkeypatch, V6, here, (*V4[:4], ("127.0.0.1", port)))
+        with pytest.raises(http_socket.PortError, match="Address already in use"):
+            bind_http("localhost", port)
+    assert len(no_ipv6.made) == 2 and all(sock.fileno() == -1 for sock in no_ipv6.made)
