@@ -234,8 +234,9 @@ class SidecarSettings(BaseSettings):
         default=16,
         ge=1,
         le=256,
-        description="Most distinct media the index tracks; events naming others are refused, "
-        "counted.",
+        description="Most distinct media the index tracks, at most 4 of them named by one "
+        "publisher; events naming others are refused, counted. A medium that holds no block "
+        "any more is released when a new one finds no place.",
     )
     kv_topic: str = Field(
         default=DEFAULT_KV_TOPIC.decode(),

@@ -30,7 +30,7 @@ from app.api.http_counts import HttpCounts
 from app.api.response_buffers import ResponseBuffers
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
-from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS
+from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS, MEDIA_PER_PUBLISHER
 from app.state.insight import InsightReading, PublisherInsight
 from app.state.insight_verdicts import window_efficiency
 from app.state.publisher import PublisherState
@@ -146,7 +146,8 @@ class SidecarCollector(Collector):
         )
         yield CounterMetricFamily(
             "kvscope_sidecar_refused_media_events_total",
-            "Events refused for naming a medium past max_media.",
+            "Events refused for naming a medium past max_media, or past the "
+            f"{MEDIA_PER_PUBLISHER} one publisher may name.",
             refused_media,
         )
         yield CounterMetricFamily(

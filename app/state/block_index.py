@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from heapq import heappop, heappush
 from itertools import islice
 from typing import Final, TypeVar
 
@@ -31,6 +32,12 @@ from app.state.stranded import MAX_REHANG_LINKS, Siblings, StrandedBlocks
 MAX_GROUPS: Final = 16
 """Most KV cache groups tracked per publisher and medium: each is a location bit of its
 own, and the network names them (vLLM's hybrid models have a handful)."""
+MEDIA_PER_PUBLISHER: Final = 4
+"""Most media one publisher names at once: a vLLM engine stores on its GPU and a CPU tier,
+perhaps a disk tier, and one more (a remote store) is spare. Media and locations are shared
+by every publisher, so one publisher alone names at most 4 of the 16 media (the default
+``max_media``) and 64 of the ``MAX_LOCATIONS`` (4 media of ``MAX_GROUPS`` groups): naming
+them first, one took every place, and the engines met after it had none."""
 RESET_TRACKED: Final = 2048
 """Most blocks a publisher may store after a reset (counted as its batches end) for its next
 reset to look at those alone, rather than walk the index: 16 KB per publisher at most. To make
@@ -48,7 +55,11 @@ _NO_BLOCK: Final = object()
 MAX_LOCATIONS: Final = 1024
 """Most locations (publisher, medium, group) in all: every held block's mask is as wide as
 the highest bit, so its memory and the walks over it grow with them (64 publishers on
-16 media, the worst case before groups)."""
+16 media, the worst case before groups). A publisher names at most 64 of them
+(``MEDIA_PER_PUBLISHER``), so 16 publishers holding a block in every one fill them."""
+_MEDIA: Final = "media"
+_LOCATIONS: Final = "locations"
+"""Why a new location has no place: the counter its event is refused in (``_location``)."""
 _Item = TypeVar("_Item")  # what an event's cuts hold: block hashes, or rehangs
 
 
@@ -124,24 +135,30 @@ class BlockIndex:
         self.overflow = 0
         """Stores of blocks refused because the index was full."""
         self.refused_media_events = 0
-        """Events refused because they named a medium past ``max_media``, and media past it
-        that a stats frame gave block sizes for."""
-        self._media: set[str] = set()
+        """Events refused because they named a medium past ``max_media``, or past the
+        ``MEDIA_PER_PUBLISHER`` of their publisher, and media past ``max_media`` that a stats
+        frame gave block sizes for."""
+        self._media: dict[str, int] = {}  # medium -> the locations on it
         self.refused_location_events = 0
         """Events refused because they named a KV cache group past ``MAX_GROUPS`` for their
         publisher and medium, or a location past ``MAX_LOCATIONS``."""
-        # (publisher, medium) -> the bits of its groups, to tell a pair's first copy
-        self._pair_bits: dict[tuple[str, str], int] = {}
+        # publisher -> medium -> the bits of its groups, to tell a pair's first copy
+        self._pair_bits: dict[str, dict[str, int]] = {}
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
         self._shards: tuple[dict[Hashable, HeldBlock], ...] = tuple({} for _ in range(SHARDS))
         self._held = 0  # blocks in all shards
         self._listing = Listing()
         self._next_seq = 0
-        # (publisher, medium, group) -> bit number
+        # (publisher, medium, group) -> bit number, and back, in order of first sight
         self._locations: dict[tuple[str, str, int | None], int] = {}
-        self._location_names: list[tuple[str, str]] = []  # bit number -> (publisher, medium)
+        self._location_names: dict[int, tuple[str, str, int | None]] = {}
         self._counts: list[int] = []  # bit number -> blocks held there
+        self._empty: dict[str, set[int]] = {}
+        """Publisher -> the bit numbers of its locations that hold no block (their count is
+        0), for publishers that have some: released once a new location has no place
+        (``_has_room``)."""
+        self._free: list[int] = []  # released bit numbers, a heap: the lowest is reused first
         # bit number -> the largest block size it stored (0 before any), its group's (a
         # partial block's store names a smaller one): a coarse block covers fine positions
         # only on the locations of its coarse group (``_cover``)
@@ -294,7 +311,7 @@ class BlockIndex:
         bit = 1 << number
         reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
         # Another group's copy on this medium came with the same reload: one hit, not two.
-        copies = self._pair_bits[publisher, medium]
+        copies = self._pair_bits[publisher][medium]
         shards = self._shards
         listed = self._listing.open.append  # this event's new records go at its end
         # The blocks continue one chain: each hangs under the one before it.
@@ -369,6 +386,8 @@ class BlockIndex:
         if block_size and block_size > self._sizes[number]:
             self._sizes[number] = block_size
         added += seq - first_seq
+        if added and not self._counts[number]:
+            self._hold(publisher, number)
         if added and (gained := self._gained.get(publisher)) is not None:
             gained += block_hashes
             if len(gained) > max(RESET_TRACKED, self._held >> 3):  # a walk costs less
@@ -437,6 +456,8 @@ class BlockIndex:
             if entry.stranded:
                 stranded.count(bit, -1)
         self._counts[number] -= removed
+        if removed and not self._counts[number]:
+            self._empty.setdefault(self._location_names[number][0], set()).add(number)
         self._held -= gone
         self._listing.dead += gone
         self.untracked_removals += len(block_hashes) - removed
@@ -504,32 +525,100 @@ class BlockIndex:
     def _location(self, publisher: str, medium: str, group: int | None) -> int | None:
         """The bit number of a (publisher, medium, group), allocated on first sight.
 
-        None for a medium past ``max_media`` (the event counted in ``refused_media_events``),
-        or a group past ``MAX_GROUPS`` or a location past ``MAX_LOCATIONS`` (counted in
-        ``refused_location_events``).
+        None for a medium past ``max_media`` or past the publisher's ``MEDIA_PER_PUBLISHER``
+        (the event counted in ``refused_media_events``), or a group past ``MAX_GROUPS`` or a
+        location past ``MAX_LOCATIONS`` (counted in ``refused_location_events``): see
+        ``_has_room``.
         """
         key = (publisher, medium, group)
         number = self._locations.get(key)
         if number is None:
-            if medium not in self._media:
-                if len(self._media) >= self.max_media:
-                    self.refused_media_events += 1
-                    return None
-                self._media.add(medium)
-            pair = (publisher, medium)
-            bits = self._pair_bits.get(pair, 0)
-            number = len(self._location_names)
-            if bits.bit_count() >= MAX_GROUPS or number >= MAX_LOCATIONS:
-                self.refused_location_events += 1
+            if not self._has_room(publisher, medium):
                 return None
-            self._pair_bits[pair] = bits | 1 << number
+            number = heappop(self._free) if self._free else len(self._location_names)
+            if number == len(self._counts):
+                self._counts.append(0)
+                self._sizes.append(0)
+            media = self._pair_bits.setdefault(publisher, {})
+            media[medium] = media.get(medium, 0) | 1 << number
+            self._media[medium] = self._media.get(medium, 0) + 1
             self._locations[key] = number
-            self._location_names.append(pair)
-            self._counts.append(0)
-            self._sizes.append(0)
+            self._location_names[number] = key
+            self._empty.setdefault(publisher, set()).add(number)
             if medium != DEFAULT_MEDIUM:
                 self._lower_tier_bits |= 1 << number
         return number
+
+    def _has_room(self, publisher: str, medium: str) -> bool:
+        """Whether a new location of ``publisher`` on ``medium`` has a place; the event is
+        counted as refused when it has none.
+
+        Where the publisher's share is full (``MEDIA_PER_PUBLISHER``, ``MAX_GROUPS``), its
+        own locations that hold no block are released first; where the index's is
+        (``max_media``, ``MAX_LOCATIONS``), every publisher's. A place went to whoever named
+        it first, for good: removals of blocks never stored name a location and leave it
+        empty, and one publisher's frames took every place from the engines met after it.
+        """
+        refused = self._share_full(publisher, medium)
+        if refused is not None:
+            self._release_empty(publisher)
+            refused = self._share_full(publisher, medium)
+        if refused is None and self._index_full(medium) is not None:
+            self._release_empty(None)
+            refused = self._index_full(medium)
+        if refused is _MEDIA:
+            self.refused_media_events += 1
+        elif refused is _LOCATIONS:
+            self.refused_location_events += 1
+        return refused is None
+
+    def _share_full(self, publisher: str, medium: str) -> str | None:
+        """What of ``publisher``'s share a new location on ``medium`` would pass (``_MEDIA``,
+        ``_LOCATIONS``), or None."""
+        media = self._pair_bits.get(publisher, {})
+        bits = media.get(medium)
+        if bits is None:
+            return _MEDIA if len(media) >= MEDIA_PER_PUBLISHER else None
+        return _LOCATIONS if bits.bit_count() >= MAX_GROUPS else None
+
+    def _index_full(self, medium: str) -> str | None:
+        """What of the index's caps a new location on ``medium`` would pass, or None."""
+        if medium not in self._media and len(self._media) >= self.max_media:
+            return _MEDIA
+        return _LOCATIONS if len(self._location_names) >= MAX_LOCATIONS else None
+
+    def _hold(self, publisher: str, number: int) -> None:
+        """Location ``number`` of ``publisher`` holds a block again: it is no longer empty."""
+        empty = self._empty[publisher]
+        empty.discard(number)
+        if not empty:
+            del self._empty[publisher]
+
+    def _release_empty(self, publisher: str | None) -> None:
+        """Release every location of ``publisher`` (of every publisher: None) that holds no
+        block: no mask has its bit, so the bit (the lowest first) and its medium, once no
+        location is on it, are free to reuse. Each location is released once per
+        allocation, so this costs no more than the allocations before it."""
+        owners = list(self._empty) if publisher is None else [publisher]
+        for owner in owners:
+            for number in self._empty.pop(owner, ()):
+                key = self._location_names.pop(number)
+                del self._locations[key]
+                _owner, medium, _group = key
+                media = self._pair_bits[owner]
+                media[medium] &= ~(1 << number)
+                if not media[medium]:
+                    del media[medium]
+                    if not media:
+                        del self._pair_bits[owner]
+                self._media[medium] -= 1
+                if not self._media[medium]:
+                    del self._media[medium]
+                self._lower_tier_bits &= ~(1 << number)
+                self._sizes[number] = 0
+                self._extra_copies.pop(number, None)
+                self.stranded.counts.pop(number, None)
+                heappush(self._free, number)
 
     def reset_publisher(self, publisher: str) -> None:
         """Forget every location of ``publisher`` (its cache was reset, or it restarted).
@@ -557,7 +646,7 @@ class BlockIndex:
         """Whether some location of ``publisher`` holds a block (or a copy of one)."""
         return any(
             self._counts[number]
-            for number, (owner, _medium) in enumerate(self._location_names)
+            for number, (owner, _medium, _group) in self._location_names.items()
             if owner == publisher
         )
 
@@ -585,10 +674,11 @@ class BlockIndex:
         nothing, and the listing counts the dead."""
         self._held -= gone
         self._listing.dead += gone
-        for number, (owner, _medium) in enumerate(self._location_names):
+        for number, (owner, _medium, _group) in self._location_names.items():
             if owner == publisher:
                 self._counts[number] = 0
                 self._extra_copies.pop(number, None)
+                self._empty.setdefault(publisher, set()).add(number)
 
     def set_block_bytes(self, publisher: str, block_bytes: Mapping[str, int]) -> None:
         """Declare the size in bytes of one of ``publisher``'s blocks on each medium named.
@@ -608,11 +698,13 @@ class BlockIndex:
     # --- queries --------------------------------------------------------------------
 
     def usage(self) -> list[Usage]:
-        """Blocks (and bytes where known) per publisher and medium, in order of first sight;
-        a block held by two KV cache groups there is two copies, and counts twice."""
+        """Blocks (and bytes where known) per publisher and medium, in order of first sight
+        (a location released while empty is seen anew: ``_location``); a block held by two
+        KV cache groups there is two copies, and counts twice."""
         summed: dict[tuple[str, str], tuple[int, int]] = {}
         stranded = self.stranded.counts
-        for number, pair in enumerate(self._location_names):
+        for number, (publisher, medium, _group) in self._location_names.items():
+            pair = (publisher, medium)
             blocks, strays = summed.get(pair, (0, 0))
             summed[pair] = (blocks + self._counts[number], strays + stranded.get(number, 0))
         rows = []
@@ -751,14 +843,14 @@ class BlockIndex:
     def _bits(self, medium: str | None = None, publisher: str | None = None) -> int:
         """The bits of every location matching both filters (all locations without filters)."""
         bits = 0
-        for number, (owner, held_on) in enumerate(self._location_names):
+        for number, (owner, held_on, _group) in self._location_names.items():
             if medium in (None, held_on) and publisher in (None, owner):
                 bits |= 1 << number
         return bits
 
     def _bits_by_medium(self) -> dict[str, int]:
         bits: dict[str, int] = {}
-        for number, (_owner, medium) in enumerate(self._location_names):
+        for number, (_owner, medium, _group) in self._location_names.items():
             bits[medium] = bits.get(medium, 0) | 1 << number
         return bits
 
@@ -774,8 +866,8 @@ class BlockIndex:
         held = [names[number] for number in location_numbers(entry.mask)]
         return BlockEntry(
             block_hash=entry.block_hash,
-            media=tuple(sorted({medium for _owner, medium in held})),
-            publishers=tuple(sorted({owner for owner, _medium in held})),
+            media=tuple(sorted({medium for _owner, medium, _group in held})),
+            publishers=tuple(sorted({owner for owner, _medium, _group in held})),
             block_size=entry.size,
             first_stored=entry.first,
             last_stored=entry.last,

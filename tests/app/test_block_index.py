@@ -19,6 +19,7 @@ from app.settings import MAX_PAGE_LIMIT
 from app.state.block_index import (
     MAX_GROUPS,
     MAX_LOCATIONS,
+    MEDIA_PER_PUBLISHER,
     PART_BLOCKS,
     BlockIndex,
     PrefixMatch,
@@ -399,6 +400,28 @@ def test_kv_cache_groups_and_locations_past_their_caps_are_refused_and_counted()
     assert len(index._location_names) == MAX_LOCATIONS
     tried = MAX_GROUPS + 1 + (MAX_LOCATIONS // MAX_GROUPS + 1) * MAX_GROUPS
     assert index.refused_location_events == 10 + tried - MAX_LOCATIONS
+
+
+def test_a_publisher_past_its_media_share_takes_the_place_of_its_own_empty_location() -> None:
+    """One publisher names at most ``MEDIA_PER_PUBLISHER`` media, or one peer took every
+    medium; past them its own locations that hold nothing are released. A released bit
+    carries nothing of its last location: a lower tier's bit reused on the GPU made
+    another engine's GPU store of a block there a reload (a hit) from a lower tier."""
+    index = BlockIndex(max_blocks=100)
+    tiers = [f"m{n}" for n in range(MEDIA_PER_PUBLISHER)]
+    index.apply("w", batch(*(stored([n], medium) for n, medium in enumerate(tiers))), 1.0)
+    index.apply("w", batch(stored([9], None)), now=2.0)
+    assert index.refused_media_events == 1, "its share is full, and every location holds a block"
+    assert index.get(9) is None
+    index.apply("w", batch(removed([0], tiers[0])), now=3.0)
+    index.apply("w", batch(stored([9], None)), now=4.0)  # in m0's place, and on its bit
+    index.apply("v", batch(stored([9], None)), now=5.0)
+    nine = index.get(9)
+    assert nine is not None and (nine.media, nine.publishers) == (("GPU",), ("v", "w"))
+    assert nine.hits == 0, "a store on the GPU of a block held on the GPU alone"
+    assert index.refused_media_events == 1
+    rows = [(row.publisher, row.medium, row.blocks) for row in index.usage()]
+    assert rows == [*(("w", medium, 1) for medium in tiers[1:]), ("w", "GPU", 1), ("v", "GPU", 1)]
 
 
 def test_one_reload_into_a_hybrid_models_gpu_is_one_hit_whatever_its_groups() -> None:

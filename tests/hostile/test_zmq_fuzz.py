@@ -57,6 +57,8 @@ class Live:
         if medium not in MEDIA[:6]:
             return False  # malformed: a space, or too long
         if medium not in self.media:
+            if len(self.media) >= MAX_MEDIA:  # the media that hold no copy are released
+                self.media = [m for m in self.media if any(c[m] for c in self.truth.values())]
             if len(self.media) >= MAX_MEDIA:
                 return False
             self.media.append(medium)
