@@ -30,9 +30,18 @@ def _spec(name: str, kind: Kind, help_text: str, *labels: str) -> MetricSpec:
     return MetricSpec(name, kind, help_text, labels)
 
 
-LOOKUPS_TOTAL = _spec("kvscope_lookups_total", "counter", "Lookup calls.", "medium")
+LOOKUPS_TOTAL = _spec(
+    "kvscope_lookups_total",
+    "counter",
+    "Lookup calls (inside vLLM: chunks asked, by the lookup that scheduled a request).",
+    "medium",
+)
 LOOKUP_BLOCKS_TOTAL = _spec(
-    "kvscope_lookup_blocks_total", "counter", "Blocks asked about by lookups.", "medium"
+    "kvscope_lookup_blocks_total",
+    "counter",
+    "Blocks asked about by lookups (inside vLLM: once per scheduling of a request, not per "
+    "step it waited).",
+    "medium",
 )
 LOOKUP_HIT_BLOCKS_TOTAL = _spec(
     "kvscope_lookup_hit_blocks_total",

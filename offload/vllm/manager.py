@@ -10,10 +10,11 @@ CPU manager (tests/vllm runs vLLM's manager tests against this class).
 
 With kvscope's publisher on, each stored run names its parent (the key one
 chunk before it in its request, of its KV cache group, from the request's
-chain), and with a sampler each scheduling of a request goes into the
-sampled access stream once, however many times vLLM looked it up before
-scheduling it. kvscope's publisher names CPU blocks by raw block hash, as
-vLLM's GPU events name the prefix cache's blocks (see ``published.py``).
+chain). Each scheduling of a request counts its lookups once (the lookup
+counters, their hit ratio) and, with a sampler, goes into the sampled access
+stream once, however many times vLLM looked it up before scheduling it.
+kvscope's publisher names CPU blocks by raw block hash, as vLLM's GPU events
+name the prefix cache's blocks (see ``published.py``).
 """
 
 from __future__ import annotations
@@ -101,25 +102,17 @@ class KVScopeManager(OffloadingManager):
     # --- lookups and loads ---
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        if self._sampling:
-            references = self._access(req_context).asked(key, self._step)
-            if references:  # this lookup began a new scheduling of the request
-                self._record(references)
         block = self._blocks.get(key)
-        stats = self.core.stats
-        tokens = self._tokens_of(key)  # its own group's: groups differ in tokens per chunk
-        stats.lookup_calls += 1
-        stats.lookup_blocks += 1
-        stats.lookup_tokens += tokens
         if block is None:
-            # vLLM asks key by key and stops at the first miss: this one decides the loss.
-            self.core.misses.miss((key,), 0, False, tokens)
-            return LookupResult.MISS
-        if block.ref < 0:
-            return LookupResult.HIT_PENDING
-        stats.lookup_hit_blocks += 1
-        stats.lookup_hit_tokens += tokens
-        return LookupResult.HIT
+            result = LookupResult.MISS
+        elif block.ref < 0:
+            result = LookupResult.HIT_PENDING
+        else:
+            result = LookupResult.HIT
+        references = self._access(req_context).asked(key, self._step, result)
+        if references:  # this lookup began a new scheduling of the request, after one that ran
+            self._record(references)
+        return result
 
     def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> CacheHitSource:
         return CacheHitSource.HOST
@@ -132,6 +125,7 @@ class KVScopeManager(OffloadingManager):
         # leaves no block pinned (nor the load counted) for a load vLLM never completes.
         blocks = self.core.readable(keys)
         access = self._met(keys, req_context, reused=keys)
+        self._count_lookups(access)
         spec = self.core.pin(blocks)
         if self.telemetry is not None and keys:
             access.place(keys, self._sampling)
@@ -181,6 +175,7 @@ class KVScopeManager(OffloadingManager):
                 ready.append(key)
         met = set(new).union(ready)
         access = self._met([key for key in keys if key in met], req_context, reused=ready)
+        self._count_lookups(access)  # first: a miss is charged before the store splits it
         chain = keys[first : last + 1] if new else []
         if len(chain) != len(new):
             # Keys the tier holds split the new ones into runs: the core skips them and
@@ -344,6 +339,26 @@ class KVScopeManager(OffloadingManager):
             access.meet(new)
         access.reuse(reused)
         return access
+
+    def _count_lookups(self, access: RequestAccess) -> None:
+        """Count the lookups of the scheduling vLLM ran (the request's first load or offer
+        since them): each key asked once, with its latest answer, however many steps vLLM
+        asked it before scheduling the request, as vLLM's own prefix-cache stats count it."""
+        lookups = access.take_lookups()
+        if not lookups:
+            return
+        stats, misses = self.core.stats, self.core.misses
+        for key, result in lookups.items():
+            tokens = self._tokens_of(key)  # its own group's: groups differ in tokens per chunk
+            stats.lookup_calls += 1
+            stats.lookup_blocks += 1
+            stats.lookup_tokens += tokens
+            if result is LookupResult.HIT:
+                stats.lookup_hit_blocks += 1
+                stats.lookup_hit_tokens += tokens
+            elif result is LookupResult.MISS:
+                # vLLM asks key by key and stops at the first miss: this one decides the loss.
+                misses.miss((key,), 0, False, tokens)
 
     def _record(self, references: list[OffloadKey]) -> None:
         """One scheduling's references, into the sample (an empty list counts nothing)."""

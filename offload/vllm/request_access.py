@@ -4,7 +4,10 @@ vLLM 0.33 counts a request's use of a block once, when the request
 finishes, in prompt order; until then a request's blocks are ordered by
 their place in its prompt. This is the record that makes that possible:
 the keys the request met (in the order met), which it found stored
-(reused) and which it stored itself.
+(reused) and which it stored itself. It also tells one scheduling of the
+request from vLLM's lookups: vLLM asks a waiting request again each step
+until it schedules it, and only the lookups of the scheduling that ran are
+counted (``asked``, ``take_lookups``), once.
 
 With kvscope's publisher on it also names the block before a stored run:
 the key one chunk earlier in the request (by token position), whatever the
@@ -21,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import pairwise
 
-from vllm.v1.kv_offload.base import OffloadKey, ReqContext
+from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext
 
 from offload.cpu.request_recency import RequestRecency
 
@@ -56,6 +59,7 @@ class RequestAccess:
         "generation",
         "inserted",
         "last",
+        "lookups",
         "owner",
         "position",
         "recency",
@@ -83,6 +87,9 @@ class RequestAccess:
         """Keys loaded or offered since the current scheduling's lookup (when sampling)."""
         self.asked_step = -1
         """The scheduler step of this request's latest lookup."""
+        self.lookups: dict[OffloadKey, LookupResult] = {}
+        """The current scheduling's lookups, each key once with its latest answer, until the
+        scheduling runs (``take_lookups``)."""
         self.start: int | None = None
         """Where the current scheduling's lookup began; None: no lookup since the last record."""
 
@@ -196,25 +203,36 @@ class RequestAccess:
             return None
         return (at + 1) * GROUP_PLACES - 1 - int.from_bytes(key[-GROUP_BYTES:], "big")
 
-    def asked(self, key: OffloadKey, step: int) -> list[OffloadKey]:
-        """A lookup of ``key`` in scheduler step ``step``.
+    def asked(self, key: OffloadKey, step: int, result: LookupResult) -> list[OffloadKey]:
+        """A lookup of ``key`` in scheduler step ``step``, answered ``result``.
 
         vLLM looks a waiting request up again each step until it is
-        scheduled, and again after a preemption; a lookup in a new step
-        starts a new scheduling, so the one before it (if it ran) is
-        returned, once, for the sample. Lookups within a step (prefix, tail,
-        group after group) are one scheduling's, begun at the earliest.
+        scheduled (no GPU blocks free, a lookup deferred while a hit is
+        still being written or loaded), and again after a preemption; a
+        lookup in a new step starts a new scheduling. The one before it
+        leaves its lookups uncounted (it never ran, or they were taken when
+        it did) and returns its references, if it ran, once, for the sample.
+        Lookups within a step (prefix, tail, group after group, a key asked
+        twice) are one scheduling's: each key once, with its latest answer,
+        and its references begin at the earliest.
         """
-        at = self.position(key)
-        if at is None:
-            return []
         if step == self.asked_step:
-            if self.start is None or at < self.start:
-                self.start = at
-            return []
-        references = self.take_references()
-        self.asked_step, self.start = step, at
+            references: list[OffloadKey] = []
+        else:
+            references = self.take_references()
+            self.asked_step, self.lookups = step, {}
+        self.lookups[key] = result
+        at = self.position(key)
+        if at is not None and (self.start is None or at < self.start):
+            self.start = at
         return references
+
+    def take_lookups(self) -> dict[OffloadKey, LookupResult]:
+        """The current scheduling's lookups, taken once: at its first load or offer, when
+        vLLM has scheduled the request (as vLLM counts its connector's prefix-cache queries,
+        when it admits a request, so a lookup of a request left waiting counts nothing)."""
+        lookups, self.lookups = self.lookups, {}
+        return lookups
 
     def take_references(self) -> list[OffloadKey]:
         """The current scheduling's references to the tier, in prompt order, taken once.

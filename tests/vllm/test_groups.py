@@ -193,6 +193,9 @@ def test_each_groups_lookups_count_their_own_chunks_tokens() -> None:
     for group in (0, 1):
         manager.lookup(request.keys[group][0], request.ctx)  # hits
         manager.lookup(request.keys[group][1], request.ctx)  # misses: never stored
+    hits = [request.keys[0][0], request.keys[1][0]]
+    manager.prepare_load(hits, request.ctx)  # scheduled: its lookups count
+    manager.complete_load(hits, request.ctx)
     manager.core.misses.flush()  # the last miss is charged when the counts settle
     counts = {
         (sample.name, sample.labels.get("reason")): sample.value
@@ -208,7 +211,9 @@ def test_a_key_of_a_group_the_config_does_not_name_counts_the_first_groups_token
     """vLLM's manager takes a key of any group (its own tests store group 1's in a tier of
     one group): kvscope's looks it up too, as a chunk of the first group's tokens."""
     manager = kvscope_manager(8)  # one group, 16 tokens a chunk
-    assert manager.lookup(make_offload_key(raw(1), 1), ReqContext(req_id="r")) is LookupResult.MISS
+    key, context = make_offload_key(raw(1), 1), ReqContext(req_id="r")
+    assert manager.lookup(key, context) is LookupResult.MISS
+    assert manager.prepare_store([key], context) is not None  # scheduled: its lookup counts
     manager.core.misses.flush()
     assert manager.core.misses.tokens["cold"] == 16
     assert manager.core.stats.lookup_tokens == 16

@@ -1,0 +1,98 @@
+"""kvscope's lookup counters under vLLM 0.33's own scheduler: one count per scheduling.
+
+vLLM's scheduler asks the connector about a waiting request every step until
+it admits it: while no GPU blocks are free, and while a hit is still being
+written (the lookup is deferred). vLLM's own prefix-cache stats for its
+connector count the request once, when it is admitted; kvscope's lookup
+counters (and so the hit ratio of its dashboards and ``/api/v1/stats``) do
+the same, so a request that waits is not weighted by how long it waited.
+Until 2026-11-29 each of those steps counted its lookups again: a request
+that waited four steps for GPU blocks counted its four hits five times.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vllm.v1.request import RequestStatus
+
+from offload.cpu.manager_stats import ManagerStats
+from tests.vllm.vllm_engine import BLOCK_TOKENS, Engine
+
+PROMPT = range(1, 4 * BLOCK_TOKENS + 1)
+"""Four chunks (one block each)."""
+
+
+def _counts(engine: Engine) -> tuple[int, int, int, int, int]:
+    """kvscope's lookups, blocks asked, blocks and tokens found, and misses."""
+    stats: ManagerStats = engine.manager.core.stats
+    misses = sum(engine.manager.core.misses.lookups.values())
+    return (
+        stats.lookup_calls,
+        stats.lookup_blocks,
+        stats.lookup_hit_blocks,
+        stats.lookup_hit_tokens,
+        misses,
+    )
+
+
+def test_a_request_waiting_for_gpu_blocks_counts_its_lookup_once_when_scheduled(
+    tmp_path: Path,
+) -> None:
+    """Its prefix is on the CPU tier, but a running request holds every GPU block: vLLM
+    asks about it each step, and counts it once it admits it; so does kvscope."""
+    engine = Engine(tmp_path, num_gpu_blocks=10, extra={"num_cpu_blocks": 32})
+    engine.add("a", PROMPT, max_tokens=1)
+    for _ in range(2):  # a runs, its four chunks are stored
+        engine.step()
+    # 8 of the 9 usable GPU blocks, and the ninth once it decodes: a's cached blocks go.
+    engine.add("hog", range(1000, 1000 + 8 * BLOCK_TOKENS), max_tokens=50)
+    engine.step()
+    before = _counts(engine)
+    assert before == (2, 2, 0, 0, 2), "a and the hog: each missed its first chunk"
+    waiting = engine.add("b", [*PROMPT, *range(200, 200 + BLOCK_TOKENS)], max_tokens=1)
+    for _ in range(4):
+        assert list(engine.step().num_scheduled_tokens) == ["hog"]
+        assert waiting.status is RequestStatus.WAITING
+        assert _counts(engine) == before, "a request left waiting counts no lookup"
+    assert engine.external_hits == 0, "nor does it in vLLM's stats"
+
+    engine.scheduler.finish_requests("hog", RequestStatus.FINISHED_ABORTED)
+    engine.step()  # b is admitted: its four chunks load
+    assert waiting.status is RequestStatus.WAITING_FOR_REMOTE_KVS
+    # Its four chunks found and its fifth missed, once.
+    assert _counts(engine) == (7, 7, 4, 4 * BLOCK_TOKENS, 3)
+    assert engine.manager.core.stats.lookup_hit_tokens == engine.external_hits
+
+
+def test_a_lookup_deferred_while_its_hit_is_written_counts_once_it_is_scheduled(
+    tmp_path: Path,
+) -> None:
+    """Its prefix is still being stored: the tier answers HIT_PENDING, and vLLM defers the
+    request each step until the store lands; it counts the hits once, and so does kvscope
+    (where each deferred step counted five chunks asked, none found and one missed: a hit
+    ratio of 4 in 26, where the admitted lookup alone gives 4 in 6)."""
+    engine = Engine(tmp_path, num_gpu_blocks=16, extra={"num_cpu_blocks": 32})
+    engine.add("a", PROMPT, max_tokens=1)
+    engine.step(hold=True)  # a's store is in flight
+    engine.step(hold=True)  # a is done
+    assert engine.scheduler.reset_prefix_cache(), "only the CPU tier holds a's blocks"
+    before = _counts(engine)
+    deferred = engine.add("c", [*PROMPT, *range(300, 300 + BLOCK_TOKENS)], max_tokens=1)
+    for _ in range(3):
+        engine.step(hold=True)
+        assert deferred.status is RequestStatus.WAITING
+        assert _counts(engine) == before, "a deferred lookup counts nothing"
+
+    engine.step()  # a's store is reported finished
+    engine.step()  # c is admitted: its four chunks load
+    assert deferred.status is RequestStatus.WAITING_FOR_REMOTE_KVS
+    calls, blocks, hits, hit_tokens, misses = _counts(engine)
+    assert (calls - before[0], blocks - before[1], hits, hit_tokens, misses - before[4]) == (
+        5,
+        5,
+        4,
+        4 * BLOCK_TOKENS,
+        1,
+    )
+    assert hit_tokens == engine.external_hits
