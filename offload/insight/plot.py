@@ -20,6 +20,9 @@ from offload.shown import shown
 FORMATS = (".html", ".png")
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 _WIDTH, _HEIGHT, _MARGIN = 720, 440, 60
+# The legend's own column right of the plot: inside it, the best policy's line at the
+# largest capacity (the top right corner) ran through the names.
+_LEGEND_WIDTH = 120
 
 
 class PlotError(ValueError):
@@ -155,8 +158,8 @@ def _html(curve: HitRatioCurve, title: str) -> str:
             )
         ly = _MARGIN + 18 * index
         parts.append(
-            f'<rect x="{_WIDTH - _MARGIN - 110}" y="{ly - 9}" width="12" height="12" '
-            f'fill="{colour}"/><text x="{_WIDTH - _MARGIN - 92}" y="{ly + 2}">{name}</text>'
+            f'<rect x="{_WIDTH - _MARGIN + 24}" y="{ly - 9}" width="12" height="12" '
+            f'fill="{colour}"/><text x="{_WIDTH - _MARGIN + 42}" y="{ly + 2}">{name}</text>'
         )
     svg = "\n".join(parts)
     heading = escape(title)
@@ -164,8 +167,8 @@ def _html(curve: HitRatioCurve, title: str) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>{heading}</title>
 <style>body{{font-family:sans-serif;margin:2em}} svg text{{font-size:12px}}</style></head>
 <body><h1 style="font-size:16px">{heading}</h1>
-<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" role="img"
- aria-label="hit ratio by capacity">
+<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH + _LEGEND_WIDTH}" height="{_HEIGHT}"
+ role="img" aria-label="hit ratio by capacity">
 <text x="{_WIDTH / 2}" y="{_HEIGHT - 15}" text-anchor="middle">capacity (blocks, log scale)</text>
 <text x="15" y="{_HEIGHT / 2}" transform="rotate(-90 15 {_HEIGHT / 2})"
  text-anchor="middle">hit ratio</text>

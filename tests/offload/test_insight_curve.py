@@ -49,6 +49,26 @@ def test_an_html_plot_is_one_self_contained_svg_per_curve(tmp_path: Path) -> Non
     assert "<script" not in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
 
 
+def test_an_html_plots_legend_stands_beside_the_lines_not_over_them(tmp_path: Path) -> None:
+    """The legend sat inside the plot's top right corner, where the best policy's line at
+    the largest capacity runs (``kvscope replay --policy lru,arc,opt`` drew opt's line
+    through the names): every legend swatch and name now starts right of the x axis's end."""
+    curve = HitRatioCurve(
+        (500, 1000, 2000), {"lru": (0.4, 0.5, 0.55), "opt": (0.57, 0.63, 0.67)}, current=1000
+    )
+    page = write_plot(curve, tmp_path / "curve.html", "t").read_text()
+    axis_ends = re.findall(r'<line x1="[\d.]+" y1="[\d.]+" x2="([\d.]+)"', page)
+    axis_end = max(float(x) for x in axis_ends)
+    drawn = [float(x) for x in re.findall(r'<circle cx="([\d.]+)"', page)]
+    assert drawn and max(drawn) <= axis_end
+    swatches = [float(x) for x in re.findall(r'<rect x="([\d.]+)"', page)]
+    names = re.findall(r'<text x="([\d.]+)" y="[\d.]+">(lru|opt)</text>', page)
+    assert len(swatches) == 2 and len(names) == 2
+    assert min(swatches) > axis_end and min(float(x) for x, _ in names) > axis_end
+    width = float(re.search(r'<svg[^>]* width="([\d.]+)"', page).group(1))
+    assert all(float(x) + 8 * len(name) <= width for x, name in names)  # and inside the image
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [("curve.jpg", "unsupported file type '.jpg'; use .html or .png"),
