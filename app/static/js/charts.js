@@ -33,9 +33,24 @@ function theme() {
   };
 }
 
-/** The y axis' width: its longest tick label (about 7 px a character) and the tick itself. */
+/** uPlot's own axis font, named so that the date's width below is measured in it. */
+const AXIS_FONT = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, '
+  + '"Noto Sans", sans-serif';
+
+/** Half the widest date uPlot writes under a time axis's first tick ("12/31/26 12:59pm"),
+centred on it: when that tick is the plot's left edge (a history starting on a whole minute),
+this much of it stands left of the plot, over the y axis. */
+const DATE_OVERHANG = (() => {
+  const context = document.createElement("canvas").getContext("2d");
+  context.font = AXIS_FONT;
+  return Math.ceil(context.measureText("12/31/26 12:59pm").width / 2) + 4;
+})();
+
+/** The y axis' width: its longest tick label (about 7 px a character) and the tick itself,
+and never less than the date's overhang, which a narrower axis ("2 %") cut off the canvas. */
 function tickWidth(u, values) {
-  return values ? 24 + 7 * Math.max(...values.map((text) => text.length)) : 50;
+  const labels = values ? 24 + 7 * Math.max(...values.map((text) => text.length)) : 50;
+  return Math.max(labels, DATE_OVERHANG);
 }
 
 /** With no cursor on the chart, its legend shows the newest values (hover shows any other). */
@@ -98,7 +113,9 @@ export class TimeChart {
     this.plot?.destroy();
     const colours = theme();
     const format = (value) => (value === null ? "–" : withUnit(value, this.unit));
-    const axis = { stroke: colours.axis, grid: { stroke: colours.grid }, ticks: { stroke: colours.grid } };
+    const axis = {
+      stroke: colours.axis, font: AXIS_FONT, grid: { stroke: colours.grid }, ticks: { stroke: colours.grid },
+    };
     const options = {
       width: Math.max(200, this.plotArea.clientWidth),
       height: 200,
