@@ -65,6 +65,7 @@ INSIGHT_SHOWN = """() => ({
   efficiencyText: document.getElementById('insight-efficiency').textContent,
   optimum: document.querySelector("[data-chart='hit-ratio-curve']").dataset.optimum,
   points: JSON.parse(document.querySelector("[data-chart='hit-ratio-curve']").dataset.points),
+  ticks: JSON.parse(document.querySelector("[data-chart='hit-ratio-curve']").dataset.ticks),
   misses: { ...document.querySelector("[data-chart='miss-reasons']").dataset },
 })"""
 """What the insight view shows, read in one turn of the page's loop (it renders each answer
@@ -694,6 +695,9 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
         policy: [i for i, ok in enumerate(oks) if ok] for policy, oks in curve["resolved"].items()
     }
     assert shown["points"] == resolved
+    # The capacity axis is marked at the curve's own capacities: at powers of two, the tier's
+    # 2,000 blocks stood under a "2,048" and every point beside a tick of another size.
+    assert shown["ticks"] == curve["capacities"]
     assert all(0 not in indices and indices for indices in resolved.values()), resolved
     assert shown["verdicts"] == [v["text"] for v in publisher["verdicts"]]
     assert any(text.startswith("doubling the tier") for text in shown["verdicts"])

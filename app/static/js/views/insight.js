@@ -92,7 +92,12 @@ class CurveChart {
       scales: { x: { time: false, distr: 3, log: 2 }, y: { range: (u, min, max) => [0, max > 0 ? Math.min(1, max * 1.15) : 1] } },
       cursor: { drag: { x: false, y: false } },
       axes: [
-        { ...axis, label: "capacity (blocks)", values: (u, ticks) => ticks.map((t) => count(t)) },
+        // Marked at the curve's own capacities (1/8x to 8x the tier's): uPlot's powers of two
+        // put "2,048" under a tier of 2,000 blocks and every point beside a tick of another size.
+        { ...axis, label: "capacity (blocks)", splits: () => curve.capacities, values: (u, ticks) => {
+          dataset.ticks = JSON.stringify(ticks);
+          return ticks.map((t) => count(t));
+        } },
         { ...axis, size: 60, values: (u, ticks) => ticks.map(percent) },
       ],
       hooks: { draw: [markCurrent(curve.current_blocks)] },
