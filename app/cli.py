@@ -7,6 +7,7 @@ line on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -14,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -228,8 +229,30 @@ SETTING_FLAGS: Final = ("connect", "replay", "listen", "listen_replay", "host", 
 setting is its ``KVSCOPE_*`` variable only."""
 
 
+NOT_SETTINGS: Final = frozenset({"KVSCOPE_ARTEFACTS", "KVSCOPE_VLLM_WHEEL"})
+"""``KVSCOPE_*`` variables that are not the sidecar's settings: where the page's tests save
+their screenshots, and the vLLM wheel the benchmarks install."""
+
+
+def _warn_of_unknown_variables(environ: Mapping[str, str]) -> None:
+    """One line on stderr per ``KVSCOPE_*`` variable that names no setting, with the one it
+    is nearest to: the settings ignore such a variable, so a misspelt ``KVSCOPE_TOKN`` served
+    the API without a token and said nothing. A warning, not an error: a variable of another
+    tool's may share the prefix. Names are matched as the settings read them, in any case."""
+    settings = sorted(f"KVSCOPE_{name.upper()}" for name in SidecarSettings.model_fields)
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith("KVSCOPE_") or upper in settings or upper in NOT_SETTINGS:
+            continue
+        prefix = len("KVSCOPE_")  # compared without it, which every name shares
+        nearest = difflib.get_close_matches(upper[prefix:], [s[prefix:] for s in settings], n=1)
+        hint = f" (did you mean KVSCOPE_{nearest[0]}?)" if nearest else ""
+        print(f"kvscope: warning: {shown(name)} is not a setting; ignored{hint}", file=sys.stderr)
+
+
 def _settings(args: argparse.Namespace, **given: object) -> SidecarSettings:
     """Settings from the environment, overridden by the flags that were given."""
+    _warn_of_unknown_variables(os.environ)
     flags = {key: getattr(args, key, None) for key in SETTING_FLAGS}
     return SidecarSettings(**{k: v for k, v in {**flags, **given}.items() if v is not None})
 
