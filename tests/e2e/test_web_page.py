@@ -619,6 +619,29 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
     assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
 
 
+def test_no_view_is_wider_than_a_phones_window(browser: sync_api.Browser, demo: str) -> None:
+    """At 390 px (a phone's window) the tab bar stood in one row past the window's edge, and
+    the grids of cards, charts and the blocks view's columns kept tracks of 170, 440 and 380 px
+    at least, so every view scrolled sideways with the Insight tab cut off: the tabs wrap, a
+    track is never wider than its grid, and no view is wider than the window."""
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        widths = {}
+        for view in VIEWS:
+            open_view(page, demo, view)
+            page.wait_for_function(UPDATED)  # drawn from an answer, not only its frame
+            widths[view] = page.evaluate(
+                "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+            )
+        tab = page.get_by_role("tab", name="Insight").bounding_box()
+    finally:
+        context.close()
+    assert all(shown <= window for shown, window in widths.values()), widths
+    assert tab is not None and tab["x"] + tab["width"] <= 390, tab
+
+
 def test_the_feed_names_the_kv_cache_group_of_an_event(browser: sync_api.Browser) -> None:
     """A hybrid model's GPU pool announces each KV cache group's copy of a block on its own:
     the feed says which copy an event is of."""
