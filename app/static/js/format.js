@@ -81,10 +81,11 @@ export function dateTime(ts) {
   return ts === null || ts === undefined ? "–" : new Date(ts * 1000).toLocaleString();
 }
 
-/** How long ago, from a number of seconds: "0.42 s", "12.3 s", "4 min 10 s". */
+/** How long ago, from a number of seconds: "6.27 ms", "12.3 s", "4 min 10 s" (under a minute
+by the rule for seconds: a frame 6 ms old read "0.00627 s"). */
 export function age(secondsAgo) {
   if (secondsAgo === null || secondsAgo === undefined) return "–";
-  if (secondsAgo < 60) return `${decimal(Math.max(0, secondsAgo))} s`;
+  if (secondsAgo < 60) return withUnit(Math.max(0, secondsAgo), "seconds");
   const minutes = Math.floor(secondsAgo / 60);
   if (minutes < 60) return `${minutes} min ${Math.floor(secondsAgo % 60)} s`;
   return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
