@@ -37,6 +37,14 @@ function markCurrent(current) {
   };
 }
 
+/** With no cursor on the chart, its legend reads the tier's own capacity (it read "–" for
+every line until hovered). */
+function showCurrent(index) {
+  return (u) => {
+    if (u.cursor.left < 0 && u.legend.idx !== index) u.setLegend({ idx: index });
+  };
+}
+
 class CurveChart {
   constructor(container) {
     this.plotArea = h("div", { class: "plot" });
@@ -100,7 +108,10 @@ class CurveChart {
         } },
         { ...axis, size: 60, values: (u, ticks) => ticks.map(percent) },
       ],
-      hooks: { draw: [markCurrent(curve.current_blocks)] },
+      hooks: {
+        draw: [markCurrent(curve.current_blocks), showCurrent(curve.current_index)],
+        setCursor: [showCurrent(curve.current_index)],
+      },
       series: [
         { label: "capacity", value: (u, v) => (v === null ? "–" : `${count(v)} blocks`) },
         ...policies.map((policy, i) => ({
