@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.metadata
 import json
 import math
 import os
@@ -128,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvscope", description="Observability-first KV-cache offloading."
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"kvscope {_version()}")
+    # Not required here: argparse checks a required COMMAND before the flags it does not know,
+    # so `kvscope --bogus` said a COMMAND was missing and never named --bogus. `main` asks.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     replay_cmd = commands.add_parser(
         "replay",
         help="replay a Mooncake-format trace through the CPU offloading manager",
@@ -406,9 +410,21 @@ class _ProgressBar:
         self.stream.flush()
 
 
+def _version() -> str:
+    """The installed distribution's version (a checkout run without installing has none)."""
+    try:
+        return importlib.metadata.version("kvscope")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error("the following arguments are required: COMMAND")
     provider = None
     try:
         provider = configure_otel()

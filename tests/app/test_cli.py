@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.metadata
 import json
 import os
 import resource
@@ -407,6 +408,25 @@ def test_a_kvscope_variable_that_names_no_setting_is_warned_of(command: list[str
         "kvscope: warning: KVSCOPE_TOKN is not a setting; ignored (did you mean KVSCOPE_TOKEN?)",
         "kvscope: error: KVSCOPE_MAX_BLOCKS: Input should be greater than or equal to 1",
     ]
+
+
+def test_an_unknown_flag_before_the_command_is_named() -> None:
+    """``kvscope --bogus`` said only that a COMMAND is required, never naming the flag."""
+    result = kvscope("--bogus")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "kvscope: error: unrecognized arguments: --bogus"
+    no_command = kvscope()
+    assert no_command.returncode == 2
+    assert no_command.stderr.splitlines()[-1] == (
+        "kvscope: error: the following arguments are required: COMMAND"
+    )
+
+
+def test_version_prints_the_installed_version() -> None:
+    """``kvscope --version`` was refused as a missing COMMAND."""
+    result = kvscope("--version")
+    assert result.returncode == 0
+    assert result.stdout == f"kvscope {importlib.metadata.version('kvscope')}\n"
 
 
 def test_serve_names_a_listen_endpoint_it_cannot_bind() -> None:
