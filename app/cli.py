@@ -43,6 +43,9 @@ from offload.wire.publisher import EventPublisher
 from offload.wire.sample_frame import MIN_SAMPLE_RATE, is_worker_rate
 
 DEFAULT_CAPACITY = 2000
+DEMO_RATE = 200.0
+"""`demo --rate`'s default, requests per second (written here: the demo worker's module
+loads torch, which `serve` must not)."""
 MAX_DURATION_S = 365 * 24 * 3600
 PROGRESS_MIN_REQUESTS = 20_000
 """Replays shorter than this (requests, summed over every point) draw no progress bar."""
@@ -199,25 +202,30 @@ def build_parser() -> argparse.ArgumentParser:
         "stops both.",
     )
     _listen_flags(demo_cmd)
-    demo_cmd.add_argument("--policy", choices=policy_names(), default="lru", help="eviction policy")
     demo_cmd.add_argument(
-        "--capacity", type=_capacity, default=DEFAULT_CAPACITY, help="CPU tier size in blocks"
+        "--policy", choices=policy_names(), default="lru", help="eviction policy (default lru)"
     )
+    demo_cmd.add_argument(
+        "--capacity", type=_capacity, default=DEFAULT_CAPACITY,
+        help=f"CPU tier size in blocks (default {DEFAULT_CAPACITY})",
+    )  # fmt: skip
     demo_cmd.add_argument(
         "--gpu-capacity", type=_capacity, default=None,
         help="simulated GPU prefix cache size in blocks (default: a quarter of --capacity)",
     )  # fmt: skip
     demo_cmd.add_argument(
-        "--rate", type=_request_rate, default=200.0, help="requests replayed per second"
-    )
+        "--rate", type=_request_rate, default=DEMO_RATE,
+        help=f"requests replayed per second (default {DEMO_RATE:g})",
+    )  # fmt: skip
     demo_cmd.add_argument(
         "--sample-rate", type=_sample_rate, default=DEFAULT_RATE, metavar="RATE",
         help=f"share of blocks (by hash) whose references feed the live hit-ratio curve "
         f"(default {DEFAULT_RATE}; 0 turns it off)",
     )  # fmt: skip
     demo_cmd.add_argument(
-        "--duration", type=_duration, default=None, help="stop after this many seconds"
-    )
+        "--duration", type=_duration, default=None,
+        help="stop after this many seconds (default: run until Ctrl-C or SIGTERM)",
+    )  # fmt: skip
     demo_cmd.set_defaults(run=_run_demo)
     return parser
 

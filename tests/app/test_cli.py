@@ -422,6 +422,20 @@ def test_an_unknown_flag_before_the_command_is_named() -> None:
     )
 
 
+def test_demo_help_names_every_default() -> None:
+    """``demo --help`` named the defaults of --port and --sample-rate but not of --policy,
+    --capacity, --rate or --duration, which the README's usage line gives."""
+    result = kvscope("demo", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    defaults = (
+        "eviction policy (default lru)", "in blocks (default 2000)",
+        "per second (default 200)", "(default: run until Ctrl-C or SIGTERM)",
+    )  # fmt: skip
+    for default in defaults:
+        assert default in text, default
+
+
 def test_version_prints_the_installed_version() -> None:
     """``kvscope --version`` was refused as a missing COMMAND."""
     result = kvscope("--version")
