@@ -726,7 +726,7 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     # The capacity axis is marked at the curve's own capacities: at powers of two, the tier's
     # 2,000 blocks stood under a "2,048" and every point beside a tick of another size.
     assert shown["ticks"] == curve["capacities"]
-    # Untouched, the legend reads the tier's own capacity (it read "–" until hovered).
+    # Untouched, the legend reads the tier's own capacity (a dash for every line until hovered).
     legend = page.locator("[data-chart='hit-ratio-curve'] .u-legend")
     sync_api.expect(legend).to_contain_text(f"{curve['current_blocks']:,} blocks")
     assert all(0 not in indices and indices for indices in resolved.values()), resolved
