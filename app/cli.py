@@ -241,11 +241,6 @@ SETTING_FLAGS: Final = ("connect", "replay", "listen", "listen_replay", "host", 
 setting is its ``KVSCOPE_*`` variable only."""
 
 
-NOT_SETTINGS: Final = frozenset({"KVSCOPE_ARTEFACTS", "KVSCOPE_VLLM_WHEEL"})
-"""``KVSCOPE_*`` variables that are not the sidecar's settings: where the page's tests save
-their screenshots, and the vLLM wheel the benchmarks install."""
-
-
 def _warn_of_unknown_variables(environ: Mapping[str, str]) -> None:
     """One line on stderr per ``KVSCOPE_*`` variable that names no setting, with the one it
     is nearest to: the settings ignore such a variable, so a misspelt ``KVSCOPE_TOKN`` served
@@ -254,7 +249,7 @@ def _warn_of_unknown_variables(environ: Mapping[str, str]) -> None:
     settings = sorted(f"KVSCOPE_{name.upper()}" for name in SidecarSettings.model_fields)
     for name in sorted(environ):
         upper = name.upper()
-        if not upper.startswith("KVSCOPE_") or upper in settings or upper in NOT_SETTINGS:
+        if not upper.startswith("KVSCOPE_") or upper in settings:
             continue
         prefix = len("KVSCOPE_")  # compared without it, which every name shares
         nearest = difflib.get_close_matches(upper[prefix:], [s[prefix:] for s in settings], n=1)

@@ -395,8 +395,8 @@ def test_a_bad_setting_names_a_flag_only_where_the_command_has_one(
 def test_a_kvscope_variable_that_names_no_setting_is_warned_of(command: list[str]) -> None:
     """A misspelt variable was ignored in silence: ``KVSCOPE_TOKN=secret`` served the API to
     anyone, with nothing said. Each one is named on a line of its own, with the setting it is
-    nearest to; the tests' and benchmarks' own variables are not settings and say nothing.
-    (The bad ``KVSCOPE_MAX_BLOCKS`` ends the command before it serves.)"""
+    nearest to, or none where none is near. (The bad ``KVSCOPE_MAX_BLOCKS`` ends the command
+    before it serves.)"""
     env = {
         "KVSCOPE_TOKN": "secret", "KVSCOPE_FROBNICATE": "1", "KVSCOPE_ARTEFACTS": "/tmp",
         "KVSCOPE_MAX_BLOCKS": "0",
@@ -404,6 +404,7 @@ def test_a_kvscope_variable_that_names_no_setting_is_warned_of(command: list[str
     result = kvscope(*command, env=env)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
+        "kvscope: warning: KVSCOPE_ARTEFACTS is not a setting; ignored",
         "kvscope: warning: KVSCOPE_FROBNICATE is not a setting; ignored",
         "kvscope: warning: KVSCOPE_TOKN is not a setting; ignored (did you mean KVSCOPE_TOKEN?)",
         "kvscope: error: KVSCOPE_MAX_BLOCKS: Input should be greater than or equal to 1",
