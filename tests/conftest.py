@@ -1,13 +1,16 @@
-"""Shared fixtures: small managers and a slice of the bundled trace; Hypothesis untimed."""
+"""Shared fixtures: a slice of the bundled trace, raw ZMQ publishers closed after each test;
+Hypothesis untimed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from offload.sim.mooncake import bundled_trace_path
+from tests.support.zmq_peers import RawPublisher
 
 # Hypothesis times every example (a 200 ms deadline) and fails a property whose first
 # examples took over 1 s to generate (HealthCheck.too_slow, five deadlines): two timed
@@ -24,3 +27,12 @@ def trace_slice(tmp_path: Path) -> Path:
     path = tmp_path / "slice.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+@pytest.fixture
+def peers() -> Iterator[list[RawPublisher]]:
+    """Raw publishers a test opens (append to the list); closed after the test."""
+    opened: list[RawPublisher] = []
+    yield opened
+    for peer in opened:
+        peer.close()

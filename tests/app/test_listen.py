@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
 from ipaddress import ip_network
 from pathlib import Path
 
@@ -119,15 +118,6 @@ def blocks_of(ingestor: Ingestor, publisher: str) -> set[int]:
     with ingestor.state.lock:
         entries = [ingestor.state.index.get(h) for h in range(200)]
     return {h for h, e in enumerate(entries) if e is not None and publisher in e.publishers}
-
-
-@pytest.fixture
-def peers() -> Iterator[list[RawPublisher]]:
-    """Raw publishers a test opens (append to the list); closed after the test."""
-    opened: list[RawPublisher] = []
-    yield opened
-    for peer in opened:
-        peer.close()
 
 
 def test_two_publishers_on_one_socket_keep_their_sequences_apart(

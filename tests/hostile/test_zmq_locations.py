@@ -11,8 +11,6 @@ over real sockets to a live ingest thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS, MEDIA_PER_PUBLISHER, Usage
@@ -35,15 +33,6 @@ def frame(*events: BlockStored | BlockRemoved) -> bytes:
 def gpu_store() -> bytes:
     """An honest vLLM engine's GPU store: its events name no medium."""
     return frame(BlockStored(HONEST_BLOCKS, None, [], 16, None, None, None))
-
-
-@pytest.fixture
-def peers() -> Iterator[list[RawPublisher]]:
-    """Raw publishers a test opens (append to the list); closed after the test."""
-    opened: list[RawPublisher] = []
-    yield opened
-    for peer in opened:
-        peer.close()
 
 
 def sent(raw: RawPublisher, state: PublisherState, payload: bytes) -> None:
