@@ -377,6 +377,15 @@ class SidecarSettings(BaseSettings):
         "is full, or holds the unsent end of an answer written whole; then its response is "
         "cut and the connection closed (counted).",
     )
+    min_send_bytes_per_s: DecimalInt = Field(
+        default=4 * KiB,
+        ge=0,
+        le=1024 * MiB,
+        description="Fewest bytes a second a client must read, averaged over each "
+        "send_timeout_s, while the server holds bytes of its response unsent (an idle event "
+        "stream holds none); a slower reader's response is cut and the connection closed "
+        "(counted). 0: only a client that reads nothing is cut.",
+    )
     max_connections: DecimalInt = Field(
         default=1024,
         ge=1,

@@ -27,12 +27,19 @@ what uvicorn lacks, each counted in ``HttpCounts``:
 - a response its client reads nothing of for ``send_timeout_s`` while the
   server's write buffer is full is cut, dropping what is buffered
   (``send_timeout``): the response's ``send`` returns, as for a client gone.
-  A client that reads, however slowly, is given the time again. The same
-  deadline runs once an answer is written whole with some of it unsent,
-  however little: an answer under the high-water mark never filled the
-  buffer, and a close (at uvicorn's keep-alive timeout, or after a
-  ``connection: close``) waits for the buffer to drain, so a client that read
-  nothing of it held its connection for good.
+  So is one its client reads less than ``min_send_bytes_per_s`` of, averaged
+  over each such window after the first (its grace), unless it read all that
+  waited (``send_too_slow``): a client that read a byte every 29 s held its
+  buffer, a 20 MiB answer, for good, and a dozen such held
+  ``response_buffer_bytes``. A client that reads enough is given the window
+  again. The same deadline runs once an answer is written whole with some of
+  it unsent, however little: an answer under the high-water mark never
+  filled the buffer, and a close (at uvicorn's keep-alive timeout, or after
+  a ``connection: close``) waits for the buffer to drain, so a client that
+  read nothing of it held its connection for good. Neither runs while
+  nothing waits to be sent (an idle event stream) nor while an answer is
+  being written below the mark, where the server adds to the buffer as the
+  client reads it.
 - past ``max_connections`` open connections a new one is answered 503 and
   closed before its request is read (``connections_full``).
 - past ``max_pipelined`` requests queued behind the one being answered
@@ -118,6 +125,9 @@ class BoundedConnection(HttpToolsProtocol):
         self._body_deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
         self._buffered = 0  # the write buffer's size when the send deadline was set
+        self._rated = False
+        """Whether the send deadline's window asks for ``min_send_bytes_per_s`` (from the
+        second window in a row on: the first is the client's grace)."""
         self._ignoring = False
         """Whether the pipeline filled or a request was refused: what the client sends from
         then on is dropped."""
@@ -283,12 +293,13 @@ class BoundedConnection(HttpToolsProtocol):
         self.buffers.resumed(self.transport)
         self._watch_sending()
 
-    def _watch_sending(self) -> None:
+    def _watch_sending(self, rated: bool = False) -> None:
         """Start the send deadline anew from the buffer's size now where only the client's
         reading can shrink the buffer: while it is full (uvicorn writes no more until it
         drains), or while no answer is being written and some of the last is unsent. An
         answer being written below the mark adds to the buffer as the client reads it, so
         there the deadline is stopped (it starts again at the mark or at the answer's end).
+        ``rated``: the window follows one the client passed, and asks for the rate.
         """
         if self._send_deadline is not None:
             self._send_deadline.cancel()
@@ -296,7 +307,10 @@ class BoundedConnection(HttpToolsProtocol):
         answering = self._answering
         idle = answering is None or answering.response_complete
         if self.flow.write_paused or (idle and self.transport.get_write_buffer_size()):
-            self._arm_send_deadline()
+            self._buffered = self.transport.get_write_buffer_size()
+            self._rated = rated
+            timeout = self.limits.send_timeout_s
+            self._send_deadline = self.loop.call_later(timeout, self._send_late)
 
     def _arm_head_deadline(self) -> None:
         self._head_deadline = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
@@ -329,18 +343,23 @@ class BoundedConnection(HttpToolsProtocol):
             self.counts.refuse("body_timeout")
             self.transport.abort()
 
-    def _arm_send_deadline(self) -> None:
-        self._buffered = self.transport.get_write_buffer_size()
-        self._send_deadline = self.loop.call_later(self.limits.send_timeout_s, self._send_late)
-
     def _send_late(self) -> None:
-        """Cut the response if its client read nothing since the deadline was set; a client
-        that reads, however slowly, gets another ``send_timeout_s`` while bytes are held."""
+        """Cut the response if its client read too little of the buffer since the deadline
+        was set: nothing (``send_timeout``), or, after its first window, less than
+        ``min_send_bytes_per_s`` for the window unless it read all that waited
+        (``send_too_slow``). A client that reads that much gets another window while bytes
+        are held.
+
+        The first window of a wait asks for a byte only, the client's grace: one busy with
+        what it read before has had no time to show a rate, and in that window the kernel
+        still takes bytes into its buffers whether the client reads or not."""
         self._send_deadline = None
-        if self.transport.get_write_buffer_size() < self._buffered:
-            self._watch_sending()
+        drained = self._buffered - self.transport.get_write_buffer_size()
+        rate = self.limits.min_send_bytes_per_s if self._rated else 0
+        if drained >= min(self._buffered, max(1, int(rate * self.limits.send_timeout_s))):
+            self._watch_sending(rated=True)
             return
-        self.counts.refuse("send_timeout")
+        self.counts.refuse("send_timeout" if drained <= 0 else "send_too_slow")
         self.transport.abort()  # close() would wait for the buffer to drain: for ever
 
     def _declares_body(self) -> bool:

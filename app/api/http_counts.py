@@ -19,6 +19,7 @@ Refusal = Literal[
     "headers_timeout",
     "body_timeout",
     "send_timeout",
+    "send_too_slow",
     "connections_full",
     "pipeline_full",
     "malformed_request",

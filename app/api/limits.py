@@ -54,6 +54,7 @@ class HttpLimits:
     max_header_bytes: int = _setting("max_header_bytes")
     header_timeout_s: float = _setting("header_timeout_s")
     send_timeout_s: float = _setting("send_timeout_s")
+    min_send_bytes_per_s: int = _setting("min_send_bytes_per_s")
     max_connections: int = _setting("max_connections")
     response_buffer_bytes: int = _setting("response_buffer_bytes")
     max_pipelined: int = MAX_PIPELINED
@@ -86,6 +87,7 @@ class HttpLimits:
             max_header_bytes=settings.max_header_bytes,
             header_timeout_s=settings.header_timeout_s,
             send_timeout_s=settings.send_timeout_s,
+            min_send_bytes_per_s=settings.min_send_bytes_per_s,
             max_connections=settings.max_connections,
             response_buffer_bytes=settings.response_buffer_bytes,
             allowed_hosts=hosts,

@@ -325,7 +325,8 @@ class HttpCollector(Collector):
             "(503, an answer that would pass the bytes held for clients still reading); "
             "connections closed: headers_timeout (no complete head in time), body_timeout (no "
             "complete body in time), send_timeout "
-            "(a response its client stopped reading), pipeline_full (too many requests "
+            "(a response its client stopped reading), send_too_slow (a response its client "
+            "read slower than min_send_bytes_per_s), pipeline_full (too many requests "
             "sent ahead of their answers).",
             labels=["reason"],
         )

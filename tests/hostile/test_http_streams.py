@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
@@ -896,3 +897,47 @@ def test_an_answer_larger_than_the_budget_is_served_while_nothing_else_is_held()
         assert http.get(HISTORY).status_code == 200
         reason = {"reason": "response_buffer_full"}
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 2
+
+
+def read_slowly(sock: socket.socket) -> int:
+    """Bytes read a KiB at a time with a pause after each (at most 100 KiB a second), until
+    the server ends the connection."""
+    received = 0
+    try:
+        while part := sock.recv(KIB):
+            received += len(part)
+            time.sleep(0.01)
+    except ConnectionResetError:
+        pass
+    sock.close()
+    return received
+
+
+def test_a_reader_below_the_least_rate_is_cut_counted_and_its_bytes_let_go() -> None:
+    """Reading a byte now and then once kept an answer held for good: a dozen clients so
+    reading a 20 MiB history held the whole response budget. Below ``min_send_bytes_per_s``,
+    after a first window's grace, the answer is cut; a reader of the same answer at its own
+    pace, and an event stream with nothing to send, go on."""
+    limits = HttpLimits(send_timeout_s=2.0, min_send_bytes_per_s=MiB)
+    app, state = sidecar_app(limits)
+    fill_history(state)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        with http.stream("GET", STREAM) as idle:
+            events = sse_events(idle, 10**9)
+            wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 1, "it joins")
+            size = len(http.get(HISTORY).content)
+            status, slow = unread(url, HISTORY)
+            assert status == b"HTTP/1.1 200 OK\r\n"
+            assert metric(http, "kvscope_sidecar_http_response_buffer_bytes") > MiB
+            assert read_slowly(slow) < size  # cut short
+            assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_too_slow") == 1
+            assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_timeout") == 0
+            wait_until(
+                lambda: metric(http, "kvscope_sidecar_http_response_buffer_bytes") == 0,
+                "the slow reader's answer is let go",
+            )
+            assert len(http.get(HISTORY).content) == size
+            assert metric(http, "kvscope_sidecar_sse_clients") == 1  # the idle stream goes on
+            record(state, events=1)
+            assert next(events)["id"] == state.event_log.last_id
+        assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_too_slow") == 1
