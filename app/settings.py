@@ -359,7 +359,8 @@ class SidecarSettings(BaseSettings):
         ge=KiB,
         le=16 * MiB,
         description="Largest request head (request line and headers); a larger one is a 431 "
-        "(counted).",
+        "(counted). Also the most the requests pipelined behind an answer may hold together; "
+        "past it the connection reads no more (counted).",
     )
     header_timeout_s: DecimalFloat = Field(
         default=10.0,

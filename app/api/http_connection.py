@@ -52,6 +52,12 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   connection lost meanwhile ends the request being answered as a client gone
   (uvicorn told only the newest, queued one, and the answered one wrote on to
   the closed transport: an error and traceback in the log).
+- the requests so queued hold at most ``max_header_bytes`` together, counted
+  as uvicorn holds them (URLs, header fields, bodies so far): a head that
+  would pass it stops the reading as ``max_pipelined`` does, and so does a
+  body, its request unqueued, never answered (``pipeline_too_large``). Each
+  head was bounded alone: sixteen queued heads held sixteen times the limit,
+  their bodies beside.
 - a connection's buffer past the transport's high-water mark counts toward
   ``response_buffer_bytes`` until it drains (``ResponseBuffers``; the guard
   that refuses answers past it is app/api/guards/response_budget.py).
@@ -135,6 +141,11 @@ class BoundedConnection(HttpToolsProtocol):
         """What to write (a refusal, or nothing) before closing, once no answer is owed."""
         self._answering: RequestResponseCycle | None = None
         """The request being answered: uvicorn's ``cycle`` is the newest, maybe a queued one."""
+        self._message_bytes = 0
+        """The URL and header fields of the request being parsed, in bytes."""
+        self._queued_bytes: dict[RequestResponseCycle, int] = {}
+        """Each request queued behind the one being answered: its URL, header fields and body
+        so far, in bytes (uvicorn holds them, parsed, until its turn)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -164,6 +175,7 @@ class BoundedConnection(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         self._answering = cycle  # uvicorn starts one at a time, each once the last is answered
+        self._queued_bytes.pop(cycle, None)
         self._watch_sending()
         super()._start_asgi_task(cycle, app)
 
@@ -230,6 +242,7 @@ class BoundedConnection(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._message_bytes = 0
         if self._head_deadline is None:
             self._arm_head_deadline()
 
@@ -239,7 +252,12 @@ class BoundedConnection(HttpToolsProtocol):
             detail = f"request head of more than {most} header fields, the sidecar's most"
             self._refuse("headers_too_large", 431, detail)
             raise _StopParsing
+        self._held(len(name) + len(value))
         super().on_header(name, value)
+
+    def on_url(self, url: bytes) -> None:
+        self._held(len(url))
+        super().on_url(url)
 
     def on_headers_complete(self) -> None:
         if self.parser.should_upgrade() and self._declares_body():
@@ -255,33 +273,69 @@ class BoundedConnection(HttpToolsProtocol):
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
-        if self._queued_full():
-            self._stop_reading()
+        queued = self._queuing()
+        if queued and len(self.pipeline) >= self.limits.max_pipelined:
+            self._stop_reading("pipeline_full")
             raise _StopParsing  # the parser stops here, mid-feed: no later request is parsed
+        if queued and self._queue_passed(self._message_bytes):
+            self._stop_reading("pipeline_too_large")
+            raise _StopParsing
         super().on_headers_complete()
+        if queued:
+            self._queued_bytes[self.cycle] = self._message_bytes
         if self._declares_body():
             self._arm_body_deadline()
 
-    def _queued_full(self) -> bool:
-        """Whether ``max_pipelined`` requests wait behind the one being answered (``cycle`` is
-        the newest request's: uvicorn makes one at each head, queued or not)."""
-        answering = self.cycle is not None and not self.cycle.response_complete
-        return answering and len(self.pipeline) >= self.limits.max_pipelined
+    def _queuing(self) -> bool:
+        """Whether a request whose head ends now waits behind one being answered (``cycle``
+        is the newest request's: uvicorn makes one at each head, queued or not)."""
+        return self.cycle is not None and not self.cycle.response_complete
 
-    def _stop_reading(self) -> None:
+    def _queue_passed(self, more: int) -> bool:
+        """Whether ``more`` bytes would take the queued requests past ``max_header_bytes``."""
+        return sum(self._queued_bytes.values()) + more > self.limits.max_header_bytes
+
+    def on_body(self, body: bytes) -> None:
+        self._held(len(body))
+        super().on_body(body)
+
+    def _held(self, size: int) -> None:
+        """Count ``size`` bytes more of the request being parsed: of its head while it lasts,
+        then (its body, its trailer fields) of its place in the queue, if it waits in one;
+        past the queue's bound, that request is unqueued, never to be answered, as if never
+        sent, and the one before it is the last answered."""
+        if self._in_head:
+            self._message_bytes += size
+            return
+        queued = self._queued_bytes.get(self.cycle)
+        if queued is None:  # the request being answered: its body is its route's to bound
+            return
+        if self._queue_passed(size):
+            self.pipeline.popleft()  # uvicorn queues the newest on the left
+            del self._queued_bytes[self.cycle]
+            self.cycle = self.pipeline[0][0] if self.pipeline else self._answering
+            self._stop_body_deadline()
+            self._stop_reading("pipeline_too_large")
+            raise _StopParsing
+        self._queued_bytes[self.cycle] = queued + size
+
+    def _stop_reading(self, reason: Refusal) -> None:
         """Read no more: the newest request is the last answered, then the connection closes
         (uvicorn closes it after a response that is not kept alive)."""
-        self.counts.refuse("pipeline_full")
+        self.counts.refuse(reason)
         self._ignoring = True
         self.cycle.keep_alive = False
         self.flow.pause_reading()
 
     def on_message_complete(self) -> None:
+        self._stop_body_deadline()
+        super().on_message_complete()
+        self._in_head = True
+
+    def _stop_body_deadline(self) -> None:
         if self._body_deadline is not None:
             self._body_deadline.cancel()
             self._body_deadline = None
-        super().on_message_complete()
-        self._in_head = True
 
     def pause_writing(self) -> None:
         super().pause_writing()

@@ -22,6 +22,7 @@ Refusal = Literal[
     "send_too_slow",
     "connections_full",
     "pipeline_full",
+    "pipeline_too_large",
     "malformed_request",
     "response_buffer_full",
 ]

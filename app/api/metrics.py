@@ -327,7 +327,8 @@ class HttpCollector(Collector):
             "complete body in time), send_timeout "
             "(a response its client stopped reading), send_too_slow (a response its client "
             "read slower than min_send_bytes_per_s), pipeline_full (too many requests "
-            "sent ahead of their answers).",
+            "sent ahead of their answers), pipeline_too_large (requests sent ahead of their "
+            "answers past max_header_bytes together).",
             labels=["reason"],
         )
         for reason, count in self._counts.refused.items():

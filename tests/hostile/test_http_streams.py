@@ -941,3 +941,68 @@ def test_a_reader_below_the_least_rate_is_cut_counted_and_its_bytes_let_go() -> 
             record(state, events=1)
             assert next(events)["id"] == state.event_log.last_id
         assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_too_slow") == 1
+
+
+# --- requests queued behind an answer, bounded in bytes ------------------------------------
+
+
+def behind_an_unread_answer(url: str, requests: bytes) -> socket.socket:
+    """A socket that sent a GET of ``HISTORY`` and ``requests`` behind it, reading nothing: the
+    requests wait in the queue until it reads the answer."""
+    host = urlsplit(url).netloc.encode()
+    history = b"GET %b HTTP/1.1\r\nHost: %b\r\n\r\n" % (HISTORY.encode(), host)
+    return raw_connection(url, history + requests, receive_buffer=4096)
+
+
+def statuses_and_last_head(answer: bytes) -> tuple[list[bytes], bytes]:
+    heads = [part.split(b"\r\n\r\n")[0] for part in answer.split(b"HTTP/1.1 ")[1:]]
+    return [head.split(b"\r\n")[0] for head in heads], heads[-1]
+
+
+def test_heads_queued_past_the_head_limit_together_are_not_read() -> None:
+    """Sixteen heads of 64 KiB each could wait behind an answer, parsed: a megabyte held per
+    connection for requests not yet answered. Together they may take ``max_header_bytes``:
+    past it the connection reads no more, as past ``max_pipelined``."""
+    app, state = sidecar_app(HttpLimits(max_header_bytes=16 * KIB))
+    fill_history(state)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        padded = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nX-Pad: %b\r\n\r\n" % (host, b"p" * 4000)
+        reason = {"reason": "pipeline_too_large"}
+        closing = padded.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+        # four fit (the one answered after the history is no longer queued): all answered
+        fitting = behind_an_unread_answer(url, padded * 3 + closing)
+        assert statuses_and_last_head(read_all(fitting))[0] == [b"200 OK"] * 5
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 0
+        flooding = behind_an_unread_answer(url, padded * 12)
+        wait_until(
+            lambda: metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1,
+            "the queue passes its bytes",
+        )
+        statuses, last = statuses_and_last_head(read_all(flooding))
+        # the history, then the four queued (and the one answered behind it, if it had begun)
+        assert statuses in ([b"200 OK"] * 5, [b"200 OK"] * 6), statuses
+        assert b"connection: close" in last
+        assert metric(http, "kvscope_sidecar_http_refused_total", reason="pipeline_full") == 0
+
+
+def test_a_queued_body_past_the_head_limit_is_never_answered_and_the_connection_closes() -> None:
+    """A queued request's body is held with its head until its turn: the bound on what waits
+    counts it, and the request it takes past the bound is dropped, as if never sent."""
+    app, state = sidecar_app(HttpLimits(max_header_bytes=16 * KIB))
+    fill_history(state)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+        body = b'{"pad": "%b"}' % (b"p" * 20 * KIB)
+        lookup = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\n\r\n%b") % (host, len(body), body)  # fmt: skip
+        sock = behind_an_unread_answer(url, healthz + lookup + healthz)
+        reason = {"reason": "pipeline_too_large"}
+        wait_until(
+            lambda: metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1,
+            "the queued body passes the bound",
+        )
+        statuses, last = statuses_and_last_head(read_all(sock))
+        assert statuses == [b"200 OK", b"200 OK"] and b"connection: close" in last
+        assert metric(http, "kvscope_sidecar_http_refused_total", reason="body_timeout") == 0
