@@ -432,6 +432,15 @@ attribution_ready(const Attribution *self)
     return -1;
 }
 
+/* The reason a lookup of this hash (not being written) is charged, by what is remembered now. */
+static int
+judge(Attribution *self, Py_hash_t hash)
+{
+    return generations_has(self->evicted, hash)   ? EVICTED
+           : generations_has(self->refused, hash) ? NOT_ADMITTED
+                                                  : COLD;
+}
+
 /* Find the pending miss's reason and count its lookup, if not done yet (its slots were asked
  * for at the miss). */
 static void
@@ -444,9 +453,7 @@ settle(Attribution *self)
      * probe places its memory's waiting hashes first, while they come. */
     generations_prefetch(self->evicted, hash);
     generations_prefetch(self->refused, hash);
-    int reason = generations_has(self->evicted, hash)   ? EVICTED
-                 : generations_has(self->refused, hash) ? NOT_ADMITTED
-                                                        : COLD;
+    int reason = judge(self, hash);
     self->lookups[reason]++;
     self->pending_reason = reason;
 }
@@ -479,7 +486,24 @@ take_pending(Attribution *self)
     return charge_pending(self, 0);
 }
 
-#define MISS_ARGS "miss() takes (block_hashes, hits, in_flight, block_tokens=1)"
+#define MISS_ARGS "miss() takes (block_hashes, hits, in_flight, block_tokens=1, reason=None)"
+
+/* A reason reason() judged, by name; -1 with a ValueError for anything else (or in_flight). */
+static int
+judged_reason(PyObject *name, int in_flight)
+{
+    if (!in_flight && PyUnicode_Check(name)) {
+        static const int judged[] = {COLD, EVICTED, NOT_ADMITTED};
+        for (size_t i = 0; i < sizeof judged / sizeof judged[0]; i++)
+            if (PyUnicode_CompareWithASCIIString(name, REASON_NAMES[judged[i]]) == 0)
+                return judged[i];
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "reason must be 'cold', 'evicted' or 'not_admitted' with in_flight false, "
+                 "got %R",
+                 name);
+    return -1;
+}
 
 /* miss(block_hashes, hits, in_flight, block_tokens=1) */
 static PyObject *
@@ -487,6 +511,7 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
 {
     PyObject *in_flight_arg = nargs > 2 ? args[2] : NULL;
     PyObject *block_tokens_arg = nargs > 3 ? args[3] : NULL;
+    PyObject *reason_arg = nargs > 4 ? args[4] : NULL;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, k);
@@ -496,13 +521,15 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
         else if (PyUnicode_Check(name) &&
                  PyUnicode_CompareWithASCIIString(name, "block_tokens") == 0)
             slot = &block_tokens_arg;
+        else if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "reason") == 0)
+            slot = &reason_arg;
         if (slot == NULL || *slot != NULL) {
             PyErr_SetString(PyExc_TypeError, MISS_ARGS);
             return NULL;
         }
         *slot = args[nargs + k];
     }
-    if (nargs < 2 || nargs > 4 || in_flight_arg == NULL) {
+    if (nargs < 2 || nargs > 5 || in_flight_arg == NULL) {
         PyErr_SetString(PyExc_TypeError, MISS_ARGS);
         return NULL;
     }
@@ -525,6 +552,10 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     int in_flight = PyObject_IsTrue(in_flight_arg);
     if (in_flight < 0)
         return NULL;
+    int given = UNSETTLED; /* a reason judged at the lookup, charged now */
+    if (reason_arg != NULL && reason_arg != Py_None &&
+        (given = judged_reason(reason_arg, in_flight)) < 0)
+        return NULL;
     PyObject *seq = PySequence_Fast(args[0], "block_hashes must be a sequence");
     if (seq == NULL)
         return NULL;
@@ -539,20 +570,22 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     PyObject *block_hash = Py_NewRef(PySequence_Fast_ITEMS(seq)[hits]);
     Py_DECREF(seq);
     Py_hash_t hash = 0;
-    if (!in_flight && (hash = hash_of(block_hash)) == -1) {
+    if (!in_flight && given == UNSETTLED && (hash = hash_of(block_hash)) == -1) {
         Py_DECREF(block_hash);
         return NULL;
     }
     PyObject *charged = take_pending(self);
-    if (in_flight) {
-        self->lookups[IN_FLIGHT]++;
+    if (in_flight)
+        given = IN_FLIGHT;
+    if (given != UNSETTLED) {
+        self->lookups[given]++;
     } else {
         generations_prefetch(self->evicted, hash);
         generations_prefetch(self->refused, hash);
     }
     self->pending_hash = block_hash;
     self->pending_value = hash;
-    self->pending_reason = in_flight ? IN_FLIGHT : UNSETTLED;
+    self->pending_reason = given;
     self->pending_lost = length - hits;
     self->pending_block_tokens = block_tokens;
     Py_XDECREF(charged);
@@ -608,6 +641,18 @@ Attribution_stored(Attribution *self, PyObject *const *args, Py_ssize_t nargs)
     if (status < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* reason(block_hash): why a lookup stopping at it (not being written) misses, judged now. */
+static PyObject *
+Attribution_reason(Attribution *self, PyObject *block_hash)
+{
+    if (attribution_ready(self) < 0)
+        return NULL;
+    Py_hash_t hash = hash_of(block_hash);
+    if (hash == -1)
+        return NULL;
+    return PyUnicode_FromString(REASON_NAMES[judge(self, hash)]);
 }
 
 static PyObject *
@@ -679,6 +724,8 @@ static PyMethodDef Attribution_methods[] = {
      "Charge a lookup of block_hashes that found the first hits and stopped at the next."},
     {"stored", (PyCFunction)(void (*)(void))Attribution_stored, METH_FASTCALL,
      "A store of requested found held of them already held; refused and evicted these."},
+    {"reason", (PyCFunction)Attribution_reason, METH_O,
+     "Why a lookup stopping at block_hash (not being written) misses, judged now."},
     {"flush", (PyCFunction)Attribution_flush, METH_NOARGS,
      "Charge the pending miss's blocks, all to its reason."},
     {"reset", (PyCFunction)Attribution_reset, METH_NOARGS,

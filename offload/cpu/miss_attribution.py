@@ -50,6 +50,10 @@ from offload.base import BlockHash
 Reason = Literal["cold", "evicted", "not_admitted", "in_flight", "prefix_lost"]
 REASONS: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted", "in_flight", "prefix_lost")
 _MISS_HITS = "a missed lookup needs 0 <= hits < len(block_hashes), got {hits} of {length}"
+JUDGED: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted")
+"""The reasons ``reason`` judges and a later ``miss`` accepts (in_flight is the caller's own
+finding, prefix_lost never decides a lookup)."""
+_JUDGED = "reason must be 'cold', 'evicted' or 'not_admitted' with in_flight false, got {reason!r}"
 MAX_BLOCK_TOKENS: Final = 2**31 - 1
 """Tokens of one block at most, the manager's block size bound (so the C form's counts stay
 in 64 bits)."""
@@ -115,14 +119,19 @@ class PyMissAttribution:
         hits: int,
         in_flight: bool,
         block_tokens: int = 1,
+        reason: Reason | None = None,
     ) -> None:
         """Charge a lookup of ``block_hashes`` that found the first ``hits`` and stopped at
         the next: it lost that block and every one after it, of ``block_tokens`` tokens each
         (1: tokens count blocks).
 
         ``in_flight``: the block it stopped at is held but still being written (the
-        caller's lookup already found out, so the tier is not asked again).
+        caller's lookup already found out, so the tier is not asked again). ``reason``:
+        the one ``reason()`` judged when the lookup ran, for a caller charging it later
+        (None: judged now).
         """
+        if reason is not None and (in_flight or reason not in JUDGED):
+            raise ValueError(_JUDGED.format(reason=reason))
         if not 0 <= hits < len(block_hashes):
             raise ValueError(_MISS_HITS.format(hits=hits, length=len(block_hashes)))
         if not 1 <= block_tokens <= MAX_BLOCK_TOKENS:
@@ -131,18 +140,24 @@ class PyMissAttribution:
             )
         block_hash = block_hashes[hits]
         lost = len(block_hashes) - hits
-        reason: Reason
         if in_flight:
             reason = "in_flight"
-        elif block_hash in self.evicted:
-            reason = "evicted"
-        elif block_hash in self.refused:
-            reason = "not_admitted"
-        else:
-            reason = "cold"
+        elif reason is None:
+            reason = self.reason(block_hash)
         self.lookups[reason] += 1
         self.flush()
         self._pending = (reason, block_hash, lost, block_tokens)
+
+    def reason(self, block_hash: BlockHash) -> Reason:
+        """Why a lookup stopping at ``block_hash`` (not being written) misses, by what is
+        remembered now: a caller that charges the miss later (vLLM counts a lookup only once
+        its request is scheduled) judges it here, at the lookup, before stores in between
+        refuse, evict or forget the block."""
+        if block_hash in self.evicted:
+            return "evicted"
+        if block_hash in self.refused:
+            return "not_admitted"
+        return "cold"
 
     def stored(
         self,

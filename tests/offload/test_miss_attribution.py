@@ -439,3 +439,35 @@ def test_a_miss_made_as_the_last_break_block_is_let_go_is_counted_and_not_kept(
     attribution.reset()
     assert sum(attribution.lookups.values()) == 3  # each miss once
     assert sys.getrefcount(then) == before
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+def test_a_reason_judged_at_the_lookup_is_the_one_charged_later(form: type) -> None:
+    """vLLM counts a lookup once its request is scheduled, after other requests' stores
+    may have refused the block: the reason judged at the lookup is the one charged."""
+    attribution = form(4, 1)
+    attribution.stored([], 0, [5], [6])
+    assert [attribution.reason(key) for key in (5, 6, 7)] == ["not_admitted", "evicted", "cold"]
+    judged = attribution.reason(7)
+    attribution.stored([7], 0, [7], [])  # refused after the lookup, before it is charged
+    attribution.miss([7], 0, False, 16, reason=judged)
+    attribution.flush()
+    assert attribution.lookups["cold"] == 1 and attribution.lookups["not_admitted"] == 0
+    assert (attribution.blocks["cold"], attribution.tokens["cold"]) == (1, 16)
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+@pytest.mark.parametrize(
+    ("reason", "in_flight"),
+    [("in_flight", False), ("prefix_lost", False), ("warm", False), (1, False), ("cold", True)],
+)
+def test_a_reason_no_lookup_is_judged_by_is_refused_and_changes_nothing(
+    form: type, reason: object, in_flight: bool
+) -> None:
+    attribution = form(4, 1)
+    attribution.miss([5, 6], 1, False)
+    with pytest.raises(ValueError, match="reason must be 'cold', 'evicted' or 'not_admitted'"):
+        attribution.miss([7, 8], 0, in_flight, reason=reason)
+    attribution.flush()
+    assert attribution.lookups == {**dict.fromkeys(attribution.lookups, 0), "cold": 1}
+    assert attribution.blocks["cold"] == 1
