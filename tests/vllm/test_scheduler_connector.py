@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import torch
-from vllm import SamplingParams
 from vllm.config import CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig, VllmConfig
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
     OffloadingWorkerMetadata,
@@ -61,6 +60,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from bench.tooling.vllm_config import SPEC
 from tests.vllm.kv_cache_configs import shared_pool_config
+from tests.vllm.vllm_request import vllm_request
 
 VLLM_SPEC = {"spec_name": "CPUOffloadingSpec"}
 init_none_hash(sha256)  # once: each call draws a new seed, and the runs compare hashes
@@ -161,15 +161,7 @@ class Engine:
         self.in_flight: set[int] = set()
 
     def request(self, req_id: str, tokens: Iterable[int]) -> Request:
-        params = SamplingParams(max_tokens=8)
-        params.update_from_generation_config({}, 2)
-        request = Request(
-            request_id=req_id,
-            prompt_token_ids=list(tokens),
-            sampling_params=params,
-            pooling_params=None,
-            block_hasher=self.hasher,
-        )
+        request = vllm_request(req_id, tokens, 8, self.hasher)
         self.connector.on_new_request(request)
         return request
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from vllm import ModelRegistry, SamplingParams
+from vllm import ModelRegistry
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
@@ -43,6 +43,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from bench.tooling.vllm_config import SPEC
 from offload.vllm.manager import KVScopeManager
 from tests.vllm.kv_cache_configs import shared_pool_config
+from tests.vllm.vllm_request import vllm_request
 
 BLOCK_TOKENS = 16
 ARCHITECTURE = "KVScopeSchedulerOnlyLM"
@@ -71,7 +72,15 @@ init_none_hash(sha256)
 class Engine:
     """vLLM's scheduler with kvscope's CPU tier, stepped as vLLM's engine core steps it."""
 
-    def __init__(self, model_dir: Path, num_gpu_blocks: int, extra: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        num_gpu_blocks: int,
+        extra: dict[str, Any],
+        token_budget: int = 1024,
+    ) -> None:
+        """``token_budget``: the tokens one step schedules at most (vLLM's
+        ``max_num_batched_tokens``); a long prompt is prefilled over several steps."""
         (model_dir / "config.json").write_text(
             json.dumps(
                 {
@@ -96,7 +105,7 @@ class Engine:
             device_config=DeviceConfig("cpu"),
             scheduler_config=SchedulerConfig(
                 max_num_seqs=8,
-                max_num_batched_tokens=1024,
+                max_num_batched_tokens=token_budget,
                 max_model_len=4096,
                 is_encoder_decoder=False,
             ),
@@ -131,15 +140,7 @@ class Engine:
         """vLLM's own count of its connector's prefix-cache queries and hits, in tokens."""
 
     def add(self, req_id: str, tokens: Iterable[int], max_tokens: int) -> Request:
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        params.update_from_generation_config({}, 2)
-        request = Request(
-            request_id=req_id,
-            prompt_token_ids=list(tokens),
-            sampling_params=params,
-            pooling_params=None,
-            block_hasher=self.hasher,
-        )
+        request = vllm_request(req_id, tokens, max_tokens, self.hasher)
         self.scheduler.add_request(request)
         return request
 
