@@ -11,8 +11,9 @@ CPU manager (tests/vllm runs vLLM's manager tests against this class).
 With kvscope's publisher on, each stored run names its parent (the key one
 chunk before it in its request, of its KV cache group, from the request's
 chain). Each scheduling of a request counts its lookups once (the lookup
-counters, their hit ratio) and, with a sampler, goes into the sampled access
-stream once, however many times vLLM looked it up before scheduling it.
+counters, their hit ratio, each miss's reason as judged when it was asked)
+and, with a sampler, goes into the sampled access stream once, however many
+times vLLM looked it up before scheduling it.
 kvscope's publisher names CPU blocks by raw block hash, as vLLM's GPU events
 name the prefix cache's blocks (see ``published.py``).
 """
@@ -82,6 +83,10 @@ class KVScopeManager(OffloadingManager):
         self._writes = count()
         self._step = 0
         """Scheduler steps ended: a lookup in a new step begins a new scheduling."""
+        self._uncounted: dict[str, RequestAccess] = {}
+        """Requests whose latest lookups are not counted yet, by request id (vLLM names the
+        requests a step admitted by id only, at its end); one entry per request vLLM holds
+        at most, each gone once counted, finished or reset."""
         self._blocks = core.policy.blocks
         self._events: list[OffloadingEvent] | None = [] if vllm_events else None
         self._outbox: list = []
@@ -109,7 +114,12 @@ class KVScopeManager(OffloadingManager):
             result = LookupResult.HIT_PENDING
         else:
             result = LookupResult.HIT
-        references = self._access(req_context).asked(key, self._step, result)
+        # A miss's reason is judged now: stores before the lookup is counted (other
+        # requests' in this step) may refuse, evict or forget the block.
+        reason = self.core.misses.reason(key) if result is LookupResult.MISS else None
+        access = self._access(req_context)
+        references = access.asked(key, self._step, result, reason)
+        self._uncounted[req_context.req_id] = access
         if references:  # this lookup began a new scheduling of the request, after one that ran
             self._record(references)
         return result
@@ -125,7 +135,7 @@ class KVScopeManager(OffloadingManager):
         # leaves no block pinned (nor the load counted) for a load vLLM never completes.
         blocks = self.core.readable(keys)
         access = self._met(keys, req_context, reused=keys)
-        self._count_lookups(access)
+        self._count_lookups(access, req_context.req_id)
         spec = self.core.pin(blocks)
         if self.telemetry is not None and keys:
             access.place(keys, self._sampling)
@@ -175,7 +185,8 @@ class KVScopeManager(OffloadingManager):
                 ready.append(key)
         met = set(new).union(ready)
         access = self._met([key for key in keys if key in met], req_context, reused=ready)
-        self._count_lookups(access)  # first: a miss is charged before the store splits it
+        # First: a miss is charged before the store splits it.
+        self._count_lookups(access, req_context.req_id)
         chain = keys[first : last + 1] if new else []
         if len(chain) != len(new):
             # Keys the tier holds split the new ones into runs: the core skips them and
@@ -239,6 +250,7 @@ class KVScopeManager(OffloadingManager):
         return RequestOffloadingContext()
 
     def on_request_finished(self, req_context: ReqContext) -> None:
+        self._uncounted.pop(req_context.req_id, None)  # never scheduled since its lookups
         access = req_context.get_state(RequestAccess)
         if (
             access is None
@@ -253,8 +265,13 @@ class KVScopeManager(OffloadingManager):
         self.core.policy.finish(access.prompt_order(), access.reused, access.recency)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
-        """Ship the step's events and the sample (when due) to kvscope's publisher, and
-        stats once a second."""
+        """Count the lookups of the requests the step admitted that no load or offer counted
+        (no hit, no chunk computed yet), then ship the step's events and the sample (when
+        due) to kvscope's publisher, and stats once a second."""
+        for req_id in context.new_req_ids:
+            access = self._uncounted.get(req_id)
+            if access is not None:
+                self._count_lookups(access, req_id)
         self._step += 1
         if self.telemetry is None:
             return
@@ -275,6 +292,7 @@ class KVScopeManager(OffloadingManager):
         # vLLM announces a reset itself; only kvscope's publisher hears of the blocks.
         self._drain(vllm=False)
         self._generation += 1
+        self._uncounted.clear()  # their records belong to the generation before
 
     # --- reporting ---
 
@@ -340,15 +358,17 @@ class KVScopeManager(OffloadingManager):
         access.reuse(reused)
         return access
 
-    def _count_lookups(self, access: RequestAccess) -> None:
+    def _count_lookups(self, access: RequestAccess, req_id: str) -> None:
         """Count the lookups of the scheduling vLLM ran (the request's first load or offer
-        since them): each key asked once, with its latest answer, however many steps vLLM
-        asked it before scheduling the request, as vLLM's own prefix-cache stats count it."""
+        since them, or the end of the step that admitted it): each key asked once, with its
+        latest answer, however many steps vLLM asked it before scheduling the request, as
+        vLLM's own prefix-cache stats count it."""
+        self._uncounted.pop(req_id, None)
         lookups = access.take_lookups()
         if not lookups:
             return
         stats, misses = self.core.stats, self.core.misses
-        for key, result in lookups.items():
+        for key, (result, reason) in lookups.items():
             tokens = self._tokens_of(key)  # its own group's: groups differ in tokens per chunk
             stats.lookup_calls += 1
             stats.lookup_blocks += 1
@@ -358,7 +378,7 @@ class KVScopeManager(OffloadingManager):
                 stats.lookup_hit_tokens += tokens
             elif result is LookupResult.MISS:
                 # vLLM asks key by key and stops at the first miss: this one decides the loss.
-                misses.miss((key,), 0, False, tokens)
+                misses.miss((key,), 0, False, tokens, reason=reason)
 
     def _record(self, references: list[OffloadKey]) -> None:
         """One scheduling's references, into the sample (an empty list counts nothing)."""

@@ -7,7 +7,8 @@ the keys the request met (in the order met), which it found stored
 (reused) and which it stored itself. It also tells one scheduling of the
 request from vLLM's lookups: vLLM asks a waiting request again each step
 until it schedules it, and only the lookups of the scheduling that ran are
-counted (``asked``, ``take_lookups``), once.
+counted (``asked``, ``take_lookups``), once, each miss with the reason
+judged when it was asked.
 
 With kvscope's publisher on it also names the block before a stored run:
 the key one chunk earlier in the request (by token position), whatever the
@@ -26,7 +27,11 @@ from itertools import pairwise
 
 from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext
 
+from offload.cpu.miss_attribution import Reason
 from offload.cpu.request_recency import RequestRecency
+
+Asked = tuple[LookupResult, Reason | None]
+"""A key's latest answer, and for a miss why it missed, judged when it was asked."""
 
 GROUP_BYTES = 4
 """An OffloadKey ends in its KV cache group index, 4 bytes big-endian."""
@@ -87,9 +92,9 @@ class RequestAccess:
         """Keys loaded or offered since the current scheduling's lookup (when sampling)."""
         self.asked_step = -1
         """The scheduler step of this request's latest lookup."""
-        self.lookups: dict[OffloadKey, LookupResult] = {}
-        """The current scheduling's lookups, each key once with its latest answer, until the
-        scheduling runs (``take_lookups``)."""
+        self.lookups: dict[OffloadKey, Asked] = {}
+        """The current scheduling's lookups, each key once with its latest answer (and a
+        miss's reason), until the scheduling runs (``take_lookups``)."""
         self.start: int | None = None
         """Where the current scheduling's lookup began; None: no lookup since the last record."""
 
@@ -203,8 +208,11 @@ class RequestAccess:
             return None
         return (at + 1) * GROUP_PLACES - 1 - int.from_bytes(key[-GROUP_BYTES:], "big")
 
-    def asked(self, key: OffloadKey, step: int, result: LookupResult) -> list[OffloadKey]:
-        """A lookup of ``key`` in scheduler step ``step``, answered ``result``.
+    def asked(
+        self, key: OffloadKey, step: int, result: LookupResult, reason: Reason | None
+    ) -> list[OffloadKey]:
+        """A lookup of ``key`` in scheduler step ``step``, answered ``result`` (a miss:
+        because of ``reason``).
 
         vLLM looks a waiting request up again each step until it is
         scheduled (no GPU blocks free, a lookup deferred while a hit is
@@ -221,16 +229,17 @@ class RequestAccess:
         else:
             references = self.take_references()
             self.asked_step, self.lookups = step, {}
-        self.lookups[key] = result
+        self.lookups[key] = (result, reason)
         at = self.position(key)
         if at is not None and (self.start is None or at < self.start):
             self.start = at
         return references
 
-    def take_lookups(self) -> dict[OffloadKey, LookupResult]:
-        """The current scheduling's lookups, taken once: at its first load or offer, when
-        vLLM has scheduled the request (as vLLM counts its connector's prefix-cache queries,
-        when it admits a request, so a lookup of a request left waiting counts nothing)."""
+    def take_lookups(self) -> dict[OffloadKey, Asked]:
+        """The current scheduling's lookups, taken once vLLM has scheduled the request: at
+        its first load or offer, or at the end of the step that admitted it (as vLLM counts
+        its connector's prefix-cache queries, when it admits a request, so a lookup of a
+        request left waiting counts nothing)."""
         lookups, self.lookups = self.lookups, {}
         return lookups
 

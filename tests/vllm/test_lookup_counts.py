@@ -12,11 +12,14 @@ that waited four steps for GPU blocks counted its four hits five times.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import pytest
 from vllm.v1.request import RequestStatus
 
 from offload.cpu.manager_stats import ManagerStats
+from offload.cpu.policies import registry
 from tests.vllm.vllm_engine import BLOCK_TOKENS, Engine
 
 PROMPT = range(1, 4 * BLOCK_TOKENS + 1)
@@ -96,3 +99,77 @@ def test_a_lookup_deferred_while_its_hit_is_written_counts_once_it_is_scheduled(
         1,
     )
     assert hit_tokens == engine.external_hits
+
+
+def test_a_request_admitted_with_no_hit_and_never_offered_counts_its_lookup_once(
+    tmp_path: Path,
+) -> None:
+    """A running prefill takes all but 10 tokens of the step's budget: b is admitted with
+    those (its first chunk missed, none computed whole), then aborted, so no load or offer
+    ever names it. vLLM counted its lookup when it admitted it; kvscope counts it then too
+    (where it once counted it never: the hit ratio's denominator missed such requests)."""
+    engine = Engine(tmp_path, num_gpu_blocks=64, extra={"num_cpu_blocks": 32}, token_budget=64)
+    engine.add("long", range(1000, 1000 + 64 + 54), max_tokens=1)
+    engine.step()  # 64 of its 118 tokens: its lookup counted at its first offer
+    before = _counts(engine)
+    queries = engine.external_queries
+    admitted = engine.add("b", PROMPT, max_tokens=1)
+    output = engine.step()
+    assert output.num_scheduled_tokens == {"long": 54, "b": 10}
+    assert engine.manager.core.stats.store_requested_blocks == 7, "b offered nothing"
+    assert _counts(engine) == (before[0] + 1, before[1] + 1, 0, 0, before[4] + 1)
+    assert engine.external_queries > queries, "vLLM counted b's lookup as it admitted it"
+
+    engine.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
+    assert admitted.status is RequestStatus.FINISHED_ABORTED
+    engine.step()
+    engine.step()
+    assert _counts(engine) == (before[0] + 1, before[1] + 1, 0, 0, before[4] + 1)
+
+
+REFUSING_POLICY = '''
+from offload.cpu.policies.lru import LRUCachePolicy
+
+
+class refuse_all(LRUCachePolicy):
+    """Admits nothing: every block offered is refused (not admitted)."""
+
+    name = "refuse_all"
+
+    def admit(self, block_hashes, free, request=None):
+        return []
+'''
+
+
+def test_a_miss_is_charged_the_reason_it_had_when_it_was_looked_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a and b are admitted in one step with the same prompt, both missing its first
+    chunk, never offered before: cold. a's offer comes first and is refused; b's lookup
+    is counted at b's offer, after it, and stays cold (judged then, it was charged to
+    not_admitted: a refusal that came after the lookup)."""
+    (tmp_path / "refusing_policy.py").write_text(REFUSING_POLICY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # The policy registers itself for the process; the registry is as it was afterwards.
+    monkeypatch.setattr(registry, "_POLICIES", dict(registry._POLICIES))
+    monkeypatch.delitem(sys.modules, "refusing_policy", raising=False)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    extra = {
+        "num_cpu_blocks": 32,
+        "eviction_policy": "refuse_all",
+        "cache_policy_module_path": "refusing_policy",
+    }
+    engine = Engine(model_dir, num_gpu_blocks=64, extra=extra)
+    engine.add("a", PROMPT, max_tokens=1)
+    engine.add("b", PROMPT, max_tokens=1)
+    output = engine.step()
+    assert set(output.num_scheduled_tokens) == {"a", "b"}
+    misses = engine.manager.core.misses
+    # a's four chunks refused, then b's (after b's lookups were counted).
+    assert engine.manager.core.stats.store_not_admitted_blocks == 8
+    assert misses.lookups == {**dict.fromkeys(misses.lookups, 0), "cold": 2}
+    # Asked again now, the first chunk was refused: that is its reason from here on.
+    engine.add("c", PROMPT, max_tokens=1)
+    engine.step()
+    assert misses.lookups == {**dict.fromkeys(misses.lookups, 0), "cold": 2, "not_admitted": 1}
