@@ -23,7 +23,7 @@ from offload.decimal_text import fractional_number
 from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
 from offload.transfer.host_tier import size_text
-from offload.vllm.host_memory import CGROUP_ROOT, memory_bound
+from offload.vllm.host_memory import CGROUP_ROOT, PROC_ROOT, memory_bound
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
 from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
 from offload.wire.sample_frame import MIN_SAMPLE_RATE, is_worker_rate
@@ -83,12 +83,14 @@ def read_settings(
     data_parallel_rank: int = 0,
     data_parallel_size: int = 1,
     cgroup_root: Path = CGROUP_ROOT,
+    proc_root: Path = PROC_ROOT,
 ) -> SpecSettings:
     """Check every key and size the tier; raises ConfigError naming the first bad key.
 
     Every data-parallel engine gets the same extra config, so each binds the
     endpoints moved by its rank (``offset_endpoint``). The tier must fit this
-    host's memory and the container's limit read under ``cgroup_root``.
+    host's memory and the cgroup limits read under ``cgroup_root`` on the way up from
+    this process's cgroup, as ``proc_root`` names it.
     """
     if not isinstance(extra_config, Mapping):
         raise ConfigError(
@@ -117,7 +119,7 @@ def read_settings(
         * CHUNK_ALIGNMENT
     )
     num_chunks, size_key = _num_chunks(extra_config, chunk)
-    _check_fits_host(num_chunks, chunk, size_key, cgroup_root)
+    _check_fits_host(num_chunks, chunk, size_key, cgroup_root, proc_root)
     return SpecSettings(
         num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay, sample_rate
     )
@@ -181,7 +183,7 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> tuple[
 
 
 def _check_fits_host(
-    num_chunks: int, bytes_per_chunk: int, size_key: str, cgroup_root: Path
+    num_chunks: int, bytes_per_chunk: int, size_key: str, cgroup_root: Path, proc_root: Path
 ) -> None:
     """Refuse a tier larger than the host's memory, or the container's limit where lower,
     before allocating any of it: past either, the worker is killed during its zero-fill.
@@ -190,7 +192,7 @@ def _check_fits_host(
     cache of 0 blocks), a tier of 2**31 empty chunks otherwise passed, and building its
     manager failed with a MemoryError naming no key.
     """
-    bound = memory_bound(cgroup_root)
+    bound = memory_bound(cgroup_root, proc_root)
     if bound is None:  # nothing to compare with
         return
     tier_bytes = num_chunks * (bytes_per_chunk + BOOKKEEPING_BYTES_PER_CHUNK)

@@ -250,6 +250,7 @@ def test_a_tier_above_the_containers_memory_limit_is_refused_naming_it(tmp_path:
             world_size=1,
             blocks_per_chunk=1,
             cgroup_root=tmp_path,
+            proc_root=tmp_path,  # no self/cgroup: the root's limit only
         )
 
     limit.write_text(f"{1 << 30}\n")
