@@ -43,7 +43,7 @@ class MemoryBound:
 
     num_bytes: int
     what: str
-    """"this host's memory" or "the container's memory limit"."""
+    """"this host's memory" or "the cgroup memory limit"."""
 
 
 def memory_bound(
@@ -57,7 +57,7 @@ def memory_bound(
         bounds.append(MemoryBound(host, "this host's memory"))
     limit = cgroup_memory_limit(cgroup_root, proc_root)
     if limit is not None:
-        bounds.append(MemoryBound(limit, "the container's memory limit"))
+        bounds.append(MemoryBound(limit, "the cgroup memory limit"))
     return min(bounds, key=lambda bound: bound.num_bytes, default=None)
 
 

@@ -105,7 +105,7 @@ def test_missing_or_unreadable_files_are_no_limit_known(tmp_path: Path) -> None:
 def test_a_container_limit_below_the_hosts_memory_is_the_bound_named(tmp_path: Path) -> None:
     bound = memory_bound(_v2(tmp_path, "8589934592\n"), tmp_path / "no-proc")
     assert bound is not None
-    assert (bound.num_bytes, bound.what) == (8 << 30, "the container's memory limit")
+    assert (bound.num_bytes, bound.what) == (8 << 30, "the cgroup memory limit")
 
 
 def test_without_a_container_limit_the_hosts_memory_is_the_bound(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from offload.cpu.config import ConfigError
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.settings import CHUNK_ALIGNMENT, SpecSettings, read_settings
 
-_MEMORY = "(this host's memory|the container's memory limit)"
+_MEMORY = "(this host's memory|the cgroup memory limit)"
 """The bound a tier too large for this machine passes: the host's, or a container's."""
 
 
@@ -258,7 +258,7 @@ def test_a_tier_above_the_containers_memory_limit_is_refused_naming_it(tmp_path:
         ConfigError,
         match=re.escape(
             "the CPU tier would take 1610612736 bytes (262144 chunks of 4096 bytes and 2048 of "
-            "kvscope's records each), more than the container's memory limit, 1.0 GiB "
+            "kvscope's records each), more than the cgroup memory limit, 1.0 GiB "
             "(1073741824 bytes); lower cpu_bytes_to_use"
         ),
     ):
