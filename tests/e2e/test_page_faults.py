@@ -270,7 +270,7 @@ def test_messages_in_the_feed_that_are_not_events_are_counted_and_left_out(
     page.wait_for_function(
         "() => Number(document.getElementById('event-feed').dataset.malformed) >= 4"
     )
-    assert "messages not events, left out" in page.text_content("#feed-state")
+    assert "messages left out: not events" in page.text_content("#feed-state")
 
 
 def test_a_history_the_sidecar_refuses_is_named_over_the_charts_until_it_answers(

@@ -684,6 +684,73 @@ def test_the_feed_names_the_kv_cache_group_of_an_event(browser: sync_api.Browser
             raw.close()
 
 
+ONE_PLURAL = re.compile(
+    r"(?<![\d.,])1 (?:[a-z-]+ )?(?:blocks|tokens|events|references|frames|stores|reconnections"
+    r"|messages|peers|publishers|handshakes)\b"
+)
+"""A count of one with a plural noun ("1 blocks", "1 sampled references")."""
+
+
+def test_a_count_of_one_takes_the_singular_in_every_view(browser: sync_api.Browser) -> None:
+    """A tier holding one block read "1 blocks" on its card, "1 blocks from the oldest" under
+    the index, "A chain of 1 blocks" and a size of "1 tokens": every count beside a noun
+    takes its number from one rule, singular for exactly one."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    cleared_then_one = [
+        {"type": "AllBlocksCleared"},
+        {
+            "type": "BlockStored",
+            "block_hashes": [7],
+            "parent_block_hash": None,
+            "token_ids": [],
+            "block_size": 1,
+            "lora_id": None,
+            "medium": "CPU",
+        },
+    ]
+    payload = msgspec.msgpack.encode([1.0, cleared_then_one, 0])
+    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        raw = RawPublisher(connect=bound, topic=b"engine")
+        sent = iter(range(10**6))
+
+        def stats() -> dict[str, Any]:
+            raw.send(next(sent), payload)  # until the peer's connection takes it
+            return http.get("/api/v1/stats").json()
+
+        # Every batch clears the tier first: however many arrive, it holds the one block.
+        wait_for(stats, lambda s: s["blocks_by_medium"].get("CPU") == 1, "one block held")
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        try:
+            page = context.new_page()
+            page.set_default_timeout(WAIT_MS)
+            texts = {}
+            for view in VIEWS:
+                open_view(page, sidecar.url, view)
+                page.wait_for_function(UPDATED)
+                texts[view] = page.inner_text(f"#view-{view}")
+            card = page.locator("[data-card='blocks:CPU'] .big")
+            open_view(page, sidecar.url, "overview")
+            sync_api.expect(card).to_have_text("1 block")
+            open_view(page, sidecar.url, "blocks?q=7")
+            sync_api.expect(page.locator(ROWS)).to_have_count(1)
+            sync_api.expect(page.get_by_text("1 block from the oldest")).to_be_visible()
+            size = page.locator("#block-result dt:text-is('block size') + dd")
+            sync_api.expect(size).to_have_text("1 token")
+            page.fill("#lookup-hashes", "7")
+            page.get_by_role("button", name="Look up").click()
+            result = page.locator("#lookup-result")
+            sync_api.expect(result).to_contain_text("A chain of 1 block: every block is held")
+            cpu_run = result.locator("li[data-medium='CPU']")
+            sync_api.expect(cpu_run).to_have_text("CPU 1 of 1 block")
+            texts["blocks"] = page.inner_text("#view-blocks")
+        finally:
+            context.close()
+            raw.close()
+    wrong = {view: ONE_PLURAL.findall(text) for view, text in texts.items()}
+    assert not any(wrong.values()), wrong
+
+
 def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     page: sync_api.Page, demo: str, artefacts: Path
 ) -> None:

@@ -2,7 +2,8 @@
 // integers (counts) are grouped and have no decimals; any other value keeps three
 // significant figures, never more decimals than that needs (5,608 / 29.9 / 4.75 / 0.0532);
 // bytes scale by 1000 (kB, MB, GB), seconds by 1000 (µs, ms, s), ratios show as percent.
-// Every value goes out with its unit.
+// Every value goes out with its unit; a count's unit is a noun, singular for exactly one
+// (a rate's, "blocks/s", is a unit like "B/s" and stays as it is).
 
 const grouped = new Map();
 
@@ -26,6 +27,18 @@ export function count(value) {
   return numberFormat({ maximumFractionDigits: 0 }).format(value);
 }
 
+/** A count's noun: the singular for exactly one, the plural for any other count, zero
+included ("1 block", "0 blocks"). Every count the page writes beside a noun takes it from
+here, so no text reads "1 blocks". */
+export function noun(value, singular, plural = `${singular}s`) {
+  return value === 1 ? singular : plural;
+}
+
+/** A count and its noun: "1 block", "27,447 blocks", "1 sampled reference". */
+export function counted(value, singular, plural) {
+  return `${count(value)} ${noun(value, singular, plural)}`;
+}
+
 const SI = ["", "k", "M", "G", "T", "P"];
 
 function scaled(value, base, steps, unit) {
@@ -46,15 +59,15 @@ function seconds(value) {
 }
 
 const UNITS = {
-  blocks: (v) => [count(v), "blocks"],
-  events: (v) => [count(v), "events"],
+  blocks: (v) => [count(v), noun(v, "block")],
+  events: (v) => [count(v), noun(v, "event")],
   "blocks/s": (v) => [decimal(v), "blocks/s"],
   "events/s": (v) => [decimal(v), "events/s"],
   bytes: (v) => scaled(v, 1000, SI, "B"),
   "bytes/s": (v) => scaled(v, 1000, SI, "B/s"),
   seconds,
   ratio: (v) => [decimal(100 * v), "%"],
-  tokens: (v) => [count(v), "tokens"],
+  tokens: (v) => [count(v), noun(v, "token")],
 };
 
 /** [number, unit] for a value of one of the page's units ("–" and the unit when unknown). */

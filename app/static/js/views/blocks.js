@@ -4,7 +4,7 @@
 // and publisher. The search, the filters and the page are in the URL.
 import { get, post } from "../api.js";
 import { fillSelect, h, table } from "../dom.js";
-import { age, count, dateTime } from "../format.js";
+import { age, count, counted, dateTime } from "../format.js";
 import { formatHash } from "../router.js";
 import { mediaOf } from "../stats.js";
 
@@ -20,7 +20,7 @@ function describe(block, media, now) {
     ["hash", block.block_hash],
     ...media.map((medium) => [medium, held.has(medium) ? "held" : "not held"]),
     ["publishers", block.publishers.join(", ") || "–"],
-    ["block size", block.block_size === null ? "–" : `${count(block.block_size)} tokens`],
+    ["block size", block.block_size === null ? "–" : counted(block.block_size, "token")],
     ["hits (loads back to the GPU)", count(block.hits)],
     ["first stored", `${dateTime(block.first_stored)} (${age(now - block.first_stored)} ago)`],
     ["last stored", `${dateTime(block.last_stored)} (${age(now - block.last_stored)} ago)`],
@@ -33,11 +33,11 @@ function runs(answer, length) {
   const tiers = Object.entries(answer.runs).map(([medium, run]) => h("li", { "data-medium": medium,
     "data-run": String(run) }, h("span", { class: "tier", text: medium }),
   h("meter", { min: 0, max: Math.max(1, length), value: run, "aria-label": `${medium} run` }),
-  ` ${count(run)} of ${count(length)} blocks`));
+  ` ${count(run)} of ${counted(length, "block")}`));
   const through = answer.break_index === length ? "every block is held somewhere"
     : `block ${count(answer.break_index)} (counting from 0) is held nowhere`;
   return [h("p", { "data-break": String(answer.break_index),
-    text: `A chain of ${count(length)} blocks: ${through}. The leading run held on each tier:` }),
+    text: `A chain of ${counted(length, "block")}: ${through}. The leading run held on each tier:` }),
   h("ul", { class: "runs" }, tiers)];
 }
 
@@ -145,7 +145,7 @@ function mount(panel, { stats, navigate }) {
       next.dataset.cursor = page.next_cursor ?? "";
       previous.disabled = !trail.length;
       first.disabled = !params.cursor;
-      position.textContent = page.blocks.length ? `${page.blocks.length} blocks`
+      position.textContent = page.blocks.length ? counted(page.blocks.length, "block")
         + `${params.cursor ? ` after #${params.cursor}` : " from the oldest"}` : "no blocks on this page";
     } catch (error) {
       body.replaceChildren(h("tr", {}, h("td", { colspan: 7, class: "problem", text: error.message })));

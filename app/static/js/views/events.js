@@ -5,7 +5,7 @@
 // (events keep arriving, and show on resume); kind and medium filters are in the URL.
 import { Backoff } from "../backoff.js";
 import { fillSelect, h } from "../dom.js";
-import { count } from "../format.js";
+import { count, counted } from "../format.js";
 import { mediaOf } from "../stats.js";
 
 const HELD = 2000; // events kept for filtering and for showing after a pause
@@ -137,12 +137,12 @@ function mount(panel, { stats, navigate }) {
     const f = follower;
     Object.assign(feed.dataset, { lastId: f.lastId ?? "", reconnects: String(Math.max(0, f.opened - 1)),
       duplicates: String(f.duplicates), unheld: String(f.unheld), malformed: String(f.malformed) });
-    const notes = [paused ? `paused: ${count(waiting)} new events since` : f.state,
+    const notes = [paused ? `paused: ${counted(waiting, "new event")} since` : f.state,
       `${count(f.held.length)} held`];
-    if (f.opened > 1) notes.push(`${f.opened - 1} reconnections`);
-    if (f.unheld) notes.push(`${count(f.unheld)} events were no longer held on reconnection`);
+    if (f.opened > 1) notes.push(counted(f.opened - 1, "reconnection"));
+    if (f.unheld) notes.push(`${counted(f.unheld, "event")} no longer held on reconnection`);
     if (f.restarts) notes.push("the sidecar restarted");
-    if (f.malformed) notes.push(`${count(f.malformed)} messages not events, left out`);
+    if (f.malformed) notes.push(`${counted(f.malformed, "message")} left out: not events`);
     state.textContent = notes.join(" · ");
     if (paused) return;
     const fresh = pending.slice(-SHOWN).reverse().map(item);

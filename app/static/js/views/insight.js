@@ -9,7 +9,7 @@ import { get } from "../api.js";
 import { Backoff } from "../backoff.js";
 import { TimeChart } from "../charts.js";
 import { h, fillSelect } from "../dom.js";
-import { count, parts, withUnit } from "../format.js";
+import { count, counted, parts, withUnit } from "../format.js";
 import { counterRates } from "../history.js";
 
 const PERIOD_MS = 2000;
@@ -113,7 +113,7 @@ class CurveChart {
         setCursor: [showCurrent(curve.current_index)],
       },
       series: [
-        { label: "capacity", value: (u, v) => (v === null ? "–" : `${count(v)} blocks`) },
+        { label: "capacity", value: (u, v) => (v === null ? "–" : withUnit(v, "blocks")) },
         ...policies.map((policy, i) => ({
           label: policy, stroke: colour(i), width: 2,
           value: (u, v, _, at) => (v === null || this.pointsAt[policy].includes(at) ? percent(v) : `${percent(v)} (rough)`),
@@ -182,8 +182,8 @@ function mount(panel, context) {
     share.textContent = number;
     shareUnit.textContent = `${unit} of the hits a clairvoyant cache of the same size would get `
       + `(${optimum.policy} ${withUnit(optimum.tier_hit_ratio, "ratio")}, optimum `
-      + `${withUnit(optimum.hit_ratio, "ratio")}, over the last ${count(optimum.window_refs)} `
-      + "sampled references)";
+      + `${withUnit(optimum.hit_ratio, "ratio")}, over the last `
+      + `${counted(optimum.window_refs, "sampled reference")})`;
   }
 
   function fact(term, text, attributes = {}) {
@@ -209,17 +209,17 @@ function mount(panel, context) {
     if (!p.verdicts.length) verdicts.append(h("li", { class: "empty", text: "Nothing to say yet." }));
     const stream = p.stream;
     status.textContent = stream
-      ? `From ${count(stream.sampled_refs)} sampled references of ${count(stream.block_refs)} `
+      ? `From ${count(stream.sampled_refs)} sampled of ${counted(stream.block_refs, "block reference")} `
         + `(rate ${stream.rate}); ${count(stream.shadow_shed_block_refs)} shed by the shadow queue, `
         + `${count(stream.worker_shed_block_refs)} by the worker; simulations hold `
         + `${withUnit(p.memory.bytes, "bytes")} of ${withUnit(p.memory.max_bytes, "bytes")}.`
       : "This publisher sends no sampled stream (kvscope demo --sample-rate, 0 turns it off).";
     const stranded = Object.entries(p.stranded);
     facts.replaceChildren(
-      ...stranded.flatMap(([medium, n]) => fact(`stranded on ${medium}`, `${count(n)} blocks`,
+      ...stranded.flatMap(([medium, n]) => fact(`stranded on ${medium}`, withUnit(n, "blocks"),
         { "data-medium": medium, "data-stranded": String(n) })),
       ...fact("dead writes", p.dead_write_ratio === null ? "–"
-        : `${withUnit(p.dead_write_ratio, "ratio")} of ${count(p.stores_completed)} stores`,
+        : `${withUnit(p.dead_write_ratio, "ratio")} of ${counted(p.stores_completed, "store")}`,
       { id: "insight-dead-writes", "data-ratio": p.dead_write_ratio ?? "" }),
       ...fact("hit ratio measured", p.measured_hit_ratio === null ? "–" : withUnit(p.measured_hit_ratio, "ratio")),
     );

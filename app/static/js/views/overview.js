@@ -4,7 +4,7 @@
 // evictions by reason, dead writes, transfer bandwidth and latency per direction.
 import { TimeChart } from "../charts.js";
 import { h, fillSelect } from "../dom.js";
-import { parts, withUnit, count } from "../format.js";
+import { count, counted, parts, withUnit } from "../format.js";
 import { RANGES, byLabel, counterRates, gaugeTotals, increases, max, sum } from "../history.js";
 import { mediaOf } from "../stats.js";
 
@@ -131,17 +131,17 @@ function mount(panel, context) {
         cards.insertBefore(made.element, cards.children[mediumCards.size - 1] ?? null);
       }
       const bytes = s.bytes_by_medium[medium];
-      mediumCards.get(medium).show(count(s.blocks_by_medium[medium]), "blocks",
+      mediumCards.get(medium).show(...parts(s.blocks_by_medium[medium], "blocks"),
         bytes === undefined ? "copies held" : `copies held, ${withUnit(bytes, "bytes")}`);
     }
     fixed.hitRatio.show(...parts(s.hit_ratio, "ratio"),
-      `${count(s.lookup_hit_blocks)} of ${count(s.lookup_blocks)} blocks looked up`);
+      `${count(s.lookup_hit_blocks)} of ${counted(s.lookup_blocks, "block")} looked up`);
     fixed.stores.show(...parts(s.stores_per_s, "blocks/s"), `${count(s.stores_completed)} stored in all`);
     fixed.loads.show(...parts(s.loads_per_s, "blocks/s"), `${count(s.loads)} loaded in all`);
     const evicted = Object.values(s.evictions).reduce((a, b) => a + b, 0);
     fixed.evictions.show(...parts(s.evictions_per_s, "blocks/s"), `${count(evicted)} evicted in all`);
     fixed.events.show(...parts(s.events_per_s, "events/s"),
-      `${count(s.tracked_blocks)} distinct blocks tracked, at most ${count(s.max_blocks)}`);
+      `${counted(s.tracked_blocks, "distinct block")} tracked, at most ${count(s.max_blocks)}`);
     drawnCards = true;
     firstRender();
   }

@@ -3,7 +3,7 @@
 // frames, drops) and its configuration, from /api/v1/stats each second. A count that
 // says something went wrong is marked, in words as well as colour.
 import { h, table } from "../dom.js";
-import { age, count } from "../format.js";
+import { age, count, counted } from "../format.js";
 
 const HEALTH = ["gaps", "missed", "malformed", "held_dropped", "dropped"];
 const HEALTH_COLUMNS = ["status", "publisher", "last frame", "stats lag", "frames", "gaps", "missed",
@@ -31,8 +31,8 @@ function healthRow(p, now) {
 function configRow(p) {
   return h("tr", { "data-publisher": p.name }, cell(p.name), cell(p.mode), cell(p.engine_id),
     cell(p.rank === null ? null : String(p.rank)), cell(p.policy),
-    cell(p.capacity_blocks === null ? null : `${count(p.capacity_blocks)} blocks`),
-    cell(p.block_size === null ? null : `${count(p.block_size)} tokens`));
+    cell(p.capacity_blocks === null ? null : counted(p.capacity_blocks, "block")),
+    cell(p.block_size === null ? null : counted(p.block_size, "token")));
 }
 
 function mount(panel, { stats }) {
@@ -55,10 +55,10 @@ function mount(panel, { stats }) {
     summary.textContent = `${up} of ${s.publishers.length} connected; ${troubled} with gaps, `
       + "missed batches, malformed frames or drops.";
     const l = s.listener;
-    listener.textContent = l ? `Listening on ${l.endpoints.join(", ")}: ${count(l.frames)} frames, `
-      + `${count(l.malformed)} malformed, ${count(l.refused)} refused; ${l.publishers} of at most `
-      + `${l.max_publishers} listen-mode publishers; ${l.connections} of at most `
-      + `${l.max_connections} peers admitted, ${count(l.refused_connections)} handshakes refused; `
+    listener.textContent = l ? `Listening on ${l.endpoints.join(", ")}: ${counted(l.frames, "frame")}, `
+      + `${count(l.malformed)} malformed, ${count(l.refused)} refused; ${count(l.publishers)} of at most `
+      + `${counted(l.max_publishers, "listen-mode publisher")}; ${count(l.connections)} of at most `
+      + `${counted(l.max_connections, "peer")} admitted, ${counted(l.refused_connections, "handshake")} refused; `
       + `at most ${l.max_connections_per_host} from one host, `
       + `${count(l.refused_host_connections)} refused past it`
       + (l.allow.length ? `; peers from ${l.allow.join(", ")} only, `
