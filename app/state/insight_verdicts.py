@@ -139,6 +139,24 @@ def _points(value: float) -> str:
     return f"~{abs(value):.1f} points"
 
 
+def _percent(share: float) -> str:
+    """``share`` (0..1) as a percent by the page's rule for every number it shows
+    (app/static/js/format.js, ``decimal``): three significant figures, no trailing zeros.
+    The page sets a verdict beside the figure it states (the dead-write ratio, the
+    efficiency), and "98%" there read as another figure than the page's "97.7 %"."""
+    value = 100 * share
+    if value >= 100 or value == 0:
+        decimals = 0
+    elif value >= 10:
+        decimals = 1
+    elif value >= 1:
+        decimals = 2
+    else:
+        decimals = 2 - math.floor(math.log10(value))
+    text = f"{value:.{decimals}f}"
+    return f"{text.rstrip('0').rstrip('.') if '.' in text else text}%"
+
+
 def _too_few_sampled(rate: float, capacity: int) -> bool:
     return rate < 1.0 and rate * capacity < MIN_SCALED_BLOCKS
 
@@ -186,7 +204,7 @@ def _too_small(what: str, capacity: int, rate: float, worker_rate: float | None)
 def _shed(policy: str, share: float, what: str) -> Verdict:
     return Verdict(
         "shed",
-        f"no verdict on {what}: {policy}'s simulation lost {share:.0%} of "
+        f"no verdict on {what}: {policy}'s simulation lost {_percent(share)} of "
         "the stream's block references to a full shadow queue (the shadow thread is behind: "
         "KVSCOPE_INSIGHT_CPU_SHARE, KVSCOPE_INSIGHT_QUEUE_BYTES), so its hit ratio is off by "
         "an amount the sidecar cannot tell",
@@ -384,7 +402,7 @@ def optimum_verdict(
     return [
         Verdict(
             "optimum",
-            f"this tier gets {round(100 * efficiency)}% of the hits a clairvoyant cache of the "
+            f"this tier gets {_percent(efficiency)} of the hits a clairvoyant cache of the "
             f"same size would (under {result.policy}, over its last {result.refs:,} sampled "
             "references)",
             policy=result.policy,
@@ -398,12 +416,11 @@ def admission_verdict(dead_write_ratio: float | None, efficiency: float | None) 
     whether the hit ratio has anything to gain from it (the distance to the optimum)."""
     if dead_write_ratio is None or dead_write_ratio < DEAD_WRITES_WORTH_SAYING:
         return []
-    percent = round(100 * dead_write_ratio)
-    text = f"{percent}% of stores are never read before they leave: admission control would "
-    text += "save those writes"
+    text = f"{_percent(dead_write_ratio)} of stores are never read before they leave: "
+    text += "admission control would save those writes"
     if efficiency is not None and efficiency >= LITTLE_TO_GAIN:
         text += (
-            f"; the tier already gets {round(100 * efficiency)}% of the optimum's hits, so "
+            f"; the tier already gets {_percent(efficiency)} of the optimum's hits, so "
             "its hit ratio has little to gain from it"
         )
     return [Verdict("admission", text, share=dead_write_ratio)]

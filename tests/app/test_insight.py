@@ -375,9 +375,7 @@ def test_the_optimum_is_the_librarys_over_the_window_and_the_api_and_metrics_sho
     assert publisher["stream"]["window_rate"] == RATE
     (verdict,) = [v for v in publisher["verdicts"] if v["kind"] == "optimum"]
     assert verdict["share"] == result.efficiency and verdict["policy"] == "arc"
-    assert verdict["text"].startswith(
-        f"this tier gets {round(100 * result.efficiency)}% of the hits"
-    )
+    assert verdict["text"].startswith(f"this tier gets {100 * result.efficiency:.3g}% of the hits")
     assert "efficiency" in schema["PublisherInsightInfo"]["properties"]
     assert schema["WindowOptimumInfo"]["properties"]["hit_ratio"]["description"]
     families = {f.name: f for f in text_string_to_metric_families(metrics)}

@@ -273,6 +273,19 @@ def test_admission_is_said_to_save_writes_and_to_win_hits_only_where_there_are_s
     assert admission_verdict(0.05, None) == []
 
 
+def test_a_verdicts_percent_is_rounded_as_the_page_rounds_the_figure_beside_it() -> None:
+    """The page shows the dead-write ratio and the efficiency to three significant figures
+    ("97.7 %"), and the admission verdict beside them said "98%" and "97%" of the same
+    figures: a verdict's percent keeps the page's rule, trailing zeros left off."""
+    (verdict,) = admission_verdict(0.977359, 0.97326)
+    assert verdict.text.startswith("97.7% of stores are never read")
+    assert "already gets 97.3% of the optimum's hits" in verdict.text
+    (whole,) = admission_verdict(0.5, 0.999999)
+    assert whole.text.startswith("50% of stores") and "already gets 100% of" in whole.text
+    (optimum,) = optimum_verdict(window("lru", 8, 47, 40, rate=1.0), "lru", 8, 1.0)
+    assert optimum.text.startswith("this tier gets 85.1% of the hits"), optimum.text
+
+
 def test_an_admission_candidate_near_the_best_keeps_its_true_gap_in_points() -> None:
     """A candidate 0.3 points ahead of the one followed is "at or near the best" in words,
     but its figure said 0.0 points where the candidates' ratios show 0.3."""
