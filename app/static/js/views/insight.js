@@ -1,5 +1,6 @@
 // Insight: why the tier hits what it hits, from /api/v1/insight every two seconds while
-// open. Per publisher: the tier's efficiency against a clairvoyant cache of its size, the
+// open. Per publisher: the tier's efficiency against a clairvoyant cache of its size (over
+// the optimum's window, which the view tells apart from the curve's whole sample), the
 // hit-ratio curve (what the tier would hit at 1/8x to 8x its capacity, one line per
 // simulated policy, the current capacity marked, the optimum a point on it), the
 // sidecar's verdicts in words, lost blocks by reason over time (from the history),
@@ -9,7 +10,7 @@ import { get } from "../api.js";
 import { Backoff } from "../backoff.js";
 import { TimeChart } from "../charts.js";
 import { h, fillSelect } from "../dom.js";
-import { count, counted, parts, withUnit } from "../format.js";
+import { clock, count, counted, parts, withUnit } from "../format.js";
 import { counterRates } from "../history.js";
 
 const PERIOD_MS = 2000;
@@ -51,9 +52,9 @@ class CurveChart {
     this.empty = h("p", { class: "empty", text: "No sampled stream yet: the worker sends none, "
       + "or its first sample frame has not arrived." });
     this.element = h("figure", { class: "chart", "data-chart": "hit-ratio-curve", "data-empty": "true" },
-      h("figcaption", { text: "Hit ratio at other capacities (dashed: the tier's own; "
-        + "the optimum: a clairvoyant cache of its size, over the last sampled references; "
-        + "a line without a point is a rough guess: too few sampled blocks at that capacity)" }),
+      h("figcaption", { text: "Hit ratio at other capacities, over the whole sample (dashed: "
+        + "the tier's own; the large point: the optimum, over its window only; a line without "
+        + "a point: a rough guess, too few sampled blocks there)" }),
       this.empty, this.plotArea);
     container.append(this.element);
     this.plot = null;
@@ -120,12 +121,31 @@ class CurveChart {
           points: { show: true, size: 5, filter: () => this.pointsAt[policy] },
         })),
         ...reference.map(() => ({
-          label: "optimum", stroke: colour(policies.length), width: 0, value: (u, v) => percent(v),
+          label: "optimum (window)", stroke: colour(policies.length), width: 0, value: (u, v) => percent(v),
           points: { show: true, size: 11, width: 2, fill: colour(policies.length) },
         })),
       ],
     }, data, this.plotArea);
   }
+}
+
+/** The optimum's window against the curve. Both figures for the tier's policy are the API's,
+ * of different stretches of the same sample: the window's (its last references, replayed from
+ * an empty tier) wanders around the curve's (every reference since the stream began). Said
+ * side by side, so the window's figure never sits over a curve that reads another with
+ * nothing to say why. */
+function windowText(p) {
+  const { optimum, curve, stream } = p;
+  const text = `Over the last ${counted(optimum.window_refs, "sampled reference")} (the `
+    + "optimum's window), both replayed from an empty tier of the same size: "
+    + `${optimum.policy} hits ${withUnit(optimum.tier_hit_ratio, "ratio")}, the optimum `
+    + `${withUnit(optimum.hit_ratio, "ratio")}.`;
+  if (!curve || !Object.hasOwn(curve.hit_ratios, optimum.policy)) return text;
+  const since = stream?.since ? `since ${clock(stream.since)}` : "since the stream began";
+  const whole = curve.hit_ratios[optimum.policy][curve.current_index];
+  return `${text} The curve below covers every sampled reference ${since}: there `
+    + `${optimum.policy} hits ${withUnit(whole, "ratio")} at the tier's `
+    + `${withUnit(curve.current_blocks, "blocks")}; a window this short wanders around that.`;
 }
 
 /** The indices of `curve`'s capacities the sample resolves for `policy` (all of them where
@@ -143,6 +163,7 @@ function mount(panel, context) {
   const share = h("span", { class: "value", text: "–" });
   const shareUnit = h("span", { class: "unit" });
   const efficiency = h("p", { class: "big", id: "insight-efficiency" }, share, " ", shareUnit);
+  const windowNote = h("p", { class: "detail", id: "insight-window" });
   const grid = h("div", { class: "charts" });
   const chart = new CurveChart(grid);
   const misses = new TimeChart(grid, {
@@ -153,7 +174,7 @@ function mount(panel, context) {
   panel.append(
     h("h2", { class: "visually-hidden", text: "Insight" }),
     h("div", { class: "toolbar" }, h("label", { for: "insight-publisher", text: "Publisher: " }), picker),
-    h("section", { class: "card" }, h("h2", { text: "What the numbers say" }), efficiency, verdicts,
+    h("section", { class: "card" }, h("h2", { text: "What the numbers say" }), efficiency, windowNote, verdicts,
       status),
     grid,
     h("section", { class: "card" }, h("h2", { text: "Stranded blocks, dead writes, the sample" }), facts),
@@ -171,6 +192,7 @@ function mount(panel, context) {
   function showEfficiency(p) {
     const optimum = p.optimum;
     efficiency.dataset.efficiency = p.efficiency === null ? "" : JSON.stringify(p.efficiency);
+    windowNote.textContent = optimum ? windowText(p) : "";
     if (p.efficiency === null) {
       share.textContent = "–";
       shareUnit.textContent = !optimum ? "of the optimum's hits: its window is still filling"
@@ -180,10 +202,8 @@ function mount(panel, context) {
     }
     const [number, unit] = parts(p.efficiency, "ratio");
     share.textContent = number;
-    shareUnit.textContent = `${unit} of the hits a clairvoyant cache of the same size would get `
-      + `(${optimum.policy} ${withUnit(optimum.tier_hit_ratio, "ratio")}, optimum `
-      + `${withUnit(optimum.hit_ratio, "ratio")}, over the last `
-      + `${counted(optimum.window_refs, "sampled reference")})`;
+    shareUnit.textContent = `${unit} of the hits a clairvoyant cache of the same size would get, `
+      + "over the window below";
   }
 
   function fact(term, text, attributes = {}) {
@@ -203,10 +223,12 @@ function mount(panel, context) {
     if (switched && context.history.times.length) showMisses(context.history);
     showEfficiency(p);
     chart.update(p.curve, p.optimum);
-    verdicts.replaceChildren(...p.verdicts.map((v) => h("li", {
+    // The optimum's verdict says the headline's figure again: the headline alone says it.
+    const said = p.verdicts.filter((v) => v.kind !== "optimum");
+    verdicts.replaceChildren(...said.map((v) => h("li", {
       text: v.text, "data-kind": v.kind, "data-policy": v.policy ?? "",
     })));
-    if (!p.verdicts.length) verdicts.append(h("li", { class: "empty", text: "Nothing to say yet." }));
+    if (!said.length) verdicts.append(h("li", { class: "empty", text: "Nothing to say yet." }));
     const stream = p.stream;
     status.textContent = stream
       ? `From ${count(stream.sampled_refs)} sampled of ${counted(stream.block_refs, "block reference")} `
@@ -221,7 +243,7 @@ function mount(panel, context) {
       ...fact("dead writes", p.dead_write_ratio === null ? "–"
         : `${withUnit(p.dead_write_ratio, "ratio")} of ${counted(p.stores_completed, "store")}`,
       { id: "insight-dead-writes", "data-ratio": p.dead_write_ratio ?? "" }),
-      ...fact("hit ratio measured", p.measured_hit_ratio === null ? "–" : withUnit(p.measured_hit_ratio, "ratio")),
+      ...fact("hit ratio measured (every lookup of the tier)", p.measured_hit_ratio === null ? "–" : withUnit(p.measured_hit_ratio, "ratio")),
     );
     panel.dataset.rendered = "true";
   }
