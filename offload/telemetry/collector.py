@@ -8,6 +8,7 @@ series, which is how the sidecar re-exports many workers.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import NamedTuple
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -18,7 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from offload.telemetry.metrics import SPECS, Kind, Snapshot
-from offload.wire.stats_frame import exposed_names
+from offload.wire.stats_frame import HistogramSnapshot, Sample, exposed_names
 
 SnapshotSource = Callable[[], Iterable[tuple[Snapshot, Mapping[str, str]]]]
 """Yields (snapshot, extra labels) pairs: one per worker or component."""
@@ -31,11 +32,8 @@ class SnapshotCollector(Collector):
     other labels: a newer worker's metric, or a hostile one), or name a
     series another family prints (a gauge ``x_total`` beside a counter
     ``x``), or one the reader prints itself (``reserved``: a sidecar's own
-    process families). The first source to name a family shapes it; a
-    sample of another shape, or one that would print a name already taken,
-    is left out, because adding it would mislabel it or fail the whole
-    scrape, and ``conflicting_samples`` says how many the last scrape left
-    out.
+    process families). ``FamilyShapes`` decides which samples are left out,
+    and ``conflicting_samples`` says how many the last scrape left out.
     """
 
     def __init__(self, source: SnapshotSource, reserved: Iterable[str] = ()) -> None:
@@ -49,71 +47,111 @@ class SnapshotCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        families: dict[str, _Shaped] = {}
-        printed: dict[str, str] = dict.fromkeys(self._reserved, "")  # a printed name -> family
+        shapes = FamilyShapes(self._reserved)
+        families: dict[str, Metric] = {}
         conflicts = 0
         for snapshot, extra in self._source():
-            for kind, samples in (("counter", snapshot.counters), ("gauge", snapshot.gauges)):
-                for sample in samples:
-                    family = _family(families, printed, sample.name, kind, sample.labels, extra)
-                    if family is None:
-                        conflicts += 1
-                        continue
-                    family.add_metric(_values(sample.labels, extra), sample.value)
-            for hist in snapshot.histograms:
-                family = _family(families, printed, hist.name, "histogram", hist.labels, extra)
-                if family is None:
+            for series in series_of(snapshot, extra):
+                family_name = shapes.join(series.kind, series.name, series.label_names)
+                if family_name is None:
                     conflicts += 1
                     continue
-                buckets = [
-                    (_bound(upper), cumulative)
-                    for upper, cumulative in zip(hist.buckets, hist.counts, strict=True)
-                ]
-                family.add_metric(_values(hist.labels, extra), buckets, hist.sum)
+                family = families.get(family_name)
+                if family is None:
+                    family = families[family_name] = new_family(
+                        series.kind, series.name, series.label_names
+                    )
+                add_series(family, series)
         self.conflicting_samples = conflicts
-        yield from (family for family, _ in families.values())
+        yield from families.values()
 
 
-_Shaped = tuple[Metric, tuple[Kind, tuple[str, ...]]]
-"""A family and the shape (type, label names) its samples must have."""
+class Series(NamedTuple):
+    """One sample or histogram of a snapshot, with the extra labels its source adds."""
+
+    kind: Kind
+    name: str
+    label_names: tuple[str, ...]
+    """Its own label names, sorted, then the extra ones: the shape of its family."""
+    label_values: list[str]
+    """In ``label_names``' order."""
+    sample: Sample | HistogramSnapshot
 
 
-def _family(
-    families: dict[str, _Shaped],
-    printed: dict[str, str],
-    name: str,
-    kind: Kind,
-    labels: Mapping[str, str],
-    extra: Mapping[str, str],
-) -> Metric | None:
-    """The family a sample belongs to, made on first sight with sorted label names; None
-    for a sample whose type or label names differ from that family's, or whose new family
-    would print a name that ``printed`` already gives another family.
+def series_of(snapshot: Snapshot, extra: Mapping[str, str]) -> Iterator[Series]:
+    """Every sample of a snapshot, in the order a family's samples print: counters, gauges,
+    then histograms, each in the snapshot's order."""
+    kinds: tuple[tuple[Kind, list[Sample] | list[HistogramSnapshot]], ...] = (
+        ("counter", snapshot.counters),
+        ("gauge", snapshot.gauges),
+        ("histogram", snapshot.histograms),
+    )
+    for kind, samples in kinds:
+        for sample in samples:
+            own = sorted(sample.labels)
+            yield Series(
+                kind,
+                sample.name,
+                (*own, *extra),
+                [*(sample.labels[key] for key in own), *extra.values()],
+                sample,
+            )
+
+
+class FamilyShapes:
+    """Which family each series joins, as the series come: the first to name a family
+    shapes it (its type and label names); a series of another shape, or one whose new
+    family would print a name already printed (by another family, or ``reserved``), joins
+    none, because adding it would mislabel it or fail the whole scrape.
+
+    The answer for a series depends only on the families named before it, so series of
+    one name and shape in a row all get the answer of the first.
+    """
+
+    def __init__(self, reserved: Iterable[str] = ()) -> None:
+        self._shapes: dict[str, tuple[Kind, tuple[str, ...]]] = {}
+        self._printed: dict[str, str] = dict.fromkeys(reserved, "")  # a printed name -> family
+
+    def join(self, kind: Kind, name: str, label_names: tuple[str, ...]) -> str | None:
+        """The name of the family a series joins (made on first sight), None for none."""
+        shape = (kind, label_names)
+        family_name, suffixed = exposed_names(kind, name)
+        known = self._shapes.get(family_name)
+        if known is not None:
+            return family_name if shape == known else None
+        names = (family_name, *suffixed)
+        if any(self._printed.get(printed, family_name) != family_name for printed in names):
+            return None
+        self._shapes[family_name] = shape
+        self._printed.update(dict.fromkeys(names, family_name))
+        return family_name
+
+
+def new_family(kind: Kind, name: str, label_names: tuple[str, ...]) -> Metric:
+    """The empty family a series of this kind, name and label names makes when it is the
+    first to name it.
 
     A name this kvscope does not define (a newer worker's metric) is still
     exported, with a help text saying so, rather than dropped; a known name
     keeps its help only when it comes with its own type.
     """
-    shape = (kind, (*sorted(labels), *extra))
-    family_name, names = exposed_names(kind, name)
-    known = families.get(family_name)
-    if known is not None:
-        family, family_shape = known
-        return family if shape == family_shape else None
-    names = (family_name, *names)
-    if any(printed.get(printed_name, family_name) != family_name for printed_name in names):
-        return None
     spec = SPECS.get(name)
     known_here = spec is not None and spec.kind == kind
     help_text = spec.help if known_here else "kvscope metric reported by a newer worker."
-    family = _FAMILIES[kind](name, help_text, labels=list(shape[1]))
-    families[family_name] = (family, shape)
-    printed.update(dict.fromkeys(names, family_name))
-    return family
+    return _FAMILIES[kind](name, help_text, labels=list(label_names))
 
 
-def _values(labels: Mapping[str, str], extra: Mapping[str, str]) -> list[str]:
-    return [*(labels[key] for key in sorted(labels)), *extra.values()]
+def add_series(family: Metric, series: Series) -> None:
+    """A series' samples into the family it joined."""
+    sample = series.sample
+    if isinstance(sample, HistogramSnapshot):
+        buckets = [
+            (_bound(upper), cumulative)
+            for upper, cumulative in zip(sample.buckets, sample.counts, strict=True)
+        ]
+        family.add_metric(series.label_values, buckets, sample.sum)  # type: ignore[attr-defined]
+    else:
+        family.add_metric(series.label_values, sample.value)  # type: ignore[attr-defined]
 
 
 def _bound(upper: float) -> str:
