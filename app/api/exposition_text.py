@@ -8,6 +8,9 @@ the sidecar's own families cost. ``TextFormat`` keeps each family's ``# HELP`` a
 ``# TYPE`` lines and each series' written name and labels, and writes only the
 values anew. It keeps what the last rendering wrote and nothing older, so a series
 that goes (a publisher's, a curve point's) is forgotten one rendering later.
+
+``head_text`` and ``sample_text`` write one family's header and sample lines on their
+own, for text kept elsewhere (a publisher's part of the workers' families).
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ class TextFormat:
                 out.append(generate_latest(_Families([family])).decode())
                 continue
             key = (family.name, family.type, family.documentation, family.unit)
-            heads[key] = head = last_heads.get(key) or _head(family)
+            heads[key] = head = last_heads.get(key) or head_text(family)
             out.append(head)
             out.extend(lines)
         self._heads, self._series = heads, series
@@ -96,12 +99,22 @@ def _sample_lines(
     return lines
 
 
-def _head(family: Metric) -> str:
+def head_text(family: Metric) -> str:
     """The family's ``# HELP`` and ``# TYPE`` lines, as ``generate_latest`` writes them for
     the family without its samples (it renames some types and adds ``_total`` to a
     counter's name)."""
     empty = Metric(family.name, family.documentation, family.type, family.unit)
     return generate_latest(_Families([empty])).decode()
+
+
+def sample_text(family: Metric) -> str:
+    """The family's sample lines as ``generate_latest`` writes them, for a family with no
+    timestamped or OpenMetrics-only sample (``SnapshotCollector``'s: its samples carry no
+    timestamp, and a family's sample names are its own name and the suffixes its type
+    prints)."""
+    return "".join(
+        _series(sample) + floatToGoString(sample.value) + "\n" for sample in family.samples
+    )
 
 
 def _series(sample: Sample) -> str:

@@ -162,6 +162,13 @@ class SidecarCollector(Collector):
             "publisher gave their metric.",
             self._workers.conflicting_samples,
         )
+        yield GaugeMetricFamily(
+            "kvscope_sidecar_worker_text_bytes",
+            "Exposition text of the workers' families kept between scrapes: the last text, "
+            "each publisher's part of it and each family's header lines (about twice one "
+            "stats frame's text per publisher).",
+            self._workers.held_bytes,
+        )
         event_log = self._state.event_log
         yield CounterMetricFamily(
             "kvscope_sidecar_events_total", "Block events received.", event_log.last_id
