@@ -31,6 +31,7 @@ from app.api.response_buffers import ResponseBuffers
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
 from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS, MEDIA_PER_PUBLISHER
+from app.state.history import DEFAULT_MAX_LABEL_SETS
 from app.state.insight import InsightReading, PublisherInsight
 from app.state.insight_verdicts import window_efficiency
 from app.state.publisher import PublisherState
@@ -196,7 +197,8 @@ class SidecarCollector(Collector):
         yield CounterMetricFamily(
             "kvscope_sidecar_history_refused_total",
             "History readings dropped for a series past history_max_series, or past the "
-            "series one publisher's metric may have (one per medium tracked, at least 16).",
+            "series one publisher's metric may have (one per medium tracked, at least "
+            f"{DEFAULT_MAX_LABEL_SETS}).",
             history.refused,
         )
 

@@ -83,8 +83,15 @@ DEFAULT_MAX_SERIES: Final = SidecarSettings.model_fields["history_max_series"].d
 """Enough for 16 publishers' every series (about 30 each, by medium, reason and direction)."""
 
 DEFAULT_MAX_LABEL_SETS: Final = SidecarSettings.model_fields["max_media"].default
-"""Series one publisher's metric may have: one per medium the index tracks (its default
-count), and over the reasons (five) and directions (two) a kvscope worker names."""
+"""Series one publisher's metric may have at least: one per medium the index tracks (its
+default count), and over the reasons (five) and directions (two) a kvscope worker names."""
+
+
+def max_label_sets(max_media: int) -> int:
+    """Series one publisher's metric may have in a sidecar tracking ``max_media`` media: one
+    per medium, and never fewer than ``DEFAULT_MAX_LABEL_SETS``."""
+    return max(max_media, DEFAULT_MAX_LABEL_SETS)
+
 
 POINT_BYTES: Final = array("d").itemsize
 """One stored value (or timestamp): a C double."""

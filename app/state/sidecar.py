@@ -10,13 +10,13 @@ from app.settings import IngestConfig, SidecarSettings
 from app.state.block_index import BlockIndex
 from app.state.event_log import EventLog
 from app.state.history import (
-    DEFAULT_MAX_LABEL_SETS,
     DEFAULT_TIERS,
     History,
     Kind,
     Reading,
     SeriesKey,
     TierSpec,
+    max_label_sets,
 )
 from app.state.insight import InsightState
 from app.state.listener import ListenerState
@@ -92,7 +92,7 @@ class SidecarState:
             History(
                 settings.history_max_series,
                 (DEFAULT_TIERS[0], TierSpec(10, max(1, settings.history_retention_s // 10))),
-                max(settings.max_media, DEFAULT_MAX_LABEL_SETS),  # a series per medium tracked
+                max_label_sets(settings.max_media),
             ),
             InsightState(settings.insight_config()),
         )

@@ -15,7 +15,7 @@ import pytest
 from app.api import create_app
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
-from app.state.history import History, Reading, SeriesKey, TierSpec
+from app.state.history import DEFAULT_MAX_LABEL_SETS, History, Reading, SeriesKey, TierSpec
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
 from offload.telemetry import metrics as m
@@ -64,6 +64,17 @@ def test_points_and_memory_stay_bounded_over_a_long_run() -> None:
     assert coarse.times == [float(s) for s in range(19_630, 19_990, 10)]
     assert all(len(values) == 60 for _, _, values in fine.series)
     assert grown < 64 * 1024  # the rings were full at 1,000 s: nothing grows after
+
+
+@pytest.mark.parametrize(("max_media", "kept"), [(2, DEFAULT_MAX_LABEL_SETS), (40, 40)])
+def test_a_publishers_metric_keeps_a_series_per_medium_and_never_fewer_than_the_default(
+    max_media: int, kept: int
+) -> None:
+    settings = SidecarSettings(connect=["tcp://127.0.0.1:1"], max_media=max_media)
+    history = SidecarState.from_settings(settings).history
+    media = [gauge(1.0, SeriesKey("p", "blocks", (("medium", f"m{i}"),))) for i in range(50)]
+    history.add(0.0, media)
+    assert (history.series, history.refused) == (kept, 50 - kept)
 
 
 def test_gauges_average_and_counters_keep_the_last_value() -> None:
