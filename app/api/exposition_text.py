@@ -16,6 +16,7 @@ own, for text kept elsewhere (a publisher's part of the workers' families).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from prometheus_client import generate_latest
 from prometheus_client.core import Metric
@@ -123,10 +124,15 @@ def _series(sample: Sample) -> str:
     if not sample.labels:
         return name + " "
     labels = ",".join(
-        f'{escape_label_name(label)}="{_escaped(value)}"'
+        f'{_label_name(label)}="{_escaped(value)}"'
         for label, value in sorted(sample.labels.items())
     )
     return f"{name}{{{labels}}} "
+
+
+_label_name = lru_cache(maxsize=1024)(escape_label_name)
+"""A label name escaped: checking one is a regular expression's work, and a family's
+names repeat on each of its lines (``le`` on every bucket's)."""
 
 
 def _escaped(value: str) -> str:
