@@ -63,8 +63,13 @@ up to 8x larger would hit, and two generations of 4x cover that reuse distance."
 
 
 class PyGenerations:
-    """A set of recent hashes in two generations of at most ``horizon`` each (Python sets;
-    the generation turns after a whole batch, one C-level ``set.update``)."""
+    """A set of recent hashes in two generations of at most ``horizon`` each (Python sets).
+
+    The generation turns at its ``horizon``-th hash, part way through a batch if need be,
+    as the C form's does: a batch past the horizon (one store's refusals of a long prompt)
+    would otherwise become one generation of any size, and the two forms would forget at
+    different points. A batch that fits is one C-level ``set.update``.
+    """
 
     __slots__ = ("horizon", "new", "old")
 
@@ -74,9 +79,17 @@ class PyGenerations:
         self.old: set[BlockHash] = set()
 
     def add(self, block_hashes: Iterable[BlockHash]) -> None:
-        self.new.update(block_hashes)
-        if len(self.new) >= self.horizon:
-            self.old, self.new = self.new, set()
+        hashes = block_hashes if isinstance(block_hashes, list | tuple) else list(block_hashes)
+        new, horizon = self.new, self.horizon
+        if len(new) + len(hashes) < horizon:
+            new.update(hashes)
+            return
+        for block_hash in hashes:
+            if block_hash not in new:
+                new.add(block_hash)
+                if len(new) >= horizon:
+                    self.old, self.new = new, set()
+                    new = self.new
 
     def __contains__(self, block_hash: object) -> bool:
         return block_hash in self.new or block_hash in self.old
