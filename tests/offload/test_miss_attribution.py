@@ -235,6 +235,36 @@ def test_the_two_forms_count_alike(script: list[tuple], capacity: int) -> None:
         assert c.remembered == python.remembered
 
 
+chains = st.lists(
+    st.tuples(st.integers(0, 400), st.integers(1, 12), st.booleans()), min_size=1, max_size=200
+)
+
+
+@given(chains, st.integers(1, 6))
+def test_managers_of_either_form_count_a_workload_alike(
+    requests: list[tuple[int, int, bool]], capacity: int
+) -> None:
+    """Both forms behind a gated tier (which refuses and evicts whole batches) on one random
+    workload: look up a chain, store what missed, complete the store or leave it in flight."""
+    managers = []
+    for form in FORMS.values():
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(manager_module, "MissAttribution", form)
+            managers.append(CPUOffloadingManager(16, capacity, "gated"))
+    for start, length, completes in requests:
+        chain = list(range(start, start + length))
+        for manager in managers:
+            hits = manager.lookup(chain)
+            out = manager.prepare_store(chain[hits:], parent=chain[hits - 1] if hits else None)
+            if out is not None and completes:
+                manager.complete_store(out.block_hashes_to_store)
+    c, python = (manager.misses for manager in managers)
+    for attribution in (c, python):
+        attribution.flush()
+    assert (c.lookups, c.blocks, c.tokens) == (python.lookups, python.blocks, python.tokens)
+    assert c.remembered == python.remembered
+
+
 @pytest.mark.parametrize("generations", [Generations, PyGenerations])
 def test_an_unhashable_hash_is_refused_and_what_was_remembered_stays(generations: type) -> None:
     remembered = generations(horizon=10)
