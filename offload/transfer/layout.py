@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from offload.base import positive_count
+from offload.shown import shown_repr
 from offload.transfer.canonical import canonical_layer_tensors
 from offload.transfer.job import Direction, GpuRun
 
@@ -289,8 +290,14 @@ class KVLayout:
 
 
 def _runs(gpu_runs: Sequence[GpuRun], factor: int) -> list[GpuRun]:
-    """The runs as given, each checked: a block count, an offset inside a CPU block."""
-    runs = [GpuRun(*run) for run in gpu_runs]
+    """The runs as given, each checked: (blocks, offset) or (blocks,), a block count, an
+    offset inside a CPU block."""
+    try:
+        runs = [GpuRun(*run) for run in gpu_runs]
+    except TypeError:
+        raise ValueError(
+            f"gpu_runs must be a sequence of GpuRun(blocks, offset), got {shown_repr(gpu_runs)}"
+        ) from None
     for run in runs:
         if type(run.blocks) is not int or run.blocks < 0:
             raise ValueError(f"a GPU run's blocks must be a count, got {run.blocks!r}")

@@ -282,6 +282,9 @@ def test_a_job_may_start_and_end_inside_a_cpu_block() -> None:
             backend.submit(GPU_TO_CPU, [0, 1], [0], [GpuRun(3)])
         with pytest.raises(ValueError, match="blocks must be a count"):
             backend.submit(GPU_TO_CPU, [0, 1], [0], [GpuRun(3), GpuRun(-1)])
+        for runs in ([2], [(1, 0, 0)], [None], 2):
+            with pytest.raises(ValueError, match="gpu_runs must be a sequence of"):
+                backend.submit(GPU_TO_CPU, [0, 1], [0], runs)
 
 
 def shape_error(order: KVOrder) -> str:
