@@ -126,7 +126,7 @@ class SidecarCollector(Collector):
         index = self._state.index
         with self._state.lock:
             tracked, overflow = len(index), index.overflow
-            refused_media = index.refused_media_events
+            refused_media = dict(index.refused_media)
             refused_locations = index.refused_location_events
             usage = index.usage()
         yield GaugeMetricFamily("kvscope_sidecar_tracked_blocks", "Blocks indexed.", tracked)
@@ -145,12 +145,18 @@ class SidecarCollector(Collector):
         yield CounterMetricFamily(
             "kvscope_sidecar_index_overflow_total", "Blocks refused by a full index.", overflow
         )
-        yield CounterMetricFamily(
+        media = CounterMetricFamily(
             "kvscope_sidecar_refused_media_events_total",
-            "Events refused for naming a medium past max_media, or past the "
-            f"{MEDIA_PER_PUBLISHER} one publisher may name.",
-            refused_media,
+            "Events refused for naming a new medium, by reason: past the "
+            f"{MEDIA_PER_PUBLISHER} one publisher may name (publisher), past "
+            f"listen_max_media_per_host ({index.media_per_host}) one host's listen-mode "
+            "streams may name (host), past max_media, one place of which is held for the GPU "
+            "(max_media; and media past it a stats frame gave block sizes for).",
+            labels=["reason"],
         )
+        for reason, count in refused_media.items():
+            media.add_metric([reason], count)
+        yield media
         yield CounterMetricFamily(
             "kvscope_sidecar_refused_location_events_total",
             f"Events refused for naming a KV cache group past the {MAX_GROUPS} tracked per "

@@ -12,7 +12,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from heapq import heappop, heappush
 from itertools import islice
-from typing import Final, TypeVar
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
@@ -57,9 +57,15 @@ MAX_LOCATIONS: Final = 1024
 the highest bit, so its memory and the walks over it grow with them (64 publishers on
 16 media, the worst case before groups). A publisher names at most 64 of them
 (``MEDIA_PER_PUBLISHER``), so 16 publishers holding a block in every one fill them."""
-_MEDIA: Final = "media"
+MediaRefusal = Literal["publisher", "host", "max_media"]
+MEDIA_REFUSALS: Final[tuple[MediaRefusal, ...]] = ("publisher", "host", "max_media")
+"""Why an event naming a new medium was refused: its publisher names ``MEDIA_PER_PUBLISHER``
+media already, or its host's publishers ``media_per_host``, or the index tracks ``max_media``
+(one of them held for the GPU until it is named); the reason labels the refusal's count."""
 _LOCATIONS: Final = "locations"
-"""Why a new location has no place: the counter its event is refused in (``_location``)."""
+"""Why a new location has no place, when it is not a medium's: ``MAX_GROUPS`` or
+``MAX_LOCATIONS`` (``_location``)."""
+_Refusal = MediaRefusal | Literal["locations"]
 _Item = TypeVar("_Item")  # what an event's cuts hold: block hashes, or rehangs
 
 
@@ -114,7 +120,11 @@ class BlockIndex:
     """
 
     def __init__(
-        self, max_blocks: int, max_media: int = 16, part_blocks: int = PART_BLOCKS
+        self,
+        max_blocks: int,
+        max_media: int = 16,
+        part_blocks: int = PART_BLOCKS,
+        media_per_host: int = MEDIA_PER_PUBLISHER,
     ) -> None:
         """A location is a (publisher, medium, KV cache group): a hybrid model holds a block
         once per group, each copy stored and removed on its own, so a block leaves a
@@ -124,6 +134,8 @@ class BlockIndex:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
         if max_media < 1:
             raise ValueError(f"max_media must be at least 1, got {max_media}")
+        if media_per_host < 1:
+            raise ValueError(f"media_per_host must be at least 1, got {media_per_host}")
         if part_blocks < 1:
             raise ValueError(f"part_blocks must be at least 1, got {part_blocks}")
         self.part_blocks = part_blocks
@@ -132,13 +144,19 @@ class BlockIndex:
         self.max_media = max_media
         """Most distinct media tracked: each is a bit of every block's location mask per
         publisher and a key of every answer, so a peer naming thousands would slow them all."""
+        self.media_per_host = media_per_host
+        """Most distinct media the publishers of one host (``set_host``) name together: a
+        listen socket's peer opens streams at will, each a publisher, and four of them named
+        all 16 media, so that every other engine's, its GPU's included, were refused."""
         self.overflow = 0
         """Stores of blocks refused because the index was full."""
-        self.refused_media_events = 0
-        """Events refused because they named a medium past ``max_media``, or past the
-        ``MEDIA_PER_PUBLISHER`` of their publisher, and media past ``max_media`` that a stats
-        frame gave block sizes for."""
+        self.refused_media: dict[MediaRefusal, int] = dict.fromkeys(MEDIA_REFUSALS, 0)
+        """Events refused for naming a new medium, by why (``MEDIA_REFUSALS``); under
+        ``max_media`` too, the media past it that a stats frame gave block sizes for."""
         self._media: dict[str, int] = {}  # medium -> the locations on it
+        self._hosts: dict[str, str] = {}  # publisher -> the host it came from (``set_host``)
+        self._host_media: dict[str, dict[str, int]] = {}
+        """Host -> medium -> the locations of its publishers there: the media it names."""
         self.refused_location_events = 0
         """Events refused because they named a KV cache group past ``MAX_GROUPS`` for their
         publisher and medium, or a location past ``MAX_LOCATIONS``."""
@@ -525,10 +543,10 @@ class BlockIndex:
     def _location(self, publisher: str, medium: str, group: int | None) -> int | None:
         """The bit number of a (publisher, medium, group), allocated on first sight.
 
-        None for a medium past ``max_media`` or past the publisher's ``MEDIA_PER_PUBLISHER``
-        (the event counted in ``refused_media_events``), or a group past ``MAX_GROUPS`` or a
-        location past ``MAX_LOCATIONS`` (counted in ``refused_location_events``): see
-        ``_has_room``.
+        None for a medium past the publisher's ``MEDIA_PER_PUBLISHER``, its host's
+        ``media_per_host`` or ``max_media`` (the event counted in ``refused_media``), or a
+        group past ``MAX_GROUPS`` or a location past ``MAX_LOCATIONS`` (counted in
+        ``refused_location_events``): see ``_has_room``.
         """
         key = (publisher, medium, group)
         number = self._locations.get(key)
@@ -542,6 +560,10 @@ class BlockIndex:
             media = self._pair_bits.setdefault(publisher, {})
             media[medium] = media.get(medium, 0) | 1 << number
             self._media[medium] = self._media.get(medium, 0) + 1
+            host = self._hosts.get(publisher)
+            if host is not None:
+                named = self._host_media.setdefault(host, {})
+                named[medium] = named.get(medium, 0) + 1
             self._locations[key] = number
             self._location_names[number] = key
             self._empty.setdefault(publisher, set()).add(number)
@@ -554,37 +576,55 @@ class BlockIndex:
         counted as refused when it has none.
 
         Where the publisher's share is full (``MEDIA_PER_PUBLISHER``, ``MAX_GROUPS``), its
-        own locations that hold no block are released first; where the index's is
+        own locations that hold no block are released first; where its host's is
+        (``media_per_host``), those of its host's publishers; where the index's is
         (``max_media``, ``MAX_LOCATIONS``), every publisher's. A place went to whoever named
         it first, for good: removals of blocks never stored name a location and leave it
         empty, and one publisher's frames took every place from the engines met after it.
         """
         refused = self._share_full(publisher, medium)
         if refused is not None:
-            self._release_empty(publisher)
+            self._release_empty([publisher])
             refused = self._share_full(publisher, medium)
+        host = self._hosts.get(publisher)
+        if refused is None and host is not None and self._host_full(host, medium):
+            self._release_empty([owner for owner in self._empty if self._hosts.get(owner) == host])
+            refused = "host" if self._host_full(host, medium) else None
         if refused is None and self._index_full(medium) is not None:
-            self._release_empty(None)
+            self._release_empty(list(self._empty))
             refused = self._index_full(medium)
-        if refused is _MEDIA:
-            self.refused_media_events += 1
-        elif refused is _LOCATIONS:
+        if refused == _LOCATIONS:
             self.refused_location_events += 1
+        elif refused is not None:
+            self.refused_media[refused] += 1
         return refused is None
 
-    def _share_full(self, publisher: str, medium: str) -> str | None:
-        """What of ``publisher``'s share a new location on ``medium`` would pass (``_MEDIA``,
-        ``_LOCATIONS``), or None."""
+    def _share_full(self, publisher: str, medium: str) -> _Refusal | None:
+        """What of ``publisher``'s share a new location on ``medium`` would pass
+        (``"publisher"``, ``_LOCATIONS``), or None."""
         media = self._pair_bits.get(publisher, {})
         bits = media.get(medium)
         if bits is None:
-            return _MEDIA if len(media) >= MEDIA_PER_PUBLISHER else None
+            return "publisher" if len(media) >= MEDIA_PER_PUBLISHER else None
         return _LOCATIONS if bits.bit_count() >= MAX_GROUPS else None
 
-    def _index_full(self, medium: str) -> str | None:
-        """What of the index's caps a new location on ``medium`` would pass, or None."""
-        if medium not in self._media and len(self._media) >= self.max_media:
-            return _MEDIA
+    def _host_full(self, host: str, medium: str) -> bool:
+        """Whether ``host``'s publishers name ``media_per_host`` media, ``medium`` not one."""
+        named = self._host_media.get(host, {})
+        return medium not in named and len(named) >= self.media_per_host
+
+    def _index_full(self, medium: str) -> _Refusal | None:
+        """What of the index's caps a new location on ``medium`` would pass
+        (``"max_media"``, ``_LOCATIONS``), or None.
+
+        One place of ``max_media`` is held for the GPU (``DEFAULT_MEDIUM``) while no
+        location is on it: every vLLM engine's prefix cache names it, and other media,
+        named first, left an honest engine's GPU stores no place."""
+        media = self._media
+        if medium not in media:
+            held_for_gpu = medium != DEFAULT_MEDIUM and DEFAULT_MEDIUM not in media
+            if len(media) + held_for_gpu >= self.max_media:
+                return "max_media"
         return _LOCATIONS if len(self._location_names) >= MAX_LOCATIONS else None
 
     def _hold(self, publisher: str, number: int) -> None:
@@ -594,12 +634,11 @@ class BlockIndex:
         if not empty:
             del self._empty[publisher]
 
-    def _release_empty(self, publisher: str | None) -> None:
-        """Release every location of ``publisher`` (of every publisher: None) that holds no
-        block: no mask has its bit, so the bit (the lowest first) and its medium, once no
-        location is on it, are free to reuse. Each location is released once per
-        allocation, so this costs no more than the allocations before it."""
-        owners = list(self._empty) if publisher is None else [publisher]
+    def _release_empty(self, owners: list[str]) -> None:
+        """Release every location of ``owners`` (publishers) that holds no block: no mask
+        has its bit, so the bit (the lowest first) and its medium, once no location is on
+        it, are free to reuse. Each location is released once per allocation, so this
+        costs no more than the allocations before it."""
         for owner in owners:
             for number in self._empty.pop(owner, ()):
                 key = self._location_names.pop(number)
@@ -611,14 +650,33 @@ class BlockIndex:
                     del media[medium]
                     if not media:
                         del self._pair_bits[owner]
-                self._media[medium] -= 1
-                if not self._media[medium]:
-                    del self._media[medium]
+                _discount(self._media, medium)
+                host = self._hosts.get(owner)
+                if host is not None:
+                    named = self._host_media[host]
+                    _discount(named, medium)
+                    if not named:
+                        del self._host_media[host]
                 self._lower_tier_bits &= ~(1 << number)
                 self._sizes[number] = 0
                 self._extra_copies.pop(number, None)
                 self.stranded.counts.pop(number, None)
                 heappush(self._free, number)
+
+    def set_host(self, publisher: str, host: str) -> None:
+        """Count ``publisher``'s media in ``host``'s share (``media_per_host``) from now on:
+        ``host`` is the IP address its listen-mode stream came from. Set once; a publisher
+        with none (one the sidecar connects to, an ipc:// peer's) is held to its own share
+        and ``max_media`` only. ``ValueError`` for a second, other host: nothing changes."""
+        known = self._hosts.get(publisher)
+        if known is not None and known != host:
+            raise ValueError(f"publisher {publisher} came from {known}, not {host}")
+        if known is not None:
+            return
+        self._hosts[publisher] = host
+        for medium, bits in self._pair_bits.get(publisher, {}).items():
+            named = self._host_media.setdefault(host, {})
+            named[medium] = named.get(medium, 0) + bits.bit_count()
 
     def reset_publisher(self, publisher: str) -> None:
         """Forget every location of ``publisher`` (its cache was reset, or it restarted).
@@ -686,13 +744,13 @@ class BlockIndex:
         Events carry no byte sizes; stats frames do, and from then on ``usage``
         reports bytes for those locations. Each declaration replaces the
         publisher's last one whole, and keeps its first ``max_media`` media
-        (the rest are counted in ``refused_media_events``): the network
+        (the rest are counted in ``refused_media``): the network
         writes these names, so what they take must not grow frame by frame.
         """
         if any(size < 0 for size in block_bytes.values()):
             raise ValueError(f"block sizes must not be negative, got {block_bytes}")
         kept = dict(islice(block_bytes.items(), self.max_media))
-        self.refused_media_events += len(block_bytes) - len(kept)
+        self.refused_media["max_media"] += len(block_bytes) - len(kept)
         self._block_bytes[publisher] = kept
 
     # --- queries --------------------------------------------------------------------
@@ -885,3 +943,10 @@ def _covers(chain: Sequence[Hashable], at: int, place: int, entry: HeldBlock, fi
     before = place - span  # the position of the block it hangs under when it covers them
     above = None if before < 0 else chain[before]
     return not rest and -1 <= before < at and entry.parent == above
+
+
+def _discount(counts: dict[str, int], key: str) -> None:
+    """One fewer of ``key`` in ``counts``, a key at none forgotten."""
+    counts[key] -= 1
+    if not counts[key]:
+        del counts[key]

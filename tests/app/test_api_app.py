@@ -267,6 +267,9 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             assert "kvscope_sidecar_listen_refused_host_connections_total 0.0" in metrics
             assert "kvscope_sidecar_listen_refused_addresses_total 0.0" in metrics
             assert "kvscope_sidecar_listen_shed_connections_total 0.0" in metrics
+            for reason in ("publisher", "host", "max_media"):
+                refused = f'kvscope_sidecar_refused_media_events_total{{reason="{reason}"}} 0.0'
+                assert refused in metrics
             capacity = next(
                 sample
                 for family in text_string_to_metric_families(metrics)

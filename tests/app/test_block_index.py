@@ -8,6 +8,7 @@ observable: entries, locations, counts, hits, listing order and the counters.
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Hashable
 
 import pytest
@@ -169,9 +170,9 @@ def test_block_sizes_are_kept_per_publisher_for_at_most_max_media_media() -> Non
     index.apply("a", batch(stored([1, 2]), stored([3], None)), now=0.0)
     for frame in range(1000):
         index.set_block_bytes("a", {f"m{frame}-{n}": 1 for n in range(50)} | {"CPU": 1000})
-    assert index.refused_media_events == 1000 * 49
+    assert index.refused_media["max_media"] == 1000 * 49
     index.set_block_bytes("a", {"CPU": 1000, "GPU": 10, "disk": 5})
-    assert index.refused_media_events == 1000 * 49 + 1
+    assert index.refused_media["max_media"] == 1000 * 49 + 1
     assert index.bytes_by_medium() == {"CPU": 2000, "GPU": 10}
     assert sum(map(len, index._block_bytes.values())) == 2
 
@@ -411,7 +412,7 @@ def test_a_publisher_past_its_media_share_takes_the_place_of_its_own_empty_locat
     tiers = [f"m{n}" for n in range(MEDIA_PER_PUBLISHER)]
     index.apply("w", batch(*(stored([n], medium) for n, medium in enumerate(tiers))), 1.0)
     index.apply("w", batch(stored([9], None)), now=2.0)
-    assert index.refused_media_events == 1, "its share is full, and every location holds a block"
+    assert index.refused_media["publisher"] == 1, "its share is full, every location holds a block"
     assert index.get(9) is None
     index.apply("w", batch(removed([0], tiers[0])), now=3.0)
     index.apply("w", batch(stored([9], None)), now=4.0)  # in m0's place, and on its bit
@@ -419,9 +420,79 @@ def test_a_publisher_past_its_media_share_takes_the_place_of_its_own_empty_locat
     nine = index.get(9)
     assert nine is not None and (nine.media, nine.publishers) == (("GPU",), ("v", "w"))
     assert nine.hits == 0, "a store on the GPU of a block held on the GPU alone"
-    assert index.refused_media_events == 1
+    assert index.refused_media == {"publisher": 1, "host": 0, "max_media": 0}
     rows = [(row.publisher, row.medium, row.blocks) for row in index.usage()]
     assert rows == [*(("w", medium, 1) for medium in tiers[1:]), ("w", "GPU", 1), ("v", "GPU", 1)]
+
+
+def test_one_place_of_max_media_is_held_for_the_gpu_until_it_is_named() -> None:
+    """Every vLLM engine's prefix cache names the GPU: other media named first took every
+    place, and an honest engine's GPU stores were refused. The place is the GPU's again
+    once its last location is released."""
+    index = BlockIndex(max_blocks=100, max_media=2)
+    index.apply("a", batch(stored([1], "CPU")), now=1.0)
+    index.apply("b", batch(stored([2], "disk")), now=2.0)
+    assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
+    assert index.get(2) is None
+    index.apply("c", batch(stored([3], None)), now=3.0)
+    assert index.blocks_by_medium() == {"CPU": 1, DEFAULT_MEDIUM: 1}
+    index.apply("c", batch(removed([3], None)), now=4.0)  # the GPU's location holds nothing
+    index.apply("a", batch(removed([1], "CPU")), now=5.0)  # nor the CPU's
+    index.apply("b", batch(stored([2], "disk")), now=6.0)  # the CPU's place, not the GPU's
+    index.apply("b", batch(stored([4], "tape")), now=7.0)
+    assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 2}
+    index.apply("c", batch(stored([3], None)), now=8.0)
+    assert index.blocks_by_medium() == {"disk": 1, DEFAULT_MEDIUM: 1}
+
+
+def test_the_publishers_of_one_host_name_at_most_its_share_of_media() -> None:
+    """A listen socket's peer opens a stream (a publisher) per topic: four of them named
+    all 16 media. A host's publishers together name ``media_per_host``; past it their
+    events are refused and counted, what they hold stays, and other hosts' publishers
+    and those of no host (connect mode) still find places."""
+    index = BlockIndex(max_blocks=100, media_per_host=2)
+    for publisher in ("h0", "h1", "h2"):
+        index.set_host(publisher, "10.0.0.1")
+    index.apply("h0", batch(stored([1], "m0"), stored([2], "m1")), now=1.0)
+    index.apply("h1", batch(stored([3], "m1"), stored([4], "m2")), now=2.0)
+    index.apply("h2", batch(stored([5], "m3"), stored([6], None)), now=3.0)
+    assert index.refused_media == {"publisher": 0, "host": 3, "max_media": 0}
+    assert index.blocks_by_medium() == {"m0": 1, "m1": 2}
+    index.set_host("o", "10.0.0.2")
+    index.apply("o", batch(stored([7], None), stored([8], "m2")), now=4.0)
+    index.apply("n", batch(stored([9], "m3"), stored([10], "m4")), now=5.0)
+    assert index.blocks_by_medium() == {
+        "m0": 1,
+        "m1": 2,
+        DEFAULT_MEDIUM: 1,
+        "m2": 1,
+        "m3": 1,
+        "m4": 1,
+    }
+    assert index.refused_media["host"] == 3
+    index.apply("h0", batch(removed([1], "m0")), now=6.0)  # m0 holds nothing: the host's again
+    index.apply("h2", batch(stored([6], None)), now=7.0)
+    assert index.blocks_by_medium()[DEFAULT_MEDIUM] == 2
+    with pytest.raises(ValueError, match=re.escape("came from 10.0.0.1, not 10.0.0.2")):
+        index.set_host("h0", "10.0.0.2")
+    index.set_host("h0", "10.0.0.1")  # the same host again: nothing changes
+    index.apply("h1", batch(stored([11], "m5")), now=8.0)
+    assert index.refused_media["host"] == 4, "still held to 10.0.0.1's share"
+
+
+def test_a_host_set_after_its_publisher_named_media_counts_them() -> None:
+    index = BlockIndex(max_blocks=100, media_per_host=2)
+    index.apply("a", batch(stored([1], "m0"), stored([2], "m1")), now=1.0)
+    index.set_host("a", "10.0.0.1")
+    index.set_host("b", "10.0.0.1")
+    index.apply("b", batch(stored([3], "m2")), now=2.0)
+    assert index.refused_media["host"] == 1
+    assert index.blocks_by_medium() == {"m0": 1, "m1": 1}
+
+
+def test_media_per_host_must_admit_a_medium() -> None:
+    with pytest.raises(ValueError, match="media_per_host must be at least 1, got 0"):
+        BlockIndex(max_blocks=1, media_per_host=0)
 
 
 def test_one_reload_into_a_hybrid_models_gpu_is_one_hit_whatever_its_groups() -> None:

@@ -79,7 +79,7 @@ def test_one_publisher_naming_every_medium_leaves_the_honest_gpu_store_applied(
             kept = {f"m{m}": MAX_GROUPS for m in range(MEDIA_PER_PUBLISHER)}
             assert index.blocks_by_medium() == kept | {cpu: 0, "GPU": len(HONEST_BLOCKS)}
             refused = (MAX_MEDIA - MEDIA_PER_PUBLISHER) * MAX_GROUPS
-            assert index.refused_media_events == refused
+            assert index.refused_media == {"publisher": refused, "host": 0, "max_media": 0}
             assert index.refused_location_events == 0
             honest_rows = [row for row in index.usage() if row.publisher == name]
             gpu = Usage(name, "GPU", len(HONEST_BLOCKS), None)
@@ -115,6 +115,6 @@ def test_locations_that_hold_nothing_are_released_for_the_honest_gpu_store(
         name = ingestor.state.publishers[honest.endpoints.endpoint].name
         assert honest_blocks(ingestor.state) == [(("GPU",), (name,))] * len(HONEST_BLOCKS)
         with ingestor.state.lock:
-            assert index.refused_location_events == index.refused_media_events == 0
+            assert index.refused_location_events == sum(index.refused_media.values()) == 0
             assert index.untracked_removals == MAX_LOCATIONS
             assert index.usage() == [Usage(name, "GPU", len(HONEST_BLOCKS), None)]  # all else went
