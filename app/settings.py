@@ -175,6 +175,15 @@ class SidecarSettings(BaseSettings):
         "(counted) and its peer connects again every 5 s. ipc:// peers are held to "
         "listen_max_connections only.",
     )
+    listen_max_media_per_host: DecimalInt = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Most distinct media the listen-mode streams from one IP address name "
+        "together (its engines share GPU and CPU), so that one host's streams cannot take "
+        "max_media from the others; events naming others are refused, counted. ipc:// peers' "
+        "streams are held to max_media only.",
+    )
     listen_allow: EndpointList = Field(
         default_factory=list,
         description="Networks (ADDRESS or ADDRESS/PREFIX, comma-separated) a peer of the "
@@ -234,9 +243,10 @@ class SidecarSettings(BaseSettings):
         default=16,
         ge=1,
         le=256,
-        description="Most distinct media the index tracks, at most 4 of them named by one "
-        "publisher; events naming others are refused, counted. A medium that holds no block "
-        "any more is released when a new one finds no place.",
+        description="Most distinct media the index tracks, one place of them held for vLLM's "
+        "GPU medium until it is named, at most 4 named by one publisher; events naming others "
+        "are refused, counted. A medium that holds no block any more is released when a new "
+        "one finds no place.",
     )
     kv_topic: str = Field(
         default=DEFAULT_KV_TOPIC.decode(),

@@ -24,7 +24,7 @@ from typing import Final, NamedTuple
 import zmq
 
 from app.decode import DecodedBatch, decode_kv_payload, decode_stats_payload
-from app.ingest.listen_gate import ListenGate
+from app.ingest.listen_gate import ListenGate, message_host
 from app.ingest.replay import Answer, KVFrame, Replay
 from app.ingest.shadow_thread import ShadowThread
 from app.ingest.sockets import receiving_socket
@@ -254,17 +254,22 @@ class Ingestor:
         if self._gate is not None and sock in self._gate.sockets:
             self._gate.on_ready(sock)
             return
-        if sock not in self._sockets and sock is not self._listen:
+        if sock is self._listen and self.state.listener is not None:
+            try:  # uncopied: a part tells the peer it came from
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            host = message_host(parts[0])
+            self._on_listened(self.state.listener, [part.bytes for part in parts], host)
+            return
+        publisher = self._sockets.get(sock)
+        if publisher is None:
             return  # a replay that ended earlier in this turn
         try:
             frames = sock.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             return
-        publisher = self._sockets.get(sock)
-        if publisher is not None:
-            self._on_connected(publisher, frames)
-        elif self.state.listener is not None:  # the listen socket exists only with a listener
-            self._on_listened(self.state.listener, frames)
+        self._on_connected(publisher, frames)
 
     def _on_connected(self, state: PublisherState, frames: list[bytes]) -> None:
         _heard(state)
@@ -275,8 +280,9 @@ class Ingestor:
             return
         self._receive(state, raw)
 
-    def _on_listened(self, listener: ListenerState, frames: list[bytes]) -> None:
-        """A frame from the listen socket, to the publisher its stream names."""
+    def _on_listened(self, listener: ListenerState, frames: list[bytes], host: str | None) -> None:
+        """A frame from the listen socket (sent from ``host``, None for an ipc:// peer), to
+        the publisher its stream names."""
         listener.frames += 1
         try:
             raw = self._parse(frames, listen=True)
@@ -285,7 +291,7 @@ class Ingestor:
                 if isinstance(raw, KVFrame)
                 else raw
             )
-            state = self.state.listened_publisher(*_stream(message))
+            state = self.state.listened_publisher(*_stream(message), host)
         except Exception as exc:  # malformed before it named a stream: the listener's count
             self._skipped(listener, exc)
             return

@@ -264,6 +264,17 @@ def address_host(address: bytes) -> str | None:
     return None if ip is None else str(ip)
 
 
+def message_host(part: zmq.Frame) -> str | None:
+    """The host of the peer a part of a listen socket's message came from (ZMQ's
+    ``Peer-Address`` property, the address its ZAP request showed), as ``address_host``
+    gives it; None for an ipc:// peer, or where ZMQ tells none."""
+    try:
+        address = part.get("Peer-Address")
+    except zmq.ZMQError:
+        return None
+    return address_host(address.encode("ascii", "replace"))
+
+
 def descriptor_host(descriptor: int) -> str | None:
     """The host of the peer of an accepted connection's descriptor (ZMQ's, so read through a
     duplicate that this closes), as ``address_host`` gives it; None for an ipc:// peer, or

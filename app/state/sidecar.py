@@ -84,7 +84,11 @@ class SidecarState:
             else None
         )
         return cls(
-            BlockIndex(settings.max_blocks, settings.max_media),
+            BlockIndex(
+                settings.max_blocks,
+                settings.max_media,
+                media_per_host=settings.listen_max_media_per_host,
+            ),
             EventLog(settings.event_buffer, settings.event_buffer_bytes, settings.event_batch_max),
             [*settings.publishers(), *settings.listen_streams()],
             listener,
@@ -97,22 +101,31 @@ class SidecarState:
             InsightState(settings.insight_config()),
         )
 
-    def listened_publisher(self, topic: bytes, rank: int | None) -> PublisherState | None:
+    def listened_publisher(
+        self, topic: bytes, rank: int | None, host: str | None = None
+    ) -> PublisherState | None:
         """The listen-mode publisher of stream (topic, rank), added on its first frame.
 
         None once the listener tracks ``max_publishers`` streams and this is a new
         one. ``ValueError`` when the topic cannot name a stream (app/streams.py).
+        The first ``host`` (IP address) a frame of the stream came from is the
+        stream's for good: its media count in that host's share of the index's
+        (``BlockIndex.set_host``), whichever peer sends its later frames, so a peer
+        opening stream after stream holds one host's share, not all of them.
         Called by the ingest thread only.
         """
         state = self._listened.get((topic, rank))
-        if state is not None or self.listener is None:
-            return state
-        stream = ListenStream(topic, rank)  # first: a topic that names no stream is malformed
-        if len(self._listened) >= self.listener.max_publishers:
-            return None
-        state = PublisherState(stream)
-        self._listened[topic, rank] = state
-        self.publishers = {**self.publishers, state.name: state}
+        if state is None and self.listener is not None:
+            stream = ListenStream(topic, rank)  # first: a topic that names no stream is malformed
+            if len(self._listened) >= self.listener.max_publishers:
+                return None
+            state = PublisherState(stream)
+            self._listened[topic, rank] = state
+            self.publishers = {**self.publishers, state.name: state}
+        if state is not None and state.host is None and host is not None:
+            state.host = host
+            with self.lock:
+                self.index.set_host(state.name, host)
         return state
 
     def sample_history(self, now: float) -> None:

@@ -40,6 +40,7 @@ from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
 from offload.wire.framing import DEFAULT_STATS_TOPIC, encode_seq
+from offload.wire.kv_events import BlockStored, KVEventBatch, encode_batch
 from offload.wire.publisher import EventPublisher
 from offload.wire.stats_frame import StatsFrame, WorkerConfig, encode_stats_frame
 from tests.support.polling import wait_until
@@ -373,6 +374,109 @@ def test_one_host_holds_at_most_its_share_of_places_and_another_host_still_gets_
         peers.remove(first)
         first.close()
         heard(ingestor, third, "c", 0)  # it connects again and takes its host's place
+    finally:
+        ingestor.close()
+
+
+def on_media(first: int, *media: str | None) -> bytes:
+    """A batch of rank 0 storing one block (``first``, ``first + 1``, ...) on each medium;
+    None names none, as vLLM's GPU events do."""
+    events = [
+        BlockStored([first + n], None, [], 16, None, medium, None) for n, medium in enumerate(media)
+    ]
+    return encode_batch(KVEventBatch(ts=1.0, events=list(events), data_parallel_rank=0))
+
+
+def applied(state: PublisherState, seq: int) -> None:
+    wait_until(lambda: state.last_seq == seq, f"batch {seq} of {state.name} applied")
+
+
+def test_one_hosts_streams_name_at_most_its_share_of_media_and_another_hosts_gpu_gets_in(
+    peers: list[RawPublisher],
+) -> None:
+    """Each stream is a publisher, naming at most 4 media: one peer opening four streams
+    named all 16, and every other engine's media, its GPU's included, were refused. A
+    host's streams name ``listen_max_media_per_host`` (4) together: past them their events
+    are refused, counted by reason, and what they hold stays; another host's engine (a peer
+    from 127.0.0.2, another host on the loopback network) stores on the GPU and the CPU."""
+    ingestor = listening()
+    index = ingestor.state.index
+    port = port_of(ingestor)
+    try:
+        for n in range(4):
+            raw = RawPublisher(bound(ingestor), f"h{n}".encode())
+            peers.append(raw)
+            state = heard(ingestor, raw, f"h{n}", 0)
+            assert state.host == "127.0.0.1"
+            raw.send(0, on_media(100 * n, *(f"m{4 * n + m}" for m in range(4))))
+            applied(state, 0)
+        with ingestor.state.lock:
+            assert index.blocks_by_medium() == {f"m{m}": 1 for m in range(4)}
+            assert index.refused_media == {"publisher": 0, "host": 12, "max_media": 0}
+        honest = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"vllm")
+        peers.append(honest)
+        state = heard(ingestor, honest, "vllm", 0)
+        assert state.host == "127.0.0.2"
+        honest.send(0, on_media(1, None, "CPU"))
+        applied(state, 0)
+        assert blocks_of(ingestor, "vllm@0") == {1, 2}
+        with ingestor.state.lock:
+            assert index.blocks_by_medium() == {f"m{m}": 1 for m in range(4)} | {
+                "GPU": 1,
+                "CPU": 1,
+            }
+            assert index.refused_media == {"publisher": 0, "host": 12, "max_media": 0}
+    finally:
+        ingestor.close()
+
+
+def test_the_gpu_keeps_a_place_when_other_hosts_name_every_other_medium(
+    peers: list[RawPublisher],
+) -> None:
+    """Hosts each within their share can still name ``max_media`` media between them: one
+    place is the GPU's until it is named, so an engine's GPU stores get in, and media past
+    the rest are refused, counted under ``max_media``."""
+    ingestor = listening(max_media=3, listen_max_media_per_host=1)
+    index = ingestor.state.index
+    port = port_of(ingestor)
+    try:
+        for n in range(3):
+            raw = RawPublisher(f"tcp://127.0.0.{2 + n}:0;127.0.0.1:{port}", f"h{n}".encode())
+            peers.append(raw)
+            state = heard(ingestor, raw, f"h{n}", 0)
+            raw.send(0, on_media(100 * n, f"m{n}"))
+            applied(state, 0)
+        with ingestor.state.lock:
+            assert index.blocks_by_medium() == {"m0": 1, "m1": 1}
+            assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
+        engine = RawPublisher(bound(ingestor), b"vllm")
+        peers.append(engine)
+        state = heard(ingestor, engine, "vllm", 0)
+        engine.send(0, on_media(1, None))
+        applied(state, 0)
+        assert blocks_of(ingestor, "vllm@0") == {1}
+    finally:
+        ingestor.close()
+
+
+def test_an_ipc_peers_streams_are_held_to_max_media_only(
+    peers: list[RawPublisher], tmp_path: Path
+) -> None:
+    """An ipc:// peer has no IP address: the socket file's permissions say who connects
+    there, as for the connection limits, so its streams have no host's share."""
+    ingestor = listening(f"ipc://{tmp_path}/kv.sock", listen_max_media_per_host=1)
+    try:
+        for n in range(2):
+            raw = RawPublisher(bound(ingestor), f"local{n}".encode())
+            peers.append(raw)
+            state = heard(ingestor, raw, f"local{n}", 0)
+            assert state.host is None
+            raw.send(0, on_media(10 * n, f"m{2 * n}", f"m{2 * n + 1}"))
+            applied(state, 0)
+        index = ingestor.state.index
+        with ingestor.state.lock:
+            assert index.blocks_by_medium() == {f"m{m}": 1 for m in range(4)}
+            assert sum(index.refused_media.values()) == 0
     finally:
         ingestor.close()
 
