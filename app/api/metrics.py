@@ -30,7 +30,12 @@ from app.api.http_counts import HttpCounts
 from app.api.response_buffers import ResponseBuffers
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
-from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS, MEDIA_PER_PUBLISHER
+from app.state.block_index import (
+    LOCATIONS_PER_HOST,
+    MAX_GROUPS,
+    MAX_LOCATIONS,
+    MEDIA_PER_PUBLISHER,
+)
 from app.state.history import DEFAULT_MAX_LABEL_SETS
 from app.state.insight import InsightReading, PublisherInsight
 from app.state.insight_verdicts import window_efficiency
@@ -160,7 +165,8 @@ class SidecarCollector(Collector):
         yield CounterMetricFamily(
             "kvscope_sidecar_refused_location_events_total",
             f"Events refused for naming a KV cache group past the {MAX_GROUPS} tracked per "
-            f"publisher and medium, or a location past {MAX_LOCATIONS} in all.",
+            f"publisher and medium, or a location past the {LOCATIONS_PER_HOST} one host's "
+            f"listen-mode streams may hold, or past {MAX_LOCATIONS} in all.",
             refused_locations,
         )
         yield GaugeMetricFamily(

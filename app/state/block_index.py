@@ -62,9 +62,14 @@ MEDIA_REFUSALS: Final[tuple[MediaRefusal, ...]] = ("publisher", "host", "max_med
 """Why an event naming a new medium was refused: its publisher names ``MEDIA_PER_PUBLISHER``
 media already, or its host's publishers ``media_per_host``, or the index tracks ``max_media``
 (one of them held for the GPU until it is named); the reason labels the refusal's count."""
+LOCATIONS_PER_HOST: Final = MAX_LOCATIONS // 4
+"""Most locations the publishers of one host (``BlockIndex.set_host``) hold together: room
+for 16 engine ranks of a hybrid model of 8 KV cache groups on the GPU and the CPU. Within
+its media a listen socket's peer opening stream after stream held every location, and an
+honest engine's GPU stores were refused."""
 _LOCATIONS: Final = "locations"
-"""Why a new location has no place, when it is not a medium's: ``MAX_GROUPS`` or
-``MAX_LOCATIONS`` (``_location``)."""
+"""Why a new location has no place, when it is not a medium's: ``MAX_GROUPS``,
+``LOCATIONS_PER_HOST`` or ``MAX_LOCATIONS`` (``_location``)."""
 _Refusal = MediaRefusal | Literal["locations"]
 _Item = TypeVar("_Item")  # what an event's cuts hold: block hashes, or rehangs
 
@@ -159,7 +164,8 @@ class BlockIndex:
         """Host -> medium -> the locations of its publishers there: the media it names."""
         self.refused_location_events = 0
         """Events refused because they named a KV cache group past ``MAX_GROUPS`` for their
-        publisher and medium, or a location past ``MAX_LOCATIONS``."""
+        publisher and medium, or a location past their host's ``LOCATIONS_PER_HOST`` or
+        ``MAX_LOCATIONS``."""
         # publisher -> medium -> the bits of its groups, to tell a pair's first copy
         self._pair_bits: dict[str, dict[str, int]] = {}
         self.untracked_removals = 0
@@ -545,8 +551,8 @@ class BlockIndex:
 
         None for a medium past the publisher's ``MEDIA_PER_PUBLISHER``, its host's
         ``media_per_host`` or ``max_media`` (the event counted in ``refused_media``), or a
-        group past ``MAX_GROUPS`` or a location past ``MAX_LOCATIONS`` (counted in
-        ``refused_location_events``): see ``_has_room``.
+        group past ``MAX_GROUPS`` or a location past its host's ``LOCATIONS_PER_HOST`` or
+        ``MAX_LOCATIONS`` (counted in ``refused_location_events``): see ``_has_room``.
         """
         key = (publisher, medium, group)
         number = self._locations.get(key)
@@ -577,7 +583,8 @@ class BlockIndex:
 
         Where the publisher's share is full (``MEDIA_PER_PUBLISHER``, ``MAX_GROUPS``), its
         own locations that hold no block are released first; where its host's is
-        (``media_per_host``), those of its host's publishers; where the index's is
+        (``media_per_host``, ``LOCATIONS_PER_HOST``), those of its host's publishers; where
+        the index's is
         (``max_media``, ``MAX_LOCATIONS``), every publisher's. A place went to whoever named
         it first, for good: removals of blocks never stored name a location and leave it
         empty, and one publisher's frames took every place from the engines met after it.
@@ -587,9 +594,9 @@ class BlockIndex:
             self._release_empty([publisher])
             refused = self._share_full(publisher, medium)
         host = self._hosts.get(publisher)
-        if refused is None and host is not None and self._host_full(host, medium):
+        if refused is None and host is not None and self._host_full(host, medium) is not None:
             self._release_empty([owner for owner in self._empty if self._hosts.get(owner) == host])
-            refused = "host" if self._host_full(host, medium) else None
+            refused = self._host_full(host, medium)
         if refused is None and self._index_full(medium) is not None:
             self._release_empty(list(self._empty))
             refused = self._index_full(medium)
@@ -608,10 +615,13 @@ class BlockIndex:
             return "publisher" if len(media) >= MEDIA_PER_PUBLISHER else None
         return _LOCATIONS if bits.bit_count() >= MAX_GROUPS else None
 
-    def _host_full(self, host: str, medium: str) -> bool:
-        """Whether ``host``'s publishers name ``media_per_host`` media, ``medium`` not one."""
+    def _host_full(self, host: str, medium: str) -> _Refusal | None:
+        """What of ``host``'s share a new location on ``medium`` would pass (``"host"``:
+        ``media_per_host`` media named, ``medium`` not one; ``_LOCATIONS``), or None."""
         named = self._host_media.get(host, {})
-        return medium not in named and len(named) >= self.media_per_host
+        if medium not in named and len(named) >= self.media_per_host:
+            return "host"
+        return _LOCATIONS if sum(named.values()) >= LOCATIONS_PER_HOST else None
 
     def _index_full(self, medium: str) -> _Refusal | None:
         """What of the index's caps a new location on ``medium`` would pass

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
 from app.state.block_index import (
+    LOCATIONS_PER_HOST,
     MAX_GROUPS,
     MAX_LOCATIONS,
     MEDIA_PER_PUBLISHER,
@@ -478,6 +479,26 @@ def test_the_publishers_of_one_host_name_at_most_its_share_of_media() -> None:
     index.set_host("h0", "10.0.0.1")  # the same host again: nothing changes
     index.apply("h1", batch(stored([11], "m5")), now=8.0)
     assert index.refused_media["host"] == 4, "still held to 10.0.0.1's share"
+
+
+def test_the_publishers_of_one_host_hold_at_most_its_share_of_locations() -> None:
+    """Within its media, a host opening stream after stream, each holding a block in every
+    group, held all 1,024 locations; an honest engine's GPU store had none."""
+    index = BlockIndex(max_blocks=10_000)
+    tiers = [f"m{m}" for m in range(MEDIA_PER_PUBLISHER)]
+    every_location = [stored([1], t, group=g) for t in tiers for g in range(MAX_GROUPS)]
+    streams = LOCATIONS_PER_HOST // len(every_location)
+    for n in range(streams + 1):
+        index.set_host(f"h{n}", "10.0.0.1")
+        index.apply(f"h{n}", batch(*every_location), now=1.0)
+    assert index.refused_location_events == len(every_location)
+    assert [row.publisher for row in index.usage()].count(f"h{streams}") == 0
+    index.apply("honest", batch(stored([2], None)), now=2.0)
+    assert index.blocks_by_medium()[DEFAULT_MEDIUM] == 1
+    index.apply("h0", batch(removed([1], "m0", group=0)), now=3.0)  # holds nothing now
+    index.apply(f"h{streams}", batch(stored([3], "m0", group=0)), now=4.0)
+    assert index.refused_location_events == len(every_location), "h0's empty one released"
+    assert (f"h{streams}", "m0", 1) in [(r.publisher, r.medium, r.blocks) for r in index.usage()]
 
 
 def test_a_host_set_after_its_publisher_named_media_counts_them() -> None:

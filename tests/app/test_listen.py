@@ -35,6 +35,7 @@ from app.ingest.listen_gate import (
     ipc_peer,
 )
 from app.settings import SidecarSettings
+from app.state.block_index import LOCATIONS_PER_HOST, MAX_GROUPS, MAX_LOCATIONS
 from app.state.listener import ListenerState
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
@@ -426,6 +427,43 @@ def test_one_hosts_streams_name_at_most_its_share_of_media_and_another_hosts_gpu
                 "CPU": 1,
             }
             assert index.refused_media == {"publisher": 0, "host": 12, "max_media": 0}
+    finally:
+        ingestor.close()
+
+
+def test_one_hosts_streams_hold_at_most_its_share_of_locations(
+    peers: list[RawPublisher],
+) -> None:
+    """Within its 4 media, one peer's sixteen streams, each holding a block in every KV
+    cache group, held all 1,024 locations, and another host's GPU store had none. A host's
+    streams hold ``LOCATIONS_PER_HOST`` together; past them events are refused, counted."""
+    ingestor = listening()
+    index = ingestor.state.index
+    every_location = [
+        BlockStored([n], None, [], 16, None, f"m{m}", None, group_idx=g)
+        for n, (m, g) in enumerate((m, g) for m in range(4) for g in range(MAX_GROUPS))
+    ]
+    payload = encode_batch(KVEventBatch(ts=1.0, events=every_location, data_parallel_rank=0))
+    streams = MAX_LOCATIONS // len(every_location)
+    try:
+        for n in range(streams):
+            raw = RawPublisher(bound(ingestor), f"h{n}".encode())
+            peers.append(raw)
+            state = heard(ingestor, raw, f"h{n}", 0)
+            raw.send(0, payload)
+            applied(state, 0)
+        refused = (MAX_LOCATIONS - LOCATIONS_PER_HOST) // len(every_location) * len(every_location)
+        with ingestor.state.lock:
+            assert len(index._location_names) == LOCATIONS_PER_HOST
+            assert index.refused_location_events == refused
+        honest = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port_of(ingestor)}", b"vllm")
+        peers.append(honest)
+        state = heard(ingestor, honest, "vllm", 0)
+        honest.send(0, on_media(150, None))
+        applied(state, 0)
+        assert blocks_of(ingestor, "vllm@0") == {150}
+        with ingestor.state.lock:
+            assert index.refused_location_events == refused
     finally:
         ingestor.close()
 
