@@ -243,10 +243,10 @@ class SidecarSettings(BaseSettings):
         default=16,
         ge=1,
         le=256,
-        description="Most distinct media the index tracks, one place of them held for vLLM's "
-        "GPU medium until it is named, at most 4 named by one publisher; events naming others "
-        "are refused, counted. A medium that holds no block any more is released when a new "
-        "one finds no place.",
+        description="Most distinct media the index tracks, one place of them (of two or more) "
+        "held for vLLM's GPU medium until it is named, at most 4 named by one publisher; "
+        "events naming others are refused, counted. A medium that holds no block any more is "
+        "released when a new one finds no place.",
     )
     kv_topic: str = Field(
         default=DEFAULT_KV_TOPIC.decode(),

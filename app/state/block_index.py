@@ -629,10 +629,13 @@ class BlockIndex:
 
         One place of ``max_media`` is held for the GPU (``DEFAULT_MEDIUM``) while no
         location is on it: every vLLM engine's prefix cache names it, and other media,
-        named first, left an honest engine's GPU stores no place."""
+        named first, left an honest engine's GPU stores no place. Not the only place: a
+        sidecar told to track one medium tracks the first named, as before."""
         media = self._media
         if medium not in media:
-            held_for_gpu = medium != DEFAULT_MEDIUM and DEFAULT_MEDIUM not in media
+            held_for_gpu = (
+                self.max_media > 1 and medium != DEFAULT_MEDIUM and DEFAULT_MEDIUM not in media
+            )
             if len(media) + held_for_gpu >= self.max_media:
                 return "max_media"
         return _LOCATIONS if len(self._location_names) >= MAX_LOCATIONS else None

@@ -446,6 +446,16 @@ def test_one_place_of_max_media_is_held_for_the_gpu_until_it_is_named() -> None:
     assert index.blocks_by_medium() == {"disk": 1, DEFAULT_MEDIUM: 1}
 
 
+def test_a_single_place_of_max_media_is_not_held_for_the_gpu() -> None:
+    """A sidecar told to track one medium (a CPU tier's events only) tracks the first one
+    named: holding its only place for a GPU that never comes would refuse everything."""
+    index = BlockIndex(max_blocks=100, max_media=1)
+    index.apply("a", batch(stored([1], "CPU")), now=1.0)
+    index.apply("b", batch(stored([2], None)), now=2.0)
+    assert index.blocks_by_medium() == {"CPU": 1}
+    assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
+
+
 def test_the_publishers_of_one_host_name_at_most_its_share_of_media() -> None:
     """A listen socket's peer opens a stream (a publisher) per topic: four of them named
     all 16 media. A host's publishers together name ``media_per_host``; past it their
