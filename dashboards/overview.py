@@ -117,15 +117,26 @@ def _tier() -> list[Panel]:
         ),
         timeseries_panel(
             "Stores",
-            "Blocks offered to the tier and what became of them. Healthy: completed tracks "
-            "admitted; refused and failed stay at 0 (refused: no room, every slot pinned).",
+            "Blocks offered to the tier and what became of them: skipped (held already), "
+            "not_admitted (the policy's admission judged them not worth a slot: gated, "
+            "store_threshold), refused (no room, every slot pinned) or admitted, then "
+            "completed or failed. Healthy: completed tracks admitted; refused and failed "
+            "stay at 0.",
             BLOCKS_PER_S,
             *(
                 Query(
                     _by("medium", rate(f"kvscope_store_{kind}_blocks_total", TIER)),
                     f"{kind} {{{{medium}}}}",
                 )
-                for kind in ("requested", "admitted", "completed", "skipped", "refused", "failed")
+                for kind in (
+                    "requested",
+                    "skipped",
+                    "not_admitted",
+                    "refused",
+                    "admitted",
+                    "completed",
+                    "failed",
+                )
             ),
         ),
         timeseries_panel(

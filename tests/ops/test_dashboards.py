@@ -205,3 +205,15 @@ def test_vllm_series_are_ones_vllm_exports() -> None:
     assert names
     for name in sorted(names):
         assert f'"{EXPOSITION_SUFFIX.sub("", name)}"' in source, f"vLLM defines no {name}"
+
+
+def test_the_stores_panel_shows_every_fate_of_an_offered_block() -> None:
+    """A block offered to prepare_store is skipped (held already), not admitted (the policy's
+    admission), refused (no room) or admitted, then completed or failed: a fate left off
+    the panel reads, under gated or store_threshold, as offered blocks vanishing."""
+    plotted = {
+        name for q in panel_queries() if q.panel == "Stores" for name in metric_names(q.expr)
+    }
+    fates = {name for name in SPECS if re.fullmatch(r"kvscope_store_\w+_blocks_total", name)}
+    assert len(fates) > 1, "no kvscope_store_*_blocks_total metrics"
+    assert fates <= plotted, f"not on the Stores panel: {sorted(fates - plotted)}"
