@@ -37,6 +37,9 @@ VLLM_ROW = "vLLM prefix cache: GPU tier (vLLM) beside CPU tier (kvscope)"
 EVENTS_ROW = "Event feed (sidecar)"
 """The row of the feed's two ends: the workers' publishers and the sidecars that follow them."""
 LAG = series("kvscope_sidecar_ingest_lag_seconds", PUBLISHER)
+STATS = series("kvscope_blocks_capacity", WORKER)
+"""A series only a publisher that sends stats frames has (kvscope's, not vLLM's own
+event stream): matched on a stream, it tells whether that stream should never be quiet."""
 STREAM = "instance, publisher"
 """A sidecar's stream: every pod's sidecar may name its publisher alike (the pod's
 loopback, tcp://127.0.0.1:5560), so the scrape target tells them apart (legend: ON)."""
@@ -86,10 +89,16 @@ def _health() -> list[Panel]:
         ),
         stat_panel(
             "Publishers silent > 60 s",
-            "Streams whose last frame is over a minute old. Healthy: 0; a live publisher "
-            "sends a stats frame at least every 5 s, idle or not.",
+            "Streams of publishers that send stats frames (kvscope's) whose last frame is "
+            "over a minute old, the streams KVScopePublisherSilent watches. Healthy: 0; a "
+            "live kvscope publisher sends a stats frame at least every 5 s, idle or not. "
+            "vLLM's own event stream sends none and is quiet whenever its engine idles, so "
+            "it is left out (its lag is on the Event lag panel).",
             "none",
-            Query(f"count({LAG} > 60) or vector(0)", "silent"),
+            Query(
+                f"count({LAG} > 60 and on (job, instance, publisher) {STATS}) or vector(0)",
+                "silent",
+            ),
             red_from=1,
         ),
     ]

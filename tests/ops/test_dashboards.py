@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dashboards import generate
 from dashboards.overview import EVENTS_ROW, VLLM_ROW
@@ -29,7 +30,8 @@ from tests.ops.artifacts import (
     recorded_names,
     rules,
 )
-from tests.ops.promql import counter_function_names, is_vllm, metric_names
+from tests.ops.promql import counter_function_names, is_vllm, metric_names, substitute
+from tests.support.prometheus import needs_promtool, promtool
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 FILTERS = ("engine", "rank")
@@ -217,3 +219,62 @@ def test_the_stores_panel_shows_every_fate_of_an_offered_block() -> None:
     fates = {name for name in SPECS if re.fullmatch(r"kvscope_store_\w+_blocks_total", name)}
     assert len(fates) > 1, "no kvscope_store_*_blocks_total metrics"
     assert fates <= plotted, f"not on the Stores panel: {sorted(fates - plotted)}"
+
+
+SILENT_PANEL = "Publishers silent > 60 s"
+SILENT_INPUT = {
+    "kvscope's publisher, silent": (
+        'kvscope_sidecar_ingest_lag_seconds{job="kvscope", instance="s:8000", publisher="p"}',
+        "1+60x10",
+    ),
+    "its tier": (
+        'kvscope_blocks_capacity{job="kvscope", instance="s:8000", engine="e", rank="0", '
+        'medium="CPU", publisher="p"}',
+        "100x10",
+    ),
+    "vLLM's own event stream, quiet while its engine idles": (
+        'kvscope_sidecar_ingest_lag_seconds{job="kvscope", instance="s:8000", '
+        'publisher="vllm-gpu@0"}',
+        "1+60x10",
+    ),
+    "another pod's kvscope publisher, named alike, talking": (
+        'kvscope_sidecar_ingest_lag_seconds{job="kvscope", instance="t:8000", publisher="p"}',
+        "1x10",
+    ),
+    "its tier too": (
+        'kvscope_blocks_capacity{job="kvscope", instance="t:8000", engine="e", rank="0", '
+        'medium="CPU", publisher="p"}',
+        "100x10",
+    ),
+}
+"""One silent publisher that sends stats frames, and two that are not to be counted."""
+
+
+@pytest.mark.e2e
+@needs_promtool
+def test_the_silent_publishers_figure_counts_those_the_alert_watches(tmp_path: Path) -> None:
+    """KVScopePublisherSilent leaves out vLLM's own event stream (no stats frames, quiet
+    whenever its engine idles); the Health row's figure beside it must too, or an idle
+    vLLM turns it red with no alert and no fault."""
+    (query,) = [q for q in panel_queries() if q.panel == SILENT_PANEL]
+    board = next(b for b in dashboards().values() if b["title"] == query.dashboard)
+    expr = substitute(query.expr, {v["name"] for v in board["templating"]["list"]})
+    case = {
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": selector, "values": values}
+                    for selector, values in SILENT_INPUT.values()
+                ],
+                "promql_expr_test": [
+                    {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "silent.yml"
+    path.write_text(yaml.safe_dump(case))
+    result = promtool("test", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
