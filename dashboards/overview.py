@@ -40,6 +40,23 @@ LAG = series("kvscope_sidecar_ingest_lag_seconds", PUBLISHER)
 STATS = series("kvscope_blocks_capacity", WORKER)
 """A series only a publisher that sends stats frames has (kvscope's, not vLLM's own
 event stream): matched on a stream, it tells whether that stream should never be quiet."""
+SIDECAR_SHEDS = (
+    ("sse_shed", "event-stream readers shed"),
+    ("event_log_shed", "events not logged"),
+    ("history_refused", "history readings refused"),
+    ("refused_media_events", "events past the media tracked"),
+    ("refused_location_events", "events past the groups tracked"),
+)
+"""A sidecar's own counters of what it let go (kvscope_sidecar_<name>_total), by legend."""
+SIDECAR_BUFFERS = (
+    ("event_log", "event log"),
+    ("history", "history"),
+    ("insight", "hit-ratio curves"),
+    ("insight_queue", "queue to the shadow tiers"),
+    ("http_response_buffer", "response buffers"),
+    ("worker_text", "workers' text"),
+)
+"""A sidecar's bounded buffers (kvscope_sidecar_<name>_bytes), by legend."""
 STREAM = "instance, publisher"
 """A sidecar's stream: every pod's sidecar may name its publisher alike (the pod's
 loopback, tcp://127.0.0.1:5560), so the scrape target tells them apart (legend: ON)."""
@@ -345,16 +362,21 @@ def _events() -> list[Panel]:
         ),
         timeseries_panel(
             "Gaps and lost batches per publisher",
-            "Sequence jumps the sidecar saw, batches lost for good (not replayable) and "
-            "publisher restarts, per sidecar. Healthy: 0; gaps that replay fills are "
-            "recoverable, lost batches are not.",
+            "Sequence jumps the sidecar saw, batches lost for good (not replayable), "
+            "publisher restarts, and live frames dropped while a replay held them past "
+            "replay_hold_bytes, per sidecar. Healthy: 0; gaps that replay fills are "
+            "recoverable, lost batches and dropped frames are not.",
             "cps",
             *(
                 Query(
                     _by(STREAM, rate(f"kvscope_sidecar_{name}_total", PUBLISHER)),
                     f"{label} {ON}",
                 )
-                for name, label in (("gaps", "gaps"), ("missed_batches", "lost"))
+                for name, label in (
+                    ("gaps", "gaps"),
+                    ("missed_batches", "lost"),
+                    ("held_dropped_frames", "dropped while replaying"),
+                )
             ),
             Query(
                 _by(STREAM, rate("kvscope_sidecar_restarts_total", PUBLISHER)),
@@ -476,6 +498,55 @@ def _events() -> list[Panel]:
             Query(
                 _by("instance", rate("kvscope_sidecar_ingest_faults_total", ())),
                 "faults {{instance}}",
+            ),
+        ),
+        timeseries_panel(
+            "Sidecar sheds and refusals",
+            "What each sidecar refused or let go to stay within its bounds, per second: HTTP "
+            "requests refused by reason (body_too_large, connections_full, "
+            "response_buffer_full, send_too_slow, pipeline_too_large, ...), event-stream "
+            "readers shed for falling behind, events the recent-events log did not keep, "
+            "history readings refused past its series, events naming a medium or a KV cache "
+            "group past what the index tracks; per publisher, sample frames the hit-ratio "
+            "curve missed and block references it shed (where: worker or shadows). Healthy: "
+            "0, but for HTTP refusals of clients that misbehave.",
+            "cps",
+            Query(
+                _by("instance, reason", rate("kvscope_sidecar_http_refused_total", ())),
+                "HTTP {{reason}} {{instance}}",
+            ),
+            *(
+                Query(
+                    _by("instance", rate(f"kvscope_sidecar_{name}_total", ())),
+                    f"{label} {{{{instance}}}}",
+                )
+                for name, label in SIDECAR_SHEDS
+            ),
+            Query(
+                _by(STREAM, rate("kvscope_sidecar_sample_missed_frames_total", PUBLISHER)),
+                f"curve frames missed {ON}",
+            ),
+            Query(
+                _by(
+                    f"{STREAM}, where",
+                    rate("kvscope_sidecar_sample_shed_block_refs_total", PUBLISHER),
+                ),
+                f"curve block refs shed ({{{{where}}}}) {ON}",
+            ),
+        ),
+        timeseries_panel(
+            "Sidecar memory held",
+            "Bytes each sidecar's bounded buffers hold: the recent-events log (at most "
+            "KVSCOPE_EVENT_BUFFER_BYTES), the history's points, the hit-ratio curves' "
+            "simulations (at most KVSCOPE_INSIGHT_MAX_BYTES per publisher), the queue to the "
+            "shadow tiers, response bytes held for clients still reading (at most "
+            "KVSCOPE_RESPONSE_BUFFER_BYTES), and the workers' exposition text kept between "
+            "scrapes (about twice one stats frame's text per publisher). Healthy: each flat "
+            "below its bound; a buffer at its bound sheds (see sheds and refusals).",
+            "bytes",
+            *(
+                Query(_by("instance", f"kvscope_sidecar_{name}_bytes"), f"{label} {{{{instance}}}}")
+                for name, label in SIDECAR_BUFFERS
             ),
         ),
         timeseries_panel(

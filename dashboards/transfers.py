@@ -124,14 +124,20 @@ def _failures() -> list[Panel]:
     by_direction = "sum by (direction, outcome) ({})"
     return [
         timeseries_panel(
-            "Jobs finished by outcome",
-            "Transfer jobs finished per second: ok or failed per direction from "
-            f"{KVSCOPE_ONLY} vLLM counts finished transfers only (vLLM store = gpu_to_cpu, "
-            "vLLM load = cpu_to_gpu), all ok: a failed one stops its worker. Healthy: all ok.",
+            "Jobs by outcome",
+            "Transfer jobs finished per second, ok or failed, and those refused at submit "
+            "(as many jobs as the backend holds were in flight or unpolled) per direction, "
+            f"from {KVSCOPE_ONLY} vLLM counts finished transfers only (vLLM store = "
+            "gpu_to_cpu, vLLM load = cpu_to_gpu), all ok: a failed one stops its worker. "
+            "Healthy: all ok, none refused.",
             "cps",
             Query(
                 by_direction.format(rate("kvscope_transfer_jobs_total", WORKER)),
                 "{{direction}} {{outcome}}",
+            ),
+            Query(
+                f"sum by (direction) ({rate('kvscope_transfer_jobs_refused_total', WORKER)})",
+                "{{direction}} refused at submit",
             ),
             *(
                 Query(

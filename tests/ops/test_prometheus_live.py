@@ -286,6 +286,34 @@ def test_every_listen_socket_metric_is_plotted(listening: str) -> None:
     assert listen <= plotted, f"not plotted: {sorted(listen - plotted)}"
 
 
+LOSS_WORDS = frozenset({"shed", "refused", "dropped", "missed", "overflow", "faults"})
+"""The words of a counter's name that say it counts what kvscope lost, refused or got past."""
+
+
+def test_every_loss_and_every_buffer_kvscope_counts_is_plotted(
+    exported: dict[str, Exported],
+) -> None:
+    """Every buffer is bounded in bytes and what it sheds is counted, so that an operator can
+    see both: a counter of losses or refusals (HTTP requests refused by reason, event-stream
+    readers shed, frames dropped while a replay held them, transfer jobs refused at
+    submit, ...) and a gauge of bytes held that no panel plots is one the dashboards never
+    show."""
+    plotted = {name for q in panel_queries() for name in metric_names(q.expr)}
+    losses = {
+        name
+        for name, series in exported.items()
+        if series.kind == "counter" and LOSS_WORDS & set(name.split("_"))
+    }
+    held = {
+        name
+        for name, series in exported.items()
+        if series.kind == "gauge" and name.startswith("kvscope_") and name.endswith("_bytes")
+    }
+    assert losses and held, "no loss counter or bytes gauge exported"
+    unplotted = (losses | held) - plotted
+    assert not unplotted, f"not plotted: {sorted(unplotted)}"
+
+
 def test_every_metric_a_runbook_or_panel_description_names_is_one_kvscope_exports(
     exported: dict[str, Exported],
 ) -> None:
