@@ -2,8 +2,9 @@
 
 Usable: a description saying what healthy looks like, a unit on its axis, the
 ``$datasource`` variable behind every query, only known variables, and ratios
-read from the recording rules rather than divided in the panel. Whether every
-query returns data is the live test's job (test_prometheus_live.py).
+read from the recording rules rather than divided in the panel. The figure of
+silent publishers is evaluated by promtool beside the alert on them.
+Whether every query returns data is the live test's job (test_prometheus_live.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from offload.telemetry.metrics import SPECS
 from tests.ops.artifacts import (
     DASHBOARD_DIR,
     ROOT,
+    alerts,
     dashboards,
     panel_queries,
     panels,
@@ -259,6 +261,7 @@ def test_the_silent_publishers_figure_counts_those_the_alert_watches(tmp_path: P
     (query,) = [q for q in panel_queries() if q.panel == SILENT_PANEL]
     board = next(b for b in dashboards().values() if b["title"] == query.dashboard)
     expr = substitute(query.expr, {v["name"] for v in board["templating"]["list"]})
+    (alert,) = [a["expr"] for a in alerts() if a["alert"] == "KVScopePublisherSilent"]
     case = {
         "evaluation_interval": "1m",
         "tests": [
@@ -269,7 +272,8 @@ def test_the_silent_publishers_figure_counts_those_the_alert_watches(tmp_path: P
                     for selector, values in SILENT_INPUT.values()
                 ],
                 "promql_expr_test": [
-                    {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}
+                    {"expr": e, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}
+                    for e in (expr, f"count({alert})")
                 ],
             }
         ],

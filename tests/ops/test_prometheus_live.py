@@ -15,7 +15,9 @@ Every metric a panel, a rule, a runbook or a promtool test's input names must
 be one these sidecars serve on /metrics, with the labels its matchers and
 groupings name (a test's input with exactly the labels the sidecar gives it);
 rate() and increase() may read only counters (and a histogram's series), histogram_quantile() only
-buckets kept apart by ``le``. A renamed metric or label breaks these tests.
+buckets kept apart by ``le``. Every counter of what kvscope shed, refused or dropped,
+and every gauge of bytes a buffer holds, is on a panel. A renamed metric or label
+breaks these tests.
 Queries on vLLM's series are the exception, and the only one: with no vLLM
 scraped they have no data (test_dashboards.py holds that no query mixes them
 with kvscope's, that outside the vLLM row they say they are vLLM's, and that
