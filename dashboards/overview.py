@@ -364,8 +364,9 @@ def _events() -> list[Panel]:
             "Gaps and lost batches per publisher",
             "Sequence jumps the sidecar saw, batches lost for good (not replayable), "
             "publisher restarts, and live frames dropped while a replay held them past "
-            "replay_hold_bytes, per sidecar. Healthy: 0; gaps that replay fills are "
-            "recoverable, lost batches and dropped frames are not.",
+            "KVSCOPE_REPLAY_HOLD_BYTES, per sidecar. Healthy: 0; gaps that replay fills and "
+            "frames dropped while replaying (replayed afterwards) are recoverable, lost "
+            "batches are not.",
             "cps",
             *(
                 Query(
