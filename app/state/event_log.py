@@ -71,6 +71,16 @@ class LoggedEvent(NamedTuple):
     event: DecodedEvent
 
 
+class Page(NamedTuple):
+    """Events after an id, and the ids the log reached when they were read."""
+
+    events: list[LoggedEvent]
+    first_id: int
+    """The oldest id held (``last_id + 1`` when none is)."""
+    last_id: int
+    """The newest id given."""
+
+
 class EventLog:
     """The most recent events (``capacity`` of them, ``max_bytes`` at most), with ids."""
 
@@ -155,23 +165,39 @@ class EventLog:
         page of events holding many hashes stays bounded too.
         """
         with self._lock:
-            start = bisect_right(self._ring, last_id, key=_ID)
-            if max_bytes is None:
-                return list(islice(self._ring, start, start + limit))
-            found: list[LoggedEvent] = []
-            total = 0
-            held = zip(self._ring, self._sizes, strict=True)
-            for event, size in islice(held, start, start + limit):
-                total += size
-                if found and total > max_bytes:
-                    break
-                found.append(event)
-            return found
+            return self._since(last_id, limit, max_bytes)
+
+    def page(self, last_id: int, limit: int) -> Page:
+        """``since(last_id, limit)`` with the ``first_id`` and ``last_id`` of the same moment.
+
+        Read one after the other, a record in between made a page that contradicts
+        itself: a ``first_id`` past its own first event (a loss reported of events it
+        holds), a ``last_id`` short of its own last event.
+        """
+        with self._lock:
+            return Page(self._since(last_id, limit, None), self._first_id(), self._last_id)
+
+    def _since(self, last_id: int, limit: int, max_bytes: int | None) -> list[LoggedEvent]:
+        start = bisect_right(self._ring, last_id, key=_ID)
+        if max_bytes is None:
+            return list(islice(self._ring, start, start + limit))
+        found: list[LoggedEvent] = []
+        total = 0
+        held = zip(self._ring, self._sizes, strict=True)
+        for event, size in islice(held, start, start + limit):
+            total += size
+            if found and total > max_bytes:
+                break
+            found.append(event)
+        return found
 
     def first_id(self) -> int:
         """The id of the oldest event still held (``last_id + 1`` when none is)."""
         with self._lock:
-            return self._ring[0].id if self._ring else self._last_id + 1
+            return self._first_id()
+
+    def _first_id(self) -> int:
+        return self._ring[0].id if self._ring else self._last_id + 1
 
     def events_per_s(self) -> float:
         """Events recorded per second, averaged over the last ``RATE_WINDOW_S``."""

@@ -61,11 +61,9 @@ def events(
 
     A page stops short of ``limit`` rather than pass about a megabyte.
     """
-    log = state.event_log
-    last_id = log.last_id
-    found = log.since(min(since, last_id), limit)
-    rendered = render(found, limits.events_response_bytes)
-    body = page_json(rendered, log.first_id(), last_id)
+    page = state.event_log.page(since, limit)
+    rendered = render(page.events, limits.events_response_bytes)
+    body = page_json(rendered, page.first_id, page.last_id)
     return Response(body, media_type="application/json")
 
 
