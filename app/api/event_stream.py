@@ -189,8 +189,11 @@ class EventStreams:
         while True:
             await self.log.wait_after(self.cursor)
             await asyncio.sleep(TICK_S)
-            events = self.log.since(self.cursor, BATCH_EVENTS)
+            events, _, newest = self.log.page(self.cursor, BATCH_EVENTS)
             if not events:
+                # The ids after the cursor went to events the log shed (or pushed out): none
+                # will be sent, so it waits past them, where it found nothing every tick.
+                self.cursor = newest
                 continue
             rendered, frames = await self.render(events)
             self.cursor = rendered.ids[-1]

@@ -133,6 +133,21 @@ def test_every_reader_gets_each_event_once_in_order_backlog_then_live() -> None:
         wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "every reader gone")
 
 
+def test_ids_given_to_events_the_log_shed_leave_the_broadcaster_waiting_not_polling() -> None:
+    app, state = sidecar_app(event_batch_max=3)
+    streams = app.state.streams
+    with served_quietly(app) as (_url, http), http.stream("GET", STREAM) as stream:
+        wait_for(lambda: metric(http, "kvscope_sidecar_sse_clients"), lambda n: n == 1, "joined")
+        record(state, events=5)  # ids 1 to 5, of which the log keeps 1 to 3
+        events = sse_events(stream, 10**9)  # one reader of the stream throughout
+        assert [next(events)["id"] for _ in range(3)] == [1, 2, 3]
+        # Past ids 4 and 5, which no reader will ever be sent, it sleeps until an event
+        # comes; short of them, it found nothing after its cursor ten times a second.
+        wait_until(lambda: streams.cursor == state.event_log.last_id, "past the shed ids")
+        record(state, events=1)
+        assert next(events)["id"] == 6
+
+
 def test_a_reader_that_stops_reading_is_shed_counted_and_quietly_let_go() -> None:
     limits = HttpLimits(sse_client_queue_bytes=64 * KIB, sse_chunk_bytes=16 * KIB)
     app, state = sidecar_app(limits)
