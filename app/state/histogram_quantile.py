@@ -45,6 +45,8 @@ def quantile(q: float, bounds: Sequence[float], counts: Sequence[int]) -> float:
         if cumulative >= rank and cumulative > below:
             if math.isinf(bound):
                 return lower
-            return lower + (bound - lower) * (rank - below) / (cumulative - below)
+            share = (rank - below) / (cumulative - below)
+            # A mean of the bounds, weighted: their difference may pass the largest float.
+            return lower * (1 - share) + bound * share
         below, lower = cumulative, bound
     return lower

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import random
+import sys
 
 import pytest
 
@@ -11,7 +13,7 @@ from app.state.worker_stats import WorkerStats
 from offload.telemetry import metrics as m
 from offload.telemetry.histogram import Histogram
 from offload.transfer.transfer_stats import DURATION_BUCKETS_S
-from offload.wire.stats_frame import StatsFrame, WorkerConfig
+from offload.wire.stats_frame import HistogramSnapshot, StatsFrame, WorkerConfig
 
 
 def _frame(ts: float, **by_direction: Histogram) -> StatsFrame:
@@ -70,3 +72,31 @@ def test_a_restart_or_new_buckets_give_no_quantile() -> None:
     assert increase(newer, newer) is None  # nothing observed in between
     other = _frame(3, gpu_to_cpu=Histogram([0.5, 1.0])).histograms[0]
     assert increase(older, other) is None
+
+
+def test_bounds_as_far_apart_as_floats_go_give_a_quantile_inside_the_bucket() -> None:
+    # A worker's bounds are any finite ascending floats: the width of a bucket from the
+    # lowest to the highest passes the largest float, and a quantile interpolated across it
+    # was infinite, a latency the history then kept and the API showed as no sample (null).
+    most = sys.float_info.max
+    bounds = [-most, most, float("inf")]
+    for q in (0.5, 0.99):
+        assert -most <= quantile(q, bounds, [1, 3, 3]) <= most, q
+    before, after = (
+        HistogramSnapshot(
+            name=m.TRANSFER_DURATION_SECONDS.name,
+            labels={"direction": "gpu_to_cpu"},
+            buckets=bounds,
+            counts=[0, count, count],
+            sum=0.0,
+            count=count,
+        )
+        for count in (1, 3)
+    )
+    config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
+    first, second = (
+        StatsFrame(ts=ts, engine_id="e0", rank=0, config=config, histograms=[histogram])
+        for ts, histogram in ((1.0, before), (2.0, after))
+    )
+    latency = WorkerStats.between(first, second).transfer_latency_s
+    assert latency and all(math.isfinite(seconds) for seconds in latency.values()), latency
