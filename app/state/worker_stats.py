@@ -105,8 +105,16 @@ def _latency(previous: StatsFrame, frame: StatsFrame) -> dict[tuple[str, str], f
         counts = increase(before.get(direction), after)
         if counts is not None:
             for q in LATENCY_QUANTILES:
-                latency[direction, q] = quantile(float(q), after.buckets, counts)
+                seconds = quantile(float(q), after.buckets, counts)
+                if 0 <= seconds <= MAX_LATENCY_S:
+                    latency[direction, q] = seconds
     return latency
+
+
+MAX_LATENCY_S: Final = 2.0**63
+"""A quantile outside 0 to this is the worker's bucket bounds, not any transfer's time: left
+out, so that the history's means of it stay finite (one near the largest float made a point
+of the history infinite)."""
 
 
 def _durations(frame: StatsFrame) -> dict[str, HistogramSnapshot]:

@@ -7,6 +7,7 @@ for up to 15 s and asserts only on what arrived.
 
 from __future__ import annotations
 
+import sys
 import time
 import tracemalloc
 
@@ -17,12 +18,13 @@ from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.history import DEFAULT_MAX_LABEL_SETS, History, Reading, SeriesKey, TierSpec
 from app.state.sidecar import SidecarState
+from app.state.worker_stats import WorkerStats
 from offload.base import OffloadingEvent
 from offload.telemetry import metrics as m
 from offload.telemetry.histogram import Histogram
 from offload.transfer.transfer_stats import DURATION_BUCKETS_S
 from offload.wire.publisher import EventPublisher
-from offload.wire.stats_frame import StatsFrame, WorkerConfig
+from offload.wire.stats_frame import HistogramSnapshot, StatsFrame, WorkerConfig
 from tests.support.http_app import AUTH, TOKEN, in_process, sidecar_app
 from tests.support.polling import wait_until
 
@@ -227,3 +229,38 @@ def _frame(loads: int, transfers: Histogram) -> StatsFrame:
         counters=snapshot.counters,
         histograms=snapshot.histograms,
     )
+
+
+def test_a_workers_latency_quantile_past_any_latency_is_left_out_not_kept_as_no_sample() -> None:
+    # A worker's bucket bounds are any finite floats; a quantile near the largest float
+    # stood in the history, where the mean of two of them in one point passed it: a point
+    # kept as infinite, which the API showed as no sample (null).
+    most = sys.float_info.max
+    frames = [
+        StatsFrame(
+            ts=ts,
+            engine_id="e0",
+            rank=0,
+            config=WorkerConfig(policy="lru", capacity_blocks=8, block_size=16),
+            histograms=[
+                HistogramSnapshot(
+                    name=m.TRANSFER_DURATION_SECONDS.name,
+                    labels={"direction": "gpu_to_cpu"},
+                    buckets=[most / 2, most, float("inf")],
+                    counts=[0, count, count],
+                    sum=0.0,
+                    count=count,
+                )
+            ],
+        )
+        for ts, count in ((1.0, 1), (2.0, 3))
+    ]
+    settings = SidecarSettings(connect=["tcp://127.0.0.1:1"])
+    state = SidecarState.from_settings(settings)
+    publisher = state.publishers["tcp://127.0.0.1:1"]
+    publisher.worker = WorkerStats.between(*frames)
+    for at in (100.2, 100.6, 101.5):  # two samples in the point of second 100
+        state.sample_history(at)
+    window = state.history.window(0, 1)
+    latency = [values for key, _, values in window.series if key.metric == "transfer_latency_s"]
+    assert latency == []  # no series of a number no transfer takes
