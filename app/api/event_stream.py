@@ -131,7 +131,8 @@ class EventStreams:
         self.limits = limits
         self.counts = counts
         self.cursor = 0
-        """The newest id broadcast; a reader joining now gets the rest from the log."""
+        """The newest id broadcast (or passed: given to events the log shed); a reader joining
+        now gets the rest from the log."""
         self._readers: set[StreamReader] = set()
         self._task: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="kvscope-render")
