@@ -155,7 +155,9 @@ def _parse_request(line: str, where: str) -> list[int]:
     except json.JSONDecodeError as exc:
         # Some of json's messages end in "at" already ("Invalid control character at").
         message = exc.msg.removesuffix(" at")
-        raise TraceError(f"{where}: not valid JSON ({message} at column {exc.colno})") from None
+        raise TraceError(
+            f"{where}: not valid JSON ({message} {_json_error_place(line, exc.pos)})"
+        ) from None
     except RecursionError:
         raise TraceError(f"{where}: JSON nested too deeply") from None
     except ValueError:  # an integer of more digits than Python converts
@@ -176,6 +178,15 @@ def _parse_request(line: str, where: str) -> list[int]:
             "integers from 0 to 2**64 - 1"
         )
     return hash_ids
+
+
+def _json_error_place(line: str, position: int) -> str:
+    """Where in its line the JSON reader stopped. Past the last character that is not
+    whitespace, the line was cut short (a trace truncated mid-write): json counts the
+    line's own newline as the start of a second line and called that column 1."""
+    if not line[position:].strip(JSON_WHITESPACE):
+        return "at the end of the line: is it cut short?"
+    return f"at column {position + 1}"
 
 
 def _is_hash_id(value: object) -> bool:

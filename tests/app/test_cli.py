@@ -87,6 +87,16 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
         ),
         ('{"hash_ids": [1]}\n\x0c\n', [], ":2: not valid JSON (Expecting value at column 1)"),
         (
+            '{"hash_ids": [1]}\n{"hash_ids": [1, 2\n',
+            [],
+            ":2: not valid JSON (Expecting ',' delimiter at the end of the line: is it cut short?)",
+        ),
+        (
+            '{"hash_ids": [1]}\n{"hash_ids": [1, 2',
+            [],
+            ":2: not valid JSON (Expecting ',' delimiter at the end of the line: is it cut short?)",
+        ),
+        (
             '\u00a0\n{"hash_ids": [1]}\n'.encode(),
             [],
             ":1: not valid JSON (Expecting value at column 1)",
