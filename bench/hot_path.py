@@ -10,9 +10,16 @@ runs each, so a noisy neighbour hurts neither side's figure).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from bench.tooling.common import CAPACITIES, best_replay, emit, peer_python, run_peer, trace
+from bench.tooling.common import (
+    CAPACITIES,
+    add_peer_flags,
+    best_replay,
+    chosen_peer,
+    emit,
+    run_peer,
+    trace,
+)
 
 POLICIES = ("lru", "arc", "gated")
 PEER_POLICY = {"lru": "lru", "arc": "arc", "gated": "lru"}
@@ -22,13 +29,10 @@ PEER_POLICY = {"lru": "lru", "arc": "arc", "gated": "lru"}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per side; best is kept")
-    parser.add_argument("--no-peer", action="store_true", help="skip vLLM's manager")
-    parser.add_argument(
-        "--peer-python", type=Path, help="an interpreter with vllm 0.33.0 (default: the peer venv)"
-    )
+    add_peer_flags(parser)
     args = parser.parse_args()
     trace_path, requests = trace()
-    python = None if args.no_peer else (args.peer_python or peer_python())
+    python = chosen_peer(args)
     for policy in POLICIES:
         for capacity in CAPACITIES:
             ours = best_replay(requests, policy, capacity, args.repeat)

@@ -28,10 +28,11 @@ from typing import Any
 
 from bench.tooling.common import (
     CAPACITIES,
+    add_peer_flags,
     best_replay,
+    chosen_peer,
     emit,
     named_traces,
-    peer_python,
     run_peer,
     trace,
 )
@@ -107,13 +108,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="*", type=Path, help="more Mooncake JSONL traces")
     parser.add_argument("--halves", action="store_true", help="also run each trace's halves")
-    parser.add_argument("--no-peer", action="store_true", help="skip vLLM's manager")
-    parser.add_argument(
-        "--peer-python", type=Path, help="an interpreter with vllm 0.33.0 (default: the peer venv)"
-    )
+    add_peer_flags(parser)
     args = parser.parse_args()
     traces = named_traces(parser, args.traces)
-    python = None if args.no_peer else (args.peer_python or peer_python())
+    python = chosen_peer(args)
     with tempfile.TemporaryDirectory() as scratch:
         for name, path, requests in _workloads(traces, args.halves, Path(scratch)):
             block_refs = sum(len(r) for r in requests)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from offload import CPUOffloadingManager
+from offload.shown import shown
 from offload.sim.mooncake import (
     BUNDLED_TRACE_BLOCK_SIZE,
     TraceError,
@@ -71,6 +72,34 @@ def peer_python() -> Path | None:
     from bench.tooling.peer_env import ensure_peer_python
 
     return ensure_peer_python()
+
+
+def add_peer_flags(parser: argparse.ArgumentParser) -> None:
+    """``--no-peer`` and ``--peer-python``, for the benchmarks that run vLLM's manager."""
+    parser.add_argument("--no-peer", action="store_true", help="skip vLLM's manager")
+    parser.add_argument(
+        "--peer-python",
+        type=_interpreter,
+        help="an interpreter with vllm 0.33.0 (default: the peer venv)",
+    )
+
+
+def chosen_peer(args: argparse.Namespace) -> Path | None:
+    """The peer's interpreter the flags of ``add_peer_flags`` ask for; None: no peer."""
+    if args.no_peer:
+        return None
+    return args.peer_python or peer_python()
+
+
+def _interpreter(text: str) -> Path:
+    """A ``--peer-python`` that can run, checked before the first replay: a missing path
+    ended the benchmark in a traceback from subprocess, after kvscope's own rows."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {shown(text)}")
+    if not os.access(path, os.X_OK):
+        raise argparse.ArgumentTypeError(f"not executable: {shown(text)}")
+    return path
 
 
 PEER_TIMEOUT_S: Final = 1800
