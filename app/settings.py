@@ -437,6 +437,11 @@ class SidecarSettings(BaseSettings):
                 return json.loads(value)
             except RecursionError:  # not a ValueError: it would escape as a traceback
                 raise ValueError("a JSON list nested too deeply") from None
+            except json.JSONDecodeError as exc:  # json's own words name neither JSON nor a list
+                raise ValueError(
+                    f"starts with '[' but is not a JSON list ({exc.msg} at character "
+                    f"{exc.pos + 1}); give a JSON list of strings or comma-separated values"
+                ) from None
         return [part.strip() for part in value.split(",") if part.strip()]
 
     @field_validator("connect", "replay")

@@ -357,6 +357,10 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
          "--connect / KVSCOPE_CONNECT: Value error, 'foo://engine:5557' is not a ZMQ endpoint"),
         ([], {"KVSCOPE_CONNECT": "[" * 100_000},
          "--connect / KVSCOPE_CONNECT: Value error, a JSON list nested too deeply"),
+        ([], {"KVSCOPE_CONNECT": '["tcp://127.0.0.1:1", tcp://127.0.0.1:2]'},
+         "--connect / KVSCOPE_CONNECT: Value error, starts with '[' but is not a JSON list "
+         "(Expecting value at character 23); give a JSON list of strings or comma-separated "
+         "values"),
         (["--connect", "tcp://127.0.0.1:59002", "--listen", "tcp://127.0.0.1:59002"], {},
          "settings: Value error, tcp://127.0.0.1:59002 is both listened on (KVSCOPE_LISTEN)"),
         (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_MAX_MESSAGE_BYTES": str(2**40)},
