@@ -451,6 +451,14 @@ class SidecarSettings(BaseSettings):
             _check_zmq(endpoint)
         return endpoints
 
+    @field_validator("connect")
+    @classmethod
+    def _connect_once(cls, endpoints: list[str]) -> list[str]:
+        """Publishers are known by their endpoint: a second ``--connect`` of one was merged
+        into the first in silence, and its ``--replay`` took the place of the first's."""
+        _no_repeats(endpoints, "is listed twice")
+        return endpoints
+
     @field_validator("listen")
     @classmethod
     def _listen_is_bindable(cls, endpoints: list[str]) -> list[str]:

@@ -353,6 +353,8 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
         (["--listen", "tcp://*:5557", "--listen-replay", "vllm-gpu=tcp://engine:5558"], {},
          "--listen-replay / KVSCOPE_LISTEN_REPLAY: Value error, 'vllm-gpu' is not a stream name"),
         ([], {}, "settings: Value error, no publisher to read: give connect (--connect"),
+        (["--connect", "tcp://127.0.0.1:1", "--connect", "tcp://127.0.0.1:1"], {},
+         "--connect / KVSCOPE_CONNECT: Value error, 'tcp://127.0.0.1:1' is listed twice"),
         (["--connect", "foo://engine:5557"], {},
          "--connect / KVSCOPE_CONNECT: Value error, 'foo://engine:5557' is not a ZMQ endpoint"),
         ([], {"KVSCOPE_CONNECT": "[" * 100_000},
