@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final, TextIO
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
@@ -464,8 +465,16 @@ def _flags(args: argparse.Namespace) -> frozenset[str]:
 def _one_line(exc: ValidationError, flags: frozenset[str]) -> str:
     """Every bad setting, by name, on one line."""
     return "; ".join(
-        f"{_setting_name(error['loc'], flags)}: {error['msg']}" for error in exc.errors()
+        f"{_setting_name(error['loc'], flags)}: {_problem(error)}" for error in exc.errors()
     )
+
+
+def _problem(error: ErrorDetails) -> str:
+    """What is wrong, in the settings' own words: pydantic puts "Value error, " before
+    every message a validator raises, which tells a user nothing."""
+    if error["type"] == "value_error":
+        return str(error["ctx"]["error"])
+    return error["msg"]
 
 
 def _setting_name(location: tuple[int | str, ...], flags: frozenset[str]) -> str:

@@ -343,28 +343,28 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     ("args", "env", "message"),
     [
         (["--listen", "5557"], {},
-         "--listen / KVSCOPE_LISTEN: Value error, '5557' is not an endpoint to listen on "
+         "--listen / KVSCOPE_LISTEN: '5557' is not an endpoint to listen on "
          "(expected tcp://HOST:PORT, e.g. tcp://*:5557"),
         ([], {"KVSCOPE_LISTEN": "tcp://*:70000"},
-         "--listen / KVSCOPE_LISTEN: Value error, 'tcp://*:70000' is not an endpoint to listen on"),
+         "--listen / KVSCOPE_LISTEN: 'tcp://*:70000' is not an endpoint to listen on"),
         (["--listen", "tcp://*:5557"], {"KVSCOPE_LISTEN_ALLOW": "10.0.0.0/8,engine"},
-         "KVSCOPE_LISTEN_ALLOW: Value error, 'engine' is not an IP network "
+         "KVSCOPE_LISTEN_ALLOW: 'engine' is not an IP network "
          "(expected an address or ADDRESS/PREFIX"),
         (["--listen", "tcp://*:5557", "--listen-replay", "vllm-gpu=tcp://engine:5558"], {},
-         "--listen-replay / KVSCOPE_LISTEN_REPLAY: Value error, 'vllm-gpu' is not a stream name"),
-        ([], {}, "settings: Value error, no publisher to read: give connect (--connect"),
+         "--listen-replay / KVSCOPE_LISTEN_REPLAY: 'vllm-gpu' is not a stream name"),
+        ([], {}, "settings: no publisher to read: give connect (--connect"),
         (["--connect", "tcp://127.0.0.1:1", "--connect", "tcp://127.0.0.1:1"], {},
-         "--connect / KVSCOPE_CONNECT: Value error, 'tcp://127.0.0.1:1' is listed twice"),
+         "--connect / KVSCOPE_CONNECT: 'tcp://127.0.0.1:1' is listed twice"),
         (["--connect", "foo://engine:5557"], {},
-         "--connect / KVSCOPE_CONNECT: Value error, 'foo://engine:5557' is not a ZMQ endpoint"),
+         "--connect / KVSCOPE_CONNECT: 'foo://engine:5557' is not a ZMQ endpoint"),
         ([], {"KVSCOPE_CONNECT": "[" * 100_000},
-         "--connect / KVSCOPE_CONNECT: Value error, a JSON list nested too deeply"),
+         "--connect / KVSCOPE_CONNECT: a JSON list nested too deeply"),
         ([], {"KVSCOPE_CONNECT": '["tcp://127.0.0.1:1", tcp://127.0.0.1:2]'},
-         "--connect / KVSCOPE_CONNECT: Value error, starts with '[' but is not a JSON list "
+         "--connect / KVSCOPE_CONNECT: starts with '[' but is not a JSON list "
          "(Expecting value at character 23); give a JSON list of strings or comma-separated "
          "values"),
         (["--connect", "tcp://127.0.0.1:59002", "--listen", "tcp://127.0.0.1:59002"], {},
-         "settings: Value error, tcp://127.0.0.1:59002 is both listened on (KVSCOPE_LISTEN)"),
+         "settings: tcp://127.0.0.1:59002 is both listened on (KVSCOPE_LISTEN)"),
         (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_MAX_MESSAGE_BYTES": str(2**40)},
          "KVSCOPE_MAX_MESSAGE_BYTES: Input should be less than or equal"),
         (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_RECEIVE_BUFFER_BYTES": str(2**50)},
@@ -389,10 +389,10 @@ def test_serve_refuses_a_bad_listen_setting_in_one_line_naming_it(
         (["serve", "--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_MAX_BLOCKS": "0"},
          "KVSCOPE_MAX_BLOCKS: Input should be greater than or equal to 1"),
         (["serve", "--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_TOKEN": " "},
-         "--token / KVSCOPE_TOKEN: Value error, token must not be blank (unset it to disable "
+         "--token / KVSCOPE_TOKEN: token must not be blank (unset it to disable "
          "authentication)"),
         (["demo", "--duration", "1"], {"KVSCOPE_TOKEN": " "},
-         "KVSCOPE_TOKEN: Value error, token must not be blank (unset it to disable "
+         "KVSCOPE_TOKEN: token must not be blank (unset it to disable "
          "authentication)"),
     ],
     ids=["serve-variable-only", "serve-flag", "demo-variable-only"],
