@@ -16,6 +16,7 @@ from bench.tooling.common import (
     add_peer_flags,
     best_replay,
     chosen_peer,
+    count,
     emit,
     run_peer,
     trace,
@@ -28,7 +29,7 @@ PEER_POLICY = {"lru": "lru", "arc": "arc", "gated": "lru"}
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per side; best is kept")
+    parser.add_argument("--repeat", type=count, default=3, help="runs per side; best is kept")
     add_peer_flags(parser)
     args = parser.parse_args()
     trace_path, requests = trace()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bench.tooling.common import trace
+from bench.tooling.common import count, trace
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import scaled_capacities
 from offload.insight.estimator import CurveEstimator
@@ -32,8 +32,8 @@ def _floats(text: str) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", type=_floats, default=[0.01, 0.02, 0.05, 0.1, 0.2])
-    parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--current", type=int, default=2000)
+    parser.add_argument("--seeds", type=count, default=8)
+    parser.add_argument("--current", type=count, default=2000)
     args = parser.parse_args()
     _, requests = trace()
     capacities = scaled_capacities(args.current)

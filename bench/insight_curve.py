@@ -17,7 +17,7 @@ import json
 import time
 import tracemalloc
 
-from bench.tooling.common import trace
+from bench.tooling.common import count, trace
 from offload.insight.estimator import CurveEstimator
 from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
 
@@ -39,7 +39,7 @@ def _build(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE)
-    parser.add_argument("--current", type=int, default=2000)
+    parser.add_argument("--current", type=count, default=2000)
     args = parser.parse_args()
     _, requests = trace()
     sampler = SpatialSampler(args.rate)

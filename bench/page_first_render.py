@@ -69,7 +69,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from bench.sidecar_latency import BLOCKS, indexed_sidecar, percentiles
-from bench.tooling.common import emit
+from bench.tooling.common import count, emit
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Request
@@ -248,10 +248,10 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--opens", type=int, default=5, help="cold page opens")
-    parser.add_argument("--polls", type=int, default=40, help="API requests after each render")
-    parser.add_argument("--rounds", type=int, default=200, help="requests per API route alone")
-    parser.add_argument("--events-per-s", type=int, default=20_000, help="churn, block events/s")
+    parser.add_argument("--opens", type=count, default=5, help="cold page opens")
+    parser.add_argument("--polls", type=count, default=40, help="API requests after each render")
+    parser.add_argument("--rounds", type=count, default=200, help="requests per API route alone")
+    parser.add_argument("--events-per-s", type=count, default=20_000, help="churn, block events/s")
     args = parser.parse_args()
     if args.rounds < 100:
         parser.error(f"--rounds must be at least 100 for a p99 to mean anything, got {args.rounds}")

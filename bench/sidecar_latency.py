@@ -57,7 +57,7 @@ from typing import IO
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.tooling.common import emit
+from bench.tooling.common import count, emit
 from offload import CPUOffloadingManager
 from offload.base import OffloadingEvent
 from offload.wire.publisher import EventPublisher
@@ -260,10 +260,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests")
     parser.add_argument(
-        "--rounds", type=int,
+        "--rounds", type=count,
         help=f"requests per endpoint (default {ROUNDS}, quick {QUICK_ROUNDS})",
     )  # fmt: skip
-    parser.add_argument("--events-per-s", type=int, default=100_000, help="churn, block events/s")
+    parser.add_argument("--events-per-s", type=count, default=100_000, help="churn, block events/s")
     args = parser.parse_args()
     rounds = args.rounds if args.rounds is not None else QUICK_ROUNDS if args.quick else ROUNDS
     if rounds < 100:

@@ -46,7 +46,7 @@ from bench.sidecar_latency import (
     percentiles,
     sidecar_process,
 )
-from bench.tooling.common import emit
+from bench.tooling.common import count, emit
 from offload.base import OffloadingEvent
 from offload.wire.publisher import EventPublisher
 
@@ -145,8 +145,8 @@ def wait_for_readers(http: httpx.Client, readers: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests")
-    parser.add_argument("--readers", type=int, default=READERS, help="event-stream readers")
-    parser.add_argument("--events-per-s", type=int, default=EVENTS_PER_S, help="block events/s")
+    parser.add_argument("--readers", type=count, default=READERS, help="event-stream readers")
+    parser.add_argument("--events-per-s", type=count, default=EVENTS_PER_S, help="block events/s")
     args = parser.parse_args()
     rounds = QUICK_ROUNDS if args.quick else ROUNDS
     with (

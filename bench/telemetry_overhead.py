@@ -41,7 +41,7 @@ from statistics import median
 import msgspec
 from prometheus_client import generate_latest
 
-from bench.tooling.common import emit, trace
+from bench.tooling.common import count, emit, trace
 from bench.tooling.subscriber import Subscriber
 from offload import CPUOffloadingManager
 from offload.base import BlockHash
@@ -155,8 +155,8 @@ def paired_round(requests: list[list[int]], chunk: int, off: Side, on: Side) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="whole-trace rounds per policy")
-    parser.add_argument("--chunk", type=int, default=32, help="requests per timed chunk")
+    parser.add_argument("--rounds", type=count, default=5, help="whole-trace rounds per policy")
+    parser.add_argument("--chunk", type=count, default=32, help="requests per timed chunk")
     args = parser.parse_args()
     _, requests = trace()
     block_refs = sum(len(r) for r in requests)

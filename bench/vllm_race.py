@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from bench.tooling.common import emit
+from bench.tooling.common import count, emit
 from bench.tooling.peer_workload import load_keys, replay
 from bench.tooling.subscriber import Subscriber
 from bench.tooling.vllm_config import kvscope_manager
@@ -174,8 +174,8 @@ def race(requests: list[list[bytes]], policy: str, capacity: int, repeat: int) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per side; best is kept")
-    parser.add_argument("--requests", type=int, default=None, help="replay only the first N")
+    parser.add_argument("--repeat", type=count, default=3, help="runs per side; best is kept")
+    parser.add_argument("--requests", type=count, default=None, help="replay only the first N")
     args = parser.parse_args()
     from vllm.v1.kv_offload.base import make_offload_key
 

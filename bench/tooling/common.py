@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from offload import CPUOffloadingManager
+from offload.decimal_text import whole_number
 from offload.shown import shown
 from offload.sim.mooncake import (
     BUNDLED_TRACE_BLOCK_SIZE,
@@ -72,6 +73,20 @@ def peer_python() -> Path | None:
     from bench.tooling.peer_env import ensure_peer_python
 
     return ensure_peer_python()
+
+
+def count(text: str) -> int:
+    """A count flag (runs, rounds, requests, readers, a rate of events): a whole number of at
+    least 1, written as kvscope writes numbers. ``int`` took 0, which ended a benchmark in a
+    traceback (the best of no runs), and ``--requests -5``, which replayed all but the last
+    five requests in silence."""
+    try:
+        value = whole_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got {shown(repr(text), 60)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def add_peer_flags(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,40 @@
+"""A benchmark's count flags take whole numbers of at least 1, refused by name otherwise.
+
+``type=int`` took 0, which ended a benchmark in a traceback (the best of no runs), and a
+negative ``--requests``, which sliced the trace to all but its last requests in silence.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["bench.hot_path", "--no-peer", "--repeat", "0"], "argument --repeat: must be at least 1"),
+        (["bench.vllm_race", "--requests", "-5"], "argument --requests: plain decimal digits"),
+        (["bench.telemetry_overhead", "--chunk", "0"], "argument --chunk: must be at least 1"),
+        (["bench.insight_accuracy", "--seeds", "2.5"], "it has a character that is not a digit"),
+    ],
+)
+def test_a_count_below_one_or_not_whole_is_refused_before_any_run(
+    command: list[str], message: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", *command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
