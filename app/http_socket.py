@@ -87,6 +87,14 @@ def base_url(host: str, port: int) -> str:
     return f"http://{_address(host, port)}"
 
 
+def local_url(sock: socket.socket) -> str:
+    """The base URL a client on this machine reaches ``sock`` at: for a wildcard bind, the
+    loopback address, as a browser refuses ``http://[::]:PORT/`` and Chrome
+    ``http://0.0.0.0:PORT/``."""
+    host, port = sock.getsockname()[:2]
+    return base_url(_LOOPBACK.get(host, host), port)
+
+
 def write_url_file(path: Path, sock: socket.socket) -> None:
     """Write the base URL a client on this machine reaches ``sock`` at, whole or not at all.
 
@@ -94,10 +102,9 @@ def write_url_file(path: Path, sock: socket.socket) -> None:
     a warning, not a failure: the healthcheck then falls back to the
     environment's port, as it did before there was a file.
     """
-    host, port = sock.getsockname()[:2]
     partial = path.with_name(f".{path.name}.partial")
     try:
-        partial.write_text(base_url(_LOOPBACK.get(host, host), port) + "\n")
+        partial.write_text(local_url(sock) + "\n")
         partial.replace(path)
     except OSError as exc:
         logger.warning("cannot write the URL file %s: %s", path, exc.strerror or exc)

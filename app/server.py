@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from app.api import create_app
 from app.api.access_log import redact_access_log
 from app.api.http_connection import BoundedConnection
-from app.http_socket import base_url, bind_http, write_url_file
+from app.http_socket import base_url, bind_http, local_url, write_url_file
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
@@ -144,7 +144,8 @@ def run_server(settings: SidecarSettings) -> None:
 class HttpServer(Closeable):
     """A uvicorn server running from a background thread while the ``with`` block runs.
 
-    ``url`` is the bound base URL (``http://127.0.0.1:PORT``), known once entered.
+    ``url`` is the base URL this machine reaches it at (``http://127.0.0.1:PORT``, also when it
+    binds every address), known once entered.
     """
 
     def __init__(self, server: uvicorn.Server) -> None:
@@ -165,7 +166,7 @@ class HttpServer(Closeable):
                     "(see uvicorn's log above)"
                 )
             time.sleep(0.01)
-        self.url = base_url(*self.server.servers[0].sockets[0].getsockname()[:2])
+        self.url = local_url(self.server.servers[0].sockets[0])
         return self
 
     def close(self) -> None:

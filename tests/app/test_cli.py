@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -594,3 +595,29 @@ def test_ctrl_c_stops_serve_quietly_with_status_130() -> None:
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert "Finished server process" in stderr
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_demo_on_every_address_prints_a_url_this_machine_can_open(host: str) -> None:
+    """It printed ``http://0.0.0.0:PORT/``, which Chrome refuses to open, and
+    ``http://[::]:PORT/``, which every browser refuses."""
+    if host == "::" and not socket.has_ipv6:
+        pytest.skip("this machine has no IPv6")
+    command = ["demo", "--host", host, "--port", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment(),
+    ) as process:  # fmt: skip
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        try:
+            url = line.split("open ", 1)[1].split("/ (", 1)[0]
+            with urllib.request.urlopen(f"{url}/healthz", timeout=30) as answer:
+                status = answer.status
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.communicate(timeout=60)
+    loopback = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
+    assert url.startswith(f"http://{loopback}:"), line
+    assert status == 200
+    assert process.returncode == 0
