@@ -470,11 +470,13 @@ def _one_line(exc: ValidationError, flags: frozenset[str]) -> str:
 
 
 def _problem(error: ErrorDetails) -> str:
-    """What is wrong, in the settings' own words: pydantic puts "Value error, " before
-    every message a validator raises, which tells a user nothing."""
-    if error["type"] == "value_error":
-        return str(error["ctx"]["error"])
-    return error["msg"]
+    """What is wrong, in the settings' own words (pydantic puts "Value error, " before every
+    message a validator raises, which tells a user nothing), and in a list, which item."""
+    problem = str(error["ctx"]["error"]) if error["type"] == "value_error" else error["msg"]
+    item = error["loc"][1:2]  # a list's element: KVSCOPE_CONNECT='["tcp://a:1", 5]'
+    if item and isinstance(item[0], int):
+        return f"item {item[0] + 1}: {problem}"
+    return problem
 
 
 def _setting_name(location: tuple[int | str, ...], flags: frozenset[str]) -> str:

@@ -360,6 +360,8 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
          "--connect / KVSCOPE_CONNECT: 'foo://engine:5557' is not a ZMQ endpoint"),
         ([], {"KVSCOPE_CONNECT": "[" * 100_000},
          "--connect / KVSCOPE_CONNECT: a JSON list nested too deeply"),
+        ([], {"KVSCOPE_CONNECT": '["tcp://127.0.0.1:1", 2]'},
+         "--connect / KVSCOPE_CONNECT: item 2: Input should be a valid string"),
         ([], {"KVSCOPE_CONNECT": '["tcp://127.0.0.1:1", tcp://127.0.0.1:2]'},
          "--connect / KVSCOPE_CONNECT: starts with '[' but is not a JSON list "
          "(Expecting value at character 23); give a JSON list of strings or comma-separated "
