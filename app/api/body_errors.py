@@ -6,6 +6,10 @@ cause, which says what the client got wrong: bytes that are not UTF-8 (a
 compressed body, too: the sidecar decodes no content encoding), JSON nested
 past the interpreter's recursion limit, or a number of more digits than
 Python reads. This handler names it; nothing of the body is echoed.
+
+A body labelled with a content encoding is refused whether or not its bytes happen to
+read as JSON (``plain_body``): they are then not what the client meant to send, or the
+label is wrong, and reading them either way would be a guess.
 """
 
 from __future__ import annotations
@@ -20,12 +24,24 @@ from starlette.exceptions import HTTPException
 UNREAD: Final = "There was an error parsing the body"
 """FastAPI's detail for a body it could not read (fastapi/routing.py)."""
 
+ENCODED: Final = "the body has a content encoding; send it uncompressed, as plain JSON"
+
+
+def _encoded(request: Request) -> bool:
+    return request.headers.get("content-encoding", "identity").strip().lower() != "identity"
+
+
+async def plain_body(request: Request) -> None:
+    """A route's dependency: a 400 for a body with a content encoding that read as JSON
+    (one that did not is ``why_unread``'s)."""
+    if _encoded(request):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, ENCODED)
+
 
 def why_unread(request: Request, cause: BaseException | None) -> str:
     """The problem with a JSON body that could not be read, in words."""
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding != "identity":
-        return "the body has a content encoding; send it uncompressed, as plain JSON"
+    if _encoded(request):
+        return ENCODED
     if isinstance(cause, UnicodeDecodeError):
         return f"the body is not UTF-8 (byte {cause.start} is not)"
     if isinstance(cause, RecursionError):

@@ -176,10 +176,11 @@ def test_a_body_of_another_type_that_is_not_utf8_is_a_422_echoing_a_little(
     [
         (b'{"block_hashes": ["\xff"]}', {}, "the body is not UTF-8 (byte 19 is not)"),
         (gzip.compress(b'{"block_hashes": ["1"]}'), {"Content-Encoding": "gzip"}, "uncompressed"),
+        (b'{"block_hashes": ["1"]}', {"Content-Encoding": "gzip"}, "uncompressed"),
         (b'{"block_hashes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", {}, "nested too deeply"),
         (b'{"block_hashes": [' + b"9" * 5000 + b"]}", {}, "a number in the body has too many"),
     ],
-    ids=["not utf-8", "gzip", "nested", "digits"],
+    ids=["not utf-8", "gzip", "labelled gzip, sent plain", "nested", "digits"],
 )
 def test_a_json_body_that_cannot_be_read_is_a_400_naming_why(
     body: bytes, headers: dict[str, str], problem: str

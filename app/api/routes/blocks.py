@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 
+from app.api.body_errors import plain_body
 from app.api.deps import UNAUTHORIZED, PageSize, State, require_token
 from app.api.hash_text import BlockHashText
 from app.api.schemas import BlockInfo, BlockPage, LookupRequest, LookupResponse
@@ -51,8 +52,9 @@ async def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> B
 
 @router.post(
     "/lookup",
+    dependencies=[Depends(plain_body)],
     responses={
-        400: {"description": "The body is not UTF-8 text."},
+        400: {"description": "The body is not UTF-8 text, or has a content encoding."},
         413: {"description": "The body is over the sidecar's limit."},
     },
 )
