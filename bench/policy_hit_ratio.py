@@ -28,6 +28,7 @@ from typing import Any
 
 from bench.tooling.common import (
     CAPACITIES,
+    TRACES_HELP,
     add_peer_flags,
     best_replay,
     chosen_peer,
@@ -106,7 +107,7 @@ def _peer_rows(python: Path | None, path: Path, capacity: int) -> dict[str, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("traces", nargs="*", type=Path, help="more Mooncake JSONL traces")
+    parser.add_argument("traces", nargs="*", type=Path, help=TRACES_HELP)
     parser.add_argument("--halves", action="store_true", help="also run each trace's halves")
     add_peer_flags(parser)
     args = parser.parse_args()

@@ -22,7 +22,7 @@ from typing import Any
 
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 
-from bench.tooling.common import CAPACITIES, emit, named_traces, trace
+from bench.tooling.common import CAPACITIES, TRACES_HELP, emit, named_traces, trace
 from bench.tooling.vllm_config import kvscope_manager
 from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.policies.registry import policy_names
@@ -68,7 +68,7 @@ def _ratios(requests: list[list[int]], policy: str, capacity: int) -> tuple[floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("traces", nargs="*", type=Path, help="more Mooncake traces")
+    parser.add_argument("traces", nargs="*", type=Path, help=TRACES_HELP)
     parser.add_argument("--policy", default="gated", choices=policy_names())
     args = parser.parse_args()
     workloads = [("bundled", trace()[1])]

@@ -36,6 +36,10 @@ def trace() -> tuple[Path, list[list[int]]]:
     return path, load_trace(path)
 
 
+TRACES_HELP: Final = "Mooncake JSONL traces to run after the bundled one, which always runs"
+"""The help of a benchmark's TRACE arguments: "more traces" left unsaid more than what."""
+
+
 def named_traces(
     parser: argparse.ArgumentParser, paths: Sequence[Path]
 ) -> list[tuple[Path, list[list[int]]]]:
