@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         "trace",
         nargs="?",
         metavar="TRACE",
-        help="Mooncake JSONL trace (default: the bundled conversation trace)",
+        help="Mooncake JSONL trace, - for standard input (default: the bundled conversation trace)",
     )
     replay_cmd.add_argument(
         "--capacity", type=_capacities, default=[DEFAULT_CAPACITY], metavar="BLOCKS[,BLOCKS...]",

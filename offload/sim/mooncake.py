@@ -38,6 +38,9 @@ MAX_REQUESTS: Final = 2**26
 """Requests in one trace: each is a list held whether or not it names a block, so a
 stream of empty requests (``yes '{"hash_ids": []}'``) is bounded too."""
 
+STDIN: Final = "-"
+"""The trace name that reads standard input."""
+
 GZIP_MAGIC: Final = b"\x1f\x8b"
 UTF8_BOM: Final = b"\xef\xbb\xbf"
 """Written first by some Windows tools; not JSON, so it is skipped."""
@@ -58,19 +61,19 @@ def bundled_trace_path() -> Path:
 
 
 def load_trace(path: str | Path) -> list[list[int]]:
-    """Every request's block hashes, in trace order.
+    """Every request's block hashes, in trace order; ``-`` reads standard input.
 
-    Read a line at a time (a pipe such as ``<(zcat trace.gz)`` works), each line
-    at most ``MAX_LINE_BYTES``, the whole at most ``MAX_BLOCK_REFS``
-    references in at most ``MAX_REQUESTS`` requests: a trace is held in memory
-    whole, so a device or a runaway file is refused before it takes the
-    machine's memory.
+    Read a line at a time (a pipe such as ``<(zcat trace.gz)`` or ``zcat
+    trace.gz | kvscope replay -`` works), each line at most ``MAX_LINE_BYTES``,
+    the whole at most ``MAX_BLOCK_REFS`` references in at most
+    ``MAX_REQUESTS`` requests: a trace is held in memory whole, so a device or
+    a runaway file is refused before it takes the machine's memory.
     """
     if not str(path):
         raise TraceError("trace path is empty")  # Path("") is ".", the working directory
     path = Path(path)
     try:
-        with path.open("rb") as file:
+        with _opened(path) as file:
             mode = os.fstat(file.fileno()).st_mode
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
                 raise TraceError(f"trace path is a device, not a file: {shown(path)}")
@@ -90,6 +93,15 @@ def load_trace(path: str | Path) -> list[list[int]]:
             f"trace {shown(path)} holds no block references: every 'hash_ids' is empty"
         )
     return requests
+
+
+def _opened(path: Path) -> BinaryIO:
+    """The trace's bytes: the file, or for ``-`` (the convention of Unix tools) standard
+    input, which was "trace file not found: -". Closing it closes a duplicate of the
+    descriptor, so standard input stays open for the rest of the process."""
+    if str(path) == STDIN:
+        return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    return path.open("rb")
 
 
 def _read_requests(file: BinaryIO, name: str) -> list[list[int]]:

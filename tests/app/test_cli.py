@@ -623,3 +623,25 @@ def test_demo_on_every_address_prints_a_url_this_machine_can_open(host: str) -> 
     assert url.startswith(f"http://{loopback}:"), line
     assert status == 200
     assert process.returncode == 0
+
+
+def test_a_trace_piped_to_dash_replays_as_the_file_does(trace_slice: Path) -> None:
+    """``zcat trace.gz | kvscope replay -`` was "trace file not found: -"."""
+
+    def replay(trace: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli", "replay", trace, "--capacity", "200", "--json"],
+            input=stdin, capture_output=True, timeout=120, env=environment(),
+        )  # fmt: skip
+
+    piped = replay("-", trace_slice.read_bytes())
+    assert piped.returncode == 0, piped.stderr
+    read = json.loads(replay(str(trace_slice), b"").stdout)
+    totals = json.loads(piped.stdout)
+    assert totals["trace"] == "-"
+    assert {k: totals[k] for k in ("requests", "block_refs", "hits")} == {
+        k: read[k] for k in ("requests", "block_refs", "hits")
+    }
+    malformed = replay("-", b'{"hash_ids": [1]}\n{"hash_ids": [1, 2\n')
+    assert malformed.returncode == 2
+    assert malformed.stderr.decode().startswith("kvscope: error: -:2: not valid JSON")
