@@ -60,7 +60,9 @@ class CPUOffloadingManager(OffloadingManager):
         attribute_misses: bool = True,
     ) -> None:
         """``attribute_misses=False`` leaves ``misses`` at zero and saves its cost on every
-        lookup, store and eviction (the baseline bench.insight_overhead measures it against)."""
+        lookup, store and eviction (the baseline bench.insight_overhead measures it against;
+        the sidecar's shadow tiers, whose misses nothing reads), and its memory: what it
+        would remember is sized for a tier of one block."""
         positive_count("block_size", block_size, MAX_BLOCK_SIZE)
         positive_count("num_blocks", num_blocks, MAX_NUM_BLOCKS)
         self.block_size = block_size
@@ -68,7 +70,7 @@ class CPUOffloadingManager(OffloadingManager):
         self.policy = make_policy(cache_policy, num_blocks)
         self.pool = BlockPool(num_blocks)
         self.stats = ManagerStats()
-        self.misses = MissAttribution(num_blocks, HORIZON_CAPACITIES)
+        self.misses = MissAttribution(num_blocks if attribute_misses else 1, HORIZON_CAPACITIES)
         """Why lookups missed: the reason of each lookup's first missing block."""
         self._attributing = attribute_misses
         self._blocks = self.policy.blocks

@@ -5,6 +5,7 @@ subset of ARC at c + 1), so its curve needs one tier per capacity. Each
 shadow is a real ``CPUOffloadingManager`` driven by the canonical workload's
 ``run_request``, so a shadow hits exactly what a replay of the same requests
 would; on a sample, the capacities are scaled by the rate (see estimator).
+Nothing reads a shadow's miss reasons, so its manager keeps none.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class ShadowTiers:
         # make_policy refuses an unknown name, naming the known ones.
         self._tiers = {
             policy: [
-                CPUOffloadingManager(_BLOCK_SIZE, c, policy) if c else None for c in self.capacities
+                CPUOffloadingManager(_BLOCK_SIZE, c, policy, attribute_misses=False) if c else None
+                for c in self.capacities
             ]
             for policy in policies
         }
