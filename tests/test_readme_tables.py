@@ -22,6 +22,7 @@ from app.api import create_app
 from app.cli import build_parser
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
+from offload.cpu.policies.registry import metadata_bytes_per_slot, policy_names
 from offload.telemetry import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,6 +108,14 @@ def test_the_metric_table_is_the_metric_definitions() -> None:
             assert (specs[name].kind, specs[name].labels) == (kind, expected), name
             seen.add(name)
     assert seen == set(specs), f"metrics the table leaves out: {sorted(set(specs) - seen)}"
+
+
+def test_the_shadow_memory_table_is_what_each_policy_states() -> None:
+    stated = {
+        code_spans(policy)[0]: readme_default(per_slot)
+        for policy, per_slot, _ in table("| Policy | Per slot |")
+    }
+    assert stated == {name: metadata_bytes_per_slot(name) for name in policy_names()}
 
 
 def test_the_route_table_is_the_routes_the_app_serves() -> None:

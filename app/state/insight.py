@@ -16,8 +16,9 @@ once half of them are new.
 The simulations are rebuilt from nothing when the stream they model
 changes: another rate, seed, policy, capacity or block size, or a publisher
 that restarted (its sample sequence went back). Their memory is bounded by
-``InsightConfig.max_bytes``, estimated per block held: where the tier is
-too large for it at the worker's rate, the sample is sampled further (the
+``InsightConfig.max_bytes``, estimated per block held (in a shadow tier, what
+its policy states a slot keeps at most, histories full: offload/insight/shadow.py):
+where the tier is too large for it at the worker's rate, the sample is sampled further (the
 same hash test at a lower rate keeps a subset of the worker's blocks), and
 the curve is corrected for that rate as for the worker's.
 """
@@ -46,19 +47,17 @@ from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
 from offload.insight.estimator import STACK_POLICY, CurveEstimator
 from offload.insight.sampling import SpatialSampler
+from offload.insight.shadow import max_bytes, slot_bytes
 from offload.insight.window_optimum import (
     WINDOW_CAPACITIES,
     WindowOptimum,
     WindowResult,
 )
-from offload.wire.sample_frame import SampleFrame
+from offload.wire.sample_frame import MIN_SAMPLE_RATE, SampleFrame
 
 STACK_BYTES_PER_BLOCK: Final = 256
 """Estimated memory of one hash on the LRU stack (two dict entries and the hash),
 measured with tracemalloc; rounded up."""
-SHADOW_BYTES_PER_BLOCK: Final = 1024
-"""Estimated memory of one block resident in a shadow tier (the manager's maps, the
-policy's lists, an ARC ghost beside it), measured with tracemalloc; rounded up."""
 WINDOW_BYTES_PER_REF: Final = 512
 """Estimated memory of one sampled reference in the optimum's window, with its share of a
 recomputation's tables and tier, measured with tracemalloc; rounded up."""
@@ -301,12 +300,21 @@ class PublisherInsight:
             else None
         )
         shadow_bytes = curve_bytes - (stack_bytes if stacked else 0.0)
-        shadow = (
-            min(stream.rate, shadow_bytes / SHADOW_BYTES_PER_BLOCK / (shadows * sum(capacities)))
-            if shadows
-            else None
-        )
+        shadow = self._shadow_rate(stream, capacities, shadow_bytes) if shadows else None
         return Rates(stack, shadow, window)
+
+    def _shadow_rate(self, stream: SampledStream, capacities: Sequence[int], room: float) -> float:
+        """The highest rate, at most the worker's, whose shadow tiers fit ``room`` bytes full.
+
+        At rate r a tier of c has at most r * c + 1 slots (rounded, at least one), so the
+        tiers keep at most what tiers of one slot do, plus r times every slot of
+        ``capacities``. Where even tiers of one slot overflow the room, the lowest rate a
+        worker may send is the least the shadows can do.
+        """
+        policies = self._shadow_policies
+        fixed = max_bytes(policies, [1] * len(capacities))
+        per_rate = slot_bytes(policies) * sum(capacities)
+        return min(stream.rate, max(MIN_SAMPLE_RATE, (room - fixed) / per_rate))
 
     def _queue_shadows(
         self, sampled: list[Sequence[BlockHash]], refs: list[int], unsampled: int, block_refs: int
@@ -455,8 +463,9 @@ class PublisherInsight:
         with self.lock:
             stack = self._stack.held_blocks if self._stack is not None else 0
             shadows = self._shadows.held_blocks if self._shadows is not None else 0
+            shadow_bytes = self._shadows.shadow_bytes if self._shadows is not None else 0
             window = self._window.refs if self._window is not None else 0
-        size = stack * STACK_BYTES_PER_BLOCK + shadows * SHADOW_BYTES_PER_BLOCK
+        size = stack * STACK_BYTES_PER_BLOCK + shadow_bytes
         return stack + shadows, size + window * WINDOW_BYTES_PER_REF
 
 

@@ -55,7 +55,8 @@ class CurveEstimator:
     Memory: the stack holds at most ``rate`` x the largest capacity hashes,
     and each shadow at most its scaled capacity (plus what its policy keeps
     of history, bounded by the policy at that capacity: ARC's ghost lists);
-    ``held_blocks`` reads it, ``max_held_blocks`` is the bound.
+    ``held_blocks`` reads it, ``max_held_blocks`` is the bound, and
+    ``shadow_bytes`` the shadows' bytes at what each policy states per slot.
     """
 
     def __init__(
@@ -89,6 +90,11 @@ class CurveEstimator:
     def held_blocks(self) -> int:
         stack = self._stack.held_blocks if self._stack else 0
         return stack + self._shadows.held_blocks
+
+    @property
+    def shadow_bytes(self) -> int:
+        """The shadow tiers' memory now, estimated (``ShadowTiers.estimated_bytes``)."""
+        return self._shadows.estimated_bytes
 
     @property
     def touched_blocks(self) -> int:

@@ -25,6 +25,9 @@ class ARCCachePolicy(CachePolicy):
     """ARC with ghost lists, an adaptive T1 target and scan resistance."""
 
     name = "arc"
+    metadata_bytes_per_slot = 1536
+    """A resident block and, at most, a ghost hash per slot: the Python forms' cost, rounded
+    up (tests/offload/test_policy_memory.py holds it)."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)

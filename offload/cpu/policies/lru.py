@@ -54,6 +54,9 @@ class LRUCachePolicy(CachePolicy):
     """
 
     name = "lru"
+    metadata_bytes_per_slot = 1024
+    """A resident block's slot, its rank and its hash, nothing else: the Python forms' cost,
+    rounded up (tests/offload/test_policy_memory.py holds it)."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)

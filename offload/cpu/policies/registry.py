@@ -52,6 +52,12 @@ def register_policy(policy_cls: type[CachePolicy]) -> type[CachePolicy]:
         )
     if name == OPTIMUM:
         raise ValueError(f"cache policy name {OPTIMUM!r} is the offline optimum's")
+    per_slot = getattr(policy_cls, "metadata_bytes_per_slot", None)
+    if type(per_slot) is not int or per_slot < 1:
+        raise ValueError(
+            f"{policy_cls.__name__}.metadata_bytes_per_slot={per_slot!r:.80} must be a whole "
+            "number of bytes >= 1: the most a tier of it keeps per slot (see CachePolicy)"
+        )
     held = _POLICIES.get(name)
     if held is not None and held is not policy_cls:
         raise ValueError(
@@ -59,6 +65,11 @@ def register_policy(policy_cls: type[CachePolicy]) -> type[CachePolicy]:
         )
     _POLICIES[name] = policy_cls
     return policy_cls
+
+
+def metadata_bytes_per_slot(name: str) -> int:
+    """What the policy registered as ``name`` states it keeps per slot at most."""
+    return _POLICIES[name].metadata_bytes_per_slot
 
 
 def make_policy(name: str, capacity: int) -> CachePolicy:
