@@ -83,9 +83,9 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     name = "gated"
     metadata_bytes_per_slot = 96 * 1024
     """Mostly offer histories of ``OFFERS_PER_SLOT`` hashes per slot: the tier's, and each
-    model's, whose slots are the tier's own below ``2 * MODEL_SLOTS``: a tier of fewer
-    slots keeps six histories per slot, the most. The Python forms' cost there, rounded up
-    (tests/offload/test_policy_memory.py holds it)."""
+    gated model's (four of the five), whose slots are the tier's own below
+    ``2 * MODEL_SLOTS``: a tier of fewer slots keeps five histories per slot, the most.
+    The Python forms' cost there, rounded up (tests/offload/test_policy_memory.py holds it)."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
