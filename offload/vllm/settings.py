@@ -48,6 +48,19 @@ MAX_NAMED_KEYS = 5
 CHUNK_ALIGNMENT = mmap.PAGESIZE
 """A chunk's bytes are rounded up to a page, as vLLM's CPU spec sizes its region."""
 
+MAX_STORE_THRESHOLD = 2**16
+"""Most offers ``store_threshold`` may ask of a chunk. The threshold takes no memory (the
+tracker is bounded by ``max_tracker_size`` whatever it is), but a chunk offered 65,536
+times before its first store is a tier that never stores: a larger value is a typo or a
+units mistake (10**30 was taken), turning offloading off without a word."""
+
+MAX_TRACKER_SIZE = 2**24
+"""Most chunks whose offers the reuse filter tracks: 262 times vLLM's default of 64,000,
+the offers of 16.7M chunks (268M tokens in blocks of 16), yet at about 175 bytes an
+entry (a 32-byte key in an OrderedDict, measured 2026-11-29) at most 3 GiB of the
+scheduler's memory, which the tier's memory check does not count. Unbounded, 10**30 was
+taken and the tracker grew with every chunk ever offered."""
+
 BOOKKEEPING_BYTES_PER_CHUNK = 2048
 """The scheduler's records of one chunk of a full tier, counted with the chunk's bytes by
 the memory check: its slot, key, policy entries and miss-attribution tables took 650
@@ -99,11 +112,12 @@ def read_settings(
     _check_known(extra_config)
     check_vllm_keys(extra_config)
     policy = _policy(extra_config)
-    store_threshold = positive_int(
-        "store_threshold", extra_config.get("store_threshold", 0), minimum=0
-    )
-    max_tracker_size = positive_int(
-        "max_tracker_size", extra_config.get("max_tracker_size", 64_000)
+    store_threshold = read_store_threshold(extra_config)
+    max_tracker_size = _bounded(
+        "max_tracker_size",
+        extra_config.get("max_tracker_size", 64_000),
+        MAX_TRACKER_SIZE,
+        "the most chunks kvscope tracks offers of",
     )
     endpoint = _endpoint(extra_config, "kvscope_endpoint", data_parallel_rank)
     replay = _endpoint(extra_config, "kvscope_replay_endpoint", data_parallel_rank)
@@ -123,6 +137,29 @@ def read_settings(
     return SpecSettings(
         num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay, sample_rate
     )
+
+
+def read_store_threshold(extra_config: Mapping[str, Any]) -> int:
+    """``store_threshold``, 0 when not given; vLLM reads it apart from the spec too, to
+    define the metrics (``KVScopeOffloadingSpec.build_metric_definitions``)."""
+    return _bounded(
+        "store_threshold",
+        extra_config.get("store_threshold", 0),
+        MAX_STORE_THRESHOLD,
+        "the most offers kvscope asks before storing a chunk",
+        minimum=0,
+    )
+
+
+def _bounded(key: str, given: Any, maximum: int, why: str, *, minimum: int = 1) -> int:
+    """``key``'s whole number, ``given``, refused past ``maximum``; ``why`` says what the
+    maximum is, for the error."""
+    number = positive_int(key, given, minimum=minimum)
+    if number > maximum:
+        raise ConfigError(
+            f"kv_connector_extra_config {key}={shown_repr(given)} must be at most {maximum}, {why}"
+        )
+    return number
 
 
 def _check_known(extra_config: Mapping[str, Any]) -> None:
@@ -153,14 +190,13 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> tuple[
     if has_bytes and has_count:
         raise ConfigError("give one of cpu_bytes_to_use and num_cpu_blocks, not both")
     if has_count:
-        given_count = extra_config["num_cpu_blocks"]
-        count = positive_int("num_cpu_blocks", given_count)
-        if count > MAX_NUM_BLOCKS:
-            # Else the manager refuses it, naming its own argument, or fails allocating.
-            raise ConfigError(
-                f"kv_connector_extra_config num_cpu_blocks={shown_repr(given_count)} must be "
-                f"at most {MAX_NUM_BLOCKS}, the most chunks a kvscope tier holds"
-            )
+        # Bounded here, or the manager refuses it, naming its own argument, or fails allocating.
+        count = _bounded(
+            "num_cpu_blocks",
+            extra_config["num_cpu_blocks"],
+            MAX_NUM_BLOCKS,
+            "the most chunks a kvscope tier holds",
+        )
         return count, "num_cpu_blocks"
     if not has_bytes:
         raise ConfigError(

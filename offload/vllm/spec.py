@@ -19,12 +19,12 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.config import OffloadingConfig
 from vllm.v1.kv_offload.cpu.common import CPUOffloadingInfo
 
-from offload.cpu.config import ConfigError, positive_int
+from offload.cpu.config import ConfigError
 from offload.cpu.manager import CPUOffloadingManager
 from offload.insight.sampling import SpatialSampler
 from offload.shown import shown_repr
 from offload.vllm.manager import KVScopeManager
-from offload.vllm.settings import read_settings
+from offload.vllm.settings import read_settings, read_store_threshold
 from offload.vllm.stats import metric_definitions
 from offload.vllm.worker import KVScopeWorker, build_backend
 from offload.wire.publisher import BindError, EventPublisher
@@ -41,10 +41,7 @@ class KVScopeOffloadingSpec(OffloadingSpec):
     def build_metric_definitions(
         cls, extra_config: dict[str, Any]
     ) -> dict[str, OffloadingMetricMetadata]:
-        threshold = positive_int(
-            "store_threshold", extra_config.get("store_threshold", 0), minimum=0
-        )
-        return metric_definitions(threshold)
+        return metric_definitions(read_store_threshold(extra_config))
 
     @classmethod
     def config_info_keys(cls, extra_config: dict[str, Any]) -> tuple[str, ...]:

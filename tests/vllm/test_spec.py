@@ -17,7 +17,13 @@ from bench.tooling.vllm_config import SPEC, offloading_config
 from offload import policy_names
 from offload.cpu.config import ConfigError
 from offload.vllm import KVScopeOffloadingSpec
-from offload.vllm.settings import CHUNK_ALIGNMENT, SpecSettings, read_settings
+from offload.vllm.settings import (
+    CHUNK_ALIGNMENT,
+    MAX_STORE_THRESHOLD,
+    MAX_TRACKER_SIZE,
+    SpecSettings,
+    read_settings,
+)
 
 _MEMORY = "(this host's memory|the cgroup memory limit)"
 """The bound a tier too large for this machine passes: the host's, or a container's."""
@@ -276,6 +282,34 @@ def test_vllm_options_keep_their_meaning() -> None:
     manager = spec.get_manager()
     assert manager.store_threshold == 2
     assert manager.counts is not None
+
+
+@pytest.mark.parametrize(
+    ("key", "maximum"),
+    [("store_threshold", MAX_STORE_THRESHOLD), ("max_tracker_size", MAX_TRACKER_SIZE)],
+)
+def test_the_reuse_filters_keys_are_refused_past_their_bound(key: str, maximum: int) -> None:
+    """Any whole number was taken: a tracker of 10**30 chunks never forgot one, growing with
+    every chunk offered, and a threshold of 10**30 never stored one."""
+    extra = {"num_cpu_blocks": 8, "store_threshold": 2}
+    for too_many, shown in [
+        (maximum + 1, str(maximum + 1)),
+        (str(maximum + 1), f"'{maximum + 1}'"),
+        (10**30, "<an integer of more than 19 digits>"),
+    ]:
+        named = f"kv_connector_extra_config {key}={shown} must be at most {maximum}, "
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            KVScopeOffloadingSpec(offloading_config({**extra, key: too_many}))
+    manager = KVScopeOffloadingSpec(offloading_config({**extra, key: maximum})).get_manager()
+    assert getattr(manager, key) == maximum
+
+
+def test_vllms_metric_definitions_refuse_a_store_threshold_past_its_bound() -> None:
+    """vLLM defines the metrics from the extra config apart from the spec, so the bound holds
+    there too: a threshold one path took and the other refused was two readings of one key."""
+    too_many = {**SPEC, "store_threshold": MAX_STORE_THRESHOLD + 1}
+    with pytest.raises(ConfigError, match=f"store_threshold={MAX_STORE_THRESHOLD + 1} must be"):
+        KVScopeOffloadingSpec.build_metric_definitions(too_many)
 
 
 def test_an_out_of_tree_kvscope_policy_loads_from_its_module(
