@@ -7,7 +7,6 @@ kvscope does not honour, and both are errors rather than silently ignored.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import mmap
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from offload.decimal_text import fractional_number
 from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
 from offload.transfer.host_tier import size_text
+from offload.unknown_keys import unknown_keys
 from offload.vllm.host_memory import CGROUP_ROOT, PROC_ROOT, memory_bound
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
 from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
@@ -41,9 +41,6 @@ KVSCOPE_KEYS = frozenset(
         "sample_rate",
     }
 )
-
-MAX_NAMED_KEYS = 5
-"""Unknown keys an error names, so a config of a million keys makes one short line."""
 
 CHUNK_ALIGNMENT = mmap.PAGESIZE
 """A chunk's bytes are rounded up to a page, as vLLM's CPU spec sizes its region."""
@@ -163,24 +160,14 @@ def _bounded(key: str, given: Any, maximum: int, why: str, *, minimum: int = 1) 
 
 
 def _check_known(extra_config: Mapping[str, Any]) -> None:
-    """Refuse every key neither kvscope nor vLLM's connector reads, each named, with the
-    accepted key it is closest to: a misspelt key is otherwise an option silently unset."""
+    """Refuse every key neither kvscope nor vLLM's connector reads (offload/unknown_keys.py)."""
     accepted = sorted(KVSCOPE_KEYS | VLLM_KEYS)
-    unknown = sorted(str(key) for key in extra_config if key not in accepted)
-    if not unknown:
-        return
-    named = []
-    for key in unknown[:MAX_NAMED_KEYS]:
-        close = difflib.get_close_matches(key, accepted, n=1)
-        named.append(shown_repr(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
-    if len(unknown) > MAX_NAMED_KEYS:
-        named.append(f"and {len(unknown) - MAX_NAMED_KEYS} more")
-    raise ConfigError(
-        "kv_connector_extra_config has key(s) KVScopeOffloadingSpec does not read: "
-        + ", ".join(named)
-        + "; it accepts: "
-        + ", ".join(accepted)
-    )
+    unknown = unknown_keys(extra_config, accepted)
+    if unknown is not None:
+        raise ConfigError(
+            "kv_connector_extra_config has key(s) KVScopeOffloadingSpec does not read: "
+            f"{unknown}; it accepts: " + ", ".join(accepted)
+        )
 
 
 def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> tuple[int, str]:
