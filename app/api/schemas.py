@@ -7,6 +7,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, Field
 
 from app.api.hash_text import BlockHashInput, render_block_hash
+from app.api.strict_body import StrictBody
 from app.decode import DEFAULT_MEDIUM
 from app.state.block_index import BlockEntry
 from app.state.event_log import LoggedEvent
@@ -200,7 +201,7 @@ class BlockPage(BaseModel):
     next_cursor: int | None = Field(description="Pass as `cursor` for the next page.")
 
 
-class LookupRequest(BaseModel):
+class LookupRequest(StrictBody):
     block_hashes: list[BlockHashInput] = Field(
         max_length=MAX_LOOKUP_HASHES, description="A prompt's block-hash chain."
     )

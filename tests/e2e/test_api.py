@@ -8,6 +8,7 @@ with httpx. Waits poll the API for up to WAIT_S; nothing asserts on time.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -208,6 +209,49 @@ def test_blocks_pages_filters_detail_and_lookup(workers: list[Worker]) -> None:
         assert match == {"runs": {"CPU": 4, "GPU": 2}, "break_index": 4}
         bad = http.post("/api/v1/lookup", json={"block_hashes": ["1", "nope"]})
         assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == 1
+
+
+def test_a_lookup_body_with_a_key_it_does_not_take_is_a_422_naming_the_key(
+    workers: list[Worker],
+) -> None:
+    """Unknown keys were dropped: a typo (``block_hash``) was answered as a missing field,
+    and ``{"block_hashes": [...], "extra": 1}`` as if ``extra`` meant something."""
+    a, _ = workers
+    with serve(a) as http:
+        connect(http, a)
+        a.store(1, 2, 3)
+        wait_for(lambda: stats(http)["tracked_blocks"], lambda n: n == 3, "blocks indexed")
+
+        def refused(body: dict[str, Any]) -> str:
+            # A lone surrogate goes as JSON's \\ud800 escape, which httpx's json= cannot write.
+            sent = json.dumps(body).encode()
+            answer = http.post(
+                "/api/v1/lookup", content=sent, headers={"Content-Type": "application/json"}
+            )
+            assert answer.status_code == 422, answer.text
+            assert len(answer.content) < 2000  # one error, the body's echo cut
+            [error] = answer.json()["detail"]
+            assert (error["type"], error["loc"]) == ("extra_forbidden", ["body"])
+            return error["msg"]
+
+        assert refused({"block_hashes": [1, 2], "extra": 1}) == (
+            "the body has key(s) it does not take: 'extra'; it takes: block_hashes"
+        )
+        assert refused({"block_hash": [1, 2]}) == (
+            "the body has key(s) it does not take: 'block_hash' (did you mean "
+            "'block_hashes'?); it takes: block_hashes"
+        )
+        # Escaped and cut as every message is, and at most five named: one short line.
+        forged = refused({"block_hashes": [1], "x\n{y}\ud800" + "z" * 1000: 1})
+        assert forged.startswith("the body has key(s) it does not take: 'x\\n{y}\\ud800zzz")
+        assert "\n" not in forged and len(forged) < 300
+        many = refused({"block_hashes": [1], **{f"k{n:06}": n for n in range(100_000)}})
+        assert "'k000004', and 99995 more; it takes: block_hashes" in many
+
+        chain = http.post("/api/v1/lookup", json={"block_hashes": [1, 2, 3, 4]})
+        assert chain.json() == {"runs": {"CPU": 3}, "break_index": 3}
+        schema = http.get("/openapi.json").json()["components"]["schemas"]["LookupRequest"]
+        assert schema["additionalProperties"] is False
 
 
 def test_events_json_and_stream_resume_with_last_event_id(workers: list[Worker]) -> None:
