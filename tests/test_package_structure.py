@@ -50,6 +50,7 @@ LAYERS = {
         "base": 0,
         "shown": 0,
         "decimal_text": 0,
+        "unknown_keys": 0,
         "wire": 1,
         "telemetry": 2,
         "cpu": 3,
