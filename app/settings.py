@@ -392,10 +392,11 @@ class SidecarSettings(BaseSettings):
         default=4 * KiB,
         ge=0,
         le=1024 * MiB,
-        description="Fewest bytes a second a client must read, averaged over each "
-        "send_timeout_s, while the server holds bytes of its response unsent (an idle event "
-        "stream holds none); a slower reader's response is cut and the connection closed "
-        "(counted). 0: only a client that reads nothing is cut.",
+        description="Fewest bytes a second a client must read while the server holds bytes "
+        "of its response unsent (an idle event stream holds none), averaged over all that "
+        "time from the end of its first send_timeout_s (its grace) until nothing is left to "
+        "send; a slower reader's response is cut and the connection closed (counted). 0: "
+        "only a client that reads nothing is cut.",
     )
     max_connections: DecimalInt = Field(
         default=1024,

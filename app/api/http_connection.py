@@ -28,18 +28,19 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   server's write buffer is full is cut, dropping what is buffered
   (``send_timeout``): the response's ``send`` returns, as for a client gone.
   So is one its client reads less than ``min_send_bytes_per_s`` of, averaged
-  over each such window after the first (its grace), unless it read all that
-  waited (``send_too_slow``): a client that read a byte every 29 s held its
-  buffer, a 20 MiB answer, for good, and a dozen such held
-  ``response_buffer_bytes``. A client that reads enough is given the window
-  again. The same deadline runs once an answer is written whole with some of
-  it unsent, however little: an answer under the high-water mark never
-  filled the buffer, and a close (at uvicorn's keep-alive timeout, or after
-  a ``connection: close``) waits for the buffer to drain, so a client that
-  read nothing of it held its connection for good. Neither runs while
-  nothing waits to be sent (an idle event stream) nor while an answer is
-  being written below the mark, where the server adds to the buffer as the
-  client reads it.
+  over all the time it kept the server waiting since its first such window
+  (its grace), until nothing is left to send (``send_too_slow``): a client
+  that read a byte every 29 s held its buffer, a 20 MiB answer, for good, and
+  a dozen such held ``response_buffer_bytes``; one that drained the buffer
+  below the low-water mark once a window was given a new grace each time
+  (app/api/send_wait.py). The same deadline runs once an answer is written
+  whole with some of it unsent, however little: an answer under the
+  high-water mark never filled the buffer, and a close (at uvicorn's
+  keep-alive timeout, or after a ``connection: close``) waits for the buffer
+  to drain, so a client that read nothing of it held its connection for good.
+  Neither runs while nothing waits to be sent (an idle event stream) nor
+  while an answer is being written below the mark, where the server adds to
+  the buffer as the client reads it.
 - past ``max_connections`` open connections a new one is answered 503 and
   closed before its request is read (``connections_full``).
 - past ``max_pipelined`` requests queued behind the one being answered
@@ -96,6 +97,7 @@ from app.api.guards.security_headers import HEADERS
 from app.api.http_counts import HttpCounts, Refusal
 from app.api.limits import HttpLimits
 from app.api.response_buffers import ResponseBuffers
+from app.api.send_wait import SendWait
 
 _SECURITY_HEADERS: Final = b"".join(name + b": " + value + b"\r\n" for name, value in HEADERS)
 """What the guards add to every response (app/api/guards/security_headers.py), for the refusals
@@ -130,10 +132,11 @@ class BoundedConnection(HttpToolsProtocol):
         self._head_deadline: asyncio.TimerHandle | None = None
         self._body_deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
-        self._buffered = 0  # the write buffer's size when the send deadline was set
-        self._rated = False
-        """Whether the send deadline's window asks for ``min_send_bytes_per_s`` (from the
-        second window in a row on: the first is the client's grace)."""
+        """When the send wait's window ends, or, while the server writes below the mark with
+        bytes of a wait unsent, when to look whether they drained (ending the wait)."""
+        self._send_wait: SendWait | None = None
+        """The wait on the client to read what is held (app/api/send_wait.py), until nothing
+        is left to send (``_watch_sending``)."""
         self._ignoring = False
         """Whether the pipeline filled or a request was refused: what the client sends from
         then on is dropped."""
@@ -347,24 +350,50 @@ class BoundedConnection(HttpToolsProtocol):
         self.buffers.resumed(self.transport)
         self._watch_sending()
 
-    def _watch_sending(self, rated: bool = False) -> None:
-        """Start the send deadline anew from the buffer's size now where only the client's
-        reading can shrink the buffer: while it is full (uvicorn writes no more until it
-        drains), or while no answer is being written and some of the last is unsent. An
-        answer being written below the mark adds to the buffer as the client reads it, so
-        there the deadline is stopped (it starts again at the mark or at the answer's end).
-        ``rated``: the window follows one the client passed, and asks for the rate.
+    def _watch_sending(self) -> None:
+        """Measure the send wait where only the client's reading can shrink the buffer: while
+        it is full (uvicorn writes no more until it drains), or while no answer is being
+        written and some of the last is unsent. An answer being written below the mark adds
+        to the buffer as the client reads it, so there the wait is not measured (it is again
+        at the mark or at the answer's end) but looked at (``_look_at_wait``).
+
+        The wait ends, and the next one has its grace, once nothing is left to send: the
+        buffer found empty at an answer's end, at a window's, or at a look. A drain below the
+        low-water mark that empties it mid-answer does not: the kernel took the rest into its
+        own buffers, read or not, and uvicorn writes on at once (a client reading 100 KiB/s
+        emptied it so every time).
         """
         if self._send_deadline is not None:
             self._send_deadline.cancel()
             self._send_deadline = None
+        size = self.transport.get_write_buffer_size()
+        now = self.loop.time()
+        wait = self._send_wait
+        if wait is not None:
+            wait.pause(now, size)
         answering = self._answering
         idle = answering is None or answering.response_complete
-        if self.flow.write_paused or (idle and self.transport.get_write_buffer_size()):
-            self._buffered = self.transport.get_write_buffer_size()
-            self._rated = rated
+        timeout = self.limits.send_timeout_s
+        if size and (self.flow.write_paused or idle):
+            if wait is None:
+                wait = self._send_wait = SendWait(timeout, self.limits.min_send_bytes_per_s)
+            left = wait.measure(now, size)
+            self._send_deadline = self.loop.call_later(left, self._send_late, wait)
+        elif idle:
+            self._send_wait = None
+        elif wait is not None:
+            self._send_deadline = self.loop.call_later(timeout, self._look_at_wait)
+
+    def _look_at_wait(self) -> None:
+        """End the send wait if its buffer is empty ``send_timeout_s`` into an answer being
+        written below the mark (an event stream with nothing to send: the next wait has its
+        grace), else look again as long."""
+        self._send_deadline = None
+        if self.transport.get_write_buffer_size():
             timeout = self.limits.send_timeout_s
-            self._send_deadline = self.loop.call_later(timeout, self._send_late)
+            self._send_deadline = self.loop.call_later(timeout, self._look_at_wait)
+        else:
+            self._send_wait = None
 
     def _arm_head_deadline(self) -> None:
         self._head_deadline = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
@@ -397,23 +426,20 @@ class BoundedConnection(HttpToolsProtocol):
             self.counts.refuse("body_timeout")
             self.transport.abort()
 
-    def _send_late(self) -> None:
-        """Cut the response if its client read too little of the buffer since the deadline
-        was set: nothing (``send_timeout``), or, after its first window, less than
-        ``min_send_bytes_per_s`` for the window unless it read all that waited
-        (``send_too_slow``). A client that reads that much gets another window while bytes
-        are held.
-
-        The first window of a wait asks for a byte only, the client's grace: one busy with
-        what it read before has had no time to show a rate, and in that window the kernel
-        still takes bytes into its buffers whether the client reads or not."""
+    def _send_late(self, wait: SendWait) -> None:
+        """End ``wait``'s window: cut the response of a client that read too little
+        (``SendWait.window_end``), unless it read all that waited."""
         self._send_deadline = None
-        drained = self._buffered - self.transport.get_write_buffer_size()
-        rate = self.limits.min_send_bytes_per_s if self._rated else 0
-        if drained >= min(self._buffered, max(1, int(rate * self.limits.send_timeout_s))):
-            self._watch_sending(rated=True)
+        size = self.transport.get_write_buffer_size()
+        if not size:
+            self._send_wait = None
             return
-        self.counts.refuse("send_timeout" if drained <= 0 else "send_too_slow")
+        refusal = wait.window_end(self.loop.time(), size)
+        if refusal is None:
+            timeout = self.limits.send_timeout_s
+            self._send_deadline = self.loop.call_later(timeout, self._send_late, wait)
+            return
+        self.counts.refuse(refusal)
         self.transport.abort()  # close() would wait for the buffer to drain: for ever
 
     def _declares_body(self) -> bool:

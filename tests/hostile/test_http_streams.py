@@ -914,12 +914,12 @@ def test_an_answer_larger_than_the_budget_is_served_while_nothing_else_is_held()
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 2
 
 
-def read_slowly(sock: socket.socket) -> int:
+def read_slowly(sock: socket.socket, most: int | None = None) -> int:
     """Bytes read a KiB at a time with a pause after each (at most 100 KiB a second), until
-    the server ends the connection."""
+    the server ends the connection or ``most`` are read."""
     received = 0
     try:
-        while part := sock.recv(KIB):
+        while (most is None or received < most) and (part := sock.recv(KIB)):
             received += len(part)
             time.sleep(0.01)
     except ConnectionResetError:
@@ -956,6 +956,24 @@ def test_a_reader_below_the_least_rate_is_cut_counted_and_its_bytes_let_go() -> 
             record(state, events=1)
             assert next(events)["id"] == state.event_log.last_id
         assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_too_slow") == 1
+
+
+def test_a_reader_that_drains_the_buffer_now_and_then_is_held_to_the_rate_all_along() -> None:
+    """Each drain below the low-water mark began a new window, with a new grace: an answer
+    written in pieces (here a resume from id 0, a chunk at a time) to a client that drained
+    the 48 KiB between the marks once a window was held to that, about 1.6 KiB/s at the
+    defaults. The rate holds over all the time the client keeps the server waiting."""
+    limits = HttpLimits(send_timeout_s=2.0, min_send_bytes_per_s=MiB, sse_chunk_bytes=16 * KIB)
+    app, state = sidecar_app(limits)
+    for batch in range(10):  # 500 events of 1,000 hashes: 4 MiB or so from id 0
+        record(state, events=50, hashes=1000, first_hash=batch * 50_000)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        sock = raw_connection(url, stream_request(url, 0), receive_buffer=4096)
+        # At most 100 KiB/s: a drain below the mark each second or so, a tenth of the rate
+        assert read_slowly(sock, most=3 * MiB) < 3 * MiB  # cut short
+        assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_too_slow") == 1
+        assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_timeout") == 0
+        wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "the stream ends")
 
 
 # --- requests queued behind an answer, bounded in bytes ------------------------------------
