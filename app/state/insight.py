@@ -309,12 +309,14 @@ class PublisherInsight:
         At rate r a tier of c has at most r * c + 1 slots (rounded, at least one), so the
         tiers keep at most what tiers of one slot do, plus r times every slot of
         ``capacities``. Where even tiers of one slot overflow the room, the lowest rate a
-        worker may send is the least the shadows can do.
+        worker may send is the least the shadows can do; short of that, the rate may go
+        below it (a tier of 2**48 blocks at that rate would still hold millions).
         """
         policies = self._shadow_policies
-        fixed = max_bytes(policies, [1] * len(capacities))
-        per_rate = slot_bytes(policies) * sum(capacities)
-        return min(stream.rate, max(MIN_SAMPLE_RATE, (room - fixed) / per_rate))
+        spare = room - max_bytes(policies, [1] * len(capacities))
+        if spare <= 0:
+            return min(stream.rate, MIN_SAMPLE_RATE)
+        return min(stream.rate, spare / (slot_bytes(policies) * sum(capacities)))
 
     def _queue_shadows(
         self, sampled: list[Sequence[BlockHash]], refs: list[int], unsampled: int, block_refs: int
