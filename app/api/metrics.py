@@ -96,7 +96,8 @@ class SidecarCollector(Collector):
             yield family
         replays = CounterMetricFamily(
             "kvscope_sidecar_replays_total",
-            "Replays asked of publishers' replay sockets, by how they ended.",
+            "Replays of gaps from publishers' replay sockets, by how they ended (unstarted: its "
+            "socket could not be made, nothing was asked).",
             labels=["publisher", "outcome"],
         )
         for publisher in publishers:

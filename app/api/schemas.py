@@ -47,7 +47,8 @@ class PublisherInfo(BaseModel):
     replayed: int = Field(description="Batches applied from the publisher's replay socket.")
     replays: dict[str, int] = Field(
         description="Replays asked of its replay socket, by how they ended: complete, "
-        "timeout, deadline, oversize, malformed."
+        "timeout, deadline, oversize, malformed; unstarted: its socket could not be made "
+        "(no file descriptor left, an endpoint ZMQ cannot connect to) and nothing was asked."
     )
     held_dropped: int = Field(
         description="Live frames dropped while a replay held them past replay_hold_bytes."

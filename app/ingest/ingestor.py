@@ -214,7 +214,7 @@ class Ingestor:
                 try:
                     step()
                 except Exception as exc:  # as a message's: one step of one turn, not the thread
-                    # (a replay's socket refused for want of file descriptors, say)
+                    # (a bug, a MemoryError)
                     self._fault(f"bug:ingest:{step.__name__}", f"skipped {step.__name__}", exc)
 
     def _collect_young(self) -> None:
@@ -448,20 +448,37 @@ class Ingestor:
 
         Without a replay socket they are counted as missed at once (unless this
         is the publisher's first frame: a sidecar that started late misses
-        nothing) and the caller applies ``batch`` (number ``upto``) now.
-        ``batch`` is None when no frame showed the gap (frames dropped while held).
+        nothing) and the caller applies ``batch`` (number ``upto``) now; so too
+        when the replay socket cannot be made (no file descriptor left, an
+        endpoint ZMQ cannot connect to): the replay is counted "unstarted" and
+        logged, and ``batch``, no fault of its own, is applied all the same.
+        ``batch`` is None when no frame showed the gap (frames dropped while
+        held): a gap whose replay cannot start then is left for the next frame
+        to show, and to count once.
         """
         is_gap = state.last_seq is not None
-        state.gaps += is_gap
+        replay = None
         endpoint = state.source.replay_endpoint
-        if endpoint is None:
+        if endpoint is not None:
+            try:
+                replay = Replay(
+                    self._ctx, state, endpoint, self.config,
+                    first=first, upto=upto, trigger=None if batch is None else (upto, batch),
+                    is_gap=is_gap,
+                )  # fmt: skip
+            except zmq.ZMQError as exc:  # no bug, nor the frame's fault: ZMQ's reason says all
+                state.replays["unstarted"] += 1
+                _log.log(
+                    logging.ERROR,
+                    f"replay:unstarted:{state.name}",
+                    f"started no replay from {state.name}: {exc}",
+                )
+                if batch is None:
+                    return False
+        state.gaps += is_gap
+        if replay is None:
             state.missed += (upto - first) if is_gap else 0
             return False
-        replay = Replay(
-            self._ctx, state, endpoint, self.config,
-            first=first, upto=upto, trigger=None if batch is None else (upto, batch),
-            is_gap=is_gap,
-        )  # fmt: skip
         self._replays[replay.socket] = replay
         self._replaying[state.name] = replay
         self._poller.register(replay.socket, zmq.POLLIN)

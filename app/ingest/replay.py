@@ -89,9 +89,13 @@ class Replay:
         self._deadline = now + config.replay_deadline_s
         self._quiet_until = now + config.replay_timeout_s
         self.socket = receiving_socket(ctx, zmq.DEALER, config)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.connect(endpoint)
-        self.socket.send_multipart(replay_request(first), flags=zmq.NOBLOCK)
+        try:  # a ZMQError when ZMQ refuses the endpoint: the caller cannot close what it lacks
+            self.socket.setsockopt(zmq.LINGER, 0)
+            self.socket.connect(endpoint)
+            self.socket.send_multipart(replay_request(first), flags=zmq.NOBLOCK)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def missing(self) -> int:

@@ -15,18 +15,21 @@ PublisherSource = PublisherEndpoints | ListenStream
 """How the sidecar meets a publisher: it connects to its PUB socket, or the publisher
 connects to the sidecar's listen socket; either way it has a name and maybe a replay socket."""
 
-ReplayOutcome = Literal["complete", "timeout", "deadline", "oversize", "malformed"]
+ReplayOutcome = Literal["complete", "timeout", "deadline", "oversize", "malformed", "unstarted"]
 REPLAY_OUTCOMES: Final[tuple[ReplayOutcome, ...]] = (
     "complete",
     "timeout",
     "deadline",
     "oversize",
     "malformed",
+    "unstarted",
 )
 """How a replay ended: its answer ended (end marker, or the gap's last batch arrived);
 nothing arrived for ``replay_timeout_s``; it was still answering at ``replay_deadline_s``;
 its answers passed ``replay_max_bytes``; an answer broke the protocol (not four frames,
-a bad sequence frame, a sequence number that repeats or goes back)."""
+a bad sequence frame, a sequence number that repeats or goes back); or it never started,
+its socket refused (no file descriptor left, an endpoint ZMQ cannot connect to), so
+nothing was asked."""
 
 
 CONNECTED_WITHIN_S: Final = 10.0

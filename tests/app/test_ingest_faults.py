@@ -42,8 +42,8 @@ def stored(*hashes: int) -> OffloadingEvent:
 
 
 class ExpiryWithoutDescriptors(Ingestor):
-    """A real ingest thread whose replays' expiry fails every turn, as it does when a replay
-    it starts cannot have a socket for want of file descriptors."""
+    """A real ingest thread whose replays' expiry fails every turn, with the error a replay's
+    socket refused for want of file descriptors raises (which once got out of the expiry)."""
 
     def _expire_replays(self) -> None:
         raise zmq.ZMQError(errno.EMFILE)

@@ -24,9 +24,8 @@ from offload.base import OffloadingEvent
 from tests.support.http_app import in_process
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import (
-    Answerer,
     RawPublisher,
-    honest_answer,
+    gated_by,
     ingesting,
     kv_payload,
     wait_connected,
@@ -304,16 +303,6 @@ def test_payloads_nested_past_the_recursion_limit_are_malformed_and_ingest_goes_
             assert blocks(ingestor, raw.endpoints.endpoint) == {1, 3, 5}
     finally:
         raw.close()
-
-
-def gated_by(gate: threading.Event) -> Answerer:
-    """An honest answerer that waits for ``gate`` first: the replay stays open until then."""
-
-    def gated(raw: RawPublisher, identity: bytes, start: int) -> None:
-        gate.wait(30)
-        honest_answer(raw, identity, start)
-
-    return gated
 
 
 def test_live_frames_held_past_the_byte_bound_are_dropped_counted_and_replayed_later() -> None:

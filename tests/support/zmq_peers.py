@@ -42,6 +42,16 @@ def honest_answer(raw: RawPublisher, identity: bytes, start: int) -> None:
     raw.end(identity)
 
 
+def gated_by(gate: threading.Event) -> Answerer:
+    """An honest answerer that waits for ``gate`` first: the replay stays open until then."""
+
+    def gated(raw: RawPublisher, identity: bytes, start: int) -> None:
+        gate.wait(30)
+        honest_answer(raw, identity, start)
+
+    return gated
+
+
 class RawPublisher:
     """vLLM's protocol on real sockets, under the test's control: it can lose frames.
 
