@@ -477,7 +477,8 @@ class Ingestor:
                     return False
         state.gaps += is_gap
         if replay is None:
-            state.missed += (upto - first) if is_gap else 0
+            missed = _passed_over(state, first, upto, upto - first)
+            state.missed += missed if is_gap else 0
             return False
         self._replays[replay.socket] = replay
         self._replaying[state.name] = replay
@@ -497,6 +498,7 @@ class Ingestor:
             batch = decode_kv_payload(answer.payload)
         except ValueError:  # counted already where its live copy came ahead of its turn
             batch = _unreadable(0 if answer.seq in state.unreadable_ahead else 1)
+        state.unreadable_ahead.pop(answer.seq, None)  # used up: not among those it passes over
         self._apply(state, answer.seq, batch)
         replay.applied += 1
         state.replayed += 1
@@ -524,8 +526,8 @@ class Ingestor:
         del self._replaying[state.name]
         replay.close()
         state.replays[outcome] += 1
-        if replay.is_gap:
-            state.missed += replay.missing
+        missed = _passed_over(state, replay.first, replay.upto, replay.missing)
+        state.missed += missed if replay.is_gap else 0
         if outcome == "malformed":
             state.malformed += 1
         if outcome != "complete":
@@ -580,6 +582,17 @@ class Ingestor:
                 exc,
             )
         self.state.event_log.record(state.name, seq, batch)
+
+
+def _passed_over(state: PublisherState, first: int, upto: int, unapplied: int) -> int:
+    """How many of the ``unapplied`` numbers of ``first .. upto-1`` were missed, now that the
+    publisher's sequence passes them unfilled: all but those whose live payload was no batch,
+    counted malformed as it came (one frame, one count), which are forgotten here."""
+    ahead = state.unreadable_ahead
+    counted = [seq for seq in ahead if first <= seq < upto]
+    for seq in counted:
+        del ahead[seq]
+    return unapplied - len(counted)
 
 
 def _stream(message: _Batch | StatsFrame | _Sample) -> tuple[bytes, int | None]:

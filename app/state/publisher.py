@@ -67,8 +67,9 @@ class PublisherState:
     unreadable_ahead: dict[int, None] = field(default_factory=dict, repr=False)
     """Numbers past the next one whose live KV payload was no batch, counted in ``malformed``
     as it came: a replay that brings the same bytes later uses the number up without
-    counting them again. In arrival order, bounded by the ingest thread; emptied when the
-    publisher restarts."""
+    counting them again, and a gap left unfilled does not count it missed too. In arrival
+    order, bounded by the ingest thread; each forgotten once the sequence passes it, all when
+    the publisher restarts."""
     stats: StatsFrame | None = field(default=None, repr=False)
     worker: WorkerStats | None = field(default=None, repr=False)
     """Totals and rates, replaced (never mutated) with each stats frame."""

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.api import create_app
 from app.ingest.ingestor import UNREADABLE_AHEAD_KEPT
 from app.ingest.replay import HELD_FRAME_OVERHEAD
-from app.settings import IngestConfig, SidecarSettings
+from app.settings import IngestConfig, PublisherEndpoints, SidecarSettings
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
 from tests.support.http_app import in_process
@@ -211,6 +211,30 @@ def test_a_malformed_payload_ahead_of_a_gap_is_counted_once_when_the_replay_brin
             assert (state.malformed, state.gaps, state.missed, state.replayed) == (1, 1, 0, 2)
             assert state.replays["complete"] == 1
             assert blocks(ingestor, raw.endpoints.endpoint) == {1, 2, 4}
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["no replay socket", "a silent one"])
+def test_a_malformed_payload_in_a_gap_left_unfilled_is_not_counted_missed_too(replay) -> None:
+    """Live, after a lost batch, it was counted malformed; the gap then went unfilled (no
+    replay socket, or one that never answered), and every number of it was counted missed,
+    its own too: one frame in two counts."""
+    raw = RawPublisher(answerer=silent)
+    endpoints = raw.endpoints if replay else PublisherEndpoints(raw.endpoints.endpoint)
+    config = IngestConfig(replay_timeout_s=0.5)
+    try:
+        with ingesting(endpoints, config=config) as ingestor:
+            state = wait_connected(raw, ingestor)
+            raw.send(0, kv_payload(stored(1)))
+            raw.send(1, kv_payload(stored(2)), lose=True)
+            raw.send(2, b"\xc1 not a batch")  # not the next number: counted, nothing else
+            wait_until(lambda: state.malformed == 1, "the live copy counted")
+            raw.send(3, kv_payload(stored(4)))  # shows the gap: 1 and 2 go unfilled
+            wait_until(lambda: state.last_seq == 3, "batch 3 applied")
+            assert (state.malformed, state.gaps, state.missed, state.replayed) == (1, 1, 1, 0)
+            assert state.replays["timeout"] == raw.replay_requests == int(replay)
+            assert not state.unreadable_ahead  # its number is passed
     finally:
         raw.close()
 
