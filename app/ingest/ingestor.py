@@ -515,6 +515,10 @@ class Ingestor:
     def _end_replay(self, replay: Replay, outcome: ReplayOutcome) -> None:
         """Count how the replay went, apply the batch that showed the gap, then the held frames.
 
+        A replay of frames dropped while held has no such batch: its end moves the
+        sequence past its range instead, or the next frame would show what it lacked,
+        counted missed already, as a gap again.
+
         A held frame may show another gap (one dropped while held, say): that
         starts the next replay, and the frames after it are held again, in order.
         Frames dropped after the last one held show no gap until a later frame
@@ -538,6 +542,8 @@ class Ingestor:
             )
         if replay.trigger is not None:
             self._apply(state, *replay.trigger)
+        else:
+            state.last_seq = replay.upto - 1
         for frame in replay.held:
             try:
                 if not self._held(state, frame):
