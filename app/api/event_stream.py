@@ -210,6 +210,7 @@ class EventStreams:
         if not events:
             return None
         rendered, frames = await self.render(events)
+        self.counts.sse_backlog_events += len(rendered.ids)
         reader.backlog = (rendered.ids[-1], until)
         return frames
 

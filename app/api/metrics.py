@@ -327,8 +327,8 @@ def _optimum_families(
 
 
 class HttpCollector(Collector):
-    """What the HTTP side refused or shed, the event streams open and the response bytes held
-    (``HttpLimits``)."""
+    """What the HTTP side refused or shed, the event streams open, the events rendered for
+    their backlogs and the response bytes held (``HttpLimits``)."""
 
     def __init__(self, counts: HttpCounts, streams: EventStreams, buffers: ResponseBuffers) -> None:
         self._counts = counts
@@ -360,6 +360,12 @@ class HttpCollector(Collector):
             "kvscope_sidecar_sse_shed",
             "Event-stream readers dropped for falling a queue's worth behind.",
             self._counts.sse_shed,
+        )
+        yield CounterMetricFamily(
+            "kvscope_sidecar_sse_backlog_events",
+            "Events rendered for the backlogs of readers resuming from an older Last-Event-ID, "
+            "rendered per reader (the live broadcast is rendered once for all).",
+            self._counts.sse_backlog_events,
         )
         yield GaugeMetricFamily(
             "kvscope_sidecar_sse_clients", "Event streams open.", len(self._streams)
