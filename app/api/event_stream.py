@@ -13,8 +13,10 @@ nothing never drains it: its connection's send deadline cuts it,
 app/api/http_connection.py, while its slot already serves another reader). A reader
 resuming from an older id is sent that backlog first, rendered by itself a
 chunk at a time, each chunk written before the next is rendered, while the
-broadcast queues behind it. At most ``max_sse_clients`` streams are open; one
-more is a 503, counted.
+broadcast queues behind it; a reader shed meanwhile (it read the backlog too
+slowly for the broadcast queued behind it) gets no further chunk, rendered or
+written: its stream ends as any shed reader's does. At most
+``max_sse_clients`` streams are open; one more is a 503, counted.
 
 A stream ends quietly whichever way it ends: its client gone (the server
 reports the disconnect; nothing is logged), shed, or the server stopping
@@ -204,7 +206,11 @@ class EventStreams:
                     self.leave(reader)  # its slot serves the next reader, not a stalled one
 
     async def backlog(self, reader: StreamReader) -> bytes | None:
-        """The next chunk of the reader's backlog, rendered; None once it is all sent."""
+        """The next chunk of the reader's backlog, rendered; None once it is all sent, or once
+        the reader is shed: the rest would be rendered and written for a stream that ends
+        anyway, and is sent again, from the log, when it resumes."""
+        if reader.shed:
+            return None
         after, until = reader.backlog
         events = [e for e in self.log.since(after, BATCH_EVENTS) if e.id <= until]
         if not events:

@@ -364,7 +364,8 @@ class HttpCollector(Collector):
         yield CounterMetricFamily(
             "kvscope_sidecar_sse_backlog_events",
             "Events rendered for the backlogs of readers resuming from an older Last-Event-ID, "
-            "rendered per reader (the live broadcast is rendered once for all).",
+            "rendered per reader (the live broadcast is rendered once for all); none once the "
+            "reader is shed.",
             self._counts.sse_backlog_events,
         )
         yield GaugeMetricFamily(

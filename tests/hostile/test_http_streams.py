@@ -510,6 +510,47 @@ def test_a_shed_reader_gives_up_its_slot_at_once_and_its_silent_socket_is_cut_la
         assert read_all(stalled).startswith(b"HTTP/1.1 200")  # cut short, then closed
 
 
+def test_a_reader_shed_mid_backlog_gets_no_more_of_it_rendered_or_sent() -> None:
+    """A resuming reader shed while its backlog was being written went on being sent the rest
+    of it, each chunk rendered for it, until the backlog ended: work and bytes for a stream
+    that was to end. Its backlog stops at the chunk being written; what it got is a prefix of
+    the log, so its resume loses nothing."""
+    # No send deadline, no least rate: the stalled reader is to be shed, not cut.
+    limits = HttpLimits(
+        sse_client_queue_bytes=64 * KIB,
+        sse_chunk_bytes=16 * KIB,
+        send_timeout_s=3600.0,
+        min_send_bytes_per_s=0,
+    )
+    app, state = sidecar_app(limits)
+    for batch in range(10):  # 500 events of 1,000 hashes: 4 MiB or so from id 0
+        record(state, events=50, hashes=1000, first_hash=batch * 50_000)
+    backlog = state.event_log.last_id
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        closing = stream_request(url, 0)[:-2] + b"Connection: close\r\n\r\n"
+        stalled = raw_connection(url, closing, receive_buffer=4096)
+        assert stalled.recv(12) == b"HTTP/1.1 200"  # its backlog has begun; it reads no more
+        wait_until(  # past the transport's high-water mark: a chunk's write waits for it
+            lambda: metric(http, "kvscope_sidecar_http_response_buffer_bytes") > 0,
+            "the backlog waits on the unread socket",
+        )
+
+        def flood() -> float:  # live events queue behind the backlog it does not read
+            record(state, events=20, hashes=100, first_hash=10**6)
+            return metric(http, "kvscope_sidecar_sse_shed_total")
+
+        wait_for(flood, lambda shed: shed == 1, "the stalled reader is shed", wait_s=60)
+        rendered = metric(http, "kvscope_sidecar_sse_backlog_events_total")
+        assert rendered < backlog
+        received = read_all(stalled)  # now it reads, to the end of its stream
+        assert received.endswith(b"0\r\n\r\n"), received[-200:]  # ended, not cut
+        ids = [int(i) for i in re.findall(rb"^id: (\d+)$", received, re.M)]
+        assert ids == list(range(1, len(ids) + 1)) and len(ids) <= rendered
+        assert metric(http, "kvscope_sidecar_sse_backlog_events_total") == rendered
+        assert metric(http, "kvscope_sidecar_sse_shed_total") == 1
+        assert metric(http, "kvscope_sidecar_sse_clients") == 0
+
+
 def test_an_answer_left_unread_below_the_high_water_mark_is_cut_too() -> None:
     """An answer under 64 KiB never paused the transport, so no send deadline ran, and once
     it was written whole nothing else did: uvicorn's keep-alive timeout closes the idle
