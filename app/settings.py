@@ -33,7 +33,7 @@ from app.decimal_text import DecimalFloat, DecimalInt
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.shown import shown, shown_repr
-from offload.wire.endpoints import is_bindable, is_connectable
+from offload.wire.endpoints import endpoint_refusal
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
 MAX_PAGE_LIMIT: Final = 1000
@@ -449,7 +449,7 @@ class SidecarSettings(BaseSettings):
     @classmethod
     def _endpoints_are_zmq(cls, endpoints: list[str]) -> list[str]:
         for endpoint in endpoints:
-            _check_zmq(endpoint)
+            _check_endpoint(endpoint, bind=False)
         return endpoints
 
     @field_validator("connect")
@@ -465,11 +465,7 @@ class SidecarSettings(BaseSettings):
     def _listen_is_bindable(cls, endpoints: list[str]) -> list[str]:
         """Caught here, by name, rather than as an error from inside ZMQ at start-up."""
         for endpoint in endpoints:
-            if not is_bindable(endpoint):
-                raise ValueError(
-                    f"{shown_repr(endpoint)} is not an endpoint to listen on (expected "
-                    "tcp://HOST:PORT, e.g. tcp://*:5557 or tcp://10.0.0.5:5557, or ipc://PATH)"
-                )
+            _check_endpoint(endpoint, bind=True)
         _no_repeats(endpoints, "is listed twice")
         return endpoints
 
@@ -650,16 +646,16 @@ def _declared_stream(pair: str) -> ListenStream:
         raise ValueError(
             f"{shown_repr(pair)} is not STREAM=ENDPOINT (e.g. vllm-gpu@0=tcp://engine:5558)"
         )
-    _check_zmq(endpoint)
+    _check_endpoint(endpoint, bind=False)
     return ListenStream(*parse_stream_name(name), replay_endpoint=endpoint)
 
 
-def _check_zmq(endpoint: str) -> None:
-    if not is_connectable(endpoint):
-        raise ValueError(
-            f"{shown_repr(endpoint)} is not a ZMQ endpoint to connect to (expected "
-            "tcp://HOST:PORT, e.g. tcp://127.0.0.1:5557, or ipc://PATH)"
-        )
+def _check_endpoint(endpoint: str, *, bind: bool) -> None:
+    """Every endpoint setting, refused by one rule (offload/wire/endpoints.py); pydantic
+    names the setting."""
+    refusal = endpoint_refusal(endpoint, bind=bind)
+    if refusal is not None:
+        raise ValueError(f"{shown_repr(endpoint)} {refusal}")
 
 
 def _no_repeats(values: list[str], complaint: str) -> None:

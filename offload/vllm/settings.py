@@ -25,7 +25,7 @@ from offload.transfer.host_tier import size_text
 from offload.unknown_keys import unknown_keys
 from offload.vllm.host_memory import CGROUP_ROOT, PROC_ROOT, memory_bound
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
-from offload.wire.endpoints import is_bindable, offset_endpoint, ports_overlap
+from offload.wire.endpoints import endpoint_refusal, offset_endpoint, ports_overlap
 from offload.wire.sample_frame import MIN_SAMPLE_RATE, is_worker_rate
 
 KVSCOPE_KEYS = frozenset(
@@ -279,16 +279,20 @@ def _endpoint(extra_config: Mapping[str, Any], key: str, rank: int) -> str | Non
     value = extra_config.get(key)
     if value is None:
         return None
-    if not isinstance(value, str) or not is_bindable(value):
+    if not isinstance(value, str):
         raise ConfigError(
             f"{key}={shown_repr(value)} must be a ZMQ endpoint to bind, such as tcp://*:5557 or "
             "ipc:///tmp/kvscope"
         )
+    refusal = endpoint_refusal(value, bind=True)
+    if refusal is not None:
+        raise ConfigError(f"{key}={shown_repr(value)} {refusal}")
     moved = offset_endpoint(value, rank)
-    if not is_bindable(moved):
+    refusal = endpoint_refusal(moved, bind=True)
+    if refusal is not None:  # a port moved past 65535, a path past a unix socket's limit
         raise ConfigError(
-            f"{key}={shown_repr(value)}: data-parallel rank {rank} binds its port + {rank}, "
-            "past 65535; choose a lower port"
+            f"{key}={shown_repr(value)}: data-parallel rank {rank} binds {shown_repr(moved)}, "
+            f"which {refusal}"
         )
     return moved
 

@@ -3,25 +3,154 @@
 ZMQ itself refuses a malformed endpoint only when a socket first binds or
 connects to it: at start-up that is a traceback from inside ZMQ, and for a
 replay endpoint, used only once a gap shows, it was a failure at every later
-frame. These patterns accept what ZMQ accepts for the transports that reach
-another process (a sidecar never shares a process with its workers, so
-``inproc`` is refused too).
+frame. Worse, a connect to a host name that can never resolve (``a..b``,
+``999.1.1.1``), or to port 0, is taken without an error and retried in silence
+for ever. So an endpoint is checked here, as text, against what ZMQ
+binds or connects to for the transports that reach another process (a sidecar
+never shares a process with its workers, so ``inproc`` is refused too); the
+tests try the accepted forms on real sockets.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from typing import Final
 
-_HOST: Final = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)"
-_BINDABLE: Final = re.compile(rf"tcp://(?P<host>\*|{_HOST}):(?P<port>\*|[0-9]{{1,5}})|ipc://.+")
-_CONNECTABLE: Final = re.compile(rf"tcp://{_HOST}:(?P<port>[0-9]{{1,5}})|ipc://.+")
+import zmq
+
+from offload.shown import shown_repr
+
+_LABEL: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+"""One label of a DNS name (RFC 1123): 1 to 63 letters, digits and inner hyphens."""
+
+_MAX_NAME: Final = 253
+"""Most characters of a DNS name, without its trailing dot (RFC 1035's 255 bytes on the wire)."""
+
+_IPV6: Final = re.compile(r"[0-9A-Fa-f:.]+")
+"""What a bracketed address may hold: no ``%`` scope id, refused as it always was."""
+
+_PORT: Final = re.compile(r"[0-9]{1,5}")
 
 
-def is_bindable(endpoint: str) -> bool:
-    """tcp://HOST:PORT (``*`` for every address, or for a free port) or ipc://PATH."""
-    return _fits(_BINDABLE, endpoint, lowest_port=0)
+def endpoint_refusal(endpoint: str, *, bind: bool) -> str | None:
+    """Why ZMQ would refuse ``endpoint`` (or never reach it), as the rest of a sentence that
+    starts with the endpoint; None for one it takes.
+
+    ``bind``: the endpoint is bound, so ``*`` may stand for every address or
+    for a free port, and port 0 for a free port; a connect needs both.
+    """
+    problem = _problem(endpoint, bind=bind)
+    if problem is None:
+        return None
+    example = "tcp://*:5557 or tcp://10.0.0.5:5557" if bind else "tcp://engine:5557"
+    action = "bind" if bind else "connect to"
+    return (
+        f"is not a ZMQ endpoint to {action}: {problem} (expected tcp://HOST:PORT, "
+        f"e.g. {example}, or ipc://PATH)"
+    )
+
+
+def _problem(endpoint: str, *, bind: bool) -> str | None:
+    transport, separator, address = endpoint.partition("://")
+    if not separator or transport not in ("tcp", "ipc"):
+        return "the transport must be tcp:// or ipc://"
+    if transport == "ipc":
+        return _ipc_problem(address)
+    return _tcp_problem(address, bind=bind)
+
+
+def _ipc_problem(path: str) -> str | None:
+    """A path (``@name``: Linux's abstract namespace) that fits a unix socket's address."""
+    if path in ("", "@"):
+        return "no ipc path, or no name after the '@' of an abstract one"
+    if "\0" in path:
+        return "the ipc path holds a NUL character (ZMQ would cut the path there)"
+    try:
+        size = len(path.encode())
+    except UnicodeEncodeError:  # an environment variable's bytes that are not UTF-8
+        return "the ipc path is not UTF-8 text"
+    if size > zmq.IPC_PATH_MAX_LEN:
+        return (
+            f"the ipc path is {size} bytes, more than the {zmq.IPC_PATH_MAX_LEN} a unix "
+            "socket address holds; choose a shorter one"
+        )
+    return None
+
+
+def _tcp_problem(address: str, *, bind: bool) -> str | None:
+    if address.startswith("["):
+        close = address.find("]")
+        if close < 0:
+            return "the host's '[' has no closing ']'"
+        host, port = address[: close + 1], address[close + 1 :]
+        if not port.startswith(":"):
+            return "no :PORT after the host"
+        port = port[1:]
+    else:
+        host, colon, port = address.rpartition(":")
+        if not colon:
+            return "no :PORT after the host"
+    return _host_problem(host, bind=bind) or _port_problem(port, bind=bind)
+
+
+def _host_problem(host: str, *, bind: bool) -> str | None:
+    """An IP address (IPv6 in brackets), a DNS name, or ``*`` to bind every address."""
+    if host == "*":
+        return None if bind else "'*' (every address) is for binding; a connect needs a host"
+    if host.startswith("["):
+        inner = host[1:-1]
+        if _IPV6.fullmatch(inner) is None or not _is_ip(inner):
+            return f"{shown_repr(host)} is not an IP address in brackets"
+        return None
+    if not host:
+        return "no host before :PORT"
+    if ":" in host:
+        return f"{shown_repr(host)} holds ':': an IPv6 address goes in brackets, [::1]"
+    if ";" in host:
+        return f"{shown_repr(host)}: a source address (SOURCE;HOST) is not taken, only the host"
+    name = host.removesuffix(".")  # a fully qualified name may end in its root's dot
+    if len(name) > _MAX_NAME:
+        return f"the host name is {len(name)} characters, more than DNS's {_MAX_NAME}"
+    labels = name.split(".")
+    for label in labels:
+        if _LABEL.fullmatch(label) is None:
+            return (
+                f"{shown_repr(host)} is not a host name or IP address: its part "
+                f"{shown_repr(label)} is not 1 to 63 letters, digits or inner hyphens"
+            )
+    if labels[-1].isdigit() and not _is_ipv4_text(name):
+        return f"{shown_repr(host)} is not an IPv4 address, and a host name cannot end in a number"
+    return None
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_ipv4_text(text: str) -> bool:
+    """IPv4 address text as the system's resolver reads it, which ZMQ uses: ``10.0.0.5``, and
+    the shorter forms it also takes (``127.1``)."""
+    try:
+        socket.inet_aton(text)
+    except OSError:
+        return False
+    return True
+
+
+def _port_problem(port: str, *, bind: bool) -> str | None:
+    """1 to 65535; to bind, also 0 or ``*``, a free port the system picks."""
+    if port == "*":
+        return None if bind else "port '*' (a free one) is for binding; a connect needs a number"
+    lowest = 0 if bind else 1
+    if _PORT.fullmatch(port) is None or not lowest <= int(port) <= 65535:
+        return f"the port {shown_repr(port)} is not a number from {lowest} to 65535"
+    return None
 
 
 def offset_endpoint(endpoint: str, rank: int) -> str:
@@ -32,8 +161,8 @@ def offset_endpoint(endpoint: str, rank: int) -> str:
     rank, a wildcard or 0 port is left to the OS. vLLM leaves an ipc path as
     it is, but ZMQ lets a second socket take over a bound path without an
     error, so here an ipc path gets ``_dp<rank>`` appended, as vLLM names its
-    inproc endpoints. A moved port may pass 65535: check the result with
-    ``is_bindable``.
+    inproc endpoints. A moved port may pass 65535, and a longer path a unix
+    socket's limit: check the result with ``endpoint_refusal``.
     """
     if not rank:
         return endpoint
@@ -87,21 +216,14 @@ def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def _fixed_port(endpoint: str) -> tuple[str, int] | None:
-    """A bindable TCP endpoint's host and port; None for ipc, a wildcard port or port 0."""
-    match = _BINDABLE.fullmatch(endpoint)
-    if match is None or match["port"] in (None, "*") or int(match["port"]) == 0:
+    """A bindable TCP endpoint's host and port; None for ipc, a wildcard port or port 0.
+
+    Only for an endpoint ``endpoint_refusal`` takes to bind: its port is last, after the
+    last colon, whatever its host.
+    """
+    if not endpoint.startswith("tcp://"):
         return None
-    return match["host"], int(match["port"])
-
-
-def is_connectable(endpoint: str) -> bool:
-    """tcp://HOST:PORT (a host name or address, a port from 1) or ipc://PATH."""
-    return _fits(_CONNECTABLE, endpoint, lowest_port=1)
-
-
-def _fits(pattern: re.Pattern[str], endpoint: str, lowest_port: int) -> bool:
-    match = pattern.fullmatch(endpoint)
-    if match is None:
-        return False
-    port = match["port"]
-    return port in (None, "*") or lowest_port <= int(port) <= 65535
+    host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
+    if port == "*" or int(port) == 0:
+        return None
+    return host, int(port)

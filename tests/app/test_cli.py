@@ -344,10 +344,18 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     ("args", "env", "message"),
     [
         (["--listen", "5557"], {},
-         "--listen / KVSCOPE_LISTEN: '5557' is not an endpoint to listen on "
-         "(expected tcp://HOST:PORT, e.g. tcp://*:5557"),
+         "--listen / KVSCOPE_LISTEN: '5557' is not a ZMQ endpoint to bind: the transport must "
+         "be tcp:// or ipc:// (expected tcp://HOST:PORT, e.g. tcp://*:5557"),
         ([], {"KVSCOPE_LISTEN": "tcp://*:70000"},
-         "--listen / KVSCOPE_LISTEN: 'tcp://*:70000' is not an endpoint to listen on"),
+         "--listen / KVSCOPE_LISTEN: 'tcp://*:70000' is not a ZMQ endpoint to bind: the port "
+         "'70000' is not a number from 0 to 65535"),
+        ([], {"KVSCOPE_CONNECT": "tcp://engine-0..svc:5557"},
+         "--connect / KVSCOPE_CONNECT: 'tcp://engine-0..svc:5557' is not a ZMQ endpoint to "
+         "connect to: 'engine-0..svc' is not a host name or IP address"),
+        (["--connect", "tcp://e:1", "--replay", "ipc:///" + "r" * 107], {},
+         "--replay / KVSCOPE_REPLAY: 'ipc:///" + "r" * 107 + "' is not a ZMQ endpoint to "
+         "connect to: the ipc path is 108 bytes, more than the 107 a unix socket address "
+         "holds"),
         (["--listen", "tcp://*:5557"], {"KVSCOPE_LISTEN_ALLOW": "10.0.0.0/8,engine"},
          "KVSCOPE_LISTEN_ALLOW: 'engine' is not an IP network "
          "(expected an address or ADDRESS/PREFIX"),

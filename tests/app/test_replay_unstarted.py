@@ -1,7 +1,8 @@
 """A replay whose socket cannot be made: counted ``unstarted``, and its gap counted once.
 
-The socket is refused by the system, not by a peer: an endpoint that passes the settings'
-checks but that ZMQ cannot connect to, or a process with no file descriptor left. Before,
+The socket is refused by the system, not by a peer: an endpoint that ZMQ cannot connect to
+(the settings refuse it, but an embedder's ``PublisherEndpoints`` is not checked), or a
+process with no file descriptor left. Before,
 the failure got out of the replay's start: the batch that showed the gap, which is no
 malformed frame, was counted malformed and dropped, the gap was never counted missed, a
 socket whose ``connect`` failed was left open, and a replay of frames dropped while held
@@ -42,8 +43,8 @@ from tests.support.zmq_peers import (
 pytestmark = pytest.mark.timeout(120)
 
 UNCONNECTABLE = "ipc:///tmp/" + "x" * 120
-"""A replay endpoint that passes the settings' checks but that ZMQ refuses at connect (a path
-too long for a unix socket: ENAMETOOLONG)."""
+"""A replay endpoint that ZMQ refuses at connect (a path too long for a unix socket:
+ENAMETOOLONG), given past the settings, which refuse it too."""
 
 
 def stored(*hashes: int) -> OffloadingEvent:

@@ -56,12 +56,12 @@ TWO_STREAMS = ["a@0=tcp://engine:6557", "b@0=tcp://engine:6558"]
 @pytest.mark.parametrize(
     ("settings", "setting", "why"),
     [
-        ({"listen": ["5557"]}, "listen", "'5557' is not an endpoint to listen on"),
-        ({"listen": ["tcp://*"]}, "listen", "is not an endpoint to listen on"),
-        ({"listen": ["tcp://*:port"]}, "listen", "is not an endpoint to listen on"),
-        ({"listen": ["tcp://*:70000"]}, "listen", "is not an endpoint to listen on"),
-        ({"listen": ["udp://*:5557"]}, "listen", "is not an endpoint to listen on"),
-        ({"listen": ["inproc://kv"]}, "listen", "is not an endpoint to listen on"),
+        ({"listen": ["5557"]}, "listen", "'5557' is not a ZMQ endpoint to bind"),
+        ({"listen": ["tcp://*"]}, "listen", "is not a ZMQ endpoint to bind"),
+        ({"listen": ["tcp://*:port"]}, "listen", "is not a ZMQ endpoint to bind"),
+        ({"listen": ["tcp://*:70000"]}, "listen", "is not a ZMQ endpoint to bind"),
+        ({"listen": ["udp://*:5557"]}, "listen", "is not a ZMQ endpoint to bind"),
+        ({"listen": ["inproc://kv"]}, "listen", "is not a ZMQ endpoint to bind"),
         ({"connect": ["tcp://engine"]}, "connect", "'tcp://engine' is not a ZMQ endpoint"),
         ({"connect": ["foo://engine:5557"]}, "connect", "is not a ZMQ endpoint to connect to"),
         ({"connect": ["tcp://*:5557"]}, "connect", "is not a ZMQ endpoint to connect to"),
@@ -114,7 +114,9 @@ def test_bad_endpoint_and_listen_settings_are_refused_by_name(
 
 
 LONG = "x" * 100_000
-LONG_ENDPOINT = f"tcp://{'h' * 100_000}:5557"
+LONG_ENDPOINT = f"tcp://{'h' * 63}.{'.'.join(['h' * 61] * 3)}:5557"
+"""Among the longest endpoints taken (a 249-character host name): a longer one is refused
+as an endpoint, before the checks of repeats and overlaps that show it too."""
 
 
 @pytest.mark.parametrize(

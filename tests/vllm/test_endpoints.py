@@ -176,7 +176,21 @@ def test_an_ipc_endpoint_gets_a_path_of_its_own_per_rank(tmp_path: Path) -> None
         (
             {"kvscope_endpoint": "tcp://127.0.0.1:65535"},
             2,
-            "kvscope_endpoint='tcp://127.0.0.1:65535': data-parallel rank 1 binds its port + 1",
+            "kvscope_endpoint='tcp://127.0.0.1:65535': data-parallel rank 1 binds "
+            "'tcp://127.0.0.1:65536', which is not a ZMQ endpoint to bind: the port '65536' "
+            "is not a number from 0 to 65535",
+        ),
+        (
+            {"kvscope_endpoint": "ipc:///tmp/" + "k" * 102},  # 107 bytes: rank 0's fits
+            2,
+            f"data-parallel rank 1 binds 'ipc:///tmp/{'k' * 102}_dp1', which is not a ZMQ "
+            "endpoint to bind: the ipc path is 111 bytes, more than the 107",
+        ),
+        (
+            {"kvscope_endpoint": "tcp://a..b:5557"},
+            1,
+            "kvscope_endpoint='tcp://a..b:5557' is not a ZMQ endpoint to bind: 'a..b' is not "
+            "a host name or IP address",
         ),
     ],
 )

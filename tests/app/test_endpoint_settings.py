@@ -1,0 +1,191 @@
+"""Every endpoint setting refuses, by one rule, what ZMQ would refuse or never reach.
+
+ZMQ checks an endpoint only when a socket binds or connects to it, and a connect to a
+host name that cannot resolve is taken and retried in silence for ever; so the
+settings refuse such an endpoint at start-up, naming the setting, the endpoint and what
+is wrong. The forms users write are tried on real ZMQ sockets, so that the rule refuses
+nothing ZMQ takes; ``zmq.IPC_PATH_MAX_LEN`` is the platform's limit (107 bytes on Linux).
+"""
+
+from __future__ import annotations
+
+import errno
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import zmq
+from pydantic import ValidationError
+
+from app.settings import SidecarSettings
+from offload.shown import shown_repr
+from tests.support.ports import held_tcp_ports
+
+LISTEN = "tcp://127.0.0.1:5557"
+IPC_MAX = zmq.IPC_PATH_MAX_LEN
+
+SETTINGS = {
+    "connect": lambda endpoint: {"connect": [endpoint]},
+    "replay": lambda endpoint: {"connect": ["tcp://engine:5557"], "replay": [endpoint]},
+    "listen": lambda endpoint: {"listen": [endpoint]},
+    "listen_replay": lambda endpoint: {"listen": [LISTEN], "listen_replay": [f"a@0={endpoint}"]},
+}
+CONNECTED = ("connect", "replay", "listen_replay")
+
+REFUSED_EVERYWHERE = [
+    ("tcp://-bad:5557", "'-bad' is not a host name or IP address"),
+    ("tcp://a..b:5557", "'a..b' is not a host name or IP address: its part '' is not"),
+    (f"tcp://{'a' * 64}.svc:5557", "is not 1 to 63 letters, digits or inner hyphens"),
+    (f"tcp://{'.'.join(['a' * 63] * 4)}:5557", "the host name is 255 characters, more than"),
+    ("tcp://999.1.1.1:5557", "'999.1.1.1' is not an IPv4 address"),
+    ("tcp://1.2.3.4.5:5557", "'1.2.3.4.5' is not an IPv4 address"),
+    ("tcp://[::1:5557", "the host's '[' has no closing ']'"),
+    ("tcp://[::g]:5557", "'[::g]' is not an IP address in brackets"),
+    ("tcp://::1:5557", "an IPv6 address goes in brackets"),
+    ("tcp://eth0;10.0.0.1:5557", "a source address (SOURCE;HOST) is not taken"),
+    ("tcp://engine", "no :PORT after the host"),
+    ("tcp://engine:65536", "the port '65536' is not a number from"),
+    ("tcp://engine:port", "the port 'port' is not a number from"),
+    ("ipc:///" + "x" * IPC_MAX, f"the ipc path is {IPC_MAX + 1} bytes, more than the {IPC_MAX}"),
+    ("ipc://@" + "x" * IPC_MAX, f"the ipc path is {IPC_MAX + 1} bytes"),
+    # Half as many characters as the limit, but two bytes each in UTF-8, as ZMQ is given it.
+    ("ipc:///" + "é" * (IPC_MAX // 2 + 1), f"the ipc path is {IPC_MAX // 2 * 2 + 3} bytes"),
+    ("ipc://@", "no ipc path, or no name after the '@'"),
+    ("ipc:///tmp/a\0b", "the ipc path holds a NUL character"),
+    ("inproc://kv", "the transport must be tcp:// or ipc://"),
+    ("udp://engine:5557", "the transport must be tcp:// or ipc://"),
+]
+REFUSED_TO_CONNECT = [
+    ("tcp://*:5557", "'*' (every address) is for binding; a connect needs a host"),
+    ("tcp://engine:*", "port '*' (a free one) is for binding; a connect needs a number"),
+    ("tcp://engine:0", "the port '0' is not a number from 1 to 65535"),
+]
+
+
+def refusal(settings: dict[str, object]) -> tuple[tuple, str]:
+    with pytest.raises(ValidationError) as refused:
+        SidecarSettings(**settings)
+    [error] = refused.value.errors()
+    return error["loc"], error["msg"]
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize(("endpoint", "why"), REFUSED_EVERYWHERE)
+def test_every_endpoint_setting_refuses_an_endpoint_zmq_cannot_use_saying_why(
+    setting: str, endpoint: str, why: str
+) -> None:
+    loc, message = refusal(SETTINGS[setting](endpoint))
+    action = "bind" if setting == "listen" else "connect to"
+    assert loc == (setting,)
+    assert f"{shown_repr(endpoint)} is not a ZMQ endpoint to {action}: " in message
+    assert why in message
+
+
+@pytest.mark.parametrize("setting", CONNECTED)
+@pytest.mark.parametrize(("endpoint", "why"), REFUSED_TO_CONNECT)
+def test_a_wildcard_or_port_0_is_refused_where_the_sidecar_connects(
+    setting: str, endpoint: str, why: str
+) -> None:
+    loc, message = refusal(SETTINGS[setting](endpoint))
+    assert (loc, why in message) == ((setting,), True), message
+
+
+@pytest.mark.parametrize(("endpoint", "bind"), [
+    ("ipc:///tmp/" + "x" * (IPC_MAX - 4), True),
+    ("ipc:///tmp/" + "x" * (IPC_MAX - 4), False),
+    ("ipc://@" + "x" * IPC_MAX, False),
+    ("ipc://@", False),
+    ("tcp://*:5557", False),
+    ("tcp://-bad:5557", False),
+    ("tcp://*:65536", True),
+])  # fmt: skip
+def test_zmq_itself_refuses_these_only_once_a_socket_uses_them(endpoint: str, bind: bool) -> None:
+    with zmq.Context() as context, context.socket(zmq.PULL) as sock:
+        sock.linger = 0
+        with pytest.raises(zmq.ZMQError) as refused:
+            (sock.bind if bind else sock.connect)(endpoint)
+    if endpoint.startswith("ipc://") and len(endpoint) > IPC_MAX + len("ipc://"):
+        assert refused.value.errno == errno.ENAMETOOLONG
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    with held_tcp_ports(1) as held:
+        yield held
+
+
+def longest_ipc_path() -> str:
+    """A fresh path in /tmp exactly as long as a unix socket's address holds."""
+    name = f"/tmp/kvscope-{uuid.uuid4().hex}-"
+    return name + "x" * (IPC_MAX - len(name))
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "tcp://*:{port}",
+        "tcp://0.0.0.0:{port}",
+        "tcp://[::]:{port}",
+        "tcp://localhost:{port}",
+        "tcp://127.0.0.1:*",
+        "tcp://127.0.0.1:0",
+        "ipc://{ipc}",
+        "ipc://@kvscope-{name}",
+    ],
+)
+def test_what_users_listen_on_is_taken_and_zmq_binds_it(form: str, port: int) -> None:
+    endpoint = form.format(port=port, ipc=longest_ipc_path(), name=uuid.uuid4().hex)
+    assert SidecarSettings(listen=[endpoint]).listen == [endpoint]
+    with zmq.Context() as context, context.socket(zmq.PULL) as sock:
+        sock.linger = 0
+        sock.ipv6 = "[" in endpoint
+        sock.bind(endpoint)
+
+
+@pytest.mark.parametrize(
+    ("bound", "form"),
+    [
+        ("tcp://[::]:*", "tcp://localhost:{port}"),
+        ("tcp://[::]:*", "tcp://0.0.0.0:{port}"),
+        ("tcp://[::]:*", "tcp://[::]:{port}"),
+        ("tcp://[::]:*", "tcp://[::1]:{port}"),
+        ("tcp://[::]:*", "tcp://[127.0.0.1]:{port}"),
+        ("tcp://[::]:*", "tcp://127.1:{port}"),
+        ("ipc://{ipc}", "ipc://{ipc}"),
+        ("ipc://@kvscope-{name}", "ipc://@kvscope-{name}"),
+    ],
+)
+def test_what_users_connect_to_is_taken_and_zmq_delivers_through_it(bound: str, form: str) -> None:
+    names = {"ipc": longest_ipc_path(), "name": uuid.uuid4().hex}
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.ipv6 = True
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.bind(bound.format(**names))
+        port = pull.last_endpoint.decode().rpartition(":")[2]
+        endpoint = form.format(port=port, **names)
+        settings = SidecarSettings(connect=[endpoint], replay=[endpoint])
+        assert (settings.connect, settings.replay) == ([endpoint], [endpoint])
+        with context.socket(zmq.PUSH) as push:
+            push.linger = 0
+            push.ipv6 = "[" in endpoint
+            push.connect(endpoint)
+            push.send(b"reached")
+            assert pull.recv() == b"reached"
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "tcp://vllm-worker-0.vllm.svc.cluster.local:5557",
+        "tcp://vllm-worker-0.vllm.svc.cluster.local.:5557",
+        f"tcp://{'a' * 63}.{'.'.join(['b' * 61] * 3)}:5557",  # 63 + 3 * 62 = 249 characters
+        "tcp://engine-0:05557",
+    ],
+)
+def test_a_name_resolved_only_where_it_runs_is_taken(endpoint: str) -> None:
+    """A cluster's service names resolve nowhere here: ZMQ takes them, and so do the settings."""
+    assert SidecarSettings(connect=[endpoint]).connect == [endpoint]
+    with zmq.Context() as context, context.socket(zmq.PUSH) as push:
+        push.linger = 0
+        push.connect(endpoint)
