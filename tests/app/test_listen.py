@@ -285,12 +285,13 @@ def test_an_endpoint_that_cannot_be_bound_is_an_error_naming_it() -> None:
 
 
 def test_an_endpoint_that_cannot_be_bound_is_named_in_one_short_line() -> None:
-    """The endpoint is the operator's, but it may be megabytes long: it was shown whole."""
-    endpoint = f"tcp://{'h' * 100_000}:5557"
+    """The endpoint is the operator's, and may be long: it was shown whole. The settings take
+    a host name of at most 253 characters; to bind, ZMQ wants an interface or address."""
+    endpoint = f"tcp://{'h' * 63}.{'.'.join(['h' * 61] * 3)}:5557"
     with pytest.raises(ListenError) as refused:
         Ingestor(SidecarState.from_settings(SidecarSettings(listen=[endpoint])))
     assert str(refused.value).startswith("cannot bind 'tcp://hhh")
-    assert len(str(refused.value)) < 500
+    assert "..." in str(refused.value) and len(str(refused.value)) < 300  # cut in the middle
 
 
 def test_a_declared_stream_waits_unseen_until_it_sends() -> None:
