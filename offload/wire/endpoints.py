@@ -22,8 +22,10 @@ import zmq
 
 from offload.shown import shown_repr
 
-_LABEL: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-"""One label of a DNS name (RFC 1123): 1 to 63 letters, digits and inner hyphens."""
+_LABEL: Final = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+"""One label of a host name: 1 to 63 letters, digits, underscores and inner hyphens (RFC
+1123's, and the underscore, which DNS itself carries and Docker's resolver answers for a
+compose service named ``vllm_worker``)."""
 
 _MAX_NAME: Final = 253
 """Most characters of a DNS name, without its trailing dot (RFC 1035's 255 bytes on the wire)."""
@@ -118,7 +120,7 @@ def _host_problem(host: str, *, bind: bool) -> str | None:
         if _LABEL.fullmatch(label) is None:
             return (
                 f"{shown_repr(host)} is not a host name or IP address: its part "
-                f"{shown_repr(label)} is not 1 to 63 letters, digits or inner hyphens"
+                f"{shown_repr(label)} is not 1 to 63 letters, digits, underscores or inner hyphens"
             )
     if labels[-1].isdigit() and not _is_ipv4_text(name):
         return f"{shown_repr(host)} is not an IPv4 address, and a host name cannot end in a number"

@@ -35,7 +35,7 @@ CONNECTED = ("connect", "replay", "listen_replay")
 REFUSED_EVERYWHERE = [
     ("tcp://-bad:5557", "'-bad' is not a host name or IP address"),
     ("tcp://a..b:5557", "'a..b' is not a host name or IP address: its part '' is not"),
-    (f"tcp://{'a' * 64}.svc:5557", "is not 1 to 63 letters, digits or inner hyphens"),
+    (f"tcp://{'a' * 64}.svc:5557", "is not 1 to 63 letters, digits, underscores or inner hyphens"),
     (f"tcp://{'.'.join(['a' * 63] * 4)}:5557", "the host name is 255 characters, more than"),
     ("tcp://999.1.1.1:5557", "'999.1.1.1' is not an IPv4 address"),
     ("tcp://1.2.3.4.5:5557", "'1.2.3.4.5' is not an IPv4 address"),
@@ -181,6 +181,7 @@ def test_what_users_connect_to_is_taken_and_zmq_delivers_through_it(bound: str, 
         "tcp://vllm-worker-0.vllm.svc.cluster.local.:5557",
         f"tcp://{'a' * 63}.{'.'.join(['b' * 61] * 3)}:5557",  # 63 + 3 * 62 = 249 characters
         "tcp://engine-0:05557",
+        "tcp://vllm_worker:5557",  # a compose service's name, which Docker's resolver answers
     ],
 )
 def test_a_name_resolved_only_where_it_runs_is_taken(endpoint: str) -> None:
