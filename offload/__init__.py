@@ -16,6 +16,7 @@ from offload.cpu.load_store_spec import CPULoadStoreSpec
 from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.policies import (
     CachePolicy,
+    MetadataBound,
     PolicyContractError,
     make_policy,
     policy_names,
@@ -30,6 +31,7 @@ __all__ = [
     "CPUOffloadingManager",
     "CachePolicy",
     "LoadStoreSpec",
+    "MetadataBound",
     "OffloadingEvent",
     "OffloadingManager",
     "PolicyContractError",

@@ -45,9 +45,9 @@ from app.state.insight_verdicts import CurveBasis, Simulation
 from offload.base import BlockHash
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
-from offload.insight.estimator import STACK_POLICY, CurveEstimator
+from offload.insight.estimator import STACK_POLICY, CurveEstimator, scaled_blocks
 from offload.insight.sampling import SpatialSampler
-from offload.insight.shadow import max_bytes, slot_bytes
+from offload.insight.shadow import max_bytes
 from offload.insight.window_optimum import (
     WINDOW_CAPACITIES,
     WindowOptimum,
@@ -63,6 +63,10 @@ WINDOW_BYTES_PER_REF: Final = 512
 recomputation's tables and tier, measured with tracemalloc; rounded up."""
 STACK_SHARE: Final = 0.25
 """The share of the memory bound given to the stack when shadow tiers share it."""
+RATE_HALVINGS: Final = 64
+"""Halvings of the range the shadow tiers' rate is searched in: every tier is of one slot
+below a rate of 0.5 / its capacity, which fits, so the search ends above 0 for capacities
+below 2**62, and within 2**-64 of the worker's rate of the highest that fits."""
 WINDOW_SHARE: Final = 0.25
 """The share of the memory bound given to the optimum's window; the stack and the shadow
 tiers share the rest."""
@@ -306,17 +310,28 @@ class PublisherInsight:
     def _shadow_rate(self, stream: SampledStream, capacities: Sequence[int], room: float) -> float:
         """The highest rate, at most the worker's, whose shadow tiers fit ``room`` bytes full.
 
-        At rate r a tier of c has at most r * c + 1 slots (rounded, at least one), so the
-        tiers keep at most what tiers of one slot do, plus r times every slot of
-        ``capacities``. Where even tiers of one slot overflow the room, the lowest rate a
-        worker may send is the least the shadows can do; short of that, the rate may go
-        below it (a tier of 2**48 blocks at that rate would still hold millions).
+        A policy's bound grows with its tier's capacity, and a shadow tier's capacity
+        with the rate (``scaled_blocks``), so the rate is found by halving the range
+        ``RATE_HALVINGS`` times (a policy's bound is no straight line: gated's models stop
+        growing). Where even tiers of one slot (rate 0) overflow the room, the lowest
+        rate a worker may send is the least the shadows can do; short of that, the rate may
+        go below it (a tier of 2**48 blocks at that rate would still hold millions).
         """
         policies = self._shadow_policies
-        spare = room - max_bytes(policies, [1] * len(capacities))
-        if spare <= 0:
+
+        def fits(rate: float) -> bool:
+            tiers = [scaled_blocks(rate, c, stacked=False) for c in capacities]
+            return max_bytes(policies, tiers) <= room
+
+        if not fits(0.0):
             return min(stream.rate, MIN_SAMPLE_RATE)
-        return min(stream.rate, spare / (slot_bytes(policies) * sum(capacities)))
+        low, high = 0.0, stream.rate
+        if fits(high):
+            return high
+        for _ in range(RATE_HALVINGS):
+            middle = (low + high) / 2
+            low, high = (middle, high) if fits(middle) else (low, middle)
+        return low
 
     def _queue_shadows(
         self, sampled: list[Sequence[BlockHash]], refs: list[int], unsampled: int, block_refs: int

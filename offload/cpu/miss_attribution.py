@@ -60,6 +60,19 @@ in 64 bits)."""
 HORIZON_CAPACITIES: Final = 4
 """Generations hold this many tiers' worth of hashes: the hit-ratio curve asks what a tier
 up to 8x larger would hit, and two generations of 4x cover that reuse distance."""
+REMEMBERED_BYTES: Final = 256
+"""The most one remembered hash costs, in either form: the Python one keeps the hash
+object (97 bytes at the longest, 64, a sample frame carries) in a set whose table may be
+eight times its entries just after it grew (128 bytes); the C one keeps an 8-byte hash
+value in a table that never resizes. A hash the policy keeps alive anyway (gated's
+refusals, in its offer history) costs less."""
+
+
+def attribution_bytes(capacity: int) -> int:
+    """The most a manager of ``capacity`` slots keeps to attribute misses, every generation
+    full: two reasons (evicted, refused) of two generations of ``HORIZON_CAPACITIES`` tiers
+    of hashes each (tests/offload/test_policy_memory.py holds it)."""
+    return 4 * HORIZON_CAPACITIES * REMEMBERED_BYTES * capacity
 
 
 class PyGenerations:

@@ -7,39 +7,27 @@ shadow is a real ``CPUOffloadingManager`` driven by the canonical workload's
 would; on a sample, the capacities are scaled by the rate (see estimator).
 Nothing reads a shadow's miss reasons, so its manager keeps none.
 
-Memory: each tier ``TIER_BYTES``, and what its policy states it keeps per slot
-(``CachePolicy.metadata_bytes_per_slot``) for each slot of its capacity.
+Memory: each tier what its policy states a tier of its capacity keeps at most
+(``CachePolicy.metadata_bound``; a shadow keeps no miss reasons, so none are counted).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final
 
 from offload.base import BlockHash
 from offload.cpu.manager import CPUOffloadingManager
-from offload.cpu.policies.registry import metadata_bytes_per_slot
+from offload.cpu.policies.registry import metadata_bound
 from offload.sim.workload import run_request
 
 _BLOCK_SIZE = 1
 """Tokens per block do not change what a tier hits; events stay off."""
-TIER_BYTES: Final = 12 * 1024
-"""A shadow tier's memory whatever its capacity (its manager's objects, its policy's empty
-tables and fixed-size parts), beyond its policy's per slot: measured with tracemalloc at
-one slot, under the C and the Python forms, rounded up (tests/offload/test_policy_memory.py
-holds it)."""
-
-
-def slot_bytes(policies: Sequence[str]) -> int:
-    """The most a slot keeps in a tier of each of ``policies`` together."""
-    return sum(map(metadata_bytes_per_slot, policies))
 
 
 def max_bytes(policies: Sequence[str], capacities: Sequence[int]) -> int:
     """The most the tiers of ``policies`` at ``capacities`` keep, each full (see the module
     docstring): what a caller sizes them by before it builds them."""
-    tiers = sum(1 for c in capacities if c)
-    return tiers * len(policies) * TIER_BYTES + slot_bytes(policies) * sum(capacities)
+    return sum(metadata_bound(policy).at(c) for policy in policies for c in capacities if c)
 
 
 class ShadowTiers:
@@ -75,7 +63,7 @@ class ShadowTiers:
         """The memory of the tiers now, estimated as for ``max_bytes`` from the blocks each
         holds: a tier's histories fill no sooner than its slots."""
         return sum(
-            TIER_BYTES + metadata_bytes_per_slot(policy) * len(tier.policy.blocks)
+            metadata_bound(policy).at(len(tier.policy.blocks))
             for policy, tiers in self._tiers.items()
             for tier in tiers
             if tier

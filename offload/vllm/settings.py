@@ -16,8 +16,9 @@ from typing import Any
 
 from offload.cpu.config import ConfigError, positive_int
 from offload.cpu.manager import MAX_NUM_BLOCKS
+from offload.cpu.miss_attribution import attribution_bytes
 from offload.cpu.policies.cache_policy import CachePolicy
-from offload.cpu.policies.registry import policy_names, register_policy
+from offload.cpu.policies.registry import metadata_bound, policy_names, register_policy
 from offload.decimal_text import fractional_number
 from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
@@ -57,12 +58,6 @@ the offers of 16.7M chunks (268M tokens in blocks of 16), yet at about 175 bytes
 entry (a 32-byte key in an OrderedDict, measured 2026-11-29) at most 3 GiB of the
 scheduler's memory, which the tier's memory check does not count. Unbounded, 10**30 was
 taken and the tracker grew with every chunk ever offered."""
-
-BOOKKEEPING_BYTES_PER_CHUNK = 2048
-"""The scheduler's records of one chunk of a full tier, counted with the chunk's bytes by
-the memory check: its slot, key, policy entries and miss-attribution tables took 650
-bytes with lru and 1,100 with gated (200,000 chunks after 600,000 stores, 2026-11-29);
-rounded up to 2 KiB, to cover every built-in policy with room to spare."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +125,7 @@ def read_settings(
         * CHUNK_ALIGNMENT
     )
     num_chunks, size_key = _num_chunks(extra_config, chunk)
-    _check_fits_host(num_chunks, chunk, size_key, cgroup_root, proc_root)
+    _check_fits_host(num_chunks, chunk, size_key, policy, cgroup_root, proc_root)
     return SpecSettings(
         num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay, sample_rate
     )
@@ -205,26 +200,43 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> tuple[
     return cpu_bytes // bytes_per_chunk, "cpu_bytes_to_use"
 
 
+def records_bytes(policy: str, num_chunks: int) -> int:
+    """The most the scheduler's manager of a tier of ``num_chunks`` keeps beside the KV
+    data, every history full: what ``policy`` states a tier of it keeps
+    (``CachePolicy.metadata_bound``: slots, keys, the policy's tables, the hashes they keep
+    alive) and the miss reasons it remembers (``attribution_bytes``; a worker's manager
+    attributes misses)."""
+    return metadata_bound(policy).at(num_chunks) + attribution_bytes(num_chunks)
+
+
 def _check_fits_host(
-    num_chunks: int, bytes_per_chunk: int, size_key: str, cgroup_root: Path, proc_root: Path
+    num_chunks: int,
+    bytes_per_chunk: int,
+    size_key: str,
+    policy: str,
+    cgroup_root: Path,
+    proc_root: Path,
 ) -> None:
     """Refuse a tier larger than the host's memory, or the container's limit where lower,
     before allocating any of it: past either, the worker is killed during its zero-fill.
 
-    The manager's records count too: with vLLM reporting 0 KV bytes per block (a GPU
-    cache of 0 blocks), a tier of 2**31 empty chunks otherwise passed, and building its
-    manager failed with a MemoryError naming no key.
+    The manager's records count too (``records_bytes``): with vLLM reporting 0 KV bytes per
+    block (a GPU cache of 0 blocks), a tier of 2**31 empty chunks otherwise passed, and
+    building its manager failed with a MemoryError naming no key; and with gated, whose
+    offer histories keep 64 hashes a slot, they are tens of KiB a chunk.
     """
     bound = memory_bound(cgroup_root, proc_root)
     if bound is None:  # nothing to compare with
         return
-    tier_bytes = num_chunks * (bytes_per_chunk + BOOKKEEPING_BYTES_PER_CHUNK)
+    records = records_bytes(policy, num_chunks)
+    tier_bytes = num_chunks * bytes_per_chunk + records
     if tier_bytes > bound.num_bytes:
         raise ConfigError(
             f"the CPU tier would take {tier_bytes} bytes ({num_chunks} chunks of "
-            f"{bytes_per_chunk} bytes and {BOOKKEEPING_BYTES_PER_CHUNK} of kvscope's records "
-            f"each), more than {bound.what}, {size_text(bound.num_bytes)} "
-            f"({bound.num_bytes} bytes); lower {size_key}"
+            f"{bytes_per_chunk} bytes, and {records} bytes of kvscope's records at most, "
+            f"{records // num_chunks} a chunk, with eviction_policy {policy!r:.80}), more "
+            f"than {bound.what}, {size_text(bound.num_bytes)} ({bound.num_bytes} bytes); "
+            f"lower {size_key}"
         )
 
 

@@ -1,9 +1,11 @@
-"""Each policy's stated memory per slot holds once everything it remembers is full.
+"""Each policy's stated memory bound holds once everything it remembers is full.
 
-The sidecar sizes its shadow tiers by ``metadata_bytes_per_slot`` and ``TIER_BYTES``
-(offload/insight/shadow.py) to keep ``KVSCOPE_INSIGHT_MAX_BYTES``: a figure below what a
-policy really keeps breaks that bound silently. Each form is measured, the C one and the
-Python one the sidecar's image runs (it has no compiler), in an interpreter of its own.
+The sidecar sizes its shadow tiers by ``CachePolicy.metadata_bound`` (offload/insight/
+shadow.py) to keep ``KVSCOPE_INSIGHT_MAX_BYTES``, and vLLM's start-up check counts it, with
+the miss reasons a worker's manager keeps (``attribution_bytes``), beside the tier's chunks:
+a figure below what a tier really keeps breaks either bound silently. Each form is
+measured, the C one and the Python one the sidecar's image runs (it has no compiler), in an
+interpreter of its own, at capacities on both sides of where gated's models stop growing.
 """
 
 from __future__ import annotations
@@ -14,63 +16,99 @@ import sys
 
 import pytest
 
-from offload import register_policy
+from offload import MetadataBound, register_policy
+from offload.cpu.miss_attribution import attribution_bytes
 from offload.cpu.policies import LRUCachePolicy
-from offload.cpu.policies.registry import BUILT_IN, metadata_bytes_per_slot, policy_names
-from offload.insight.shadow import TIER_BYTES, ShadowTiers, max_bytes
+from offload.cpu.policies.miniature import MODEL_SLOTS
+from offload.cpu.policies.registry import BUILT_IN, metadata_bound, policy_names
+from offload.insight.shadow import ShadowTiers, max_bytes
 
-CAPACITIES = (1, 5, 64, 511)
-"""One slot (the fixed part's worst share), a few, and just under ``2 * MODEL_SLOTS``, where
-gated's models still have as many slots as the tier: its most histories per slot."""
+CAPACITIES = (1, 64, 2 * MODEL_SLOTS - 1, 4 * MODEL_SLOTS)
+"""One slot (the fixed part's worst share), a few, just under ``2 * MODEL_SLOTS``, where
+gated's models still have as many slots as the tier (their most per slot), and past it,
+where they stop growing and the tier's own histories dominate."""
+ATTRIBUTED = (1, 2 * MODEL_SLOTS - 1)
+"""Capacities a worker's manager (miss reasons kept) is measured at: its tables grow with
+the tier alone, so the fixed part's worst share and gated's costliest slots suffice."""
 
 
-def measured(policy: str, *, python_forms: bool) -> dict[int, float]:
-    """Bytes per slot of a full shadow tier of ``policy`` at each of ``CAPACITIES``."""
-    forms = ["--python-forms"] if python_forms else []
-    capacities = [str(c) for c in CAPACITIES]
+def measured(policy: str, capacities: tuple[int, ...], *flags: str) -> dict[int, int]:
+    """Bytes of a full tier of ``policy`` at each of ``capacities``, driven as
+    tests/support/shadow_memory.py does with ``flags``."""
     result = subprocess.run(
-        [sys.executable, "-m", "tests.support.shadow_memory", *forms, policy, *capacities],
+        [sys.executable, "-m", "tests.support.shadow_memory", *flags, policy]
+        + [str(c) for c in capacities],
         capture_output=True,
         text=True,
         check=True,
     )
-    return {int(c): per_slot for c, per_slot in json.loads(result.stdout).items()}
+    return {int(c): held for c, held in json.loads(result.stdout).items()}
 
 
-@pytest.mark.parametrize("python_forms", [False, True], ids=["c_forms", "python_forms"])
+FORMS = pytest.mark.parametrize("forms", [(), ("--python-forms",)], ids=["c_forms", "python_forms"])
+
+
+@FORMS
 @pytest.mark.parametrize("policy", policy_names())
 def test_a_full_shadow_tier_keeps_no_more_than_its_policy_states(
-    policy: str, python_forms: bool
+    policy: str, forms: tuple[str, ...]
 ) -> None:
-    for capacity, per_slot in measured(policy, python_forms=python_forms).items():
-        assert per_slot * capacity <= max_bytes([policy], [capacity]), (capacity, per_slot)
+    for capacity, held in measured(policy, CAPACITIES, *forms).items():
+        assert held <= max_bytes([policy], [capacity]), (capacity, held)
 
 
-def test_every_built_in_policy_states_its_own_figure() -> None:
-    """Inherited, a subclass's figure would be its parent's (gated's, the LRU's), whatever
+@FORMS
+@pytest.mark.parametrize("policy", policy_names())
+def test_a_workers_full_tier_keeps_no_more_than_the_memory_check_counts(
+    policy: str, forms: tuple[str, ...]
+) -> None:
+    """With miss reasons kept, as in vLLM's scheduler (offload/vllm/settings.py)."""
+    for capacity, held in measured(policy, ATTRIBUTED, "--attribute-misses", *forms).items():
+        bound = metadata_bound(policy).at(capacity) + attribution_bytes(capacity)
+        assert held <= bound, (capacity, held)
+
+
+def test_every_built_in_policy_states_its_own_bound() -> None:
+    """Inherited, a subclass's bound would be its parent's (gated's, the LRU's), whatever
     more it keeps."""
     for policy_cls in BUILT_IN:
-        assert "metadata_bytes_per_slot" in vars(policy_cls), policy_cls.__name__
+        assert "metadata_bound" in vars(policy_cls), policy_cls.__name__
 
 
-def test_a_policy_that_states_no_figure_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("stated", "named"),
+    [
+        (None, "metadata_bound=None must be an offload.MetadataBound"),
+        ((100, 10), r"must be an offload\.MetadataBound.*: it is not one"),
+        (MetadataBound(0, 0), "a tier of one slot would keep no bytes"),
+        (MetadataBound(1, -1), "per_slot=-1 is not a whole number >= 0"),
+        (MetadataBound(1, 1, 2.5, 8), "capped_per_slot=2.5 is not a whole number >= 0"),
+    ],
+)
+def test_a_policy_that_states_no_bound_is_refused(stated: object, named: str) -> None:
     class Unstated(LRUCachePolicy):
         name = "unstated"
-        metadata_bytes_per_slot = None  # type: ignore[assignment]
+        metadata_bound = stated  # type: ignore[assignment]
 
-    with pytest.raises(ValueError, match="metadata_bytes_per_slot=None must be"):
+    with pytest.raises(ValueError, match=named):
         register_policy(Unstated)
     assert "unstated" not in policy_names()
 
 
-def test_shadow_tiers_are_bounded_by_their_policies_figures_and_keep_no_miss_reasons() -> None:
-    """The bound counts one fixed part per tier (none for a tier of 0) and each policy's
-    figure per slot; nothing reads a shadow's misses, so its managers attribute none."""
+def test_a_bound_grows_with_capacity_and_its_capped_part_stops() -> None:
+    bound = MetadataBound(1000, 10, 100, 5)
+    assert [bound.at(c) for c in (0, 1, 5, 6, 100)] == [1000, 1110, 1550, 1560, 2500]
+
+
+def test_shadow_tiers_are_bounded_by_their_policies_bounds_and_keep_no_miss_reasons() -> None:
+    """The bound counts each policy's at each capacity (nothing for a tier of 0), and the
+    estimate each policy's at the blocks held; nothing reads a shadow's misses, so its
+    managers attribute none."""
     tiers = ShadowTiers(["arc", "gated"], [0, 2, 3])
     for request in ([1, 2, 3], [4, 5], [1, 2, 6], [7], [4, 8]):
         tiers.add(request)
-    per_slot = metadata_bytes_per_slot("arc") + metadata_bytes_per_slot("gated")
-    assert max_bytes(tiers.policies, tiers.capacities) == 4 * TIER_BYTES + 5 * per_slot
-    assert tiers.estimated_bytes == 4 * TIER_BYTES + 5 * per_slot  # every slot filled
+    expected = sum(metadata_bound(p).at(c) for p in ("arc", "gated") for c in (2, 3))
+    assert max_bytes(tiers.policies, tiers.capacities) == expected
+    assert tiers.estimated_bytes == expected  # every slot filled
     managers = [m for ms in tiers._tiers.values() for m in ms if m is not None]
     assert all(m.misses.remembered == 0 and not any(m.misses.lookups.values()) for m in managers)

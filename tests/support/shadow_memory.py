@@ -1,8 +1,10 @@
-"""A shadow tier's memory once its policy's metadata is full, as tracemalloc counts it.
+"""A tier's memory once its policy's metadata is full, as tracemalloc counts it.
 
-Run as ``python -m tests.support.shadow_memory [--python-forms] POLICY CAPACITY...``: it
-prints, as JSON, the bytes per block of capacity of one shadow tier of each capacity,
-driven until everything its policy remembers is at its bound. ``--python-forms`` blocks
+Run as ``python -m tests.support.shadow_memory [--python-forms] [--attribute-misses]
+POLICY CAPACITY...``: it prints, as JSON, the bytes of one tier (a manager, as a shadow
+tier is one) of each capacity, driven until everything its policy remembers is at its
+bound. ``--attribute-misses`` keeps miss reasons, as a vLLM worker's manager does (a shadow
+tier keeps none). ``--python-forms`` blocks
 kvscope's C extensions before anything imports them, so every form is the Python one, as in
 the sidecar's image, which is built without a compiler: the forms are chosen at import, so
 only a fresh interpreter can run the other one.
@@ -22,10 +24,10 @@ C_EXTENSIONS = (
     "offload.insight._sample_test",
     "offload.wire._sample_recorder",
 )
-FILL_CAPACITIES = 256
-"""Distinct blocks offered, in tiers' worth: several times what the largest history any
-built-in policy keeps (gated's, 64 hashes per slot, in the tier and in each of its models)
-can hold, so every history has turned over."""
+FILL_CAPACITIES = 128
+"""Distinct blocks offered, in tiers' worth: twice what the largest history any built-in
+policy keeps (gated's, 64 hashes per slot, in the tier and in each of its models) can hold,
+so every history has turned over (twice as many left gated's cost within 1%)."""
 HASH_BYTES = 64
 """The longest block hash a sample frame carries (``MAX_HASH_BYTES``): the costliest key."""
 
@@ -50,30 +52,32 @@ def requests(capacity: int, seed: int) -> list[list[int]]:
     return sent
 
 
-def bytes_per_block(policy: str, capacity: int, seed: int = 0) -> float:
-    """Traced bytes of one shadow tier of ``policy`` at ``capacity``, after its fill, per
-    block of capacity (the hashes it keeps alive included)."""
-    from offload.insight.shadow import ShadowTiers
+def tier_bytes(policy: str, capacity: int, *, attribute_misses: bool, seed: int = 0) -> int:
+    """Traced bytes of one tier of ``policy`` at ``capacity`` after its fill (the hashes it
+    keeps alive included), driven as a shadow tier is."""
+    from offload.cpu.manager import CPUOffloadingManager
+    from offload.sim.workload import run_request
 
     sent = requests(capacity, seed)  # before tracing: only what the tier keeps counts
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        tiers = ShadowTiers([policy], [capacity])
+        tier = CPUOffloadingManager(1, capacity, policy, attribute_misses=attribute_misses)
         for request in sent:
-            tiers.add([n.to_bytes(HASH_BYTES) for n in request])
+            run_request(tier, [n.to_bytes(HASH_BYTES) for n in request])
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    return held / capacity
+    return held
 
 
 def main(argv: list[str]) -> None:
-    if argv[0] == "--python-forms":
+    if "--python-forms" in argv:
         sys.modules.update(dict.fromkeys(C_EXTENSIONS))  # None: their imports fail
-        argv = argv[1:]
-    policy, capacities = argv[0], [int(c) for c in argv[1:]]
-    print(json.dumps({c: bytes_per_block(policy, c) for c in capacities}))
+    attribute_misses = "--attribute-misses" in argv
+    policy, *capacities = (arg for arg in argv if not arg.startswith("--"))
+    held = {c: tier_bytes(policy, int(c), attribute_misses=attribute_misses) for c in capacities}
+    print(json.dumps(held))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from offload.vllm.settings import (
     MAX_TRACKER_SIZE,
     SpecSettings,
     read_settings,
+    records_bytes,
 )
 
 _MEMORY = "(this host's memory|the cgroup memory limit)"
@@ -260,18 +261,42 @@ def test_a_tier_above_the_containers_memory_limit_is_refused_naming_it(tmp_path:
         )
 
     limit.write_text(f"{1 << 30}\n")
+    records = records_bytes("lru", 262144)
     with pytest.raises(
         ConfigError,
         match=re.escape(
-            "the CPU tier would take 1610612736 bytes (262144 chunks of 4096 bytes and 2048 of "
-            "kvscope's records each), more than the cgroup memory limit, 1.0 GiB "
+            f"the CPU tier would take {(1 << 30) + records} bytes (262144 chunks of 4096 "
+            f"bytes, and {records} bytes of kvscope's records at most, {records // 262144} a "
+            "chunk, with eviction_policy 'lru'), more than the cgroup memory limit, 1.0 GiB "
             "(1073741824 bytes); lower cpu_bytes_to_use"
         ),
     ):
         settings(1 << 30)
-    assert settings(1 << 29).num_chunks == 131072  # 0.75 GiB with the records: fits
+    assert settings(1 << 28).num_chunks == 65536  # a quarter of the limit, and its records: fits
     limit.write_text("max\n")
     assert settings(1 << 30).num_chunks == 262144
+
+
+def test_the_memory_check_counts_what_the_eviction_policy_keeps(tmp_path: Path) -> None:
+    """gated's offer histories keep tens of KiB a chunk: a tier of small chunks that fits
+    with lru's records is refused with gated's, whose bound it names."""
+    (tmp_path / "memory.max").write_text(f"{1 << 30}\n")
+
+    def settings(policy: str) -> SpecSettings:
+        return read_settings(
+            {"num_cpu_blocks": 65536, "eviction_policy": policy},
+            worker_kv_bytes_per_block=4096,
+            world_size=1,
+            blocks_per_chunk=1,
+            cgroup_root=tmp_path,
+            proc_root=tmp_path,
+        )
+
+    assert settings("lru").num_chunks == 65536  # 256 MiB of chunks and lru's records
+    records = records_bytes("gated", 65536)
+    assert records > (1 << 30) - 65536 * 4096  # gated's do not fit beside the chunks
+    with pytest.raises(ConfigError, match=f"{records} bytes of kvscope's records at most"):
+        settings("gated")
 
 
 def test_vllm_options_keep_their_meaning() -> None:

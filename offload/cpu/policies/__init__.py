@@ -5,6 +5,7 @@ from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.guarded import GuardedPolicy, PolicyContractError
 from offload.cpu.policies.lru import LRUCachePolicy
+from offload.cpu.policies.metadata_bound import MetadataBound
 from offload.cpu.policies.registry import make_policy, policy_names, register_policy
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "GatedLRUCachePolicy",
     "GuardedPolicy",
     "LRUCachePolicy",
+    "MetadataBound",
     "PolicyContractError",
     "make_policy",
     "policy_names",

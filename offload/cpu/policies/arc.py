@@ -17,6 +17,7 @@ from collections.abc import Container, Iterable, Sequence
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import CachePolicy, take_idle
+from offload.cpu.policies.metadata_bound import MetadataBound
 from offload.cpu.policies.self_check import bound_violations, ranking_violations
 from offload.cpu.request_recency import RequestRecency
 
@@ -25,9 +26,9 @@ class ARCCachePolicy(CachePolicy):
     """ARC with ghost lists, an adaptive T1 target and scan resistance."""
 
     name = "arc"
-    metadata_bytes_per_slot = 1536
-    """A resident block and, at most, a ghost hash per slot: the Python forms' cost, rounded
-    up (tests/offload/test_policy_memory.py holds it)."""
+    metadata_bound = MetadataBound(12 * 1024, 1152)
+    """A resident block and, at most, a ghost hash per slot: the larger of the C and Python
+    forms' cost, rounded up (tests/offload/test_policy_memory.py holds it)."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
+from offload.cpu.policies.metadata_bound import MetadataBound
 from offload.cpu.request_recency import RequestRecency
 
 
@@ -20,12 +21,11 @@ class CachePolicy(ABC):
     """Decides which resident blocks leave the tier when room is needed."""
 
     name: ClassVar[str]
-    metadata_bytes_per_slot: ClassVar[int]
-    """The most memory a manager over this policy keeps per slot of its capacity, once every
-    history the policy keeps is full: the tier's maps, the policy's tables and the hashes
-    they keep alive (of 64 bytes, the longest a sample frame carries), not the KV data. The
-    sidecar sizes its shadow tiers by it (offload/insight/shadow.py), so a policy must
-    state it, measured in the forms it runs in; registration refuses one that does not."""
+    metadata_bound: ClassVar[MetadataBound]
+    """The most memory a manager over this policy keeps at each capacity, once every history
+    the policy keeps is full (see ``MetadataBound``). vLLM's start-up check counts it with
+    the tier's bytes and the sidecar sizes its shadow tiers by it, so a policy must state
+    it, measured in the forms it runs in; registration refuses one that does not."""
     blocks: Mapping[BlockHash, Block]
     """Every resident block, ready or not. Read-only for everyone but the policy."""
 

@@ -55,7 +55,8 @@ from offload.base import BlockHash
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import take_idle
 from offload.cpu.policies.lru import _POSITION_BITS, LRUCachePolicy
-from offload.cpu.policies.miniature import MODEL_TURNOVERS, MiniatureDuel
+from offload.cpu.policies.metadata_bound import MetadataBound
+from offload.cpu.policies.miniature import MODEL_SLOTS, MODEL_TURNOVERS, MiniatureDuel
 from offload.cpu.policies.miniature_model import demote_last
 from offload.cpu.policies.offer_history import OfferHistory
 from offload.cpu.policies.prompt_ends import PromptEnds
@@ -81,11 +82,12 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     """SLRU behind a reuse-horizon gate, or admitting everything; see the module docstring."""
 
     name = "gated"
-    metadata_bytes_per_slot = 96 * 1024
-    """Mostly offer histories of ``OFFERS_PER_SLOT`` hashes per slot: the tier's, and each
-    gated model's (four of the five), whose slots are the tier's own below
-    ``2 * MODEL_SLOTS``: a tier of fewer slots keeps five histories per slot, the most.
-    The Python forms' cost there, rounded up (tests/offload/test_policy_memory.py holds it)."""
+    metadata_bound = MetadataBound(96 * 1024, 22 * 1024, 60 * 1024, 2 * MODEL_SLOTS - 1)
+    """Mostly offer histories of ``OFFERS_PER_SLOT`` hashes per slot: the tier's, growing
+    with it, and each model's, whose slots are the tier's own below ``2 * MODEL_SLOTS`` and
+    fewer than that past it (``sampling_rate``): so the models' part stops there. The larger
+    of the C and Python forms' cost, rounded up (tests/offload/test_policy_memory.py holds
+    it, above and below where the models' part stops)."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)

@@ -10,6 +10,7 @@ from itertools import count
 from offload.base import BlockHash
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.cache_policy import CachePolicy
+from offload.cpu.policies.metadata_bound import MetadataBound
 from offload.cpu.policies.self_check import (
     bound_violations,
     rank_order_violations,
@@ -54,9 +55,9 @@ class LRUCachePolicy(CachePolicy):
     """
 
     name = "lru"
-    metadata_bytes_per_slot = 1024
-    """A resident block's slot, its rank and its hash, nothing else: the Python forms' cost,
-    rounded up (tests/offload/test_policy_memory.py holds it)."""
+    metadata_bound = MetadataBound(12 * 1024, 512)
+    """A resident block's slot, its rank and its hash per slot, nothing else: the larger of
+    the C and Python forms' cost, rounded up (tests/offload/test_policy_memory.py holds it)."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)

@@ -12,6 +12,7 @@ from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.gated_lru import GatedLRUCachePolicy
 from offload.cpu.policies.guarded import GuardedPolicy
 from offload.cpu.policies.lru import LRUCachePolicy
+from offload.cpu.policies.metadata_bound import MetadataBound
 
 BUILT_IN: Final = (LRUCachePolicy, ARCCachePolicy, GatedLRUCachePolicy)
 """The policies kvscope ships, held to the policy contract by its own test suites."""
@@ -52,11 +53,13 @@ def register_policy(policy_cls: type[CachePolicy]) -> type[CachePolicy]:
         )
     if name == OPTIMUM:
         raise ValueError(f"cache policy name {OPTIMUM!r} is the offline optimum's")
-    per_slot = getattr(policy_cls, "metadata_bytes_per_slot", None)
-    if type(per_slot) is not int or per_slot < 1:
+    bound = getattr(policy_cls, "metadata_bound", None)
+    problems = bound.problems() if isinstance(bound, MetadataBound) else ["it is not one"]
+    if problems:
         raise ValueError(
-            f"{policy_cls.__name__}.metadata_bytes_per_slot={per_slot!r:.80} must be a whole "
-            "number of bytes >= 1: the most a tier of it keeps per slot (see CachePolicy)"
+            f"{policy_cls.__name__}.metadata_bound={bound!r:.120} must be an "
+            "offload.MetadataBound, the most a tier of it keeps at each capacity (see "
+            f"CachePolicy): {problems[0]}"
         )
     held = _POLICIES.get(name)
     if held is not None and held is not policy_cls:
@@ -67,9 +70,9 @@ def register_policy(policy_cls: type[CachePolicy]) -> type[CachePolicy]:
     return policy_cls
 
 
-def metadata_bytes_per_slot(name: str) -> int:
-    """What the policy registered as ``name`` states it keeps per slot at most."""
-    return _POLICIES[name].metadata_bytes_per_slot
+def metadata_bound(name: str) -> MetadataBound:
+    """What the policy registered as ``name`` states a tier of it keeps at most."""
+    return _POLICIES[name].metadata_bound
 
 
 def make_policy(name: str, capacity: int) -> CachePolicy:
