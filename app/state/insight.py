@@ -17,7 +17,7 @@ The simulations are rebuilt from nothing when the stream they model
 changes: another rate, seed, policy, capacity or block size, or a publisher
 that restarted (its sample sequence went back). Their memory is bounded by
 ``InsightConfig.max_bytes``, estimated per block held (in a shadow tier, what
-its policy states a slot keeps at most, histories full: offload/insight/shadow.py):
+its policy states a tier of that many keeps at most, histories full: offload/insight/shadow.py):
 where the tier is too large for it at the worker's rate, the sample is sampled further (the
 same hash test at a lower rate keeps a subset of the worker's blocks), and
 the curve is corrected for that rate as for the worker's.

@@ -87,7 +87,11 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     with it, and each model's, whose slots are the tier's own below ``2 * MODEL_SLOTS`` and
     fewer than that past it (``sampling_rate``): so the models' part stops there. The larger
     of the C and Python forms' cost, rounded up (tests/offload/test_policy_memory.py holds
-    it, above and below where the models' part stops)."""
+    it, above and below where the models' part stops), driven as the shadow tiers are, with
+    no request named: what vLLM's running requests met (``_met``) is not measured; its
+    references are to hashes the histories mostly keep alive anyway, and its request entries
+    (``MET_REQUESTS`` at most, some 250 bytes each, estimated, not measured) fit the per-slot
+    part's margin past a thousand slots."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
