@@ -24,10 +24,13 @@ import pytest
 
 from app.api.insight_schemas import PublisherInsightInfo
 from app.settings import InsightConfig, MiB, PublisherEndpoints
-from app.state.insight import InsightState, PublisherInsight
+from app.state.insight import STACK_SHARE, WINDOW_SHARE, InsightState, PublisherInsight
 from app.state.publisher import CONNECTED_WITHIN_S, PublisherState
 from offload.cpu.manager import CPUOffloadingManager
+from offload.insight.curve import scaled_capacities
+from offload.insight.estimator import scaled_blocks
 from offload.insight.sampling import SpatialSampler
+from offload.insight.shadow import max_bytes
 from offload.sim.workload import run_request
 from offload.wire.sample_buffer import SampleBuffer
 from offload.wire.sample_frame import decode_sample_frame, encode_sample_frame
@@ -309,3 +312,20 @@ def test_each_policys_points_are_resolved_at_its_own_simulations_rate() -> None:
     for policy, rate in (("lru", rates.stack), ("arc", rates.shadows)):
         assert curve["resolved"][policy] == [rate * c >= 16 for c in curve["capacities"]]
     assert curve["resolved"]["lru"] != curve["resolved"]["arc"]
+
+
+def test_the_shadows_rate_is_the_highest_whose_tiers_fit_their_share_of_the_bound() -> None:
+    """gated's bound is no straight line (its models stop growing past 511 slots), so the
+    rate is searched: at it the shadow tiers (the largest two past 511 slots here) fit their
+    share of the bound, and any higher rate gives the largest more slots than fit."""
+    config = InsightConfig(max_bytes=256 * MiB, policies=("lru", "gated"))
+    insight = fed(WORKLOADS["every request new"], 100_000, 0.05, config)
+    rate = insight.rates.shadows
+    assert rate is not None and rate < 0.05
+    room = config.max_bytes * (1 - WINDOW_SHARE) * (1 - STACK_SHARE)
+    capacities = scaled_capacities(100_000)
+
+    def held(at: float) -> int:
+        return max_bytes(["gated"], [scaled_blocks(at, c, stacked=False) for c in capacities])
+
+    assert held(rate) <= room < held(rate * 1.01)
