@@ -34,6 +34,7 @@ from app.state.publisher import PublisherState, ReplayOutcome
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats, block_bytes_by_medium
 from offload.shown import shown_repr
+from offload.wire.endpoints import reaches_ipv6
 from offload.wire.framing import MalformedFrame, decode_seq
 from offload.wire.log_limit import LogLimiter
 from offload.wire.sample_frame import SampleFrame, decode_sample_frame
@@ -128,6 +129,7 @@ class Ingestor:
                 sock = receiving_socket(self._ctx, zmq.SUB, config)
                 for topic in {config.kv_topic, config.stats_topic, config.sample_topic}:
                     sock.setsockopt(zmq.SUBSCRIBE, topic)
+                sock.ipv6 = reaches_ipv6(publisher.source.endpoint)
                 sock.connect(publisher.source.endpoint)
                 self._sockets[sock] = publisher
         # The listen socket, its gate and their monitor in a context of their own (see
@@ -151,7 +153,7 @@ class Ingestor:
         gate = ListenGate(self._listen_ctx, sock, listener)
         bound = []
         for endpoint in listener.endpoints:
-            sock.setsockopt(zmq.IPV6, "[" in endpoint)
+            sock.ipv6 = reaches_ipv6(endpoint)
             try:
                 sock.bind(endpoint)
             except zmq.ZMQError as exc:

@@ -25,6 +25,7 @@ from app.decode import DecodedBatch
 from app.ingest.sockets import receiving_socket
 from app.settings import IngestConfig
 from app.state.publisher import PublisherState, ReplayOutcome
+from offload.wire.endpoints import reaches_ipv6
 from offload.wire.framing import END_OF_REPLAY_SEQ, MalformedFrame, decode_seq, replay_request
 
 HELD_FRAME_OVERHEAD = 160
@@ -91,6 +92,7 @@ class Replay:
         self.socket = receiving_socket(ctx, zmq.DEALER, config)
         try:  # a ZMQError when ZMQ refuses the endpoint: the caller cannot close what it lacks
             self.socket.setsockopt(zmq.LINGER, 0)
+            self.socket.ipv6 = reaches_ipv6(endpoint)
             self.socket.connect(endpoint)
             self.socket.send_multipart(replay_request(first), flags=zmq.NOBLOCK)
         except BaseException:

@@ -155,6 +155,14 @@ def _port_problem(port: str, *, bind: bool) -> str | None:
     return None
 
 
+def reaches_ipv6(endpoint: str) -> bool:
+    """Whether a socket binding or connecting to ``endpoint`` needs ZMQ's IPv6 option: ZMQ
+    reaches a bracketed IPv6 address only from a socket with it set (a bind fails with 'No
+    such device', a connect retries for ever in silence). Left unset for every other
+    endpoint, so ``tcp://*`` binds IPv4 as it always did and a name resolves to IPv4."""
+    return endpoint.startswith("tcp://[")
+
+
 def offset_endpoint(endpoint: str, rank: int) -> str:
     """The endpoint that data-parallel rank ``rank`` binds, so that ranks sharing one
     configuration do not collide.

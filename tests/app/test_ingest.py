@@ -279,3 +279,21 @@ def test_the_ingest_thread_collects_the_young_generation_itself(
             gc.callbacks.remove(record)
     finally:
         ingestor.close()
+
+
+def test_a_publisher_on_an_ipv6_address_is_bound_reached_and_replayed_from() -> None:
+    """The settings take a bracketed IPv6 address to bind and to connect to, but ZMQ reaches
+    one only from a socket with its IPv6 option set: the publisher's bind failed ('No such
+    device'), and the sidecar's subscription and replay connected for ever in silence."""
+    with EventPublisher("tcp://[::1]:*", "tcp://[::1]:*") as publisher:
+        publisher.publish_events([stored(1, 2)])
+        wait_until(lambda: publisher.batches_published == 1, "first batch sent")
+        ingestor = start_ingest(endpoints(publisher))
+        try:
+            connected(ingestor, publisher)
+            publisher.publish_events([stored(3)])
+            wait_until(lambda: cpu_blocks(ingestor) == {1, 2, 3}, "caught up from replay")
+            state = ingestor.state.publishers[publisher.endpoint]
+            assert state.replayed >= 1 and state.missed == 0
+        finally:
+            ingestor.close()
