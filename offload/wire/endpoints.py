@@ -146,12 +146,15 @@ def _is_ipv4_text(text: str) -> bool:
 
 
 def _port_problem(port: str, *, bind: bool) -> str | None:
-    """1 to 65535; to bind, also 0 or ``*``, a free port the system picks."""
+    """1 to 65535; to bind, also ``0`` (no other way written) or ``*``, a free port the
+    system picks."""
     if port == "*":
         return None if bind else "port '*' (a free one) is for binding; a connect needs a number"
     lowest = 0 if bind else 1
     if _PORT.fullmatch(port) is None or not lowest <= int(port) <= 65535:
         return f"the port {shown_repr(port)} is not a number from {lowest} to 65535"
+    if int(port) == 0 and port != "0":  # ZMQ takes 00001 for port 1, but 0 only as "0"
+        return f"the port {shown_repr(port)}: a free port is written 0 (ZMQ refuses it else)"
     return None
 
 

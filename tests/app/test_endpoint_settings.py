@@ -98,6 +98,7 @@ def test_a_wildcard_or_port_0_is_refused_where_the_sidecar_connects(
     ("tcp://*:5557", False),
     ("tcp://-bad:5557", False),
     ("tcp://*:65536", True),
+    ("tcp://*:00", True),  # 0 is a free port, and 00001 port 1, but 00 is refused
 ])  # fmt: skip
 def test_zmq_itself_refuses_these_only_once_a_socket_uses_them(endpoint: str, bind: bool) -> None:
     with zmq.Context() as context, context.socket(zmq.PULL) as sock:
@@ -106,6 +107,12 @@ def test_zmq_itself_refuses_these_only_once_a_socket_uses_them(endpoint: str, bi
             (sock.bind if bind else sock.connect)(endpoint)
     if endpoint.startswith("ipc://") and len(endpoint) > IPC_MAX + len("ipc://"):
         assert refused.value.errno == errno.ENAMETOOLONG
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://*:00", "tcp://127.0.0.1:000"])
+def test_a_free_port_to_bind_is_written_0_as_zmq_takes_it(endpoint: str) -> None:
+    loc, message = refusal({"listen": [endpoint]})
+    assert (loc, "a free port is written 0" in message) == (("listen",), True), message
 
 
 @pytest.fixture
