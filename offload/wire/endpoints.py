@@ -64,11 +64,14 @@ def _problem(endpoint: str, *, bind: bool) -> str | None:
 
 
 def _ipc_problem(path: str) -> str | None:
-    """A path (``@name``: Linux's abstract namespace) that fits a unix socket's address."""
+    """A path (``@name``: Linux's abstract namespace) that fits a unix socket's address and
+    may name a socket."""
     if path in ("", "@"):
         return "no ipc path, or no name after the '@' of an abstract one"
     if "\0" in path:
         return "the ipc path holds a NUL character (ZMQ would cut the path there)"
+    if path.endswith("/") and not path.startswith("@"):  # a bind fails, a connect never ends
+        return f"the ipc path {shown_repr(path)} ends in '/': a directory, never a socket"
     try:
         size = len(path.encode())
     except UnicodeEncodeError:  # an environment variable's bytes that are not UTF-8

@@ -51,6 +51,8 @@ REFUSED_EVERYWHERE = [
     # Half as many characters as the limit, but two bytes each in UTF-8, as ZMQ is given it.
     ("ipc:///" + "é" * (IPC_MAX // 2 + 1), f"the ipc path is {IPC_MAX // 2 * 2 + 3} bytes"),
     ("ipc://@", "no ipc path, or no name after the '@'"),
+    ("ipc:///", "the ipc path '/' ends in '/': a directory, never a socket"),
+    ("ipc://run/kv/", "the ipc path 'run/kv/' ends in '/'"),
     ("ipc:///tmp/a\0b", "the ipc path holds a NUL character"),
     ("inproc://kv", "the transport must be tcp:// or ipc://"),
     ("udp://engine:5557", "the transport must be tcp:// or ipc://"),
@@ -99,6 +101,8 @@ def test_a_wildcard_or_port_0_is_refused_where_the_sidecar_connects(
     ("tcp://-bad:5557", False),
     ("tcp://*:65536", True),
     ("tcp://*:00", True),  # 0 is a free port, and 00001 port 1, but 00 is refused
+    ("ipc:///", True),  # in use: a directory
+    (f"ipc:///tmp/{uuid.uuid4().hex}/", True),  # no such directory
 ])  # fmt: skip
 def test_zmq_itself_refuses_these_only_once_a_socket_uses_them(endpoint: str, bind: bool) -> None:
     with zmq.Context() as context, context.socket(zmq.PULL) as sock:
@@ -138,6 +142,7 @@ def longest_ipc_path() -> str:
         "tcp://127.0.0.1:0",
         "ipc://{ipc}",
         "ipc://@kvscope-{name}",
+        "ipc://@kvscope-{name}/",  # an abstract name is no path: it may end in '/'
     ],
 )
 def test_what_users_listen_on_is_taken_and_zmq_binds_it(form: str, port: int) -> None:
