@@ -502,6 +502,20 @@ def _events() -> list[Panel]:
             ),
         ),
         timeseries_panel(
+            "Worker samples left out of /metrics",
+            "Worker samples each sidecar's last scrape left out of its /metrics to keep the "
+            "exposition valid: a metric another publisher named first with another type or "
+            "labels, or a series another family prints (the sidecar's own process_* and "
+            "python_* included). Other samples are served; these reach no panel or rule. "
+            "Healthy: 0 (else workers disagree about a metric: check that they run one "
+            "kvscope version, and that no worker exports a name the sidecar prints).",
+            "suffix: samples",
+            Query(
+                _by("instance", "kvscope_sidecar_conflicting_samples"),
+                "left out {{instance}}",
+            ),
+        ),
+        timeseries_panel(
             "Sidecar sheds and refusals",
             "What each sidecar refused or let go to stay within its bounds, per second: HTTP "
             "requests refused by reason (body_too_large, connections_full, "

@@ -16,8 +16,8 @@ be one these sidecars serve on /metrics, with the labels its matchers and
 groupings name (a test's input with exactly the labels the sidecar gives it);
 rate() and increase() may read only counters (and a histogram's series), histogram_quantile() only
 buckets kept apart by ``le``. Every counter of what kvscope shed, refused or dropped,
-and every gauge of bytes a buffer holds, is on a panel. A renamed metric or label
-breaks these tests.
+every gauge of bytes a buffer holds, and every gauge of what it holds but leaves out
+or cannot reach, is on a panel. A renamed metric or label breaks these tests.
 Queries on vLLM's series are the exception, and the only one: with no vLLM
 scraped they have no data (test_dashboards.py holds that no query mixes them
 with kvscope's, that outside the vLLM row they say they are vLLM's, and that
@@ -290,29 +290,31 @@ def test_every_listen_socket_metric_is_plotted(listening: str) -> None:
 
 LOSS_WORDS = frozenset({"shed", "refused", "dropped", "missed", "overflow", "faults"})
 """The words of a counter's name that say it counts what kvscope lost, refused or got past."""
+LEFT_OUT_WORDS = frozenset({"conflicting", "stranded"})
+"""The words of a gauge's name that say it counts what kvscope holds but leaves out or
+cannot reach: worker samples left out of /metrics, blocks no prefix lookup reaches."""
 
 
-def test_every_loss_and_every_buffer_kvscope_counts_is_plotted(
+def test_every_loss_buffer_and_left_out_count_kvscope_keeps_is_plotted(
     exported: dict[str, Exported],
 ) -> None:
     """Every buffer is bounded in bytes and what it sheds is counted, so that an operator can
     see both: a counter of losses or refusals (HTTP requests refused by reason, event-stream
     readers shed, frames dropped while a replay held them, transfer jobs refused at
     submit, ...) and a gauge of bytes held that no panel plots is one the dashboards never
-    show."""
+    show. So is a gauge of what kvscope holds but leaves out (worker samples /metrics leaves
+    out for disagreeing with another publisher's, blocks stranded past a lookup's reach)."""
     plotted = {name for q in panel_queries() for name in metric_names(q.expr)}
     losses = {
         name
         for name, series in exported.items()
         if series.kind == "counter" and LOSS_WORDS & set(name.split("_"))
     }
-    held = {
-        name
-        for name, series in exported.items()
-        if series.kind == "gauge" and name.startswith("kvscope_") and name.endswith("_bytes")
-    }
-    assert losses and held, "no loss counter or bytes gauge exported"
-    unplotted = (losses | held) - plotted
+    gauges = {name for name, series in exported.items() if series.kind == "gauge"}
+    held = {name for name in gauges if name.startswith("kvscope_") and name.endswith("_bytes")}
+    left_out = {name for name in gauges if LEFT_OUT_WORDS & set(name.split("_"))}
+    assert losses and held and left_out, "no loss counter, bytes or left-out gauge exported"
+    unplotted = (losses | held | left_out) - plotted
     assert not unplotted, f"not plotted: {sorted(unplotted)}"
 
 
