@@ -20,7 +20,9 @@ written: its stream ends as any shed reader's does. At most
 
 A stream ends quietly whichever way it ends: its client gone (the server
 reports the disconnect; nothing is logged), shed, or the server stopping
-(``end_all``).
+(``end_all``). A stopping server ends a backlog as shedding does, at the chunk
+being written: it sent the rest, chunk by chunk, first, and a large backlog to
+a slow reader held up the stop until the server's grace ran out and cut it.
 """
 
 from __future__ import annotations
@@ -107,10 +109,16 @@ class StreamReader:
         self._ended = True
         self._wake.set()
 
+    @property
+    def ending(self) -> bool:
+        """Whether its stream is to end (shed, or the server stopping): nothing more is
+        rendered or written for it, only what is written drains."""
+        return self.shed or self._ended
+
     async def next_chunk(self) -> bytes | None:
         """The next bytes to write: queued events, a keep-alive when idle, None once done."""
         while not self._queue:
-            if self.shed or self._ended:
+            if self.ending:
                 return None
             self._wake.clear()
             try:
@@ -118,7 +126,7 @@ class StreamReader:
                     await self._wake.wait()
             except TimeoutError:
                 return KEEPALIVE
-        if self.shed or self._ended:
+        if self.ending:
             return None
         chunk = self._queue.popleft()
         self._queued -= len(chunk)
@@ -174,7 +182,8 @@ class EventStreams:
             self._task = None
 
     def end_all(self) -> None:
-        """End every stream (the server is stopping): each ends after what it has queued."""
+        """End every stream (the server is stopping): each ends once what is written drains,
+        its queue and the rest of its backlog unsent (its reader resumes them from the log)."""
         for reader in list(self._readers):
             reader.end()
 
@@ -207,9 +216,9 @@ class EventStreams:
 
     async def backlog(self, reader: StreamReader) -> bytes | None:
         """The next chunk of the reader's backlog, rendered; None once it is all sent, or once
-        the reader is shed: the rest would be rendered and written for a stream that ends
-        anyway, and is sent again, from the log, when it resumes."""
-        if reader.shed:
+        the reader is shed or the server stopping: the rest would be rendered and written for
+        a stream that ends anyway, and is sent again, from the log, when it resumes."""
+        if reader.ending:
             return None
         after, until = reader.backlog
         events = [e for e in self.log.since(after, BATCH_EVENTS) if e.id <= until]

@@ -16,6 +16,7 @@ import re
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
 
@@ -241,6 +242,51 @@ def test_stopping_the_server_ends_open_streams_cleanly() -> None:
             assert received.endswith(b"0\r\n\r\n"), received[-200:]
             sock.close()
     assert errors_in(records) == []
+
+
+def test_stopping_the_server_ends_a_backlog_at_the_chunk_being_written() -> None:
+    """A stopping server ended the streams, but one still being sent its backlog was sent the
+    rest of it first, a chunk at a time: a large backlog to a slow reader held up the stop
+    until the server's grace cut it. Its backlog stops at the chunk being written, as a shed
+    reader's does; what it got is a prefix of the log, so its resume loses nothing."""
+    # No send deadline, no least rate: the stop is to end the stream, not a cut.
+    limits = HttpLimits(sse_chunk_bytes=16 * KIB, send_timeout_s=3600.0, min_send_bytes_per_s=0)
+    app, state = sidecar_app(limits)
+    for batch in range(10):  # 500 events of 1,000 hashes: 4 MiB or so from id 0
+        record(state, events=50, hashes=1000, first_hash=batch * 50_000)
+    backlog = state.event_log.last_id
+    with logged("uvicorn.error") as records, ThreadPoolExecutor(1) as reading:
+        with serving(app, send_buffer=64 * KIB) as url:
+            stalled = raw_connection(url, stream_request(url, 0), receive_buffer=4096)
+            assert stalled.recv(12) == b"HTTP/1.1 200"  # its backlog has begun; it reads no more
+            with httpx.Client(base_url=url, timeout=WAIT_S) as http:
+                wait_until(  # past the transport's high-water mark: a chunk's write waits for it
+                    lambda: metric(http, "kvscope_sidecar_http_response_buffer_bytes") > 0,
+                    "the backlog waits on the unread socket",
+                )
+
+            def once_stopping() -> bytes:
+                """Read the stream to its end once the server stops listening."""
+                wait_until(lambda: not accepts(url), "the server stops listening")
+                return read_all(stalled)
+
+            received = reading.submit(once_stopping)
+        # The server has stopped: its stream was ended, not cut, short of the backlog.
+        stream = received.result(timeout=WAIT_S)
+    assert stream.endswith(b"0\r\n\r\n"), stream[-200:]
+    ids = [int(i) for i in re.findall(rb"^id: (\d+)$", stream, re.M)]
+    assert ids == list(range(1, len(ids) + 1)) and len(ids) < backlog
+    assert errors_in(records) == []  # no task cancelled at the end of the grace
+
+
+def accepts(url: str) -> bool:
+    """Whether a connection to ``url`` is accepted (a stopping server has closed its socket)."""
+    address = urlsplit(url)
+    try:
+        socket.create_connection((address.hostname, address.port), timeout=WAIT_S).close()
+    except ConnectionRefusedError:
+        return False
+    return True
 
 
 # --- item 5: the body limit stops the reading -----------------------------------------
