@@ -38,6 +38,9 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   high-water mark never filled the buffer, and a close (at uvicorn's
   keep-alive timeout, or after a ``connection: close``) waits for the buffer
   to drain, so a client that read nothing of it held its connection for good.
+  So it runs once an app ends without finishing its answer (a route raised
+  mid-body): uvicorn closes the connection behind what was written, an
+  answer that will never grow, and nothing else ended that wait.
   Neither runs while nothing waits to be sent (an idle event stream) nor
   while an answer is being written below the mark, where the server adds to
   the buffer as the client reads it.
@@ -86,7 +89,7 @@ import json
 from typing import Any, ClassVar, Final
 
 import httptools
-from uvicorn._types import ASGI3Application
+from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
     HttpToolsProtocol,
@@ -180,7 +183,26 @@ class BoundedConnection(HttpToolsProtocol):
         self._answering = cycle  # uvicorn starts one at a time, each once the last is answered
         self._queued_bytes.pop(cycle, None)
         self._watch_sending()
-        super()._start_asgi_task(cycle, app)
+        super()._start_asgi_task(cycle, self._abandoning(cycle, app))
+
+    def _abandoning(self, cycle: RequestResponseCycle, app: ASGI3Application) -> ASGI3Application:
+        """``app``, and once it ends with ``cycle``'s answer begun but not finished (it raised,
+        or returned early), no answer is being written: uvicorn closes the connection behind
+        what was written (a close waits for it to drain), so what is unsent is waited on as
+        the end of an answer written whole (``_watch_sending``)."""
+
+        async def answer(
+            scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+        ) -> None:
+            try:
+                await app(scope, receive, send)
+            finally:
+                started = cycle.response_started and not cycle.response_complete
+                if started and not cycle.disconnected and cycle is self._answering:
+                    self._answering = None
+                    self._watch_sending()
+
+        return answer
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

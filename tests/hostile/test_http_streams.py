@@ -15,7 +15,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.guards.security_headers import HEADERS
@@ -618,6 +619,35 @@ def test_an_answer_left_unread_below_the_high_water_mark_is_cut_too() -> None:
             assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_timeout") == 1
         read_all(stalled)
     assert errors_in(records) == []
+
+
+def test_an_answer_its_route_fails_mid_body_left_unread_is_cut_too() -> None:
+    """A route that raised after its answer began left uvicorn closing the connection behind
+    what it had written, which a close waits to drain; the answer was never complete, so no
+    send deadline ran below the high-water mark, and a client that read nothing of it held
+    its connection, one of ``max_connections``, for good."""
+    app, _ = sidecar_app(HttpLimits(max_connections=1, send_timeout_s=1.0))
+
+    async def fails_midway() -> AsyncIterator[bytes]:
+        for _ in range(3):  # 48 KiB, under the 64 KiB mark
+            yield b"x" * (16 * KIB)
+        raise RuntimeError("the route failed mid-answer")
+
+    app.add_api_route("/test-fails-midway", lambda: StreamingResponse(fails_midway()))
+    host = b"127.0.0.1"
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nConnection: close\r\n\r\n" % host
+    with logged("uvicorn.error") as records, serving(app, send_buffer=4096) as url:
+        failing = b"GET /test-fails-midway HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+        stalled = raw_connection(url, failing, receive_buffer=4096)
+        assert stalled.recv(12) == b"HTTP/1.1 200"
+        wait_until(
+            lambda: read_all(raw_connection(url, healthz)).startswith(b"HTTP/1.1 200"),
+            "the stalled connection is cut by its send deadline, freeing its place",
+        )
+        with httpx.Client(base_url=url, timeout=WAIT_S) as http:
+            assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_timeout") == 1
+        read_all(stalled)
+    assert errors_in(records) == ["Exception in ASGI application\n"]  # the route's, alone
 
 
 def test_connections_past_the_cap_are_a_503_before_their_request_is_read() -> None:
