@@ -34,7 +34,7 @@ from app.state.publisher import PublisherState, ReplayOutcome
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats, block_bytes_by_medium
 from offload.shown import shown_repr
-from offload.wire.endpoints import reaches_ipv6
+from offload.wire.endpoints import binds_ipv6, connects_ipv6
 from offload.wire.framing import MalformedFrame, decode_seq
 from offload.wire.log_limit import LogLimiter
 from offload.wire.sample_frame import SampleFrame, decode_sample_frame
@@ -124,12 +124,19 @@ class Ingestor:
         self._sockets: dict[zmq.Socket, PublisherState] = {}
         self._replays: dict[zmq.Socket, Replay] = {}
         self._replaying: dict[str, Replay] = {}  # publisher name -> its replay in progress
+        # publisher name -> whether its replay socket connects with ZMQ's IPv6 option; decided
+        # here, as resolving a name may wait on DNS, which the ingest loop must not
+        self._replay_ipv6 = {
+            publisher.name: connects_ipv6(publisher.source.replay_endpoint)
+            for publisher in state.publishers.values()
+            if publisher.source.replay_endpoint is not None
+        }
         for publisher in state.publishers.values():
             if isinstance(publisher.source, PublisherEndpoints):
                 sock = receiving_socket(self._ctx, zmq.SUB, config)
                 for topic in {config.kv_topic, config.stats_topic, config.sample_topic}:
                     sock.setsockopt(zmq.SUBSCRIBE, topic)
-                sock.ipv6 = reaches_ipv6(publisher.source.endpoint)
+                sock.ipv6 = connects_ipv6(publisher.source.endpoint)
                 sock.connect(publisher.source.endpoint)
                 self._sockets[sock] = publisher
         # The listen socket, its gate and their monitor in a context of their own (see
@@ -153,7 +160,7 @@ class Ingestor:
         gate = ListenGate(self._listen_ctx, sock, listener)
         bound = []
         for endpoint in listener.endpoints:
-            sock.ipv6 = reaches_ipv6(endpoint)
+            sock.ipv6 = binds_ipv6(endpoint)
             try:
                 sock.bind(endpoint)
             except zmq.ZMQError as exc:
@@ -464,7 +471,7 @@ class Ingestor:
         if endpoint is not None:
             try:
                 replay = Replay(
-                    self._ctx, state, endpoint, self.config,
+                    self._ctx, state, endpoint, self._replay_ipv6[state.name], self.config,
                     first=first, upto=upto, trigger=None if batch is None else (upto, batch),
                     is_gap=is_gap,
                 )  # fmt: skip

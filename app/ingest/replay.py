@@ -25,7 +25,6 @@ from app.decode import DecodedBatch
 from app.ingest.sockets import receiving_socket
 from app.settings import IngestConfig
 from app.state.publisher import PublisherState, ReplayOutcome
-from offload.wire.endpoints import reaches_ipv6
 from offload.wire.framing import END_OF_REPLAY_SEQ, MalformedFrame, decode_seq, replay_request
 
 HELD_FRAME_OVERHEAD = 160
@@ -57,7 +56,9 @@ class Replay:
     ends; None for a replay of frames dropped while held (nothing showed that
     gap but the drop itself). ``is_gap`` is False for a catch-up (a
     publisher's first frame above 0), whose missing batches are not counted
-    as missed. The ingest thread owns it.
+    as missed. ``ipv6``: whether the socket connects with ZMQ's IPv6 option
+    (``connects_ipv6``, decided before, as it may wait on DNS). The ingest
+    thread owns it.
     """
 
     def __init__(
@@ -65,6 +66,7 @@ class Replay:
         ctx: zmq.Context,
         state: PublisherState,
         endpoint: str,
+        ipv6: bool,
         config: IngestConfig,
         *,
         first: int,
@@ -92,7 +94,7 @@ class Replay:
         self.socket = receiving_socket(ctx, zmq.DEALER, config)
         try:  # a ZMQError when ZMQ refuses the endpoint: the caller cannot close what it lacks
             self.socket.setsockopt(zmq.LINGER, 0)
-            self.socket.ipv6 = reaches_ipv6(endpoint)
+            self.socket.ipv6 = ipv6
             self.socket.connect(endpoint)
             self.socket.send_multipart(replay_request(first), flags=zmq.NOBLOCK)
         except BaseException:

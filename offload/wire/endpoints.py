@@ -161,12 +161,40 @@ def _port_problem(port: str, *, bind: bool) -> str | None:
     return None
 
 
-def reaches_ipv6(endpoint: str) -> bool:
-    """Whether a socket binding or connecting to ``endpoint`` needs ZMQ's IPv6 option: ZMQ
-    reaches a bracketed IPv6 address only from a socket with it set (a bind fails with 'No
-    such device', a connect retries for ever in silence). Left unset for every other
-    endpoint, so ``tcp://*`` binds IPv4 as it always did and a name resolves to IPv4."""
+def binds_ipv6(endpoint: str) -> bool:
+    """Whether a socket binding ``endpoint`` needs ZMQ's IPv6 option: only a bracketed IPv6
+    address, which ZMQ refuses to bind without it ('No such device'). Left unset for every
+    other endpoint, so ``tcp://*`` binds IPv4 only, as it always did (with the option set it
+    would listen on IPv6 too)."""
     return endpoint.startswith("tcp://[")
+
+
+def connects_ipv6(endpoint: str) -> bool:
+    """Whether a socket connecting to ``endpoint`` needs ZMQ's IPv6 option.
+
+    Without it ZMQ reaches no IPv6 address: a bracketed one, or a host name whose addresses
+    are all IPv6 (an IPv6-only cluster's service), is retried for ever in silence. With it,
+    ZMQ takes only the first address of an IPv6 lookup, so a name with addresses of both
+    families would be reached over IPv6 alone, where a publisher bound on ``tcp://*``
+    (IPv4) is not listening. So the option is set for a bracketed address and for a name
+    that resolves now to IPv6 addresses and no IPv4 one; a name that does not resolve yet
+    keeps ZMQ's IPv4 lookup, as before. Resolving may wait on DNS: call it where a start
+    may wait, not on a path that must not stall.
+    """
+    if endpoint.startswith("tcp://["):
+        return True
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint.removeprefix("tcp://").rpartition(":")[0]
+    return _resolves(host, socket.AF_INET6) and not _resolves(host, socket.AF_INET)
+
+
+def _resolves(host: str, family: socket.AddressFamily) -> bool:
+    """Whether ``host`` has an address of ``family`` now (an IPv4 literal has none in IPv6)."""
+    try:
+        return bool(socket.getaddrinfo(host, None, family, socket.SOCK_STREAM))
+    except (socket.gaierror, UnicodeError):
+        return False
 
 
 def offset_endpoint(endpoint: str, rank: int) -> str:

@@ -32,7 +32,7 @@ import zmq
 
 from offload.base import Closeable, OffloadingEvent
 from offload.wire.batch_bounds import bounded_batches
-from offload.wire.endpoints import reaches_ipv6
+from offload.wire.endpoints import binds_ipv6
 from offload.wire.framing import (
     DEFAULT_KV_TOPIC,
     DEFAULT_SAMPLE_TOPIC,
@@ -365,7 +365,7 @@ class EventPublisher(Publisher):
         sock.setsockopt(zmq.LINGER, _CLOSE_LINGER_MS)
         set_heartbeat(sock, self._peer_timeout_s)
         sock.copy_threshold = 0  # payloads sent copy=False are never copied, so all are tracked
-        sock.ipv6 = reaches_ipv6(endpoint)
+        sock.ipv6 = binds_ipv6(endpoint)
         try:
             sock.bind(endpoint)
         except zmq.ZMQError as exc:

@@ -139,6 +139,7 @@ def test_a_replay_whose_connect_fails_closes_its_socket() -> None:
                 ctx,
                 state,
                 UNCONNECTABLE,
+                False,
                 IngestConfig(),
                 first=1,
                 upto=2,

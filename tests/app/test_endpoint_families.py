@@ -1,0 +1,102 @@
+"""A sidecar reaches its publisher by a host name of either address family, over real sockets.
+
+ZMQ connects to IPv6 only from a socket with its IPv6 option set, and with it set takes only
+the first address of an IPv6 lookup. So a name with IPv6 addresses alone (an IPv6-only
+cluster's service) was retried for ever, and setting the option for every name would reach a
+name with both families over IPv6 alone, missing a publisher bound on ``tcp://*`` (IPv4).
+
+Names with one family or both need a hosts file that says so, which this machine's lacks, so
+those tests run their sidecar in namespaces of its own (``unshare``, root only): a network
+one, whose loopback gets an IPv6 address that is not ``::1`` (glibc answers an IPv4 lookup of
+a name for ``::1`` with 127.0.0.1), and a mount one, where a hosts file of the test's own
+stands over /etc/hosts. Elsewhere they are skipped.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.settings import PublisherEndpoints
+from offload.wire.endpoints import binds_ipv6, connects_ipv6
+from offload.wire.publisher import EventPublisher
+from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, stored
+from tests.support.polling import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+_ADDRESS = "fd00:6b76::1"
+"""A unique local IPv6 address the network namespace's loopback is given."""
+
+_HOSTS = f"127.0.0.1 localhost\n{_ADDRESS} v6only.test\n{_ADDRESS} both.test\n127.0.0.1 both.test\n"
+
+
+def reach_by_name(bound: str, name: str) -> None:
+    """A sidecar connecting by ``name`` to a publisher bound on ``bound`` subscribes and is
+    replayed what it missed; run in the namespaces (``python -c``), and for ``localhost``."""
+    with EventPublisher(f"tcp://{bound}:*", f"tcp://{bound}:*") as publisher:
+        publisher.publish_events([stored(1, 2)])
+        wait_until(lambda: publisher.batches_published == 1, "first batch sent")
+        ports = (e.rpartition(":")[2] for e in (publisher.endpoint, publisher.replay_endpoint))
+        by_name = PublisherEndpoints(*(f"tcp://{name}:{port}" for port in ports))
+        ingestor = start_ingest(by_name)
+        try:
+            state = ingestor.state.publishers[by_name.endpoint]
+
+            def subscribed() -> bool:
+                publisher.publish_stats(a_stats_frame())
+                return state.stats_frames > 0
+
+            wait_until(subscribed, f"the sidecar subscribes to {name}")
+            publisher.publish_events([stored(3)])  # the first frame seen: 1 and 2 replayed
+            wait_until(lambda: cpu_blocks(ingestor) == {1, 2, 3}, f"a replay from {name}")
+        finally:
+            ingestor.close()
+
+
+def _namespaces_work() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    return subprocess.run(["unshare", "-m", "-n", "true"], capture_output=True).returncode == 0
+
+
+def test_a_connect_sets_ipv6_for_a_bracketed_address_and_a_bind_for_nothing_else() -> None:
+    assert connects_ipv6("tcp://[::1]:5557") and binds_ipv6("tcp://[::1]:5557")
+    assert not binds_ipv6("tcp://*:5557") and not binds_ipv6("tcp://localhost:5557")
+    for endpoint in ("tcp://127.0.0.1:5557", "tcp://localhost:5557", "ipc:///tmp/kv"):
+        assert not connects_ipv6(endpoint), endpoint
+    assert not connects_ipv6("tcp://no-such-name.invalid:5557")  # resolves later, if ever: IPv4
+
+
+def test_a_publisher_on_ipv4_loopback_is_reached_by_localhost() -> None:
+    reach_by_name("127.0.0.1", "localhost")
+
+
+@pytest.mark.skipif(not _namespaces_work(), reason="no network and mount namespaces to make")
+@pytest.mark.parametrize(
+    ("bound", "name"),
+    [(f"[{_ADDRESS}]", "v6only.test"), ("127.0.0.1", "both.test")],
+    ids=["ipv6-only-name", "dual-stack-name-publisher-on-ipv4"],
+)
+def test_a_publisher_is_reached_by_a_name_of_its_family(
+    tmp_path: Path, bound: str, name: str
+) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text(_HOSTS)
+    run = (
+        f"from tests.app.test_endpoint_families import reach_by_name; "
+        f"reach_by_name({bound!r}, {name!r})"
+    )
+    script = (
+        f"ip link set lo up && ip addr add {_ADDRESS}/128 dev lo && "
+        f'mount --bind {hosts} /etc/hosts && exec "$0" -c "$1"'
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "-n", "sh", "-c", script, sys.executable, run],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
