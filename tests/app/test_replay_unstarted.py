@@ -22,14 +22,12 @@ from contextlib import contextmanager
 
 import pytest
 import zmq
-from prometheus_client.parser import text_string_to_metric_families
 
-from app.api import create_app
 from app.ingest.replay import HELD_FRAME_OVERHEAD, Replay
-from app.settings import IngestConfig, PublisherEndpoints, SidecarSettings
+from app.settings import IngestConfig, PublisherEndpoints
 from app.state.publisher import PublisherState
 from offload.base import OffloadingEvent
-from tests.support.http_app import in_process
+from tests.support.http_app import served_views
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import (
     RawPublisher,
@@ -93,14 +91,7 @@ def test_a_replay_socket_that_cannot_be_made_leaves_the_gap_missed_and_the_batch
 def served(state, endpoint: str) -> tuple[int, int, int, int, int, int]:
     """Unstarted replays, missed batches and malformed frames as /metrics and /api/v1/stats
     show them."""
-    app = create_app(SidecarSettings(connect=[endpoint]), state)
-    with in_process(app) as http:
-        metrics = {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(http.get("/metrics").text)
-            for sample in family.samples
-        }
-        (publisher,) = http.get("/api/v1/stats").json()["publishers"]
+    metrics, publisher = served_views(state, endpoint)
     labels = (("publisher", endpoint),)
     unstarted = (("outcome", "unstarted"), *labels)
     return (

@@ -605,20 +605,7 @@ def test_an_answer_left_unread_below_the_high_water_mark_is_cut_too() -> None:
     such an answer held its connection, one of ``max_connections``, for good."""
     app, state = sidecar_app(HttpLimits(max_connections=1, send_timeout_s=1.0))
     record(state, events=200, hashes=20)  # a page of about 60 KB, under the 64 KiB mark
-    host = b"127.0.0.1"
-    healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nConnection: close\r\n\r\n" % host
-    with logged("uvicorn.error") as records, serving(app, send_buffer=4096) as url:
-        page = b"GET /api/v1/events?since=0&limit=1000 HTTP/1.1\r\nHost: %b\r\n\r\n" % host
-        stalled = raw_connection(url, page, receive_buffer=4096)
-        assert stalled.recv(12) == b"HTTP/1.1 200"
-        wait_until(
-            lambda: read_all(raw_connection(url, healthz)).startswith(b"HTTP/1.1 200"),
-            "the stalled connection is cut by its send deadline, freeing its place",
-        )
-        with httpx.Client(base_url=url, timeout=WAIT_S) as http:
-            assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_timeout") == 1
-        read_all(stalled)
-    assert errors_in(records) == []
+    assert stalled_until_cut(app, b"/api/v1/events?since=0&limit=1000") == []
 
 
 def test_an_answer_its_route_fails_mid_body_left_unread_is_cut_too() -> None:
@@ -634,11 +621,19 @@ def test_an_answer_its_route_fails_mid_body_left_unread_is_cut_too() -> None:
         raise RuntimeError("the route failed mid-answer")
 
     app.add_api_route("/test-fails-midway", lambda: StreamingResponse(fails_midway()))
+    errors = stalled_until_cut(app, b"/test-fails-midway")
+    assert errors == ["Exception in ASGI application\n"]  # the route's, alone
+
+
+def stalled_until_cut(app: FastAPI, target: bytes) -> list[str]:
+    """Serve ``app`` (one connection at most) to a client that asks for ``target`` and reads
+    only its status line; once its send deadline cut it (a /healthz gets the freed place,
+    ``send_timeout`` counted once), the errors uvicorn logged."""
     host = b"127.0.0.1"
     healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nConnection: close\r\n\r\n" % host
     with logged("uvicorn.error") as records, serving(app, send_buffer=4096) as url:
-        failing = b"GET /test-fails-midway HTTP/1.1\r\nHost: %b\r\n\r\n" % host
-        stalled = raw_connection(url, failing, receive_buffer=4096)
+        request = b"GET %b HTTP/1.1\r\nHost: %b\r\n\r\n" % (target, host)
+        stalled = raw_connection(url, request, receive_buffer=4096)
         assert stalled.recv(12) == b"HTTP/1.1 200"
         wait_until(
             lambda: read_all(raw_connection(url, healthz)).startswith(b"HTTP/1.1 200"),
@@ -647,7 +642,7 @@ def test_an_answer_its_route_fails_mid_body_left_unread_is_cut_too() -> None:
         with httpx.Client(base_url=url, timeout=WAIT_S) as http:
             assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_timeout") == 1
         read_all(stalled)
-    assert errors_in(records) == ["Exception in ASGI application\n"]  # the route's, alone
+    return errors_in(records)
 
 
 def test_connections_past_the_cap_are_a_503_before_their_request_is_read() -> None:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import threading
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from app.api import create_app
 from app.ingest.ingestor import UNREADABLE_AHEAD_KEPT
 from app.ingest.replay import HELD_FRAME_OVERHEAD
-from app.settings import IngestConfig, PublisherEndpoints, SidecarSettings
+from app.settings import IngestConfig, PublisherEndpoints
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
-from tests.support.http_app import in_process
+from tests.support.http_app import served_views
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import (
     RawPublisher,
@@ -412,14 +410,7 @@ def test_held_frames_are_charged_their_memory_however_small_their_payloads() -> 
 
 def served_counts(state: SidecarState, endpoint: str) -> tuple[int, int, int, int]:
     """Completed replays and held drops as /metrics and /api/v1/stats show them."""
-    app = create_app(SidecarSettings(connect=[endpoint]), state)
-    with in_process(app) as http:
-        metrics = {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(http.get("/metrics").text)
-            for sample in family.samples
-        }
-        (publisher,) = http.get("/api/v1/stats").json()["publishers"]
+    metrics, publisher = served_views(state, endpoint)
     labels = (("publisher", endpoint),)
     complete = (("outcome", "complete"), *labels)
     return (

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
 from app.api.limits import HttpLimits
@@ -61,6 +62,22 @@ def serving(
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     with HttpServer(server) as served:
         yield served.url
+
+
+def served_views(
+    state: SidecarState, endpoint: str
+) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], dict[str, Any]]:
+    """What /metrics (each sample by name and sorted labels) and /api/v1/stats (the one
+    publisher, ``endpoint``) show of a state an ingestor fills."""
+    app = create_app(SidecarSettings(connect=[endpoint]), state)
+    with in_process(app) as http:
+        metrics = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(http.get("/metrics").text)
+            for sample in family.samples
+        }
+        (publisher,) = http.get("/api/v1/stats").json()["publishers"]
+    return metrics, publisher
 
 
 def record(state: SidecarState, events: int, hashes: int = 2, first_hash: int = 0) -> None:
