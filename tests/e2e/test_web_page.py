@@ -13,6 +13,7 @@ page's reading between two API readings.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -69,6 +70,8 @@ INSIGHT_SHOWN = """() => ({
   optimum: document.querySelector("[data-chart='hit-ratio-curve']").dataset.optimum,
   points: JSON.parse(document.querySelector("[data-chart='hit-ratio-curve']").dataset.points),
   ticks: JSON.parse(document.querySelector("[data-chart='hit-ratio-curve']").dataset.ticks),
+  tickLabels: JSON.parse(
+    document.querySelector("[data-chart='hit-ratio-curve']").dataset.tickLabels),
   misses: { ...document.querySelector("[data-chart='miss-reasons']").dataset },
 })"""
 """What the insight view shows, read in one turn of the page's loop (it renders each answer
@@ -650,6 +653,44 @@ def test_no_view_is_wider_than_a_phones_window(browser: sync_api.Browser, demo: 
     assert tab is not None and tab["x"] + tab["width"] <= 390, tab
 
 
+def test_the_insight_view_fits_its_labels_and_facts_in_a_phones_window(
+    browser: sync_api.Browser, demo: str
+) -> None:
+    """At 390 px the capacity axis read "0" under every second capacity, the tier's own
+    "2,000" among them (uPlot blanked those ticks, and a blank was written as a count), and
+    a term as long as "hit ratio measured (every lookup of the tier)" took the facts' whole
+    width, leaving each value one character a line: the axis labels every second capacity
+    (or third...) counted from the tier's own, and a value keeps room for a line of its own."""
+    wait_for(
+        lambda: httpx.get(f"{demo}/api/v1/insight").json(),
+        lambda body: body["publishers"] and body["publishers"][0]["curve"] is not None,
+        "a curve",
+        2 * WAIT_S,
+    )
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        open_view(page, demo, "insight")
+        page.wait_for_function(INSIGHT_DRAWN)
+        shown = page.evaluate(INSIGHT_SHOWN)
+        lines = page.evaluate(
+            """() => [...document.querySelectorAll('#insight-facts dd')].map((dd) => {
+              const range = document.createRange();
+              range.selectNodeContents(dd);
+              return [dd.textContent, new Set([...range.getClientRects()].map((r) => r.top)).size];
+            })"""
+        )
+    finally:
+        context.close()
+    labels, current = shown["tickLabels"], shown["curve"]["capacities"].index(shown["current"])
+    assert labels[current] == f"{shown['current']:,}", labels
+    labelled = [i for i, label in enumerate(labels) if label]
+    assert len(labelled) < len(labels), labels  # seven do not fit side by side
+    assert len({b - a for a, b in itertools.pairwise(labelled)}) == 1, labels
+    assert lines and all(n <= 2 for _, n in lines), lines
+
+
 def test_the_feed_names_the_kv_cache_group_of_an_event(browser: sync_api.Browser) -> None:
     """A hybrid model's GPU pool announces each KV cache group's copy of a block on its own:
     the feed says which copy an event is of."""
@@ -796,6 +837,7 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     # The capacity axis is marked at the curve's own capacities: at powers of two, the tier's
     # 2,000 blocks stood under a "2,048" and every point beside a tick of another size.
     assert shown["ticks"] == curve["capacities"]
+    assert shown["tickLabels"] == [f"{c:,}" for c in curve["capacities"]]  # room for each
     # Untouched, the legend reads the tier's own capacity (a dash for every line until hovered).
     legend = page.locator("[data-chart='hit-ratio-curve'] .u-legend")
     sync_api.expect(legend).to_contain_text(f"{curve['current_blocks']:,} blocks")

@@ -103,10 +103,15 @@ class CurveChart {
       axes: [
         // Marked at the curve's own capacities (1/8x to 8x the tier's): uPlot's powers of two
         // put "2,048" under a tier of 2,000 blocks and every point beside a tick of another size.
-        { ...axis, label: "capacity (blocks)", splits: () => curve.capacities, values: (u, ticks) => {
-          dataset.ticks = JSON.stringify(ticks);
-          return ticks.map((t) => count(t));
-        } },
+        // uPlot's own thinning of a log axis blanks ticks counted from the last one, and a
+        // blank tick read "0"; the labels below thin themselves around the tier's own.
+        { ...axis, label: "capacity (blocks)", splits: () => curve.capacities, filter: (u, splits) => splits,
+          values: (u, ticks) => {
+            dataset.ticks = JSON.stringify(ticks);
+            const labels = spacedLabels(u, ticks, curve.current_index);
+            dataset.tickLabels = JSON.stringify(labels);
+            return labels;
+          } },
         { ...axis, size: 60, values: (u, ticks) => ticks.map(percent) },
       ],
       hooks: {
@@ -146,6 +151,22 @@ function windowText(p) {
   return `${text} The curve below covers every sampled reference ${since}: there `
     + `${optimum.policy} hits ${withUnit(whole, "ratio")} at the tier's `
     + `${withUnit(curve.current_blocks, "blocks")}; a window this short wanders around that.`;
+}
+
+/** The capacity axis' labels: every tick's where they fit side by side, else every second's
+ * (or third's...) counted from the tier's own, which is always labelled. At 390 px uPlot
+ * blanked every second tick from the last, and "500", "2,000" (the tier's) and "8,000" read
+ * "0". */
+function spacedLabels(u, ticks, current) {
+  const labels = ticks.map((t) => count(t));
+  if (ticks.length < 2) return labels;
+  u.ctx.save();
+  u.ctx.font = u.axes[0].font[0];
+  const widest = Math.max(...labels.map((l) => u.ctx.measureText(l).width)) / uPlot.pxRatio;
+  u.ctx.restore();
+  const gap = Math.abs(u.valToPos(ticks.at(-1), "x") - u.valToPos(ticks[0], "x")) / (ticks.length - 1);
+  const step = Math.max(1, Math.ceil((widest + 8) / gap));
+  return labels.map((l, i) => ((i - current) % step === 0 ? l : ""));
 }
 
 /** The indices of `curve`'s capacities the sample resolves for `policy` (all of them where
