@@ -57,12 +57,18 @@ class Live:
         if medium not in MEDIA[:6]:
             return False  # malformed: a space, or too long
         if medium not in self.media:
-            if len(self.media) >= MAX_MEDIA:  # the media that hold no copy are released
+            if self._full(medium):  # the media that hold no copy are released
                 self.media = [m for m in self.media if any(c[m] for c in self.truth.values())]
-            if len(self.media) >= MAX_MEDIA:
+            if self._full(medium):
                 return False
             self.media.append(medium)
         return True
+
+    def _full(self, medium: str) -> bool:
+        """Whether ``MAX_MEDIA`` has no place for a new ``medium``: one is held for the GPU
+        until it is named."""
+        held_for_gpu = medium != "GPU" and "GPU" not in self.media
+        return len(self.media) + held_for_gpu >= MAX_MEDIA
 
 
 def junk_answer(raw: RawPublisher, identity: bytes, start: int) -> None:
