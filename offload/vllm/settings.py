@@ -217,7 +217,7 @@ def _check_fits_host(
     cgroup_root: Path,
     proc_root: Path,
 ) -> None:
-    """Refuse a tier larger than the host's memory, or the container's limit where lower,
+    """Refuse a tier larger than the host's memory, or the cgroup's limit where lower,
     before allocating any of it: past either, the worker is killed during its zero-fill.
 
     The manager's records count too (``records_bytes``): with vLLM reporting 0 KV bytes per
