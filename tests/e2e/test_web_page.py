@@ -18,8 +18,9 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -106,6 +107,9 @@ def number(text: str) -> int:
     return int(digits)
 
 
+T = TypeVar("T")
+
+
 def significant_figures_kept(text: str) -> bool:
     """The page's number rule: three significant figures, more only for whole digits."""
     whole, _, decimals = text.replace(",", "").partition(".")
@@ -119,6 +123,30 @@ def open_view(page: sync_api.Page, base: str, fragment: str) -> None:
         "view => document.getElementById(`tab-${view}`).getAttribute('aria-selected') === 'true'",
         arg=view,
     )
+
+
+@contextmanager
+def sized_page(browser: sync_api.Browser, width: int, height: int) -> Iterator[sync_api.Page]:
+    """A page in a window of ``width`` x ``height``, waiting ``WAIT_MS`` at most, closed after."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        yield page
+    finally:
+        context.close()
+
+
+def read_views(
+    page: sync_api.Page, base: str, read: Callable[[sync_api.Page, str], T]
+) -> dict[str, T]:
+    """``read`` of each view once it is drawn from an answer, not only its frame."""
+    found = {}
+    for view in VIEWS:
+        open_view(page, base, view)
+        page.wait_for_function(UPDATED)
+        found[view] = read(page, view)
+    return found
 
 
 def history_points(page: sync_api.Page, base: str, least: int) -> dict[str, Any]:
@@ -635,20 +663,15 @@ def test_no_view_is_wider_than_a_phones_window(browser: sync_api.Browser, demo: 
     the grids of cards, charts and the blocks view's columns kept tracks of 170, 440 and 380 px
     at least, so every view scrolled sideways with the Insight tab cut off: the tabs wrap, a
     track is never wider than its grid, and no view is wider than the window."""
-    context = browser.new_context(viewport={"width": 390, "height": 800})
-    try:
-        page = context.new_page()
-        page.set_default_timeout(WAIT_MS)
-        widths = {}
-        for view in VIEWS:
-            open_view(page, demo, view)
-            page.wait_for_function(UPDATED)  # drawn from an answer, not only its frame
-            widths[view] = page.evaluate(
+    with sized_page(browser, 390, 800) as page:
+        widths = read_views(
+            page,
+            demo,
+            lambda page, _view: page.evaluate(
                 "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
-            )
+            ),
+        )
         tab = page.get_by_role("tab", name="Insight").bounding_box()
-    finally:
-        context.close()
     assert all(shown <= window for shown, window in widths.values()), widths
     assert tab is not None and tab["x"] + tab["width"] <= 390, tab
 
@@ -667,10 +690,7 @@ def test_the_insight_view_fits_its_labels_and_facts_in_a_phones_window(
         "a curve",
         2 * WAIT_S,
     )
-    context = browser.new_context(viewport={"width": 390, "height": 800})
-    try:
-        page = context.new_page()
-        page.set_default_timeout(WAIT_MS)
+    with sized_page(browser, 390, 800) as page:
         open_view(page, demo, "insight")
         page.wait_for_function(INSIGHT_DRAWN)
         shown = page.evaluate(INSIGHT_SHOWN)
@@ -681,8 +701,6 @@ def test_the_insight_view_fits_its_labels_and_facts_in_a_phones_window(
               return [dd.textContent, new Set([...range.getClientRects()].map((r) => r.top)).size];
             })"""
         )
-    finally:
-        context.close()
     labels, current = shown["tickLabels"], shown["curve"]["capacities"].index(shown["current"])
     assert labels[current] == f"{shown['current']:,}", labels
     labelled = [i for i, label in enumerate(labels) if label]
@@ -764,32 +782,27 @@ def test_a_count_of_one_takes_the_singular_in_every_view(browser: sync_api.Brows
 
         # Every batch clears the tier first: however many arrive, it holds the one block.
         wait_for(stats, lambda s: s["blocks_by_medium"].get("CPU") == 1, "one block held")
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
         try:
-            page = context.new_page()
-            page.set_default_timeout(WAIT_MS)
-            texts = {}
-            for view in VIEWS:
-                open_view(page, sidecar.url, view)
-                page.wait_for_function(UPDATED)
-                texts[view] = page.inner_text(f"#view-{view}")
-            card = page.locator("[data-card='blocks:CPU'] .big")
-            open_view(page, sidecar.url, "overview")
-            sync_api.expect(card).to_have_text("1 block")
-            open_view(page, sidecar.url, "blocks?q=7")
-            sync_api.expect(page.locator(ROWS)).to_have_count(1)
-            sync_api.expect(page.get_by_text("1 block from the oldest")).to_be_visible()
-            size = page.locator("#block-result dt:text-is('block size') + dd")
-            sync_api.expect(size).to_have_text("1 token")
-            page.fill("#lookup-hashes", "7")
-            page.get_by_role("button", name="Look up").click()
-            result = page.locator("#lookup-result")
-            sync_api.expect(result).to_contain_text("A chain of 1 block: every block is held")
-            cpu_run = result.locator("li[data-medium='CPU']")
-            sync_api.expect(cpu_run).to_have_text("CPU 1 of 1 block")
-            texts["blocks"] = page.inner_text("#view-blocks")
+            with sized_page(browser, 1400, 1000) as page:
+                texts = read_views(
+                    page, sidecar.url, lambda page, view: page.inner_text(f"#view-{view}")
+                )
+                card = page.locator("[data-card='blocks:CPU'] .big")
+                open_view(page, sidecar.url, "overview")
+                sync_api.expect(card).to_have_text("1 block")
+                open_view(page, sidecar.url, "blocks?q=7")
+                sync_api.expect(page.locator(ROWS)).to_have_count(1)
+                sync_api.expect(page.get_by_text("1 block from the oldest")).to_be_visible()
+                size = page.locator("#block-result dt:text-is('block size') + dd")
+                sync_api.expect(size).to_have_text("1 token")
+                page.fill("#lookup-hashes", "7")
+                page.get_by_role("button", name="Look up").click()
+                result = page.locator("#lookup-result")
+                sync_api.expect(result).to_contain_text("A chain of 1 block: every block is held")
+                cpu_run = result.locator("li[data-medium='CPU']")
+                sync_api.expect(cpu_run).to_have_text("CPU 1 of 1 block")
+                texts["blocks"] = page.inner_text("#view-blocks")
         finally:
-            context.close()
             raw.close()
     wrong = {view: ONE_PLURAL.findall(text) for view, text in texts.items()}
     assert not any(wrong.values()), wrong
