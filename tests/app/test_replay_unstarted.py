@@ -16,14 +16,13 @@ import errno
 import logging
 import os
 import resource
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 import zmq
 
-from app.ingest.replay import HELD_FRAME_OVERHEAD, Replay
+from app.ingest.replay import Replay
 from app.settings import IngestConfig, PublisherEndpoints
 from app.state.publisher import PublisherState
 from offload.base import OffloadingEvent
@@ -31,8 +30,8 @@ from tests.support.http_app import served_views
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import (
     RawPublisher,
+    dropped_while_held,
     free_tcp_endpoint,
-    gated_by,
     ingesting,
     kv_payload,
     wait_connected,
@@ -165,31 +164,18 @@ def test_frames_dropped_while_held_whose_replay_cannot_start_are_one_gap_when_th
     (no file descriptor left): the failure got out of the first replay's end, and that gap
     was counted there and again when the next frame showed it."""
     caplog.set_level(logging.ERROR, logger="app.ingest")
-    gate = threading.Event()
-    raw = RawPublisher(answerer=gated_by(gate))
-    payloads = {seq: kv_payload(stored(seq)) for seq in range(30)}
-    config = IngestConfig(replay_hold_bytes=5 * (len(payloads[5]) + HELD_FRAME_OVERHEAD))
-    try:
-        with ingesting(raw.endpoints, config=config) as ingestor:
-            state = wait_connected(raw, ingestor)
-            raw.send(0, payloads[0])
-            raw.send(1, payloads[1], lose=True)
-            for seq in range(2, 29):  # 2 shows the gap; 3 to 7 are held, 8 to 28 dropped
-                raw.send(seq, payloads[seq])
-            wait_until(lambda: state.held_dropped == 21, "the frames past the bound dropped")
-            with no_descriptor_left():
-                gate.set()
-                wait_until(lambda: state.replays["unstarted"] == 1, "the next replay fails")
-            assert (state.last_seq, state.gaps, state.missed) == (7, 1, 0)
-            raw.send(29, payloads[29])  # shows the gap of the dropped frames, replayed now
-            wait_until(lambda: state.last_seq == 29, "everything applied in the end")
-            assert (state.gaps, state.missed, state.malformed) == (2, 0, 0)
-            assert state.replays["complete"] == raw.replay_requests == 2
-            assert ingestor.state.ingest_faults == 0
-            with ingestor.state.lock:
-                assert all(ingestor.state.index.get(seq) is not None for seq in range(30))
-    finally:
-        gate.set()
-        raw.close()
+    with dropped_while_held() as held:
+        state, raw = held.state, held.raw
+        with no_descriptor_left():
+            held.gate.set()
+            wait_until(lambda: state.replays["unstarted"] == 1, "the next replay fails")
+        assert (state.last_seq, state.gaps, state.missed) == (7, 1, 0)
+        raw.send(29, held.payloads[29])  # shows the gap of the dropped frames, replayed now
+        wait_until(lambda: state.last_seq == 29, "everything applied in the end")
+        assert (state.gaps, state.missed, state.malformed) == (2, 0, 0)
+        assert state.replays["complete"] == raw.replay_requests == 2
+        assert held.ingestor.state.ingest_faults == 0
+        with held.ingestor.state.lock:
+            assert all(held.ingestor.state.index.get(seq) is not None for seq in range(30))
     [line] = unstarted_lines(caplog)
     assert "Too many open files" in line.getMessage()

@@ -23,6 +23,7 @@ from tests.support.http_app import served_views
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import (
     RawPublisher,
+    dropped_while_held,
     gated_by,
     ingesting,
     kv_payload,
@@ -357,29 +358,16 @@ def test_frames_dropped_while_held_and_gone_from_the_buffer_are_missed_once() ->
     """The replay of frames dropped while held found them gone from the publisher's buffer:
     counted missed, its range was left open, and the next frame showed it again as a gap,
     whose replay counted them missed a second time."""
-    gate = threading.Event()
-    raw = RawPublisher(answerer=gated_by(gate))
-    payloads = {seq: kv_payload(stored(seq)) for seq in range(30)}
-    config = IngestConfig(replay_hold_bytes=5 * (len(payloads[5]) + HELD_FRAME_OVERHEAD))
-    try:
-        with ingesting(raw.endpoints, config=config) as ingestor:
-            state = wait_connected(raw, ingestor)
-            raw.send(0, payloads[0])
-            raw.send(1, payloads[1], lose=True)
-            for seq in range(2, 29):  # 2 shows the gap; 3 to 7 are held, 8 to 28 dropped
-                raw.send(seq, payloads[seq])
-            wait_until(lambda: state.held_dropped == 21, "the frames past the bound dropped")
-            with raw._lock:  # 8 to 28 fell out of the publisher's buffer
-                raw.buffer[:] = [(seq, payload) for seq, payload in raw.buffer if seq < 8]
-            gate.set()
-            wait_until(lambda: state.replays["complete"] == 2, "both replays answered")
-            raw.send(29, payloads[29])
-            wait_until(lambda: state.last_seq == 29, "the next frame applied")
-            assert (state.gaps, state.missed, state.replayed) == (2, 21, 1)
-            assert raw.replay_requests == 2
-    finally:
-        gate.set()
-        raw.close()
+    with dropped_while_held() as held:
+        state, raw = held.state, held.raw
+        with raw._lock:  # 8 to 28 fell out of the publisher's buffer
+            raw.buffer[:] = [(seq, payload) for seq, payload in raw.buffer if seq < 8]
+        held.gate.set()
+        wait_until(lambda: state.replays["complete"] == 2, "both replays answered")
+        raw.send(29, held.payloads[29])
+        wait_until(lambda: state.last_seq == 29, "the next frame applied")
+        assert (state.gaps, state.missed, state.replayed) == (2, 21, 1)
+        assert raw.replay_requests == 2
 
 
 def test_held_frames_are_charged_their_memory_however_small_their_payloads() -> None:

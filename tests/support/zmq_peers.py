@@ -13,10 +13,12 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import zmq
 
 from app.ingest import Ingestor
+from app.ingest.replay import HELD_FRAME_OVERHEAD
 from app.settings import IngestConfig, PublisherEndpoints
 from app.state.block_index import BlockIndex
 from app.state.event_log import EventLog
@@ -189,3 +191,37 @@ def wait_connected(
 
     wait_until(seen, "the sidecar receives the raw publisher")
     return state
+
+
+@dataclass(frozen=True)
+class HeldDrops:
+    """An ingestor whose replay of lost frame 1 (shown by 2) waits on ``gate``: it holds 3 to 7
+    behind it and has dropped 8 to 28 past its hold bound (``payloads``: a one-block batch
+    per number, 0 to 29; 29 not sent)."""
+
+    gate: threading.Event
+    raw: RawPublisher
+    ingestor: Ingestor
+    state: PublisherState
+    payloads: dict[int, bytes]
+
+
+@contextmanager
+def dropped_while_held() -> Iterator[HeldDrops]:
+    """``HeldDrops``, its gate set and its publisher closed after."""
+    gate = threading.Event()
+    raw = RawPublisher(answerer=gated_by(gate))
+    payloads = {seq: kv_payload(OffloadingEvent([seq], 16, "CPU", False)) for seq in range(30)}
+    config = IngestConfig(replay_hold_bytes=5 * (len(payloads[5]) + HELD_FRAME_OVERHEAD))
+    try:
+        with ingesting(raw.endpoints, config=config) as ingestor:
+            state = wait_connected(raw, ingestor)
+            raw.send(0, payloads[0])
+            raw.send(1, payloads[1], lose=True)
+            for seq in range(2, 29):  # 2 shows the gap; 3 to 7 are held, 8 to 28 dropped
+                raw.send(seq, payloads[seq])
+            wait_until(lambda: state.held_dropped == 21, "the frames past the bound dropped")
+            yield HeldDrops(gate, raw, ingestor, state, payloads)
+    finally:
+        gate.set()
+        raw.close()
