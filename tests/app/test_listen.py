@@ -44,6 +44,7 @@ from offload.wire.framing import DEFAULT_STATS_TOPIC, encode_seq
 from offload.wire.kv_events import BlockStored, KVEventBatch, encode_batch
 from offload.wire.publisher import EventPublisher
 from offload.wire.stats_frame import StatsFrame, WorkerConfig, encode_stats_frame
+from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import RawPublisher, free_tcp_endpoint, kv_payload
 
@@ -849,16 +850,7 @@ def test_an_ipv4_mapped_network_is_allowed_as_its_ipv4_network() -> None:
     assert allowed(b"10.9.9.9", networks)
 
 
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+@needs_ipv6_loopback
 def test_a_dual_stack_listen_socket_matches_an_ipv4_peer_by_its_ipv4_address(
     peers: list[RawPublisher],
 ) -> None:
