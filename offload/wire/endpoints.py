@@ -31,7 +31,17 @@ _MAX_NAME: Final = 253
 """Most characters of a DNS name, without its trailing dot (RFC 1035's 255 bytes on the wire)."""
 
 _IPV6: Final = re.compile(r"[0-9A-Fa-f:.]+")
-"""What a bracketed address may hold: no ``%`` scope id, refused as it always was."""
+"""What a bracketed address may hold before its zone (``%`` and an interface)."""
+
+_INTERFACE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,14}")
+"""An interface's name, as a zone: ZMQ reads a zone as a name only when it starts with a
+letter (as a number else), Linux's names hold at most 15 characters, and ZMQ's connect
+refuses characters other than these."""
+
+_ZONE_NUMBER: Final = re.compile(r"[0-9]+")
+
+_MAX_ZONE_NUMBER: Final = 2**31 - 1
+"""The highest interface number: ZMQ reads a zone's number as a C int."""
 
 _PORT: Final = re.compile(r"[0-9]{1,5}")
 
@@ -105,10 +115,7 @@ def _host_problem(host: str, *, bind: bool) -> str | None:
     if host == "*":
         return None if bind else "'*' (every address) is for binding; a connect needs a host"
     if host.startswith("["):
-        inner = host[1:-1]
-        if _IPV6.fullmatch(inner) is None or not _is_ip(inner):
-            return f"{shown_repr(host)} is not an IP address in brackets"
-        return None
+        return _bracketed_problem(host)
     if not host:
         return "no host before :PORT"
     if ":" in host:
@@ -130,12 +137,50 @@ def _host_problem(host: str, *, bind: bool) -> str | None:
     return None
 
 
-def _is_ip(text: str) -> bool:
+def _bracketed_problem(host: str) -> str | None:
+    """An IP address in brackets; an IPv6 one may name its interface, as its zone (``%`` and
+    the interface's name or number), which a link-local one (``fe80::/10``) needs: the kernel
+    binds it or connects to it on no other terms."""
+    text, percent, zone = host[1:-1].partition("%")
+    address = _ip(text) if _IPV6.fullmatch(text) else None
+    if address is None:
+        return f"{shown_repr(host)} is not an IP address in brackets"
+    if not percent:
+        if address.version == 6 and address.is_link_local:
+            return (
+                f"{shown_repr(host)} is a link-local address, which needs its interface as "
+                f"its zone ([{text}%eth0])"
+            )
+        return None
+    if address.version == 4:
+        return f"{shown_repr(host)} names a zone, which only an IPv6 address has"
+    return _zone_problem(host, zone)
+
+
+def _zone_problem(host: str, zone: str) -> str | None:
+    """An interface's name (starting with a letter) or its number, 1 or more."""
+    if not zone:
+        return f"{shown_repr(host)} names no interface after its '%'"
+    if _ZONE_NUMBER.fullmatch(zone):
+        if 1 <= int(zone) <= _MAX_ZONE_NUMBER:
+            return None
+        return (
+            f"the zone of {shown_repr(host)} is not an interface number from 1 to "
+            f"{_MAX_ZONE_NUMBER}"
+        )
+    if _INTERFACE.fullmatch(zone):
+        return None
+    return (
+        f"the zone {shown_repr(zone)} of {shown_repr(host)} is not an interface: a name (a "
+        "letter, then up to 14 letters, digits, '.', '_' or '-') or a number"
+    )
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        ipaddress.ip_address(text)
+        return ipaddress.ip_address(text)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _is_ipv4_text(text: str) -> bool:
@@ -249,11 +294,9 @@ def _addresses_overlap(first: str, second: str) -> bool:
 
 
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """A host's IP address (an IPv4-mapped IPv6 one as its IPv4 address); None for a name."""
-    try:
-        address = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
-    except ValueError:
-        return None
+    """A host's IP address without its zone (an IPv4-mapped IPv6 one as its IPv4 address);
+    None for a name."""
+    address = _ip(host.removeprefix("[").removesuffix("]").partition("%")[0])
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address

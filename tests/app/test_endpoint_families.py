@@ -8,29 +8,36 @@ name with both families over IPv6 alone, missing a publisher bound on ``tcp://*`
 Names with one family or both need a hosts file that says so, which this machine's lacks, so
 those tests run their sidecar in namespaces of its own (``unshare``, root only): a network
 one, whose loopback gets an IPv6 address that is not ``::1`` (glibc answers an IPv4 lookup of
-a name for ``::1`` with 127.0.0.1), and a mount one, where a hosts file of the test's own
-stands over /etc/hosts. Elsewhere they are skipped.
+a name for ``::1`` with 127.0.0.1) and a link-local one, reached only with its zone (the
+interface it is on), and a mount one, where a hosts file of the test's own stands over
+/etc/hosts. Elsewhere they are skipped.
 """
 
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import zmq
 
-from app.settings import PublisherEndpoints
+from app.settings import PublisherEndpoints, SidecarSettings
 from offload.wire.endpoints import binds_ipv6, connects_ipv6
 from offload.wire.publisher import EventPublisher
 from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, stored
+from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 _ADDRESS = "fd00:6b76::1"
 """A unique local IPv6 address the network namespace's loopback is given."""
+
+_LINK_LOCAL = "fe80::6b76"
+"""A link-local address the network namespace's loopback is given, besides."""
 
 _HOSTS = f"127.0.0.1 localhost\n{_ADDRESS} v6only.test\n{_ADDRESS} both.test\n127.0.0.1 both.test\n"
 
@@ -65,7 +72,8 @@ def _namespaces_work() -> bool:
 
 
 def test_a_connect_sets_ipv6_for_a_bracketed_address_and_a_bind_for_nothing_else() -> None:
-    assert connects_ipv6("tcp://[::1]:5557") and binds_ipv6("tcp://[::1]:5557")
+    for endpoint in ("tcp://[::1]:5557", "tcp://[fe80::1%eth0]:5557", "tcp://[fe80::1%2]:5557"):
+        assert connects_ipv6(endpoint) and binds_ipv6(endpoint), endpoint
     assert not binds_ipv6("tcp://*:5557") and not binds_ipv6("tcp://localhost:5557")
     for endpoint in ("tcp://127.0.0.1:5557", "tcp://localhost:5557", "ipc:///tmp/kv"):
         assert not connects_ipv6(endpoint), endpoint
@@ -76,13 +84,45 @@ def test_a_publisher_on_ipv4_loopback_is_reached_by_localhost() -> None:
     reach_by_name("127.0.0.1", "localhost")
 
 
+@needs_ipv6_loopback
+@pytest.mark.parametrize("zone", ["lo", str(socket.if_nametoindex("lo"))])
+def test_an_ipv6_address_with_its_zone_is_taken_bound_and_delivered_through(zone: str) -> None:
+    """The zone of a loopback address, by name or number: its settings take it, and ZMQ binds
+    and connects to it with the IPv6 option each side sets."""
+    bound = f"tcp://[::1%{zone}]:*"
+    assert SidecarSettings(listen=[bound]).listen == [bound]
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.ipv6 = binds_ipv6(bound)
+        pull.bind(bound)
+        endpoint = bound.replace("*", pull.last_endpoint.decode().rpartition(":")[2])
+        assert SidecarSettings(connect=[endpoint]).connect == [endpoint]
+        with context.socket(zmq.PUSH) as push:
+            push.linger = 0
+            push.ipv6 = connects_ipv6(endpoint)
+            push.connect(endpoint)
+            push.send(b"reached")
+            assert pull.recv() == b"reached"
+
+
 @pytest.mark.skipif(not _namespaces_work(), reason="no network and mount namespaces to make")
 @pytest.mark.parametrize(
     ("bound", "name"),
-    [(f"[{_ADDRESS}]", "v6only.test"), ("127.0.0.1", "both.test")],
-    ids=["ipv6-only-name", "dual-stack-name-publisher-on-ipv4"],
+    [
+        (f"[{_ADDRESS}]", "v6only.test"),
+        ("127.0.0.1", "both.test"),
+        (f"[{_LINK_LOCAL}%lo]", f"[{_LINK_LOCAL}%lo]"),
+        (f"[{_LINK_LOCAL}%lo]", f"[{_LINK_LOCAL}%1]"),
+    ],
+    ids=[
+        "ipv6-only-name",
+        "dual-stack-name-publisher-on-ipv4",
+        "link-local-address-with-its-zone",
+        "link-local-address-with-its-zone-number",
+    ],
 )
-def test_a_publisher_is_reached_by_a_name_of_its_family(
+def test_a_publisher_is_reached_by_a_name_of_its_family_or_a_zoned_address(
     tmp_path: Path, bound: str, name: str
 ) -> None:
     hosts = tmp_path / "hosts"
@@ -93,6 +133,7 @@ def test_a_publisher_is_reached_by_a_name_of_its_family(
     )
     script = (
         f"ip link set lo up && ip addr add {_ADDRESS}/128 dev lo && "
+        f"ip addr add {_LINK_LOCAL}/64 dev lo nodad && "
         f'mount --bind {hosts} /etc/hosts && exec "$0" -c "$1"'
     )
     done = subprocess.run(

@@ -16,9 +16,12 @@ from collections.abc import Iterator
 import pytest
 import zmq
 from pydantic import ValidationError
+from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
+from zmq.utils.monitor import recv_monitor_message
 
 from app.settings import SidecarSettings
 from offload.shown import shown_repr
+from offload.wire.endpoints import connects_ipv6
 from tests.support.ports import held_tcp_ports
 
 LISTEN = "tcp://127.0.0.1:5557"
@@ -43,6 +46,13 @@ REFUSED_EVERYWHERE = [
     ("tcp://[::g]:5557", "'[::g]' is not an IP address in brackets"),
     ("tcp://::1:5557", "an IPv6 address goes in brackets"),
     ("tcp://eth0;10.0.0.1:5557", "a source address (SOURCE;HOST) is not taken"),
+    ("tcp://[fe80::1%]:5557", "'[fe80::1%]' names no interface after its '%'"),
+    ("tcp://[fe80::1%e@h]:5557", "the zone 'e@h' of '[fe80::1%e@h]' is not an interface: a name"),
+    ("tcp://[fe80::1%4x]:5557", "the zone '4x' of '[fe80::1%4x]' is not an interface"),
+    (f"tcp://[fe80::1%{'e' * 16}]:5557", "is not an interface: a name (a letter, then up to 14"),
+    ("tcp://[fe80::1%0]:5557", "the zone of '[fe80::1%0]' is not an interface number from 1 to"),
+    ("tcp://[127.0.0.1%lo]:5557", "names a zone, which only an IPv6 address has"),
+    ("tcp://[fe80::1]:5557", "'[fe80::1]' is a link-local address, which needs its interface"),
     ("tcp://engine", "no :PORT after the host"),
     ("tcp://engine:65536", "the port '65536' is not a number from"),
     ("tcp://engine:port", "the port 'port' is not a number from"),
@@ -103,14 +113,41 @@ def test_a_wildcard_or_port_0_is_refused_where_the_sidecar_connects(
     ("tcp://*:00", True),  # 0 is a free port, and 00001 port 1, but 00 is refused
     ("ipc:///", True),  # in use: a directory
     (f"ipc:///tmp/{uuid.uuid4().hex}/", True),  # no such directory
+    ("tcp://[::1%]:*", True),
+    ("tcp://[::1%0]:*", True),
+    ("tcp://[::1%_lo]:*", True),  # a zone not starting with a letter is read as a number
+    ("tcp://[::1%l@o]:5557", False),
+    ("tcp://[fe80::1]:*", True),  # the kernel binds a link-local address only on its link
 ])  # fmt: skip
 def test_zmq_itself_refuses_these_only_once_a_socket_uses_them(endpoint: str, bind: bool) -> None:
     with zmq.Context() as context, context.socket(zmq.PULL) as sock:
         sock.linger = 0
+        sock.ipv6 = "[" in endpoint
         with pytest.raises(zmq.ZMQError) as refused:
             (sock.bind if bind else sock.connect)(endpoint)
     if endpoint.startswith("ipc://") and len(endpoint) > IPC_MAX + len("ipc://"):
         assert refused.value.errno == errno.ENAMETOOLONG
+
+
+@pytest.mark.parametrize("form", ["tcp://[fe80::1]:{port}", "tcp://[::1%0]:{port}"])
+def test_zmq_takes_these_connects_and_never_connects(form: str) -> None:
+    """Refused by the settings, and rightly: ZMQ's connect takes each without an error and
+    then retries it in silence, which only a monitor sees."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.ipv6 = True
+        pull.bind("tcp://[::]:*")
+        endpoint = form.format(port=pull.last_endpoint.decode().rpartition(":")[2])
+        assert refusal({"connect": [endpoint]})[0] == ("connect",)
+        with context.socket(zmq.PUSH) as push:
+            push.linger = 0
+            push.ipv6 = connects_ipv6(endpoint)
+            with push.get_monitor_socket(EVENT_CONNECTED | EVENT_CONNECT_RETRIED) as monitor:
+                monitor.linger = 0
+                monitor.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+                push.connect(endpoint)
+                assert recv_monitor_message(monitor)["event"] == EVENT_CONNECT_RETRIED
+                push.disable_monitor()
 
 
 @pytest.mark.parametrize("endpoint", ["tcp://*:00", "tcp://127.0.0.1:000"])
