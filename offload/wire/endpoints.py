@@ -30,13 +30,17 @@ compose service named ``vllm_worker``)."""
 _MAX_NAME: Final = 253
 """Most characters of a DNS name, without its trailing dot (RFC 1035's 255 bytes on the wire)."""
 
+_IPV4: Final = re.compile(r"[0-9A-Fa-fXx.]+")
+"""What an IPv4 address may hold, in every form the resolver reads (``0x7f.1``): ``inet_aton``
+alone takes ``127.0.0.1 x`` for 127.0.0.1, stopping at the space."""
+
 _IPV6: Final = re.compile(r"[0-9A-Fa-f:.]+")
 """What a bracketed address may hold before its zone (``%`` and an interface)."""
 
 _INTERFACE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,14}")
-"""An interface's name, as a zone: ZMQ reads a zone as a name only when it starts with a
-letter (as a number else), Linux's names hold at most 15 characters, and ZMQ's connect
-refuses characters other than these."""
+"""An interface's name, as a zone or a source: ZMQ reads a zone as a name only when it starts
+with a letter (as a number else), Linux's names hold at most 15 characters, and ZMQ's
+connect refuses characters other than these."""
 
 _ZONE_NUMBER: Final = re.compile(r"[0-9]+")
 
@@ -95,19 +99,78 @@ def _ipc_problem(path: str) -> str | None:
 
 
 def _tcp_problem(address: str, *, bind: bool) -> str | None:
-    if address.startswith("["):
-        close = address.find("]")
-        if close < 0:
-            return "the host's '[' has no closing ']'"
-        host, port = address[: close + 1], address[close + 1 :]
-        if not port.startswith(":"):
-            return "no :PORT after the host"
-        port = port[1:]
-    else:
-        host, colon, port = address.rpartition(":")
-        if not colon:
-            return "no :PORT after the host"
+    source, semicolon, target = address.rpartition(";")  # where ZMQ splits them
+    if not semicolon:
+        return _target_problem(target, bind=bind)
+    if bind:
+        return (
+            f"{shown_repr(source)} before ';' is a source address, which a connect leaves "
+            "from; a bind takes HOST:PORT alone"
+        )
+    return _target_problem(target, bind=False) or _source_problem(source, target)
+
+
+def _host_and_port(address: str) -> tuple[str, str | None]:
+    """HOST and PORT where ZMQ parts them, at the last ':' (a bracketed host kept whole);
+    None for no ``:PORT``."""
+    if address.startswith("[") and "]" in address:
+        host, _, rest = address.partition("]")
+        return host + "]", rest[1:] if rest.startswith(":") else None
+    host, colon, port = address.rpartition(":")
+    return (host, port) if colon else (address, None)
+
+
+def _target_problem(address: str, *, bind: bool) -> str | None:
+    host, port = _host_and_port(address)
+    if port is None:
+        return "no :PORT after the host"
     return _host_problem(host, bind=bind) or _port_problem(port, bind=bind)
+
+
+def _source_problem(source: str, target: str) -> str | None:
+    """``SOURCE:PORT``, where a connect leaves from: an interface's name or an IP address (ZMQ
+    looks no name up in DNS for it) of the target's family, and a port, ``0`` or ``*`` for a
+    free one. ZMQ takes any other source and then never connects."""
+    host, port = _host_and_port(source)
+    if port is None:
+        problem = f"no :PORT after it, which ZMQ needs: 0 for a free one, {shown_repr(host + ':0')}"
+    else:
+        problem = (
+            _source_host_problem(host)
+            or _port_problem(port, bind=True)
+            or _families_problem(host, _host_and_port(target)[0])
+        )
+    return None if problem is None else f"the source address {shown_repr(source)}: {problem}"
+
+
+def _source_host_problem(host: str) -> str | None:
+    if host.startswith("["):
+        return _bracketed_problem(host)
+    if _INTERFACE.fullmatch(host) or (_IPV4.fullmatch(host) and _is_ipv4_text(host)):
+        return None
+    return (
+        f"{shown_repr(host)} is not an interface name or IP address (an IPv6 one in brackets; "
+        "ZMQ resolves no host name for a source)"
+    )
+
+
+def _families_problem(source: str, target: str) -> str | None:
+    """A source and a target of two address families: the connect could never be made."""
+    ours, theirs = _family(source), _family(target)
+    if ours is None or theirs is None or ours == theirs:
+        return None
+    return (
+        f"it is IPv{ours} and the host {shown_repr(target)} IPv{theirs}, and ZMQ connects "
+        "within one family"
+    )
+
+
+def _family(host: str) -> int | None:
+    """The IP version of an address (an IPv4-mapped one's is 4); None for a name."""
+    if _is_ipv4_text(host):
+        return 4
+    address = _address(host)
+    return None if address is None else address.version
 
 
 def _host_problem(host: str, *, bind: bool) -> str | None:
@@ -120,8 +183,6 @@ def _host_problem(host: str, *, bind: bool) -> str | None:
         return "no host before :PORT"
     if ":" in host:
         return f"{shown_repr(host)} holds ':': an IPv6 address goes in brackets, [::1]"
-    if ";" in host:
-        return f"{shown_repr(host)}: a source address (SOURCE;HOST) is not taken, only the host"
     name = host.removesuffix(".")  # a fully qualified name may end in its root's dot
     if len(name) > _MAX_NAME:
         return f"the host name is {len(name)} characters, more than DNS's {_MAX_NAME}"
@@ -141,6 +202,8 @@ def _bracketed_problem(host: str) -> str | None:
     """An IP address in brackets; an IPv6 one may name its interface, as its zone (``%`` and
     the interface's name or number), which a link-local one (``fe80::/10``) needs: the kernel
     binds it or connects to it on no other terms."""
+    if not host.endswith("]"):
+        return "the host's '[' has no closing ']'"
     text, percent, zone = host[1:-1].partition("%")
     address = _ip(text) if _IPV6.fullmatch(text) else None
     if address is None:
@@ -221,16 +284,17 @@ def connects_ipv6(endpoint: str) -> bool:
     are all IPv6 (an IPv6-only cluster's service), is retried for ever in silence. With it,
     ZMQ takes only the first address of an IPv6 lookup, so a name with addresses of both
     families would be reached over IPv6 alone, where a publisher bound on ``tcp://*``
-    (IPv4) is not listening. So the option is set for a bracketed address and for a name
+    (IPv4) is not listening. So the option is set for a bracketed address, the host's or a
+    source address's (ZMQ finds an IPv6 source only with it), and for a host name
     that resolves now to IPv6 addresses and no IPv4 one; a name that does not resolve yet
     keeps ZMQ's IPv4 lookup, as before. Resolving may wait on DNS: call it where a start
     may wait, not on a path that must not stall.
     """
-    if endpoint.startswith("tcp://["):
-        return True
     if not endpoint.startswith("tcp://"):
         return False
-    host = endpoint.removeprefix("tcp://").rpartition(":")[0]
+    if "[" in endpoint:  # the host's address, or the source's (SOURCE:PORT;HOST:PORT)
+        return True
+    host = endpoint.removeprefix("tcp://").rpartition(";")[2].rpartition(":")[0]
     return _resolves(host, socket.AF_INET6) and not _resolves(host, socket.AF_INET)
 
 

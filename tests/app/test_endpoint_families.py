@@ -74,6 +74,10 @@ def _namespaces_work() -> bool:
 def test_a_connect_sets_ipv6_for_a_bracketed_address_and_a_bind_for_nothing_else() -> None:
     for endpoint in ("tcp://[::1]:5557", "tcp://[fe80::1%eth0]:5557", "tcp://[fe80::1%2]:5557"):
         assert connects_ipv6(endpoint) and binds_ipv6(endpoint), endpoint
+    for source in ("[::1]:0", "[fe80::1%eth0]:0"):  # ZMQ finds an IPv6 source only with it
+        assert connects_ipv6(f"tcp://{source};engine:5557"), source
+    assert connects_ipv6("tcp://eth0:0;[::1]:5557")
+    assert not connects_ipv6("tcp://127.0.0.1:0;localhost:5557")
     assert not binds_ipv6("tcp://*:5557") and not binds_ipv6("tcp://localhost:5557")
     for endpoint in ("tcp://127.0.0.1:5557", "tcp://localhost:5557", "ipc:///tmp/kv"):
         assert not connects_ipv6(endpoint), endpoint
@@ -112,12 +116,14 @@ def test_an_ipv6_address_with_its_zone_is_taken_bound_and_delivered_through(zone
     [
         (f"[{_ADDRESS}]", "v6only.test"),
         ("127.0.0.1", "both.test"),
+        (f"[{_ADDRESS}]", "lo:0;v6only.test"),
         (f"[{_LINK_LOCAL}%lo]", f"[{_LINK_LOCAL}%lo]"),
         (f"[{_LINK_LOCAL}%lo]", f"[{_LINK_LOCAL}%1]"),
     ],
     ids=[
         "ipv6-only-name",
         "dual-stack-name-publisher-on-ipv4",
+        "ipv6-only-name-from-a-source-interface",
         "link-local-address-with-its-zone",
         "link-local-address-with-its-zone-number",
     ],

@@ -45,7 +45,6 @@ REFUSED_EVERYWHERE = [
     ("tcp://[::1:5557", "the host's '[' has no closing ']'"),
     ("tcp://[::g]:5557", "'[::g]' is not an IP address in brackets"),
     ("tcp://::1:5557", "an IPv6 address goes in brackets"),
-    ("tcp://eth0;10.0.0.1:5557", "a source address (SOURCE;HOST) is not taken"),
     ("tcp://[fe80::1%]:5557", "'[fe80::1%]' names no interface after its '%'"),
     ("tcp://[fe80::1%e@h]:5557", "the zone 'e@h' of '[fe80::1%e@h]' is not an interface: a name"),
     ("tcp://[fe80::1%4x]:5557", "the zone '4x' of '[fe80::1%4x]' is not an interface"),
@@ -71,6 +70,23 @@ REFUSED_TO_CONNECT = [
     ("tcp://*:5557", "'*' (every address) is for binding; a connect needs a host"),
     ("tcp://engine:*", "port '*' (a free one) is for binding; a connect needs a number"),
     ("tcp://engine:0", "the port '0' is not a number from 1 to 65535"),
+    ("tcp://eth0:0;engine:0", "the port '0' is not a number from 1 to 65535"),
+]
+REFUSED_SOURCES = [
+    ("tcp://eth0;engine:5557", "'eth0': no :PORT after it, which ZMQ needs: 0 for a free one"),
+    ("tcp://127.0.0.1;10.0.0.5:5557", "'127.0.0.1': no :PORT after it"),
+    ("tcp://[::1];[::1]:5557", "'[::1]': no :PORT after it"),
+    ("tcp://engine.example.com:0;10.0.0.5:5557", "'engine.example.com' is not an interface name"),
+    ("tcp://*:0;engine:5557", "'*' is not an interface name or IP address"),
+    ("tcp://127.0.0.1 x:0;engine:5557", "'127.0.0.1 x' is not an interface name or IP address"),
+    ("tcp://a;eth0:0;engine:5557", "'a;eth0' is not an interface name or IP address"),
+    ("tcp://eth0:00;engine:5557", "the port '00': a free port is written 0"),
+    ("tcp://eth0:65536;engine:5557", "the port '65536' is not a number from 0 to 65535"),
+    ("tcp://[fe80::1]:0;[fe80::2%eth0]:5557", "'[fe80::1]' is a link-local address"),
+    ("tcp://[::1%]:0;[::1]:5557", "'[::1%]' names no interface after its '%'"),
+    ("tcp://[::1]:0;10.0.0.5:5557", "it is IPv6 and the host '10.0.0.5' IPv4, and ZMQ connects"),
+    ("tcp://127.0.0.1:0;[::1]:5557", "it is IPv4 and the host '[::1]' IPv6"),
+    ("tcp://[::ffff:10.0.0.1]:0;[::1]:5557", "it is IPv4 and the host '[::1]' IPv6"),
 ]
 
 
@@ -102,6 +118,23 @@ def test_a_wildcard_or_port_0_is_refused_where_the_sidecar_connects(
     assert (loc, why in message) == ((setting,), True), message
 
 
+@pytest.mark.parametrize("setting", CONNECTED)
+@pytest.mark.parametrize(("endpoint", "why"), REFUSED_SOURCES)
+def test_a_source_address_zmq_cannot_leave_from_is_refused_saying_why(
+    setting: str, endpoint: str, why: str
+) -> None:
+    loc, message = refusal(SETTINGS[setting](endpoint))
+    assert loc == (setting,)
+    assert "is not a ZMQ endpoint to connect to: the source address " in message
+    assert why in message
+
+
+def test_a_source_address_is_refused_where_the_sidecar_binds() -> None:
+    loc, message = refusal({"listen": ["tcp://127.0.0.1:0;127.0.0.1:5557"]})
+    assert loc == ("listen",)
+    assert "'127.0.0.1:0' before ';' is a source address, which a connect leaves from" in message
+
+
 @pytest.mark.parametrize(("endpoint", "bind"), [
     ("ipc:///tmp/" + "x" * (IPC_MAX - 4), True),
     ("ipc:///tmp/" + "x" * (IPC_MAX - 4), False),
@@ -129,7 +162,16 @@ def test_zmq_itself_refuses_these_only_once_a_socket_uses_them(endpoint: str, bi
         assert refused.value.errno == errno.ENAMETOOLONG
 
 
-@pytest.mark.parametrize("form", ["tcp://[fe80::1]:{port}", "tcp://[::1%0]:{port}"])
+@pytest.mark.parametrize(
+    "form",
+    [
+        "tcp://127.0.0.1;127.0.0.1:{port}",  # a source with no port
+        "tcp://engine.example.com:0;127.0.0.1:{port}",  # a source by host name
+        "tcp://[::1]:0;127.0.0.1:{port}",  # a source of the other family
+        "tcp://[fe80::1]:{port}",  # a link-local address with no zone
+        "tcp://[::1%0]:{port}",
+    ],
+)
 def test_zmq_takes_these_connects_and_never_connects(form: str) -> None:
     """Refused by the settings, and rightly: ZMQ's connect takes each without an error and
     then retries it in silence, which only a monitor sees."""
@@ -200,6 +242,10 @@ def test_what_users_listen_on_is_taken_and_zmq_binds_it(form: str, port: int) ->
         ("tcp://[::]:*", "tcp://[::1]:{port}"),
         ("tcp://[::]:*", "tcp://[127.0.0.1]:{port}"),
         ("tcp://[::]:*", "tcp://127.1:{port}"),
+        ("tcp://[::]:*", "tcp://127.0.0.1:0;127.0.0.1:{port}"),
+        ("tcp://[::]:*", "tcp://lo:*;127.0.0.1:{port}"),
+        ("tcp://[::]:*", "tcp://[::1]:0;[::1]:{port}"),
+        ("tcp://[::]:*", "tcp://[::ffff:127.0.0.1]:0;127.0.0.1:{port}"),
         ("ipc://{ipc}", "ipc://{ipc}"),
         ("ipc://@kvscope-{name}", "ipc://@kvscope-{name}"),
     ],
@@ -217,10 +263,26 @@ def test_what_users_connect_to_is_taken_and_zmq_delivers_through_it(bound: str, 
         assert (settings.connect, settings.replay) == ([endpoint], [endpoint])
         with context.socket(zmq.PUSH) as push:
             push.linger = 0
-            push.ipv6 = "[" in endpoint
+            push.ipv6 = connects_ipv6(endpoint)
             push.connect(endpoint)
             push.send(b"reached")
             assert pull.recv() == b"reached"
+
+
+def test_a_connect_leaves_from_its_source_address() -> None:
+    """127.0.0.2 is on the loopback too: the publisher's side sees the connect come from it."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.bind("tcp://127.0.0.1:*")
+        endpoint = f"tcp://127.0.0.2:0;{pull.last_endpoint.decode().removeprefix('tcp://')}"
+        assert SidecarSettings(connect=[endpoint]).connect == [endpoint]
+        with context.socket(zmq.PUSH) as push:
+            push.linger = 0
+            push.connect(endpoint)
+            push.send(b"reached")
+            frame = pull.recv(copy=False)
+            assert (frame.bytes, frame.get("Peer-Address")) == (b"reached", "127.0.0.2")
 
 
 @pytest.mark.parametrize(
