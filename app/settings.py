@@ -184,6 +184,15 @@ class SidecarSettings(BaseSettings):
         "max_media from the others; events naming others are refused, counted. ipc:// peers' "
         "streams are held to max_media only.",
     )
+    listen_max_locations_per_host: DecimalInt = Field(
+        default=256,
+        ge=1,
+        le=1024,
+        description="Most locations (a stream's medium and KV cache group) the listen-mode "
+        "streams from one IP address hold together, of the index's 1,024, so that one "
+        "host's streams cannot take them from the others; events naming others are refused, "
+        "counted. ipc:// peers' streams are held to the 1,024 only.",
+    )
     listen_allow: EndpointList = Field(
         default_factory=list,
         description="Networks (ADDRESS or ADDRESS/PREFIX, comma-separated) a peer of the "

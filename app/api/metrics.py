@@ -31,7 +31,6 @@ from app.api.response_buffers import ResponseBuffers
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
 from app.state.block_index import (
-    LOCATIONS_PER_HOST,
     MAX_GROUPS,
     MAX_LOCATIONS,
     MEDIA_PER_PUBLISHER,
@@ -166,8 +165,9 @@ class SidecarCollector(Collector):
         yield CounterMetricFamily(
             "kvscope_sidecar_refused_location_events_total",
             f"Events refused for naming a KV cache group past the {MAX_GROUPS} tracked per "
-            f"publisher and medium, or a location past the {LOCATIONS_PER_HOST} one host's "
-            f"listen-mode streams may hold, or past {MAX_LOCATIONS} in all.",
+            "publisher and medium, or a location past listen_max_locations_per_host "
+            f"({index.locations_per_host}) one host's listen-mode streams may hold, or past "
+            f"{MAX_LOCATIONS} in all.",
             refused_locations,
         )
         yield GaugeMetricFamily(

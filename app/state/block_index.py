@@ -63,13 +63,11 @@ MEDIA_REFUSALS: Final[tuple[MediaRefusal, ...]] = ("publisher", "host", "max_med
 media already, or its host's publishers ``media_per_host``, or the index tracks ``max_media``
 (one of them held for the GPU until it is named); the reason labels the refusal's count."""
 LOCATIONS_PER_HOST: Final = MAX_LOCATIONS // 4
-"""Most locations the publishers of one host (``BlockIndex.set_host``) hold together: room
-for 16 engine ranks of a hybrid model of 8 KV cache groups on the GPU and the CPU. Within
-its media a listen socket's peer opening stream after stream held every location, and an
-honest engine's GPU stores were refused."""
+"""The default of ``BlockIndex.locations_per_host``: room for 16 engine ranks of a hybrid
+model of 8 KV cache groups on the GPU and the CPU, and for three more hosts' as many."""
 _LOCATIONS: Final = "locations"
 """Why a new location has no place, when it is not a medium's: ``MAX_GROUPS``,
-``LOCATIONS_PER_HOST`` or ``MAX_LOCATIONS`` (``_location``)."""
+``locations_per_host`` or ``MAX_LOCATIONS`` (``_location``)."""
 _Refusal = MediaRefusal | Literal["locations"]
 _Item = TypeVar("_Item")  # what an event's cuts hold: block hashes, or rehangs
 
@@ -130,6 +128,7 @@ class BlockIndex:
         max_media: int = 16,
         part_blocks: int = PART_BLOCKS,
         media_per_host: int = MEDIA_PER_PUBLISHER,
+        locations_per_host: int = LOCATIONS_PER_HOST,
     ) -> None:
         """A location is a (publisher, medium, KV cache group): a hybrid model holds a block
         once per group, each copy stored and removed on its own, so a block leaves a
@@ -141,6 +140,10 @@ class BlockIndex:
             raise ValueError(f"max_media must be at least 1, got {max_media}")
         if media_per_host < 1:
             raise ValueError(f"media_per_host must be at least 1, got {media_per_host}")
+        if not 1 <= locations_per_host <= MAX_LOCATIONS:
+            raise ValueError(
+                f"locations_per_host must be from 1 to {MAX_LOCATIONS}, got {locations_per_host}"
+            )
         if part_blocks < 1:
             raise ValueError(f"part_blocks must be at least 1, got {part_blocks}")
         self.part_blocks = part_blocks
@@ -153,6 +156,10 @@ class BlockIndex:
         """Most distinct media the publishers of one host (``set_host``) name together: a
         listen socket's peer opens streams at will, each a publisher, and four of them named
         all 16 media, so that every other engine's, its GPU's included, were refused."""
+        self.locations_per_host = locations_per_host
+        """Most locations the publishers of one host hold together: within its media a
+        listen socket's peer opening stream after stream held every location, and an
+        honest engine's GPU stores were refused."""
         self.overflow = 0
         """Stores of blocks refused because the index was full."""
         self.refused_media: dict[MediaRefusal, int] = dict.fromkeys(MEDIA_REFUSALS, 0)
@@ -164,7 +171,7 @@ class BlockIndex:
         """Host -> medium -> the locations of its publishers there: the media it names."""
         self.refused_location_events = 0
         """Events refused because they named a KV cache group past ``MAX_GROUPS`` for their
-        publisher and medium, or a location past their host's ``LOCATIONS_PER_HOST`` or
+        publisher and medium, or a location past their host's ``locations_per_host`` or
         ``MAX_LOCATIONS``."""
         # publisher -> medium -> the bits of its groups, to tell a pair's first copy
         self._pair_bits: dict[str, dict[str, int]] = {}
@@ -551,7 +558,7 @@ class BlockIndex:
 
         None for a medium past the publisher's ``MEDIA_PER_PUBLISHER``, its host's
         ``media_per_host`` or ``max_media`` (the event counted in ``refused_media``), or a
-        group past ``MAX_GROUPS`` or a location past its host's ``LOCATIONS_PER_HOST`` or
+        group past ``MAX_GROUPS`` or a location past its host's ``locations_per_host`` or
         ``MAX_LOCATIONS`` (counted in ``refused_location_events``): see ``_has_room``.
         """
         key = (publisher, medium, group)
@@ -583,7 +590,7 @@ class BlockIndex:
 
         Where the publisher's share is full (``MEDIA_PER_PUBLISHER``, ``MAX_GROUPS``), its
         own locations that hold no block are released first; where its host's is
-        (``media_per_host``, ``LOCATIONS_PER_HOST``), those of its host's publishers; where
+        (``media_per_host``, ``locations_per_host``), those of its host's publishers; where
         the index's is
         (``max_media``, ``MAX_LOCATIONS``), every publisher's. A place went to whoever named
         it first, for good: removals of blocks never stored name a location and leave it
@@ -621,7 +628,7 @@ class BlockIndex:
         named = self._host_media.get(host, {})
         if medium not in named and len(named) >= self.media_per_host:
             return "host"
-        return _LOCATIONS if sum(named.values()) >= LOCATIONS_PER_HOST else None
+        return _LOCATIONS if sum(named.values()) >= self.locations_per_host else None
 
     def _index_full(self, medium: str) -> _Refusal | None:
         """What of the index's caps a new location on ``medium`` would pass
@@ -677,8 +684,9 @@ class BlockIndex:
                 heappush(self._free, number)
 
     def set_host(self, publisher: str, host: str) -> None:
-        """Count ``publisher``'s media in ``host``'s share (``media_per_host``) from now on:
-        ``host`` is the IP address its listen-mode stream came from. Set once; a publisher
+        """Count ``publisher``'s locations in ``host``'s share (``media_per_host``,
+        ``locations_per_host``) from now on: ``host`` is the IP address its listen-mode
+        stream came from. Set once; a publisher
         with none (one the sidecar connects to, an ipc:// peer's) is held to its own share
         and ``max_media`` only. ``ValueError`` for a second, other host: nothing changes."""
         known = self._hosts.get(publisher)

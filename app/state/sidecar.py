@@ -88,6 +88,7 @@ class SidecarState:
                 settings.max_blocks,
                 settings.max_media,
                 media_per_host=settings.listen_max_media_per_host,
+                locations_per_host=settings.listen_max_locations_per_host,
             ),
             EventLog(settings.event_buffer, settings.event_buffer_bytes, settings.event_batch_max),
             [*settings.publishers(), *settings.listen_streams()],

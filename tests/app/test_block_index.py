@@ -521,6 +521,17 @@ def test_a_host_set_after_its_publisher_named_media_counts_them() -> None:
     assert index.blocks_by_medium() == {"m0": 1, "m1": 1}
 
 
+def test_locations_per_host_is_from_one_to_every_location() -> None:
+    for wrong in (0, MAX_LOCATIONS + 1):
+        with pytest.raises(ValueError, match=f"from 1 to {MAX_LOCATIONS}, got {wrong}"):
+            BlockIndex(max_blocks=1, locations_per_host=wrong)
+    index = BlockIndex(max_blocks=10, locations_per_host=2)
+    index.set_host("a", "10.0.0.1")
+    index.apply("a", batch(*(stored([g], None, group=g) for g in range(3))), now=1.0)
+    assert index.refused_location_events == 1
+    assert index.blocks_by_medium() == {DEFAULT_MEDIUM: 2}
+
+
 def test_media_per_host_must_admit_a_medium() -> None:
     with pytest.raises(ValueError, match="media_per_host must be at least 1, got 0"):
         BlockIndex(max_blocks=1, media_per_host=0)

@@ -433,13 +433,15 @@ def test_one_hosts_streams_name_at_most_its_share_of_media_and_another_hosts_gpu
         ingestor.close()
 
 
+@pytest.mark.parametrize("share", [LOCATIONS_PER_HOST, 64])
 def test_one_hosts_streams_hold_at_most_its_share_of_locations(
-    peers: list[RawPublisher],
+    peers: list[RawPublisher], share: int
 ) -> None:
     """Within its 4 media, one peer's sixteen streams, each holding a block in every KV
     cache group, held all 1,024 locations, and another host's GPU store had none. A host's
-    streams hold ``LOCATIONS_PER_HOST`` together; past them events are refused, counted."""
-    ingestor = listening()
+    streams hold ``listen_max_locations_per_host`` together (by default
+    ``LOCATIONS_PER_HOST``); past them events are refused, counted."""
+    ingestor = listening(listen_max_locations_per_host=share)
     index = ingestor.state.index
     every_location = [
         BlockStored([n], None, [], 16, None, f"m{m}", None, group_idx=g)
@@ -454,9 +456,9 @@ def test_one_hosts_streams_hold_at_most_its_share_of_locations(
             state = heard(ingestor, raw, f"h{n}", 0)
             raw.send(0, payload)
             applied(state, 0)
-        refused = (MAX_LOCATIONS - LOCATIONS_PER_HOST) // len(every_location) * len(every_location)
+        refused = (MAX_LOCATIONS - share) // len(every_location) * len(every_location)
         with ingestor.state.lock:
-            assert len(index._location_names) == LOCATIONS_PER_HOST
+            assert len(index._location_names) == share
             assert index.refused_location_events == refused
         honest = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port_of(ingestor)}", b"vllm")
         peers.append(honest)
@@ -798,6 +800,19 @@ def test_a_connection_accepted_while_requests_are_answered_still_counts_for_its_
 def test_the_host_limit_must_admit_someone() -> None:
     with pytest.raises(ValidationError, match="listen_max_connections_per_host"):
         SidecarSettings(listen=[LISTEN], listen_max_connections_per_host=0)
+
+
+def test_a_hosts_share_of_locations_is_from_one_to_every_location_of_the_index() -> None:
+    """The setting's bounds are the index's, which refuses others; its default is the
+    index's own."""
+    assert SidecarSettings.model_fields["listen_max_locations_per_host"].default == (
+        LOCATIONS_PER_HOST
+    )
+    for wrong, words in ((0, "greater than or equal to 1"), (MAX_LOCATIONS + 1, "less than")):
+        with pytest.raises(ValidationError, match=f"listen_max_locations_per_host\n.*{words}"):
+            SidecarSettings(listen=[LISTEN], listen_max_locations_per_host=wrong)
+    every = SidecarSettings(listen=[LISTEN], listen_max_locations_per_host=MAX_LOCATIONS)
+    assert SidecarState.from_settings(every).index.locations_per_host == MAX_LOCATIONS
 
 
 @pytest.mark.parametrize("endpoints", [("tcp://127.0.0.1:*",), ("tcp://127.0.0.1:*", "ipc:///x")])
