@@ -72,6 +72,12 @@ _LISTENER_COUNTERS = (
      "Listen-socket connections counted as admitted before their handshake ended, the gate "
      "waiting on 16 per max_connections place already: held against the limits until they "
      "close.", "shed_connections"),
+    ("kvscope_sidecar_listen_stream_moves_total",
+     "Frames of a listen-mode stream from another host than its last: its locations moved "
+     "to that host's share.", "stream_moves"),
+    ("kvscope_sidecar_listen_stream_move_resets_total",
+     "Of those, moves whose new host's share could not take the stream's locations: what "
+     "the stream held was forgotten.", "stream_move_resets"),
 )  # fmt: skip
 """The listen socket's own counts; its publishers' frames are counted per publisher above."""
 

@@ -128,6 +128,14 @@ class ListenerInfo(BaseModel):
         "max_connections place being unsettled already (a peer opening connections faster "
         "than handshakes end): each holds a place until it closes."
     )
+    stream_moves: int = Field(
+        description="Frames of a stream from another host than its last: its locations "
+        "moved to that host's share (a count that climbs: two peers send under one name)."
+    )
+    stream_move_resets: int = Field(
+        description="Of those, moves whose new host's share could not take the stream's "
+        "locations: what the stream held was forgotten."
+    )
 
     @classmethod
     def of(cls, listener: ListenerState, publishers: list[PublisherState]) -> ListenerInfo:
@@ -146,6 +154,8 @@ class ListenerInfo(BaseModel):
             allow=[str(network) for network in listener.allow],
             refused_addresses=listener.refused_addresses,
             shed_connections=listener.shed_connections,
+            stream_moves=listener.stream_moves,
+            stream_move_resets=listener.stream_move_resets,
         )
 
 

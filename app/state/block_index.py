@@ -166,7 +166,7 @@ class BlockIndex:
         """Events refused for naming a new medium, by why (``MEDIA_REFUSALS``); under
         ``max_media`` too, the media past it that a stats frame gave block sizes for."""
         self._media: dict[str, int] = {}  # medium -> the locations on it
-        self._hosts: dict[str, str] = {}  # publisher -> the host it came from (``set_host``)
+        self._hosts: dict[str, str] = {}  # publisher -> the host its share is (``set_host``)
         self._host_media: dict[str, dict[str, int]] = {}
         """Host -> medium -> the locations of its publishers there: the media it names."""
         self.refused_location_events = 0
@@ -683,21 +683,61 @@ class BlockIndex:
                 self.stranded.counts.pop(number, None)
                 heappush(self._free, number)
 
-    def set_host(self, publisher: str, host: str) -> None:
+    def set_host(self, publisher: str, host: str | None) -> bool:
         """Count ``publisher``'s locations in ``host``'s share (``media_per_host``,
-        ``locations_per_host``) from now on: ``host`` is the IP address its listen-mode
-        stream came from. Set once; a publisher
-        with none (one the sidecar connects to, an ipc:// peer's) is held to its own share
-        and ``max_media`` only. ``ValueError`` for a second, other host: nothing changes."""
+        ``locations_per_host``) from now on, no longer in the share of the host it had:
+        ``host`` is the IP address its listen-mode stream's latest frame came from; None
+        (a publisher the sidecar connects to, an ipc:// peer's) is held to its own share
+        and the index's only.
+
+        A stream's host followed its first frame for good: a peer that sent first under
+        an engine's name tied the engine's stream to the peer's share, and an engine that
+        came back from a new address stayed in its old host's. Moved, the locations must
+        fit the new host's share, as a new location must (its empty ones released first,
+        then its new host's publishers'): else a peer of two hosts could fill one's share,
+        move it to the other and fill it again. Those that do not fit are forgotten, as at
+        a restart (an engine back from a new address restarted its sequence). Whether
+        they were: the caller counts it."""
         known = self._hosts.get(publisher)
-        if known is not None and known != host:
-            raise ValueError(f"publisher {publisher} came from {known}, not {host}")
+        if known == host:
+            return False
+        self._release_empty([publisher])  # from ``known``'s share: only held ones move
         if known is not None:
-            return
+            for medium, bits in self._pair_bits.get(publisher, {}).items():
+                named = self._host_media[known]
+                named[medium] -= bits.bit_count()
+                if not named[medium]:
+                    del named[medium]
+                if not named:
+                    del self._host_media[known]
+            del self._hosts[publisher]
+        if host is None:
+            return False
+        forgotten = False
+        if not self._fits(publisher, host):
+            self._release_empty([owner for owner in self._empty if self._hosts.get(owner) == host])
+        if not self._fits(publisher, host):
+            self.reset_publisher(publisher)
+            self._release_empty([publisher])  # of no host's share now
+            forgotten = True
         self._hosts[publisher] = host
         for medium, bits in self._pair_bits.get(publisher, {}).items():
             named = self._host_media.setdefault(host, {})
             named[medium] = named.get(medium, 0) + bits.bit_count()
+        return forgotten
+
+    def _fits(self, publisher: str, host: str) -> bool:
+        """Whether the locations of ``publisher`` (of no host) fit in ``host``'s share; none
+        always do."""
+        media = self._pair_bits.get(publisher)
+        if not media:
+            return True
+        named = self._host_media.get(host, {})
+        locations = sum(bits.bit_count() for bits in media.values())
+        return (
+            len(named.keys() | media.keys()) <= self.media_per_host
+            and sum(named.values()) + locations <= self.locations_per_host
+        )
 
     def reset_publisher(self, publisher: str) -> None:
         """Forget every location of ``publisher`` (its cache was reset, or it restarted).

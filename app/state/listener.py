@@ -6,7 +6,7 @@ frames of new streams once ``max_publishers`` are tracked. The connections
 open now, those refused past ``max_connections`` or ``max_connections_per_host``,
 those refused from an address outside ``allow`` and those counted as admitted
 before their handshake was known (``shed_connections``) are the listen gate's
-(app/ingest/listen_gate.py).
+(app/ingest/listen_gate.py); the streams that moved to another host are the sidecar's.
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ class ListenerState:
     refused_host_connections: int = 0
     refused_addresses: int = 0
     shed_connections: int = 0
+    stream_moves: int = 0
+    """Frames of a stream already heard that came from another host than its frame before
+    (``SidecarState.listened_publisher``): an engine back from a new address, or two peers
+    sending under one stream's name."""
+    stream_move_resets: int = 0
+    """Of those, the moves whose new host's share could not take the stream's locations:
+    what the stream held was forgotten."""
 
     @property
     def name(self) -> str:

@@ -43,9 +43,9 @@ class PublisherState:
 
     source: PublisherSource
     host: str | None = None
-    """The IP address a listen-mode stream's first frame came from, whose share of the
-    index's media its media count in (``BlockIndex.set_host``); None for a publisher the
-    sidecar connects to, or a stream unheard or heard from an ipc:// peer only."""
+    """The IP address a listen-mode stream's latest frame came from, whose share of the
+    index's its locations count in (``BlockIndex.set_host``); None for a publisher the
+    sidecar connects to, or a stream unheard or last heard from an ipc:// peer."""
     last_seq: int | None = None
     last_frame_at: float | None = None
     frames: int = 0

@@ -109,24 +109,32 @@ class SidecarState:
 
         None once the listener tracks ``max_publishers`` streams and this is a new
         one. ``ValueError`` when the topic cannot name a stream (app/streams.py).
-        The first ``host`` (IP address) a frame of the stream came from is the
-        stream's for good: its media count in that host's share of the index's
-        (``BlockIndex.set_host``), whichever peer sends its later frames, so a peer
-        opening stream after stream holds one host's share, not all of them.
-        Called by the ingest thread only.
+        The stream's host is the ``host`` (IP address; None for an ipc:// peer) its
+        latest frame came from: its locations count in that host's share of the
+        index's (``BlockIndex.set_host``), so a peer opening stream after stream holds
+        one host's share, not all of them, and a frame is held to its sender's share,
+        whoever sent the stream's first. A move is counted in ``stream_moves``, and
+        one whose locations the new host's share could not take, forgotten, in
+        ``stream_move_resets``. Called by the ingest thread only.
         """
+        listener = self.listener
+        if listener is None:
+            return None  # no listen socket: no stream is listened to (``__init__``)
         state = self._listened.get((topic, rank))
-        if state is None and self.listener is not None:
+        if state is None:
             stream = ListenStream(topic, rank)  # first: a topic that names no stream is malformed
-            if len(self._listened) >= self.listener.max_publishers:
+            if len(self._listened) >= listener.max_publishers:
                 return None
             state = PublisherState(stream)
             self._listened[topic, rank] = state
             self.publishers = {**self.publishers, state.name: state}
-        if state is not None and state.host is None and host is not None:
+        if state.host != host:
             state.host = host
             with self.lock:
-                self.index.set_host(state.name, host)
+                forgotten = self.index.set_host(state.name, host)
+            if state.seen:
+                listener.stream_moves += 1
+                listener.stream_move_resets += forgotten
         return state
 
     def sample_history(self, now: float) -> None:

@@ -256,6 +256,7 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             )
             assert listener["allow"] == ["127.0.0.0/8", "::1/128"]
             assert (listener["refused_addresses"], listener["shed_connections"]) == (0, 0)
+            assert (listener["stream_moves"], listener["stream_move_resets"]) == (0, 0)
 
             metrics = http.get("/metrics").text
             assert 'kvscope_sidecar_frames_total{publisher="engine-b@0"}' in metrics
@@ -267,6 +268,8 @@ def test_listen_mode_publishers_show_in_stats_metrics_and_readiness() -> None:
             assert "kvscope_sidecar_listen_refused_host_connections_total 0.0" in metrics
             assert "kvscope_sidecar_listen_refused_addresses_total 0.0" in metrics
             assert "kvscope_sidecar_listen_shed_connections_total 0.0" in metrics
+            assert "kvscope_sidecar_listen_stream_moves_total 0.0" in metrics
+            assert "kvscope_sidecar_listen_stream_move_resets_total 0.0" in metrics
             for reason in ("publisher", "host", "max_media"):
                 refused = f'kvscope_sidecar_refused_media_events_total{{reason="{reason}"}} 0.0'
                 assert refused in metrics

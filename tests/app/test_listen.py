@@ -501,6 +501,120 @@ def test_the_gpu_keeps_a_place_when_other_hosts_name_every_other_medium(
         ingestor.close()
 
 
+def moved(ingestor: Ingestor, raw: RawPublisher, name: str, host: str) -> PublisherState:
+    """Probe with stats frames until the sidecar has heard stream ``name`` from ``host``."""
+    engine_id, rank = name.split("@")
+    state = ingestor.state.publishers[name]
+
+    def arrived() -> bool:
+        raw.pub.send_multipart(
+            [DEFAULT_STATS_TOPIC, encode_seq(0), stats_payload(engine_id, int(rank))]
+        )
+        return state.host == host
+
+    wait_until(arrived, f"the sidecar hears {name} from {host}")
+    return state
+
+
+def test_an_engine_back_from_a_new_address_keeps_its_name_and_moves_to_that_hosts_share(
+    peers: list[RawPublisher],
+) -> None:
+    """A stream's host was its first frame's for good: a pod rescheduled with a new IP
+    address stayed in its old address's share, and whoever came to that address later
+    found it taken. Its label, counts and blocks stay; its share moves with it."""
+    ingestor = listening(listen_max_media_per_host=2)
+    index, listener = ingestor.state.index, listener_of(ingestor)
+    port = port_of(ingestor)
+    try:
+        first = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"vllm")
+        peers.append(first)
+        state = heard(ingestor, first, "vllm", 0)
+        first.send(0, on_media(1, None, "CPU"))
+        applied(state, 0)
+        first.close()
+        peers.remove(first)
+        again = RawPublisher(f"tcp://127.0.0.3:0;127.0.0.1:{port}", b"vllm")
+        peers.append(again)
+        assert moved(ingestor, again, "vllm@0", "127.0.0.3") is state
+        again.send(1, on_media(3, None))
+        applied(state, 1)
+        assert blocks_of(ingestor, "vllm@0") == {1, 2, 3}
+        assert list(ingestor.state.publishers) == ["vllm@0"]
+        assert (listener.stream_moves, listener.stream_move_resets) == (1, 0)
+        newcomer = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"next")
+        beside = RawPublisher(f"tcp://127.0.0.3:0;127.0.0.1:{port}", b"beside")
+        peers += [newcomer, beside]
+        for raw, name, media in ((newcomer, "next", ("m0", "m1")), (beside, "beside", ("m2",))):
+            stream = heard(ingestor, raw, name, 0)
+            raw.send(0, on_media(10, *media))  # .2's share is free, .3's the engine's
+            applied(stream, 0)
+        assert blocks_of(ingestor, "next@0") == {10, 11}
+        assert blocks_of(ingestor, "beside@0") == set()
+        with ingestor.state.lock:
+            assert index.refused_media == {"publisher": 0, "host": 1, "max_media": 0}
+    finally:
+        ingestor.close()
+
+
+def test_a_peer_sending_first_under_an_engines_name_does_not_hold_the_engine_to_its_share(
+    peers: list[RawPublisher],
+) -> None:
+    """The peer whose frame a stream heard first held it to that peer's share for good:
+    a peer that named the engine's stream first, then filled its own share, had the
+    engine's GPU and CPU stores refused. Each frame is held to its sender's share."""
+    ingestor = listening(listen_max_media_per_host=2)
+    index, listener = ingestor.state.index, listener_of(ingestor)
+    port = port_of(ingestor)
+    try:
+        squatter = RawPublisher(bound(ingestor), b"vllm")
+        filler = RawPublisher(bound(ingestor), b"filler")
+        peers += [squatter, filler]
+        assert heard(ingestor, squatter, "vllm", 0).host == "127.0.0.1"
+        filler.send(0, on_media(100, "m0", "m1"))
+        applied(heard(ingestor, filler, "filler", 0), 0)
+        engine = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"vllm")
+        peers.append(engine)
+        state = moved(ingestor, engine, "vllm@0", "127.0.0.2")
+        engine.send(0, on_media(1, None, "CPU"))
+        applied(state, 0)
+        assert blocks_of(ingestor, "vllm@0") == {1, 2}
+        with ingestor.state.lock:
+            assert sum(index.refused_media.values()) == 0
+        assert listener.stream_move_resets == 0
+    finally:
+        ingestor.close()
+
+
+def test_a_stream_moved_to_a_host_whose_share_has_no_room_for_it_is_forgotten(
+    peers: list[RawPublisher],
+) -> None:
+    """Moved whole, a stream could take past a host's share: a peer of two addresses
+    filled one's share, moved it to the other and filled the first again. What the new
+    host's share cannot take is forgotten, counted."""
+    ingestor = listening(listen_max_media_per_host=1)
+    index, listener = ingestor.state.index, listener_of(ingestor)
+    port = port_of(ingestor)
+    try:
+        here = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"s")
+        there = RawPublisher(f"tcp://127.0.0.3:0;127.0.0.1:{port}", b"t")
+        peers += [here, there]
+        state = heard(ingestor, here, "s", 0)
+        here.send(0, on_media(1, "m0"))
+        applied(state, 0)
+        there.send(0, on_media(10, "m1"))
+        applied(heard(ingestor, there, "t", 0), 0)
+        moving = RawPublisher(f"tcp://127.0.0.3:0;127.0.0.1:{port}", b"s")
+        peers.append(moving)
+        moved(ingestor, moving, "s@0", "127.0.0.3")
+        assert blocks_of(ingestor, "s@0") == set()
+        assert blocks_of(ingestor, "t@0") == {10}
+        assert (listener.stream_moves, listener.stream_move_resets) == (1, 1)
+        with ingestor.state.lock:
+            assert index.blocks_by_medium() == {"m1": 1}
+    finally:
+        ingestor.close()
+
+
 def test_an_ipc_peers_streams_are_held_to_max_media_only(
     peers: list[RawPublisher], tmp_path: Path
 ) -> None:
