@@ -569,14 +569,17 @@ def test_a_peer_sending_first_under_an_engines_name_does_not_hold_the_engine_to_
         squatter = RawPublisher(bound(ingestor), b"vllm")
         filler = RawPublisher(bound(ingestor), b"filler")
         peers += [squatter, filler]
-        assert heard(ingestor, squatter, "vllm", 0).host == "127.0.0.1"
+        squatted = heard(ingestor, squatter, "vllm", 0)
+        assert squatted.host == "127.0.0.1"
+        squatter.send(0, on_media(0))  # after the probes still in flight: applied, none are
+        applied(squatted, 0)
         filler.send(0, on_media(100, "m0", "m1"))
         applied(heard(ingestor, filler, "filler", 0), 0)
         engine = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"vllm")
         peers.append(engine)
         state = moved(ingestor, engine, "vllm@0", "127.0.0.2")
-        engine.send(0, on_media(1, None, "CPU"))
-        applied(state, 0)
+        engine.send(1, on_media(1, None, "CPU"))
+        applied(state, 1)
         assert blocks_of(ingestor, "vllm@0") == {1, 2}
         with ingestor.state.lock:
             assert sum(index.refused_media.values()) == 0
