@@ -43,7 +43,9 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   answer that will never grow, and nothing else ended that wait.
   Neither runs while nothing waits to be sent (an idle event stream) nor
   while an answer is being written below the mark, where the server adds to
-  the buffer as the client reads it.
+  the buffer as the client reads it. A refusal the connection writes while
+  it runs (a 400 for a request pipelined behind the answer) is the server's
+  bytes, not ones the client left unread: the wait is paused around it.
 - past ``max_connections`` open connections a new one is answered 503 and
   closed before its request is read (``connections_full``).
 - past ``max_pipelined`` requests queued behind the one being answered
@@ -515,7 +517,16 @@ class BoundedConnection(HttpToolsProtocol):
             self._close_with(last_words)
 
     def _close_with(self, last_words: bytes) -> None:
-        """Write ``last_words`` and close, unless the last answer closed the connection."""
+        """Write ``last_words`` and close, unless the last answer closed the connection.
+
+        They are the server's bytes, not the client's to have read: the send wait's stretch
+        ends before they are written and the next begins after (``_watch_sending``). Written
+        into a stretch, they were taken for bytes the client left unread, held against its
+        window and its rate.
+        """
         if not self.transport.is_closing():
+            if self._send_wait is not None:
+                self._send_wait.pause(self.loop.time(), self.transport.get_write_buffer_size())
             self.transport.write(last_words)
             self.transport.close()
+            self._watch_sending()

@@ -26,9 +26,11 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.api import http_connection
 from app.api.guards.security_headers import HEADERS
 from app.api.limits import KIB, HttpLimits
 from app.api.schemas import MAX_EVENT_HASHES
+from app.api.send_wait import SendWait
 from app.settings import MiB
 from app.state.history import Reading, SeriesKey
 from app.state.sidecar import SidecarState
@@ -1086,6 +1088,45 @@ def test_a_reader_that_drains_the_buffer_now_and_then_is_held_to_the_rate_all_al
         assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_too_slow") == 1
         assert metric(http, "kvscope_sidecar_http_refused_total", reason="send_timeout") == 0
         wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "the stream ends")
+
+
+def test_a_refusal_written_while_a_wait_is_measured_is_not_taken_for_bytes_left_unread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 400 for a request pipelined behind a history was written the moment the history's
+    answer ended, while the wait on its reader was measured: the buffer grew by the 400's
+    bytes, which the wait took for bytes the reader had not read (a stretch read less than
+    nothing), so a reader above the least rate by less than that was cut. Each stretch now
+    sees only the client's reading: the buffer never grows in one."""
+    reads: list[int] = []
+
+    class Recorded(SendWait):
+        """The send wait, recording what each stretch took for bytes its client read."""
+
+        began: int | None = None
+
+        def measure(self, now: float, size: int) -> float:
+            left = super().measure(now, size)
+            self.began = size
+            return left
+
+        def pause(self, now: float, size: int) -> None:
+            if self.began is not None:
+                reads.append(self.began - size)
+                self.began = None
+            super().pause(now, size)
+
+    monkeypatch.setattr(http_connection, "SendWait", Recorded)
+    app, state = sidecar_app()
+    fill_history(state)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        refused = b"GET /api/v1/stats HTTP/9.9\r\nHost: %b\r\n\r\n" % host
+        answers = read_all(behind_an_unread_answer(url, refused))
+        assert statuses_and_last_head(answers)[0] == [b"200 OK", b"400 Bad Request"]
+        assert reads and min(reads) >= 0, reads
+        for reason in ("send_timeout", "send_too_slow"):
+            assert metric(http, "kvscope_sidecar_http_refused_total", reason=reason) == 0
 
 
 # --- requests queued behind an answer, bounded in bytes ------------------------------------
