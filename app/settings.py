@@ -379,7 +379,7 @@ class SidecarSettings(BaseSettings):
         le=16 * MiB,
         description="Largest request head (request line and headers); a larger one is a 431 "
         "(counted). Also the most the requests pipelined behind an answer may hold together; "
-        "past it the connection reads no more (counted).",
+        "the one that would pass it is a 503 and the connection reads no more (counted).",
     )
     header_timeout_s: DecimalFloat = Field(
         default=10.0,

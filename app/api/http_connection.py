@@ -59,11 +59,13 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   (uvicorn told only the newest, queued one, and the answered one wrote on to
   the closed transport: an error and traceback in the log).
 - the requests so queued hold at most ``max_header_bytes`` together, counted
-  as uvicorn holds them (URLs, header fields, bodies so far): a head that
-  would pass it stops the reading as ``max_pipelined`` does, and so does a
-  body, its request unqueued, never answered (``pipeline_too_large``). Each
-  head was bounded alone: sixteen queued heads held sixteen times the limit,
-  their bodies beside.
+  as uvicorn holds them (URLs, header fields, bodies so far): the request
+  whose head or body would pass it is a 503 naming the limit once the
+  answers before it are written, its body so far let go, and nothing after
+  it is read (``pipeline_too_large``). Each head was bounded alone: sixteen
+  queued heads held sixteen times the limit, their bodies beside; and the
+  request past the bound was dropped unanswered, which a client cannot tell
+  from a server gone mid-request.
 - a connection's buffer past the transport's high-water mark counts toward
   ``response_buffer_bytes`` until it drains (``ResponseBuffers``; the guard
   that refuses answers past it is app/api/guards/response_budget.py).
@@ -77,11 +79,12 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   skips the body of such a request, which was answered as if it had none.
   One without a body is served as any other, without the two warnings uvicorn
   logged for it (one telling the operator to install a WebSocket library).
-- a refusal of a request's head (a 400, a 431) comes after the answers owed
-  to the requests sent before it, and nothing after it is read: uvicorn wrote
-  its 400 the moment the parser refused, ahead of those answers, and closed
-  the connection, so they were never written. A refused body is answered at
-  once: its route may be waiting on it.
+- a refusal of a request's head (a 400, a 431), or of the body of one queued
+  behind an answer, comes after the answers owed to the requests sent before
+  it, and nothing after it is read: uvicorn wrote its 400 the moment the
+  parser refused, ahead of those answers, and closed the connection, so they
+  were never written. A refused body of the request being answered is
+  answered at once: its route may be waiting on it.
 """
 
 from __future__ import annotations
@@ -295,7 +298,6 @@ class BoundedConnection(HttpToolsProtocol):
                 "connection): send it without the Upgrade header",
             )
             raise _StopParsing  # its body is no request's
-        self._in_head = False
         self._head_bytes = 0
         if self._head_deadline is not None:
             self._head_deadline.cancel()
@@ -305,8 +307,9 @@ class BoundedConnection(HttpToolsProtocol):
             self._stop_reading("pipeline_full")
             raise _StopParsing  # the parser stops here, mid-feed: no later request is parsed
         if queued and self._queue_passed(self._message_bytes):
-            self._stop_reading("pipeline_too_large")
+            self._refuse_queue_passed()  # still in its head: no cycle of its own is queued
             raise _StopParsing
+        self._in_head = False
         super().on_headers_complete()
         if queued:
             self._queued_bytes[self.cycle] = self._message_bytes
@@ -329,8 +332,7 @@ class BoundedConnection(HttpToolsProtocol):
     def _held(self, size: int) -> None:
         """Count ``size`` bytes more of the request being parsed: of its head while it lasts,
         then (its body, its trailer fields) of its place in the queue, if it waits in one;
-        past the queue's bound, that request is unqueued, never to be answered, as if never
-        sent, and the one before it is the last answered."""
+        past the queue's bound, that request is refused (``_refuse_queue_passed``)."""
         if self._in_head:
             self._message_bytes += size
             return
@@ -338,13 +340,37 @@ class BoundedConnection(HttpToolsProtocol):
         if queued is None:  # the request being answered: its body is its route's to bound
             return
         if self._queue_passed(size):
-            self.pipeline.popleft()  # uvicorn queues the newest on the left
-            del self._queued_bytes[self.cycle]
-            self.cycle = self.pipeline[0][0] if self.pipeline else self._answering
-            self._stop_body_deadline()
-            self._stop_reading("pipeline_too_large")
+            self._refuse_queue_passed()
             raise _StopParsing
         self._queued_bytes[self.cycle] = queued + size
+
+    def _refuse_queue_passed(self) -> None:
+        """Refuse the request whose head or body would take the queue past its bound: a 503
+        once the answers owed to the requests before it are written, its body so far let go,
+        nothing after it read.
+
+        It was dropped unanswered and the connection closed, which a client cannot tell
+        from a server gone mid-request: a pipelined POST, which it may not send again
+        unasked (RFC 9112 9.3.1), was lost without a word.
+        """
+        most = self.limits.max_header_bytes
+        self._refuse(
+            "pipeline_too_large",
+            503,
+            f"requests sent ahead of their answers may hold {most} bytes together, the "
+            "sidecar's most: send this one again once the answers before it are read",
+        )
+
+    def _unqueued(self) -> bool:
+        """Whether the request being parsed (past its head) waits in the queue; if so, it is
+        taken out, never to be started, and the one before it is the newest."""
+        if self.cycle not in self._queued_bytes:
+            return False
+        self.pipeline.popleft()  # uvicorn queues the newest on the left
+        del self._queued_bytes[self.cycle]
+        self.cycle = self.pipeline[0][0] if self.pipeline else self._answering
+        self._stop_body_deadline()
+        return True
 
     def _stop_reading(self, reason: Refusal) -> None:
         """Read no more: the newest request is the last answered, then the connection closes
@@ -482,9 +508,11 @@ class BoundedConnection(HttpToolsProtocol):
         Answers go in the order of their requests (RFC 9112 9.3.2): while requests sent
         before this one are owed theirs, a refused head waits for them (uvicorn's 400 was
         written at once, ahead of them, and the connection closed: they were never
-        answered). A refused body (a malformed chunk, a trailer too many) is answered at
-        once: its route may be waiting on it, and would wait for ever. Once: a connection
-        already closing, or reading no more, was answered.
+        answered), and so does a refused body of a request queued behind them, taken out
+        of the queue (its 400 too was written at once, ahead of them). The body of the
+        request being answered (a malformed chunk, a trailer too many) is refused at once:
+        its route may be waiting on it, and would wait for ever. Once: a connection already
+        closing, or reading no more, was answered.
         """
         if self._ignoring or self.transport.is_closing():
             return
@@ -502,7 +530,7 @@ class BoundedConnection(HttpToolsProtocol):
             + b"\r\n"
             + body
         )
-        if self._in_head:
+        if self._in_head or self._unqueued():
             self._close_after_answers(refusal)
         else:
             self._close_with(refusal)

@@ -350,13 +350,14 @@ class HttpCollector(Collector):
             "Requests refused by a limit: body_too_large (413), host_not_allowed (400), "
             "sse_clients_full (503), headers_too_large (431), connections_full (503), "
             "malformed_request (400, bytes the HTTP parser refuses), response_buffer_full "
-            "(503, an answer that would pass the bytes held for clients still reading); "
+            "(503, an answer that would pass the bytes held for clients still reading), "
+            "pipeline_too_large (503, a request that would take those sent ahead of their "
+            "answers past max_header_bytes together); "
             "connections closed: headers_timeout (no complete head in time), body_timeout (no "
             "complete body in time), send_timeout "
             "(a response its client stopped reading), send_too_slow (a response its client "
             "read slower than min_send_bytes_per_s), pipeline_full (too many requests "
-            "sent ahead of their answers), pipeline_too_large (requests sent ahead of their "
-            "answers past max_header_bytes together).",
+            "sent ahead of their answers).",
             labels=["reason"],
         )
         for reason, count in self._counts.refused.items():

@@ -1148,7 +1148,8 @@ def statuses_and_last_head(answer: bytes) -> tuple[list[bytes], bytes]:
 def test_heads_queued_past_the_head_limit_together_are_not_read() -> None:
     """Sixteen heads of 64 KiB each could wait behind an answer, parsed: a megabyte held per
     connection for requests not yet answered. Together they may take ``max_header_bytes``:
-    past it the connection reads no more, as past ``max_pipelined``."""
+    the head that would pass it is a 503 after the answers before it, and the connection
+    reads no more."""
     app, state = sidecar_app(HttpLimits(max_header_bytes=16 * KIB))
     fill_history(state)
     with served_quietly(app, send_buffer=64 * KIB) as (url, http):
@@ -1166,15 +1167,19 @@ def test_heads_queued_past_the_head_limit_together_are_not_read() -> None:
             "the queue passes its bytes",
         )
         statuses, last = statuses_and_last_head(read_all(flooding))
-        # the history, then the four queued (and the one answered behind it, if it had begun)
-        assert statuses in ([b"200 OK"] * 5, [b"200 OK"] * 6), statuses
-        assert b"connection: close" in last
+        # the history, the four queued (and the one answered behind it, if it had begun),
+        # then the head that passed the bound, refused
+        assert statuses[:-1] in ([b"200 OK"] * 5, [b"200 OK"] * 6), statuses
+        assert statuses[-1] == b"503 Service Unavailable" and b"connection: close" in last
         assert metric(http, "kvscope_sidecar_http_refused_total", reason="pipeline_full") == 0
 
 
-def test_a_queued_body_past_the_head_limit_is_never_answered_and_the_connection_closes() -> None:
-    """A queued request's body is held with its head until its turn: the bound on what waits
-    counts it, and the request it takes past the bound is dropped, as if never sent."""
+def test_a_queued_body_past_the_head_limit_is_a_503_after_the_answers_before_it() -> None:
+    """A queued request's body is held with its head until its turn, and the bound on what
+    waits counts it. The request it takes past the bound was dropped unanswered and the
+    connection closed: a pipelined POST lost without a word, which its client may not send
+    again unasked. It is a 503 naming the limit, after the answers before it; its body is
+    let go, and nothing after it is read."""
     app, state = sidecar_app(HttpLimits(max_header_bytes=16 * KIB))
     fill_history(state)
     with served_quietly(app, send_buffer=64 * KIB) as (url, http):
@@ -1189,6 +1194,28 @@ def test_a_queued_body_past_the_head_limit_is_never_answered_and_the_connection_
             lambda: metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1,
             "the queued body passes the bound",
         )
-        statuses, last = statuses_and_last_head(read_all(sock))
-        assert statuses == [b"200 OK", b"200 OK"] and b"connection: close" in last
+        answers = read_all(sock)
+        statuses, last = statuses_and_last_head(answers)
+        assert statuses == [b"200 OK", b"200 OK", b"503 Service Unavailable"], statuses
+        assert b"connection: close" in last
+        assert b"connection: close" not in answers.partition(b"HTTP/1.1 503")[0]
+        refusal = json.loads(answers[answers.index(b"HTTP/1.1 503") :].partition(b"\r\n\r\n")[2])
+        assert f"may hold {16 * KIB} bytes together" in refusal["detail"]
         assert metric(http, "kvscope_sidecar_http_refused_total", reason="body_timeout") == 0
+
+
+def test_a_malformed_body_queued_behind_an_answer_is_refused_after_it() -> None:
+    """A refused body was answered at once, as its route may wait on it; but a queued
+    request's route has not begun, and its 400 was written ahead of the answer owed before
+    it, the connection closed: that answer was never written."""
+    app, state = sidecar_app()
+    fill_history(state)
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        head = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json"
+                b"\r\nTransfer-Encoding: chunked\r\n\r\n") % host  # fmt: skip
+        chunked = head + b'5\r\n{"blo\r\nZZ\r\n'
+        statuses = statuses_and_last_head(read_all(behind_an_unread_answer(url, chunked)))[0]
+        assert statuses == [b"200 OK", b"400 Bad Request"], statuses
+        reason = {"reason": "malformed_request"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
