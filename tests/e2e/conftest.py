@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
+from app.server import Sidecar
+from app.settings import SidecarSettings
+
 if TYPE_CHECKING:
     from playwright import sync_api
 
@@ -37,6 +40,14 @@ def artefacts(tmp_path: Path) -> Path:
     folder = Path(named)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+@pytest.fixture(scope="module")
+def sidecar() -> Iterator[str]:
+    """A sidecar of its own (no publisher) for a module's pages: its URL."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    with Sidecar(settings) as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -53,13 +53,6 @@ HEADER = (
     " return { ...e.dataset, text: e.textContent }; }"
 )
 """The header's state (``state``, ``retryS``, ``failures``) and its words."""
-
-
-@pytest.fixture(scope="module")
-def sidecar() -> Iterator[str]:
-    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
-    with Sidecar(settings) as running:
-        yield running.url
 
 
 def header(page: sync_api.Page) -> dict[str, str]:
@@ -313,45 +306,3 @@ def test_the_insight_view_stops_reading_when_hidden_with_a_read_in_flight(
     page.wait_for_function("() => document.getElementById('insight-status').textContent")
     page.clock.run_for(60_000)
     assert page.evaluate("() => window.__reads['api/v1/insight']") == 1
-
-
-def test_a_chart_whose_first_point_is_on_a_whole_minute_shows_its_date_whole(
-    page: sync_api.Page, sidecar: str
-) -> None:
-    """uPlot writes the date under the first tick, centred on it; a history whose first
-    point is a tick (a whole minute always is) put half that label left of the plot, where
-    only the y axis's width of room was: on the hit-ratio chart, whose labels ("2 %") are
-    narrow, the date lost its first digit off the canvas's edge. A real history starts on a
-    whole minute only by chance, so this one is routed: 21 points from a whole minute, on the
-    paused clock (no second read). No ink may touch the canvas's left edge."""
-    start = 1_795_952_400  # a whole minute
-    # 100 blocks looked up a second, 0 to 4 of them hits: the y axis reads "0 %" to "4 %".
-    counters = {
-        "lookup_blocks": [100.0 * i for i in range(21)],
-        "lookup_hit_blocks": [float(sum(j % 5 for j in range(i + 1))) for i in range(21)],
-    }
-    history = {
-        "resolution_s": 1, "resolutions_s": [1, 10], "retention_s": [900, 21600],
-        "times": [float(start + i) for i in range(21)],
-        "series": [
-            {"publisher": "tcp://p:1", "metric": metric, "labels": {"medium": "CPU"},
-             "kind": "counter", "values": values}
-            for metric, values in counters.items()
-        ],
-    }  # fmt: skip
-    page.route(
-        "**/api/v1/history*",
-        lambda route: route.fulfill(
-            status=200, content_type="application/json", body=json.dumps(history)
-        ),
-    )
-    open_counted(page, sidecar)
-    chart = page.locator("[data-chart='hit-ratio']")
-    sync_api.expect(chart).to_have_attribute("data-points", "21")
-    ink = chart.locator("canvas").evaluate(
-        """canvas => {
-          const column = canvas.getContext("2d").getImageData(0, 0, 2, canvas.height).data;
-          return column.filter((value, i) => i % 4 === 3 && value > 0).length;
-        }"""
-    )
-    assert ink == 0, f"{ink} pixels drawn at the left edge: a label cut off"

@@ -33,24 +33,89 @@ function theme() {
   };
 }
 
-/** uPlot's own axis font, named so that the date's width below is measured in it. */
+/** uPlot's own axis font, named so that the time axis' labels are measured in it. */
 const AXIS_FONT = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, '
   + '"Noto Sans", sans-serif';
 
-/** Half the widest date uPlot writes under a time axis's first tick ("12/31/26 12:59pm"),
-centred on it: when that tick is the plot's left edge (a history starting on a whole minute),
-this much of it stands left of the plot, over the y axis. */
-const DATE_OVERHANG = (() => {
+// The time axis writes its own labels. uPlot's wrote a date under a tick's time
+// ("11/29/26 2:23pm") but spaced its ticks by the time alone, so that date ran into the next
+// tick's label. Here a tick is its time, in the reader's locale as the legend's time is (with
+// seconds where the ticks are under a minute apart), and the date goes on the line under it
+// only where it tells something: the first tick, and the first of each new day. Ticks stand
+// at least the widest label either line can hold apart, so no two labels meet at any width.
+const TIME = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit" });
+const TIME_SECONDS = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit", second: "2-digit" });
+const DAY = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
+/** The least blank between two neighbouring labels, so that they read as two. */
+const LABEL_GAP = 16;
+
+/** The room a tick needs ({minutes, seconds}: where labels have no seconds, and where they
+do): the widest label either line can hold, in the axis's font and the reader's locale, of
+every hour of a day and every month, whose names and digits differ in width. */
+const LABEL_SPACE = (() => {
   const context = document.createElement("canvas").getContext("2d");
   context.font = AXIS_FONT;
-  return Math.ceil(context.measureText("12/31/26 12:59pm").width / 2) + 4;
+  const widest = (texts) => Math.max(...texts.map((text) => context.measureText(text).width));
+  const hours = Array.from({ length: 24 }, (_, hour) => new Date(2026, 0, 1, hour, 58, 58));
+  const days = Array.from({ length: 12 }, (_, month) => DAY.format(new Date(2026, month, 28)));
+  return {
+    minutes: Math.max(widest(hours.map((d) => TIME.format(d))), widest(days)) + LABEL_GAP,
+    seconds: Math.max(widest(hours.map((d) => TIME_SECONDS.format(d))), widest(days)) + LABEL_GAP,
+  };
 })();
 
+/** The least room between ticks, for uPlot, which takes the smallest step that leaves it:
+the labels' without seconds where even 30 s steps would not leave that (the step is then a
+minute or more, and no label has seconds), else the labels' with seconds. */
+function labelSpace(u, axisIndex, min, max, plotWidth) {
+  return (30 * plotWidth) / (max - min) < LABEL_SPACE.minutes ? LABEL_SPACE.minutes : LABEL_SPACE.seconds;
+}
+
+/** uPlot's time steps from a second up: the history's points are whole seconds apart, and a
+tick between two of them would repeat its neighbour's label. */
+const TIME_STEPS = [1, 5, 10, 15, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200,
+  86400, 172800, 604800];
+
+/** Each tick's time, and its date under it where the day is not the previous tick's. */
+function timeLabels(u, ticks, axisIndex, space, step) {
+  const time = step < 60 ? TIME_SECONDS : TIME;
+  return ticks.map((tick, i) => {
+    const date = new Date(tick * 1000);
+    const sameDay = i > 0 && new Date(ticks[i - 1] * 1000).toDateString() === date.toDateString();
+    return sameDay ? time.format(date) : `${time.format(date)}\n${DAY.format(date)}`;
+  });
+}
+
+/** Half the widest label, centred on its tick: when a tick is the plot's edge (a history
+starting or ending on a whole minute), this much of its label stands beyond the plot, over
+the y axis on the left and in the padding on the right. */
+const LABEL_OVERHANG = Math.ceil((LABEL_SPACE.seconds - LABEL_GAP) / 2) + 4;
+
 /** The y axis' width: its longest tick label (about 7 px a character) and the tick itself,
-and never less than the date's overhang, which a narrower axis ("2 %") cut off the canvas. */
+and never less than a time label's overhang, which a narrower axis ("2 %") cut off the canvas. */
 function tickWidth(u, values) {
   const labels = values ? 24 + 7 * Math.max(...values.map((text) => text.length)) : 50;
-  return Math.max(labels, DATE_OVERHANG);
+  return Math.max(labels, LABEL_OVERHANG);
+}
+
+/** The time scale: the history's span, and a minute around a history of one point, where
+uPlot's own span is a day counted in milliseconds (a thousand days in seconds), past every
+step above, and the axis had no tick at all. */
+function timeRange(u, min, max) {
+  return u.data[0].length === 1 ? [min - 30, min + 30] : [min, max];
+}
+
+/** The time axis as drawn, on the chart's element: its font, ticks (unix seconds), their
+places (CSS pixels from the canvas's left edge), labels and the canvas's width, so that a
+test measures the labels where the browser drew them. */
+function keepTimeAxis(element) {
+  return (u) => {
+    const { _splits: ticks, _values: labels } = u.axes[0];
+    element.dataset.timeAxis = JSON.stringify({
+      font: AXIS_FONT, ticks, labels, width: u.width,
+      at: ticks.map((tick) => u.valToPos(tick, "x", true) / uPlot.pxRatio),
+    });
+  };
 }
 
 /** With no cursor on the chart, its legend shows the newest values (hover shows any other). */
@@ -120,9 +185,13 @@ export class TimeChart {
       width: Math.max(200, this.plotArea.clientWidth),
       height: 200,
       cursor: { sync: { key: "kvscope" }, drag: { x: true, y: false } },
-      scales: { x: { time: true }, y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max : 1] } },
-      axes: [axis, { ...axis, size: tickWidth, values: (u, ticks) => ticks.map(format) }],
-      hooks: { draw: [showLatest], setCursor: [showLatest] },
+      scales: { x: { time: true, range: timeRange }, y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max : 1] } },
+      padding: [null, LABEL_OVERHANG, null, null],
+      axes: [
+        { ...axis, space: labelSpace, incrs: TIME_STEPS, values: timeLabels },
+        { ...axis, size: tickWidth, values: (u, ticks) => ticks.map(format) },
+      ],
+      hooks: { draw: [showLatest, keepTimeAxis(this.element)], setCursor: [showLatest] },
       series: [
         { label: "time", value: (u, ts) => (ts === null ? "–" : clock(ts)) },
         ...names.map((name) => ({

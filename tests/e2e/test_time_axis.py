@@ -1,0 +1,154 @@
+"""The overview charts' time axis: labels that never meet, and a date only where it tells.
+
+A live sidecar serves the page, and the browser's network layer (Playwright's routing) puts
+on the wire the history it is given: a real one crosses midnight or starts on a whole minute
+only by chance. Reads after the first get no new points, so the charts keep what the test
+drew. The browser runs in UTC and en-US, so the test knows which tick starts a new day and
+how its time and date read. What the chart drew is read off the chart (its ticks, their
+places and labels, and the axis's font), and each label is measured in that font.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from playwright import sync_api
+
+from tests.e2e.conftest import CHROMIUM, WAIT_MS
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} absent")
+
+MIDNIGHT = 1_795_996_800
+"""2026-11-30 00:00 UTC."""
+HISTORIES = {
+    "a quarter hour of an afternoon": (MIDNIGHT - 9 * 3600 - 6 * 60 - 37, 1, 900),
+    "two minutes across midnight": (MIDNIGHT - 61, 1, 121),
+    "six hours across midnight": (MIDNIGHT - 3 * 3600 + 7, 10, 2160),
+    "one point": (MIDNIGHT - 9 * 3600 + 7, 1, 1),
+}
+"""Each history's first point (unix seconds), its resolution and its number of points."""
+WIDTHS = (390, 900, 1920)
+"""A phone's window, one chart a row across a window, and a wide desktop's."""
+MEASURED = """({ font, labels }) => {
+  const context = document.createElement("canvas").getContext("2d");
+  context.font = font;
+  const width = (line) => context.measureText(line).width;
+  return labels.map((label) => Math.max(...label.split("\\n").map(width)));
+}"""
+"""Each label's width in the axis's font: its widest line."""
+
+
+def history(start: int, step: int, points: int) -> dict[str, Any]:
+    """An answer of /api/v1/history: 100 blocks looked up a second, 0 to 4 of them hits (a
+    ratio from the second point on), and 1,000 blocks held (from the first)."""
+    hits = itertools.accumulate(float(step * (i % 5)) for i in range(points))
+    series = {
+        ("lookup_blocks", "counter"): [100.0 * step * i for i in range(points)],
+        ("lookup_hit_blocks", "counter"): list(hits),
+        ("blocks", "gauge"): [1000.0] * points,
+    }
+    return {
+        "resolution_s": step, "resolutions_s": [1, 10], "retention_s": [900, 21600],
+        "times": [float(start + step * i) for i in range(points)],
+        "series": [
+            {"publisher": "tcp://p:1", "metric": metric, "labels": {"medium": "CPU"},
+             "kind": kind, "values": values}
+            for (metric, kind), values in series.items()
+        ],
+    }  # fmt: skip
+
+
+@contextmanager
+def overview(
+    browser: sync_api.Browser, sidecar: str, answer: dict[str, Any], width: int, name: str
+) -> Iterator[sync_api.Locator]:
+    """The overview in a window ``width`` px wide, its history ``answer``: chart ``name``
+    once it has drawn every point. Fails on any script error of the page."""
+    context = browser.new_context(
+        viewport={"width": width, "height": 900}, timezone_id="UTC", locale="en-US"
+    )
+    try:
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        none_after = {**answer, "times": [], "series": []}
+
+        def answer_history(route: sync_api.Route) -> None:
+            body = none_after if "since=" in route.request.url else answer
+            route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+        page.route("**/api/v1/history*", answer_history)
+        page.goto(sidecar)
+        chart = page.locator(f"[data-chart='{name}']")
+        sync_api.expect(chart).to_have_attribute("data-points", str(len(answer["times"])))
+        sync_api.expect(chart).to_have_attribute("data-time-axis", re.compile("."))
+        yield chart
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def clock_time(tick: datetime, seconds: bool) -> str:
+    """``tick``'s time as en-US writes it: "2:53 PM", "12:00:30 AM"."""
+    shown = f"{tick.hour % 12 or 12}:{tick.minute:02d}"
+    return f"{shown}:{tick.second:02d}" if seconds else shown
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", list(HISTORIES))
+def test_time_labels_fit_between_their_ticks_with_a_date_where_the_day_is_new(
+    browser: sync_api.Browser, sidecar: str, name: str, width: int
+) -> None:
+    """uPlot wrote a tick's date under its time ("11/29/26 2:23pm") but spaced its ticks by
+    the time alone (":00" where ticks were seconds apart), so the date ran into its
+    neighbour's label ("2:24pm"). Every two neighbouring labels fit between their ticks, each
+    label stays on the canvas, and a date is written under the first tick and under the
+    first of each new day only. One point alone spans a thousand days in uPlot's own scale,
+    past every step of the axis: it gets a minute around it, and a tick."""
+    start, step, points = HISTORIES[name]
+    # The hit ratio needs two points (a counter's increase); the blocks held, one.
+    drawn = "hit-ratio" if points > 1 else "occupancy"
+    with overview(browser, sidecar, history(start, step, points), width, drawn) as chart:
+        axis = json.loads(chart.get_attribute("data-time-axis") or "")
+        widths = chart.page.evaluate(MEASURED, axis)
+    ticks, at, labels = axis["ticks"], axis["at"], axis["labels"]
+    assert len(ticks) >= min(points, 2), labels
+    for (left, wide), (right, next_wide) in itertools.pairwise(zip(at, widths, strict=True)):
+        assert wide / 2 + next_wide / 2 <= right - left, (labels, at, widths)
+    assert at[0] - widths[0] / 2 >= 0 and at[-1] + widths[-1] / 2 <= axis["width"], (at, widths)
+    # Seconds where ticks are under a minute apart (a lone tick's step is not known here).
+    seconds = labels[0].split("\n")[0].count(":") == 2
+    assert len(ticks) == 1 or seconds == (ticks[1] - ticks[0] < 60), labels
+    times = [datetime.fromtimestamp(tick, UTC) for tick in ticks]
+    for i, (label, tick) in enumerate(zip(labels, times, strict=True)):
+        new_day = i == 0 or tick.date() != times[i - 1].date()
+        time_line, *date_line = label.replace("\u202f", " ").split("\n")
+        assert time_line == f"{clock_time(tick, seconds)} {tick:%p}", (i, labels)
+        assert date_line == ([f"{tick:%b} {tick.day}"] if new_day else []), (i, labels)
+    crosses = "midnight" in name
+    assert len({tick.date() for tick in times}) == (2 if crosses else 1), labels
+
+
+def test_a_chart_whose_first_point_is_on_a_whole_minute_shows_its_label_whole(
+    browser: sync_api.Browser, sidecar: str
+) -> None:
+    """A label is centred on its tick; a history whose first point is a tick (a whole minute
+    always is) put half the first label left of the plot, where only the y axis's width of
+    room was: on the hit-ratio chart, whose labels ("2 %") are narrow, the date lost its first
+    digit off the canvas's edge. No ink may touch the canvas's left edge."""
+    with overview(browser, sidecar, history(1_795_952_400, 1, 21), 1400, "hit-ratio") as chart:
+        ink = chart.locator("canvas").evaluate(
+            """canvas => {
+              const column = canvas.getContext("2d").getImageData(0, 0, 2, canvas.height).data;
+              return column.filter((value, i) => i % 4 === 3 && value > 0).length;
+            }"""
+        )
+    assert ink == 0, f"{ink} pixels drawn at the left edge: a label cut off"
