@@ -141,9 +141,11 @@ def _points(value: float) -> str:
 
 def _percent(share: float) -> str:
     """``share`` (0..1) as a percent by the page's rule for every number it shows
-    (app/static/js/format.js, ``decimal``): three significant figures, no trailing zeros.
-    The page sets a verdict beside the figure it states (the dead-write ratio, the
-    efficiency), and "98%" there read as another figure than the page's "97.7 %"."""
+    (app/static/js/format.js, ``decimal`` and ``withUnit``): three significant figures, no
+    trailing zeros, the sign against the number ("97.7%"). The page sets a verdict beside
+    the figure it states (the dead-write ratio, the efficiency): "98%" there read as another
+    figure than the page's "97.7 %", and a page writing "97.7 %" beside a verdict's "97.7%"
+    wrote one figure two ways."""
     value = 100 * share
     if value >= 100 or value == 0:
         decimals = 0

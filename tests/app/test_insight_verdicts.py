@@ -275,7 +275,7 @@ def test_admission_is_said_to_save_writes_and_to_win_hits_only_where_there_are_s
 
 def test_a_verdicts_percent_is_rounded_as_the_page_rounds_the_figure_beside_it() -> None:
     """The page shows the dead-write ratio and the efficiency to three significant figures
-    ("97.7 %"), and the admission verdict beside them said "98%" and "97%" of the same
+    ("97.7%"), and the admission verdict beside them said "98%" and "97%" of the same
     figures: a verdict's percent keeps the page's rule, trailing zeros left off."""
     (verdict,) = admission_verdict(0.977359, 0.97326)
     assert verdict.text.startswith("97.7% of stores are never read")

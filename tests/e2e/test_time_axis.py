@@ -142,7 +142,7 @@ def test_a_chart_whose_first_point_is_on_a_whole_minute_shows_its_label_whole(
 ) -> None:
     """A label is centred on its tick; a history whose first point is a tick (a whole minute
     always is) put half the first label left of the plot, where only the y axis's width of
-    room was: on the hit-ratio chart, whose labels ("2 %") are narrow, the date lost its first
+    room was: on the hit-ratio chart, whose labels ("2%") are narrow, the date lost its first
     digit off the canvas's edge. No ink may touch the canvas's left edge."""
     with overview(browser, sidecar, history(1_795_952_400, 1, 21), 1400, "hit-ratio") as chart:
         ink = chart.locator("canvas").evaluate(

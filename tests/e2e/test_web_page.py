@@ -235,6 +235,9 @@ def test_the_cards_show_the_numbers_the_api_returns_with_units_and_they_move(
     hits, looked_up = map(number, hit_detail.removesuffix(" blocks looked up").split(" of "))
     assert 0 <= hits <= looked_up <= stats["lookup_blocks"], hit_detail
     assert card("hit-ratio")[1] == "%"
+    # A percent is written against its number, as the API's verdicts and the README write it.
+    hit_ratio = page.locator("[data-card='hit-ratio'] .big").text_content() or ""
+    assert re.fullmatch(r"[\d.,]+%", hit_ratio), hit_ratio
     rates = {"stores-rate": "blocks/s", "loads-rate": "blocks/s"}
     rates |= {"evictions-rate": "blocks/s", "events-rate": "events/s"}
     for name, expected in rates.items():
@@ -864,23 +867,25 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     # The efficiency in figures and words, and the optimum on the curve, from the same answer.
     optimum = publisher["optimum"]
     assert shown["optimum"] == json.dumps(optimum["hit_ratio"])
-    percent = f"{100 * publisher['efficiency']:.3g}"
+    percent = f"{100 * publisher['efficiency']:.3g}%"
     assert shown["efficiencyText"].startswith(percent), (percent, shown["efficiencyText"])
     assert "of the hits a clairvoyant cache of the same size would get" in shown["efficiencyText"]
     assert shown["viewText"].count("clairvoyant cache of the same size") == 1, shown["viewText"]
-    # A figure the page shows in a card and a verdict both reads the same in each.
-    dead = f"{100 * publisher['dead_write_ratio']:.3g}"
-    assert shown["deadWritesText"].startswith(f"{dead} %"), shown["deadWritesText"]
+    # A figure the page shows in a card and a verdict both reads the same in each, the percent
+    # written alike too (the page wrote "97.8 %" beside a verdict's "97.8%").
+    dead = f"{100 * publisher['dead_write_ratio']:.3g}%"
+    assert shown["deadWritesText"].startswith(f"{dead} of "), shown["deadWritesText"]
     admission = [v for v in shown["verdicts"] if "of stores are never read" in v]
-    assert all(v.startswith(f"{dead}%") for v in admission), (dead, admission)
+    assert all(v.startswith(dead) for v in admission), (dead, admission)
+    assert not re.search(r"\d %", shown["viewText"]), shown["viewText"]
     # The headline's window and the curve's whole sample, each named with its own figure for
-    # the tier's policy: the window's lru once read 2.82 % over a curve at 1.2 % unexplained.
+    # the tier's policy: the window's lru once read 2.82% over a curve at 1.2% unexplained.
     policy = optimum["policy"]
-    window = f"{policy} hits {100 * optimum['tier_hit_ratio']:.3g} %, the optimum "
+    window = f"{policy} hits {100 * optimum['tier_hit_ratio']:.3g}%, the optimum "
     assert f"Over the last {optimum['window_refs']:,} sampled references" in shown["windowText"]
     assert window in shown["windowText"], (window, shown["windowText"])
     whole = curve["hit_ratios"][policy][curve["current_index"]]
-    at_tier = f"{policy} hits {100 * whole:.3g} % at the tier's {curve['current_blocks']:,} blocks"
+    at_tier = f"{policy} hits {100 * whole:.3g}% at the tier's {curve['current_blocks']:,} blocks"
     assert "The curve below covers every sampled reference since " in shown["windowText"]
     assert at_tier in shown["windowText"], (at_tier, shown["windowText"])
     # Lost blocks by reason over time: the history's miss_blocks series, one line per reason.

@@ -92,7 +92,7 @@ the y axis on the left and in the padding on the right. */
 const LABEL_OVERHANG = Math.ceil((LABEL_SPACE.seconds - LABEL_GAP) / 2) + 4;
 
 /** The y axis' width: its longest tick label (about 7 px a character) and the tick itself,
-and never less than a time label's overhang, which a narrower axis ("2 %") cut off the canvas. */
+and never less than a time label's overhang, which a narrower axis ("2%") cut off the canvas. */
 function tickWidth(u, values) {
   const labels = values ? 24 + 7 * Math.max(...values.map((text) => text.length)) : 50;
   return Math.max(labels, LABEL_OVERHANG);

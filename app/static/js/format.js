@@ -3,7 +3,9 @@
 // significant figures, never more decimals than that needs (5,608 / 29.9 / 4.75 / 0.0532);
 // bytes scale by 1000 (kB, MB, GB), seconds by 1000 (µs, ms, s), ratios show as percent.
 // Every value goes out with its unit; a count's unit is a noun, singular for exactly one
-// (a rate's, "blocks/s", is a unit like "B/s" and stays as it is).
+// (a rate's, "blocks/s", is a unit like "B/s" and stays as it is). A percent is written
+// against its number ("97.8%"), as the API's verdicts, the CLI and the README write it, so a
+// verdict and the figure beside it read alike; every other unit stands a space apart.
 
 const grouped = new Map();
 
@@ -78,10 +80,15 @@ export function parts(value, unit) {
   return format(value);
 }
 
-/** "5,608 blocks/s", "2.87 MB/s", "0.424 ms", "0.532 %". */
+/** What goes between a number and its unit `name`: nothing before "%", a space before any other. */
+export function unitGap(name) {
+  return name === "%" ? "" : " ";
+}
+
+/** "5,608 blocks/s", "2.87 MB/s", "0.424 ms", "0.532%". */
 export function withUnit(value, unit) {
   const [number, name] = parts(value, unit);
-  return `${number} ${name}`;
+  return `${number}${unitGap(name)}${name}`;
 }
 
 /** A wall-clock time (unix seconds) in the reader's locale. */

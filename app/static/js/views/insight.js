@@ -10,7 +10,7 @@ import { get } from "../api.js";
 import { Backoff } from "../backoff.js";
 import { TimeChart } from "../charts.js";
 import { h, fillSelect } from "../dom.js";
-import { clock, count, counted, parts, withUnit } from "../format.js";
+import { clock, count, counted, parts, unitGap, withUnit } from "../format.js";
 import { counterRates } from "../history.js";
 
 const PERIOD_MS = 2000;
@@ -182,8 +182,9 @@ function mount(panel, context) {
   const status = h("p", { class: "detail", id: "insight-status", role: "status" });
   const verdicts = h("ul", { id: "insight-verdicts", class: "verdicts" });
   const share = h("span", { class: "value", text: "–" });
+  const shareGap = document.createTextNode(" ");
   const shareUnit = h("span", { class: "unit" });
-  const efficiency = h("p", { class: "big", id: "insight-efficiency" }, share, " ", shareUnit);
+  const efficiency = h("p", { class: "big", id: "insight-efficiency" }, share, shareGap, shareUnit);
   const windowNote = h("p", { class: "detail", id: "insight-window" });
   const grid = h("div", { class: "charts" });
   const chart = new CurveChart(grid);
@@ -216,6 +217,7 @@ function mount(panel, context) {
     windowNote.textContent = optimum ? windowText(p) : "";
     if (p.efficiency === null) {
       share.textContent = "–";
+      shareGap.textContent = " ";
       shareUnit.textContent = !optimum ? "of the optimum's hits: its window is still filling"
         : optimum.policy !== p.policy ? `of the optimum's hits: the curve does not simulate ${p.policy}`
           : "the optimum hits no sampled block in its window";
@@ -223,6 +225,7 @@ function mount(panel, context) {
     }
     const [number, unit] = parts(p.efficiency, "ratio");
     share.textContent = number;
+    shareGap.textContent = unitGap(unit);
     shareUnit.textContent = `${unit} of the hits a clairvoyant cache of the same size would get, `
       + "over the window below";
   }

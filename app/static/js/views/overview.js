@@ -4,7 +4,7 @@
 // evictions by reason, dead writes, transfer bandwidth and latency per direction.
 import { TimeChart } from "../charts.js";
 import { h, fillSelect } from "../dom.js";
-import { count, counted, parts, withUnit } from "../format.js";
+import { count, counted, parts, unitGap, withUnit } from "../format.js";
 import { RANGES, byLabel, counterRates, gaugeTotals, increases, max, sum } from "../history.js";
 import { mediaOf } from "../stats.js";
 
@@ -77,12 +77,14 @@ const COPIES = "Copies held: a block held by two workers, or by two KV cache gro
 
 function card(id, title, hint) {
   const value = h("span", { class: "value", text: "–" });
+  const gap = document.createTextNode(" ");
   const unit = h("span", { class: "unit" });
   const detail = h("p", { class: "detail" });
   const element = h("div", { class: "card", "data-card": id },
-    h("h2", { text: title, title: hint }), h("p", { class: "big" }, value, " ", unit), detail);
+    h("h2", { text: title, title: hint }), h("p", { class: "big" }, value, gap, unit), detail);
   return { element, show(number, unitText, detailText = "") {
     value.textContent = number;
+    gap.textContent = unitGap(unitText);
     unit.textContent = unitText;
     detail.textContent = detailText;
   } };
