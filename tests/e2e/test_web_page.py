@@ -73,10 +73,41 @@ INSIGHT_SHOWN = """() => ({
   ticks: JSON.parse(document.querySelector("[data-chart='hit-ratio-curve']").dataset.ticks),
   tickLabels: JSON.parse(
     document.querySelector("[data-chart='hit-ratio-curve']").dataset.tickLabels),
-  misses: { ...document.querySelector("[data-chart='miss-reasons']").dataset },
 })"""
 """What the insight view shows, read in one turn of the page's loop (it renders each answer
 in one turn, so every part comes from the same answer)."""
+REASONS = {
+    "cold": ("cold", 1),
+    "evicted": ("evicted", 2),
+    "not_admitted": ("not admitted", 3),
+    "in_flight": ("in flight", 4),
+    "prefix_lost": ("prefix lost", 5),
+}
+"""Each miss reason (app/static/js/views/insight.js): its name in words, and its colour (the
+stylesheet's ``--series-N``)."""
+MISS_REASONS_SHOWN = """() => {
+  const chart = document.querySelector("[data-chart='miss-reasons']");
+  const colour = (value) => {
+    const probe = document.createElement("span");
+    probe.style.color = value;
+    document.body.append(probe);
+    const computed = getComputedStyle(probe).color;
+    probe.remove();
+    return computed;
+  };
+  const root = getComputedStyle(document.documentElement);
+  return {
+    legend: [...chart.querySelectorAll(".u-legend .u-series")].slice(1).map((row) => [
+      row.querySelector(".u-label").textContent,
+      colour(getComputedStyle(row.querySelector(".u-marker")).borderColor),
+    ]),
+    palette: [1, 2, 3, 4, 5, 6, 7, 8].map((n) => colour(root.getPropertyValue(`--series-${n}`))),
+    key: [...chart.querySelectorAll("#miss-reasons-key dt")].map((dt) => dt.textContent),
+    keyShown: chart.querySelector("#miss-reasons-key").checkVisibility(),
+  };
+}"""
+"""The lost-blocks chart's legend (each line's name and colour, past the time's), the colours
+of the palette, and the names its key explains."""
 
 
 @pytest.fixture(scope="module")
@@ -891,9 +922,13 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     # Lost blocks by reason over time: the history's miss_blocks series, one line per reason.
     page.wait_for_function("() => document.querySelector(\"[data-chart='miss-reasons']\")"
                            ".dataset.empty === 'false'")  # fmt: skip
-    misses = page.evaluate(INSIGHT_SHOWN)["misses"]
-    reasons = misses["series"].split("|")
-    assert "cold" in reasons and set(reasons) <= set(publisher["miss_reasons"]), reasons
+    # A worker reports every reason (none lost yet: 0), each named in words in the legend and
+    # the key under the chart, and drawn in the colour kept for it.
+    assert list(publisher["miss_reasons"]) == list(REASONS)
+    misses = page.evaluate(MISS_REASONS_SHOWN)
+    assert misses["legend"] == [[label, misses["palette"][n - 1]] for label, n in REASONS.values()]
+    assert misses["key"] == [label for label, _ in REASONS.values()]
+    assert misses["keyShown"], "the key is hidden"
     # A later answer has the same shape: capacities, the current one, the policies.
     (later,) = api(page, demo, "insight")["publishers"]
     assert later["curve"]["capacities"] == curve["capacities"]

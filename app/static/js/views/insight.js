@@ -14,9 +14,32 @@ import { clock, count, counted, parts, unitGap, withUnit } from "../format.js";
 import { counterRates } from "../history.js";
 
 const PERIOD_MS = 2000;
-/** Miss reasons in the order the chart lists them (any other after, by name). */
-const REASONS = ["cold", "evicted", "not_admitted", "in_flight", "prefix_lost"];
-const reasonOrder = ([a], [b]) => (REASONS.indexOf(a) >>> 0) - (REASONS.indexOf(b) >>> 0) || a.localeCompare(b);
+/** Miss reasons in the order the chart lists them (any other after, by its own name): the
+ * name the legend and the key give each, and what it means for the blocks counted under it
+ * (offload/cpu/miss_attribution.py decides which). */
+const REASONS = {
+  cold: { label: "cold", meaning: "never stored, or stored so long ago that the tier no longer remembers it" },
+  evicted: { label: "evicted", meaning: "stored, then evicted to make room" },
+  not_admitted: { label: "not admitted", meaning: "offered, but the tier's admission rule chose not to store it" },
+  in_flight: { label: "in flight", meaning: "still being written, not readable yet" },
+  prefix_lost: { label: "prefix lost", meaning: "held by the tier, but after the block the lookup stopped at, "
+    + "so out of its reach" },
+};
+const ORDER = Object.keys(REASONS);
+const reasonOrder = ([a], [b]) => (ORDER.indexOf(a) >>> 0) - (ORDER.indexOf(b) >>> 0) || a.localeCompare(b);
+// A worker names the reason: "constructor" is not one of ours, though every object has it.
+const reasonLabel = (reason) => (Object.hasOwn(REASONS, reason) ? REASONS[reason].label : reason);
+
+/** What the lost-blocks chart's reasons mean, under its plot. */
+function reasonKey() {
+  return h("div", { class: "key", id: "miss-reasons-key" },
+    h("p", { text: "A lookup stops at the first block of its chain the tier cannot give; the "
+      + "blocks it loses there count under that block's reason, except those the tier still holds "
+      + "further on (prefix lost):" }),
+    h("dl", {}, Object.values(REASONS).flatMap(({ label, meaning }) => [
+      h("dt", { text: label }), h("dd", { text: meaning }),
+    ])));
+}
 
 function colour(index) {
   return getComputedStyle(document.documentElement).getPropertyValue(`--series-${(index % 8) + 1}`).trim();
@@ -192,6 +215,7 @@ function mount(panel, context) {
     id: "miss-reasons", title: "Lost blocks by reason (lookups)", unit: "blocks/s",
     empty: "No lost blocks reported yet: the worker's stats frames carry none.",
   });
+  misses.element.append(reasonKey());
   const facts = h("dl", { id: "insight-facts", class: "facts" });
   panel.append(
     h("h2", { class: "visually-hidden", text: "Insight" }),
@@ -208,7 +232,7 @@ function mount(panel, context) {
   function showMisses(store) {
     const mine = (series) => series.publisher === panel.dataset.publisher;
     const rates = [...counterRates(store, "miss_blocks", "reason", mine)].sort(reasonOrder);
-    misses.update(store.times, rates.map(([name, values]) => ({ name, values })));
+    misses.update(store.times, rates.map(([reason, values]) => ({ name: reasonLabel(reason), values })));
   }
 
   function showEfficiency(p) {
