@@ -71,8 +71,9 @@ function labelSpace(u, axisIndex, min, max, plotWidth) {
   return (30 * plotWidth) / (max - min) < LABEL_SPACE.minutes ? LABEL_SPACE.minutes : LABEL_SPACE.seconds;
 }
 
-/** uPlot's time steps from a second up: the history's points are whole seconds apart, and a
-tick between two of them would repeat its neighbour's label. */
+/** uPlot's time steps from a second to a day, then two days and a week (a retention set past
+6 h): none under a second, since the history's points are whole seconds apart, and a tick
+between two of them would repeat its neighbour's label. */
 const TIME_STEPS = [1, 5, 10, 15, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200,
   86400, 172800, 604800];
 
