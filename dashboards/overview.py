@@ -452,8 +452,12 @@ def _events() -> list[Panel]:
             "handshakes it refused past its most peers, past a host's share, or from outside "
             "KVSCOPE_LISTEN_ALLOW (each has an alert and a runbook); connections it counted "
             "as admitted before they settled, past 16 waiting per place (a flood of "
-            "connections). Healthy: a steady rate received, everything else 0 (a refused "
-            "engine is not followed).",
+            "connections); frames of a stream from another host than its last (its "
+            "locations move to that host's share: an engine back from a new address, or "
+            "two peers sending under one name) and those of the moves the new host's share "
+            "could not take (the stream's blocks forgotten). Healthy: a steady rate "
+            "received, everything else 0 (a refused engine is not followed; a move or two "
+            "when a pod is rescheduled).",
             "cps",
             *(
                 Query(
@@ -468,6 +472,8 @@ def _events() -> list[Panel]:
                     ("refused_host_connections", "handshakes past a host's share"),
                     ("refused_addresses", "handshakes outside the allowed networks"),
                     ("shed_connections", "connections admitted unsettled"),
+                    ("stream_moves", "streams moved to another host"),
+                    ("stream_move_resets", "moves that forgot a stream's blocks"),
                 )
             ),
         ),
