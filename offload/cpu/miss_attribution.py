@@ -60,19 +60,34 @@ in 64 bits)."""
 HORIZON_CAPACITIES: Final = 4
 """Generations hold this many tiers' worth of hashes: the hit-ratio curve asks what a tier
 up to 8x larger would hit, and two generations of 4x cover that reuse distance."""
-REMEMBERED_BYTES: Final = 256
-"""The most one remembered hash costs, in either form: the Python one keeps the hash
-object (97 bytes at the longest, 64, a sample frame carries) in a set whose table may be
-eight times its entries just after it grew (128 bytes); the C one keeps an 8-byte hash
-value in a table that never resizes. A hash the policy keeps alive anyway (gated's
-refusals, in its offer history) costs less."""
+C_REMEMBERED_BYTES: Final = 32
+"""The most the C form keeps per hash a generation holds: each generation is a table of
+8-byte hash values sized once to the least power of two of at least twice its horizon, so
+under four slots a hash, and no hash object is kept."""
+PY_REMEMBERED_BYTES: Final = 208
+"""The most the Python form keeps per hash a generation holds: the hash object (97 bytes at
+the longest, 64, a sample frame carries) and its share of a set's table. A set grows its
+table to the power of two above four times its entries once it is three fifths full, so a
+full generation's table has at most 128 slots of 16 bytes for every 19 entries (108 bytes
+an entry, right after the growth at 19; later growths leave fewer). A hash the policy keeps
+alive anyway (gated's refusals, in its offer history) costs less."""
+ATTRIBUTION_FIXED_BYTES: Final = 4096
+"""What either form keeps whatever the capacity: its objects, the empty generations, the
+counts and a pending miss's hash, the larger form's, rounded up."""
 
 
-def attribution_bytes(capacity: int) -> int:
+def attribution_bytes(capacity: int, remembered_bytes: int | None = None) -> int:
     """The most a manager of ``capacity`` slots keeps to attribute misses, every generation
-    full: two reasons (evicted, refused) of two generations of ``HORIZON_CAPACITIES`` tiers
-    of hashes each (tests/offload/test_policy_memory.py holds it)."""
-    return 4 * HORIZON_CAPACITIES * REMEMBERED_BYTES * capacity
+    full of hashes nothing else keeps alive: two reasons (evicted, refused) of two
+    generations of ``HORIZON_CAPACITIES`` tiers of hashes each, at ``remembered_bytes`` a
+    hash (None: the form in use's, ``C_REMEMBERED_BYTES`` or ``PY_REMEMBERED_BYTES``), the
+    form in use being the one a vLLM worker's memory check counts. Stated from each form's
+    layout rather than measured on one workload, since what a set's table holds per entry
+    depends on where its growth falls; tests/offload/test_policy_memory.py holds both forms
+    under it at the capacities where that share is largest."""
+    if remembered_bytes is None:
+        remembered_bytes = REMEMBERED_BYTES
+    return ATTRIBUTION_FIXED_BYTES + 4 * HORIZON_CAPACITIES * remembered_bytes * capacity
 
 
 class PyGenerations:
@@ -233,5 +248,9 @@ class PyMissAttribution:
 
 try:
     from offload.cpu._miss_attribution import Generations, MissAttribution
+
+    REMEMBERED_BYTES = C_REMEMBERED_BYTES
 except ImportError:  # installed without a C compiler
     Generations, MissAttribution = PyGenerations, PyMissAttribution  # type: ignore[misc]
+    REMEMBERED_BYTES = PY_REMEMBERED_BYTES
+"""What one hash a generation holds costs at most in the form in use."""

@@ -17,7 +17,12 @@ import sys
 import pytest
 
 from offload import MetadataBound, register_policy
-from offload.cpu.miss_attribution import attribution_bytes
+from offload.cpu.miss_attribution import (
+    C_REMEMBERED_BYTES,
+    HORIZON_CAPACITIES,
+    PY_REMEMBERED_BYTES,
+    attribution_bytes,
+)
 from offload.cpu.policies import LRUCachePolicy
 from offload.cpu.policies.miniature import MODEL_SLOTS
 from offload.cpu.policies.registry import BUILT_IN, metadata_bound, policy_names
@@ -31,13 +36,25 @@ ATTRIBUTED = (1, 2 * MODEL_SLOTS - 1)
 """Capacities a worker's manager (miss reasons kept) is measured at: its tables grow with
 the tier alone, so the fixed part's worst share and gated's costliest slots suffice."""
 
+ATTRIBUTION_CAPACITIES = {
+    (): (1, 64, 1 + 64, 1 + 256, 1 + 1024),
+    ("--python-forms",): (1, 64, 1 + 306 // HORIZON_CAPACITIES, 1 + 1228 // HORIZON_CAPACITIES),
+}
+"""Per form, the fixed part's worst share, a capacity where no table is at its fullest, and
+those where the statement is tightest: in C, a slot past a power of two (the tables double),
+in Python, a generation a few hashes past a set's growth to over six slots an entry (at 307
+and 1,229 entries)."""
+REMEMBERED_BYTES = {(): C_REMEMBERED_BYTES, ("--python-forms",): PY_REMEMBERED_BYTES}
+"""What each form states one remembered hash costs."""
 
-def measured(policy: str, capacities: tuple[int, ...], *flags: str) -> dict[int, int]:
-    """Bytes of a full tier of ``policy`` at each of ``capacities``, driven as
-    tests/support/shadow_memory.py does with ``flags``."""
+
+def measured(
+    capacities: tuple[int, ...], *args: str, harness: str = "shadow_memory"
+) -> dict[int, int]:
+    """Bytes at each of ``capacities`` that tests/support/``harness``.py counts with
+    ``args`` (flags, then a policy for shadow_memory)."""
     result = subprocess.run(
-        [sys.executable, "-m", "tests.support.shadow_memory", *flags, policy]
-        + [str(c) for c in capacities],
+        [sys.executable, "-m", f"tests.support.{harness}", *args] + [str(c) for c in capacities],
         capture_output=True,
         text=True,
         check=True,
@@ -53,7 +70,7 @@ FORMS = pytest.mark.parametrize("forms", [(), ("--python-forms",)], ids=["c_form
 def test_a_full_shadow_tier_keeps_no_more_than_its_policy_states(
     policy: str, forms: tuple[str, ...]
 ) -> None:
-    for capacity, held in measured(policy, CAPACITIES, *forms).items():
+    for capacity, held in measured(CAPACITIES, *forms, policy).items():
         assert held <= max_bytes([policy], [capacity]), (capacity, held)
 
 
@@ -63,9 +80,24 @@ def test_a_workers_full_tier_keeps_no_more_than_the_memory_check_counts(
     policy: str, forms: tuple[str, ...]
 ) -> None:
     """With miss reasons kept, as in vLLM's scheduler (offload/vllm/settings.py)."""
-    for capacity, held in measured(policy, ATTRIBUTED, "--attribute-misses", *forms).items():
-        bound = metadata_bound(policy).at(capacity) + attribution_bytes(capacity)
+    remembered = REMEMBERED_BYTES[forms]
+    for capacity, held in measured(ATTRIBUTED, "--attribute-misses", *forms, policy).items():
+        bound = metadata_bound(policy).at(capacity) + attribution_bytes(capacity, remembered)
         assert held <= bound, (capacity, held)
+
+
+@FORMS
+def test_a_managers_miss_reasons_keep_no_more_than_attribution_bytes_and_reach_it(
+    forms: tuple[str, ...],
+) -> None:
+    """Every generation full of hashes nothing else keeps: at most the form's statement,
+    and at its tightest capacity within a twentieth of it (the statement is the layout's
+    worst case, not a guess above it)."""
+    capacities = ATTRIBUTION_CAPACITIES[forms]
+    held = measured(capacities, *forms, harness="attribution_memory")
+    bound = {c: attribution_bytes(c, REMEMBERED_BYTES[forms]) for c in capacities}
+    assert all(held[c] <= bound[c] for c in capacities), (held, bound)
+    assert held[capacities[-1]] > 0.95 * bound[capacities[-1]], (held, bound)
 
 
 def test_every_built_in_policy_states_its_own_bound() -> None:

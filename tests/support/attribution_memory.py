@@ -1,0 +1,58 @@
+"""A manager's memory of miss reasons at its largest, as tracemalloc counts it.
+
+Run as ``python -m tests.support.attribution_memory [--python-forms] CAPACITY...``: it
+prints, as JSON, the bytes of the miss attribution (``MissAttribution``) of a manager of
+each capacity once both reasons it remembers (evicted, refused) hold two full generations
+of hashes that nothing else keeps alive, and a miss is pending, its hash kept too: the most
+it ever keeps. ``--python-forms`` runs the Python form, as tests/support/shadow_memory.py
+does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tracemalloc
+from itertools import count
+
+from tests.support.shadow_memory import C_EXTENSIONS, HASH_BYTES
+
+BATCH = 8
+"""Hashes refused and evicted per store, as a short prompt's store does."""
+
+
+def attribution_bytes_held(capacity: int) -> int:
+    """Traced bytes of one manager's miss attribution at ``capacity``, every generation full:
+    a generation turns at its horizon-th hash, so ``2 * horizon - 1`` distinct hashes of a
+    reason leave the old generation full and the new one one hash short."""
+    from offload.cpu.miss_attribution import HORIZON_CAPACITIES, MissAttribution
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        misses = MissAttribution(capacity, HORIZON_CAPACITIES)
+        numbers = count()
+        left = 2 * capacity * HORIZON_CAPACITIES - 1
+        while left:
+            batch = min(BATCH, left)
+            refused = [next(numbers).to_bytes(HASH_BYTES) for _ in range(batch)]
+            evicted = [next(numbers).to_bytes(HASH_BYTES) for _ in range(batch)]
+            misses.stored((), 0, refused, evicted)
+            left -= batch
+        del refused, evicted
+        misses.miss([next(numbers).to_bytes(HASH_BYTES)], 0, False)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return held
+
+
+def main(argv: list[str]) -> None:
+    if "--python-forms" in argv:
+        sys.modules.update(dict.fromkeys(C_EXTENSIONS))  # None: their imports fail
+    capacities = [arg for arg in argv if not arg.startswith("--")]
+    print(json.dumps({c: attribution_bytes_held(int(c)) for c in capacities}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
