@@ -5,7 +5,8 @@ shadow.py) to keep ``KVSCOPE_INSIGHT_MAX_BYTES``, and vLLM's start-up check coun
 the miss reasons a worker's manager keeps (``attribution_bytes``), beside the tier's chunks:
 a figure below what a tier really keeps breaks either bound silently. Each form is
 measured, the C one and the Python one the sidecar's image runs (it has no compiler), in an
-interpreter of its own, at capacities on both sides of where gated's models stop growing.
+interpreter of its own, at capacities on both sides of where gated's models stop growing,
+and of where its waiting requests (``_met``) stop growing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from offload.cpu.miss_attribution import (
     attribution_bytes,
 )
 from offload.cpu.policies import LRUCachePolicy
+from offload.cpu.policies.gated_lru import MET_CAPACITIES, MET_REQUESTS
 from offload.cpu.policies.miniature import MODEL_SLOTS
 from offload.cpu.policies.registry import BUILT_IN, metadata_bound, policy_names
 from offload.insight.shadow import ShadowTiers, max_bytes
@@ -32,10 +34,10 @@ CAPACITIES = (1, 64, 2 * MODEL_SLOTS - 1, 4 * MODEL_SLOTS)
 """One slot (the fixed part's worst share), a few, just under ``2 * MODEL_SLOTS``, where
 gated's models still have as many slots as the tier (their most per slot), and past it,
 where they stop growing and the tier's own histories dominate."""
-ATTRIBUTED = (1, 2 * MODEL_SLOTS - 1)
-"""Capacities a worker's manager (miss reasons kept) is measured at: its tables grow with
-the tier alone, so the fixed part's worst share and gated's costliest slots suffice."""
-
+WORKER_CAPACITIES = (1, 2 * MODEL_SLOTS - 1, 2 * MET_REQUESTS // MET_CAPACITIES)
+"""Capacities a worker's tier is measured at: the fixed part's worst share, gated's
+costliest slots, and past where ``_met`` holds ``MET_REQUESTS`` requests (then each waits
+with two blocks)."""
 ATTRIBUTION_CAPACITIES = {
     (): (1, 64, 1 + 64, 1 + 256, 1 + 1024),
     ("--python-forms",): (1, 64, 1 + 306 // HORIZON_CAPACITIES, 1 + 1228 // HORIZON_CAPACITIES),
@@ -79,9 +81,10 @@ def test_a_full_shadow_tier_keeps_no_more_than_its_policy_states(
 def test_a_workers_full_tier_keeps_no_more_than_the_memory_check_counts(
     policy: str, forms: tuple[str, ...]
 ) -> None:
-    """With miss reasons kept, as in vLLM's scheduler (offload/vllm/settings.py)."""
+    """Driven as vLLM's connector drives it, miss reasons kept and requests left waiting
+    (offload/vllm/settings.py counts the same two statements)."""
     remembered = REMEMBERED_BYTES[forms]
-    for capacity, held in measured(ATTRIBUTED, "--attribute-misses", *forms, policy).items():
+    for capacity, held in measured(WORKER_CAPACITIES, "--worker", *forms, policy).items():
         bound = metadata_bound(policy).at(capacity) + attribution_bytes(capacity, remembered)
         assert held <= bound, (capacity, held)
 

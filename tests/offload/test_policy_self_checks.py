@@ -255,6 +255,17 @@ def test_gated_met_requests_past_their_bound_leave_oldest_first() -> None:
     assert gated.invariant_violations() == []
 
 
+def test_gated_keeps_no_wait_for_a_request_that_met_nothing() -> None:
+    """Each waiting request holds a block, so ``MET_CAPACITIES`` tiers' worth of blocks
+    bound the requests too (the policy's stated memory counts on it)."""
+    _, gated = tier("gated", capacity=8)
+    requests = [RequestRecency(lambda _: None) for _ in range(100)]
+    for request in requests:
+        gated.observe([], request)
+    gated.observe([1], requests[0])
+    assert list(gated._met) == requests[:1] and gated._met_blocks == 1
+
+
 # --- a plug-in behind the guard ---
 
 

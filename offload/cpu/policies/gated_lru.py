@@ -71,6 +71,19 @@ hundred at once); past it, or past ``MET_CAPACITIES`` tiers' worth of blocks, th
 request's blocks go to the models early."""
 MET_CAPACITIES = 4
 """Tiers' worth of blocks ``_met`` holds, at most (beyond a single request's own)."""
+MET_REQUEST_BYTES = 528
+"""The most one request waiting in ``_met`` keeps with its first block, once its request is
+gone: its ``RequestRecency`` and the rank it holds, its pair and its list, its OrderedDict
+node and share of the table (which grows to under six times the most entries it held, 26
+bytes a slot, and never shrinks), and the block's hash (97 bytes at the longest)."""
+MET_BLOCK_BYTES = 128
+"""The most each further block waiting in ``_met`` keeps: its hash and its list slot, which
+a list over-allocates."""
+MET_CAPPED = MET_REQUESTS // (2 * MODEL_SLOTS)
+"""Requests ``_met`` keeps per slot of the models' capped part: ``min(MET_REQUESTS,
+MET_CAPACITIES * c)`` is at most ``MET_CAPPED * (min(c, 2 * MODEL_SLOTS - 1) + 1)``, so the
+requests' cost fits the bound's one capped part (twice their count below
+``2 * MODEL_SLOTS``, where the models' part dwarfs it)."""
 SHARED_AGE_FACTOR = 8
 """A protected block on a shared prefix goes back to probation before the other protected
 blocks only once it is this many times older than their oldest: it serves every chain that
@@ -82,16 +95,23 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     """SLRU behind a reuse-horizon gate, or admitting everything; see the module docstring."""
 
     name = "gated"
-    metadata_bound = MetadataBound(96 * 1024, 22 * 1024, 60 * 1024, 2 * MODEL_SLOTS - 1)
+    metadata_bound = MetadataBound(
+        96 * 1024 + MET_CAPPED * MET_REQUEST_BYTES,
+        22 * 1024 + MET_CAPACITIES * MET_BLOCK_BYTES,
+        60 * 1024 + MET_CAPPED * MET_REQUEST_BYTES,
+        2 * MODEL_SLOTS - 1,
+    )
     """Mostly offer histories of ``OFFERS_PER_SLOT`` hashes per slot: the tier's, growing
     with it, and each model's, whose slots are the tier's own below ``2 * MODEL_SLOTS`` and
     fewer than that past it (``sampling_rate``): so the models' part stops there. The larger
-    of the C and Python forms' cost, rounded up (tests/offload/test_policy_memory.py holds
-    it, above and below where the models' part stops), driven as the shadow tiers are, with
-    no request named: what vLLM's running requests met (``_met``) is not measured; its
-    references are to hashes the histories mostly keep alive anyway, and its request entries
-    (``MET_REQUESTS`` at most, some 250 bytes each, estimated, not measured) fit the per-slot
-    part's margin past a thousand slots."""
+    of the C and Python forms' cost, rounded up, plus what vLLM's running requests met
+    (``_met``), stated from its caps: each waiting request holds a block, so at most
+    ``min(MET_REQUESTS, MET_CAPACITIES * capacity)`` requests (``MET_CAPPED``) and
+    ``MET_CAPACITIES`` blocks a slot, each a hash nothing else may keep. A single request's
+    blocks past that are its own prompt's, which its request keeps anyway.
+    tests/offload/test_policy_memory.py holds it above and below where the models' part
+    stops, driven as the shadow tiers are and as vLLM drives a worker's tier with ``_met``
+    full."""
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
@@ -175,9 +195,13 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
         """As the LRU, for probation blocks: a protected block keeps its segment's order.
 
-        The blocks also wait, in the order met, for the models (see ``_met``).
+        The blocks also wait, in the order met, for the models (see ``_met``). A request that
+        met nothing has nothing to wait with: it gets no entry, so each entry holds a block and
+        ``MET_CAPACITIES`` tiers' worth of blocks bound the entries as well as ``MET_REQUESTS``.
         """
         block_hashes = list(block_hashes)
+        if not block_hashes:
+            return
         protected, shared = self._protected, self._shared
         super().observe(
             [h for h in block_hashes if h not in protected and h not in shared], request
