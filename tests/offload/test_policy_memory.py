@@ -30,10 +30,11 @@ from offload.cpu.policies.miniature import MODEL_SLOTS
 from offload.cpu.policies.registry import BUILT_IN, metadata_bound, policy_names
 from offload.insight.shadow import ShadowTiers, max_bytes
 
-CAPACITIES = (1, 64, 2 * MODEL_SLOTS - 1, 4 * MODEL_SLOTS)
+CAPACITIES = (1, 64, 2 * MODEL_SLOTS - 1, 2 * MODEL_SLOTS, 4 * MODEL_SLOTS - 1, 4 * MODEL_SLOTS)
 """One slot (the fixed part's worst share), a few, just under ``2 * MODEL_SLOTS``, where
-gated's models still have as many slots as the tier (their most per slot), and past it,
-where they stop growing and the tier's own histories dominate."""
+gated's models still have as many slots as the tier (their most per slot), just past it,
+where they have half as many, and on both sides of twice that, where they have as many
+again (the capped part's tightest point past the cap) and then half as many."""
 WORKER_CAPACITIES = (1, 2 * MODEL_SLOTS - 1, 2 * MET_REQUESTS // MET_CAPACITIES)
 """Capacities a worker's tier is measured at: the fixed part's worst share, gated's
 costliest slots, and past where ``_met`` holds ``MET_REQUESTS`` requests (then each waits
