@@ -17,7 +17,7 @@ import pytest
 from offload import CPUOffloadingManager, policy_names
 from offload.cpu.block_pool import Block
 from offload.cpu.policies.arc import ARCCachePolicy
-from offload.cpu.policies.gated_lru import MET_REQUESTS, GatedLRUCachePolicy
+from offload.cpu.policies.gated_lru import MET_CAPACITIES, MET_REQUESTS, GatedLRUCachePolicy
 from offload.cpu.policies.guarded import GuardedPolicy
 from offload.cpu.policies.lru import HEAP_SLACK, LRUCachePolicy
 from offload.cpu.request_recency import RequestRecency
@@ -255,15 +255,17 @@ def test_gated_met_requests_past_their_bound_leave_oldest_first() -> None:
     assert gated.invariant_violations() == []
 
 
-def test_gated_keeps_no_wait_for_a_request_that_met_nothing() -> None:
-    """Each waiting request holds a block, so ``MET_CAPACITIES`` tiers' worth of blocks
-    bound the requests too (the policy's stated memory counts on it)."""
+def test_gated_waits_for_at_most_met_capacities_requests_a_slot() -> None:
+    """Requests that met nothing yet wait too, holding no block: only ``MET_REQUESTS``
+    bounded them, past the policy's stated memory on a small tier. ``MET_CAPACITIES``
+    a slot do, the oldest leaving first."""
     _, gated = tier("gated", capacity=8)
     requests = [RequestRecency(lambda _: None) for _ in range(100)]
     for request in requests:
         gated.observe([], request)
-    gated.observe([1], requests[0])
-    assert list(gated._met) == requests[:1] and gated._met_blocks == 1
+    assert list(gated._met) == requests[-MET_CAPACITIES * 8 :]
+    assert gated._met_blocks == 0
+    assert gated.invariant_violations() == []
 
 
 # --- a plug-in behind the guard ---

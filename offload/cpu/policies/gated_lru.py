@@ -70,7 +70,8 @@ MET_REQUESTS = 4096
 hundred at once); past it, or past ``MET_CAPACITIES`` tiers' worth of blocks, the oldest
 request's blocks go to the models early."""
 MET_CAPACITIES = 4
-"""Tiers' worth of blocks ``_met`` holds, at most (beyond a single request's own)."""
+"""Tiers' worth of blocks ``_met`` holds, at most (beyond a single request's own), and
+requests per slot (a request that met nothing yet waits too)."""
 MET_REQUEST_BYTES = 528
 """The most one request waiting in ``_met`` keeps with its first block, once its request is
 gone: its ``RequestRecency`` and the rank it holds, its pair and its list, its OrderedDict
@@ -105,7 +106,7 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     with it, and each model's, whose slots are the tier's own below ``2 * MODEL_SLOTS`` and
     fewer than that past it (``sampling_rate``): so the models' part stops there. The larger
     of the C and Python forms' cost, rounded up, plus what vLLM's running requests met
-    (``_met``), stated from its caps: each waiting request holds a block, so at most
+    (``_met``), stated from its caps: at most
     ``min(MET_REQUESTS, MET_CAPACITIES * capacity)`` requests (``MET_CAPPED``) and
     ``MET_CAPACITIES`` blocks a slot, each a hash nothing else may keep. A single request's
     blocks past that are its own prompt's, which its request keeps anyway.
@@ -195,13 +196,9 @@ class GatedLRUCachePolicy(LRUCachePolicy):
     def observe(self, block_hashes: Iterable[BlockHash], request: RequestRecency) -> None:
         """As the LRU, for probation blocks: a protected block keeps its segment's order.
 
-        The blocks also wait, in the order met, for the models (see ``_met``). A request that
-        met nothing has nothing to wait with: it gets no entry, so each entry holds a block and
-        ``MET_CAPACITIES`` tiers' worth of blocks bound the entries as well as ``MET_REQUESTS``.
+        The blocks also wait, in the order met, for the models (see ``_met``).
         """
         block_hashes = list(block_hashes)
-        if not block_hashes:
-            return
         protected, shared = self._protected, self._shared
         super().observe(
             [h for h in block_hashes if h not in protected and h not in shared], request
@@ -214,7 +211,8 @@ class GatedLRUCachePolicy(LRUCachePolicy):
         waiting[request] = met
         self._met_blocks += len(block_hashes)
         limit = MET_CAPACITIES * self.capacity
-        while len(waiting) > MET_REQUESTS or (self._met_blocks > limit and len(waiting) > 1):
+        most = min(MET_REQUESTS, limit)  # requests that met nothing hold no block, but cost
+        while len(waiting) > most or (self._met_blocks > limit and len(waiting) > 1):
             held, oldest = waiting.popitem(last=False)[1]
             self._met_blocks -= len(oldest)
             self._follow(oldest, held)
@@ -286,7 +284,13 @@ class GatedLRUCachePolicy(LRUCachePolicy):
             name, "prompt_ends", len(self.prompt_ends), capacity, "capacity"
         )
         problems += [f"{name}: offers: {problem}" for problem in self.offers.invariant_violations()]
-        problems += bound_violations(name, "_met", len(self._met), MET_REQUESTS, "MET_REQUESTS")
+        problems += bound_violations(
+            name,
+            "_met",
+            len(self._met),
+            min(MET_REQUESTS, MET_CAPACITIES * capacity),
+            "MET_REQUESTS or MET_CAPACITIES a slot",
+        )
         waiting = sum(len(met[1]) for met in self._met.values())
         if waiting != self._met_blocks:
             problems.append(f"{name}: _met holds {waiting} blocks but counts {self._met_blocks}")
