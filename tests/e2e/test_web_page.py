@@ -30,11 +30,12 @@ import pytest
 from app.server import Sidecar
 from app.settings import SidecarSettings
 from offload.base import OffloadingEvent
+from offload.wire.framing import DEFAULT_STATS_TOPIC
 from tests.e2e.conftest import CHROMIUM, WAIT_MS
 from tests.support.demo_process import running_demo
 from tests.support.polling import wait_for
 from tests.support.tcp_relay import TcpRelay
-from tests.support.zmq_peers import RawPublisher, kv_payload
+from tests.support.zmq_peers import RawPublisher, kv_payload, stats_probe
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (dev extra)")
 
@@ -648,19 +649,64 @@ def test_with_a_token_the_page_opened_once_with_it_runs_on_its_cookie(
     assert cookie["httpOnly"] and TOKEN not in cookie["value"]
 
 
+def probed_until(
+    http: httpx.Client, raw: RawPublisher, ok: Callable[[dict[str, Any]], bool], what: str
+) -> dict[str, Any]:
+    """Send a stats frame of ``raw``'s stream (its topic @0) until the sidecar's stats pass
+    ``ok``: a new peer's first frames are lost until its connection is up (ZMQ's slow
+    joiner), and a stats frame names the stream without touching its batches' sequence."""
+    payload = stats_probe(raw.topic.decode(), 0)
+
+    def probe() -> dict[str, Any]:
+        raw.pub.send_multipart([DEFAULT_STATS_TOPIC, (0).to_bytes(8, "big"), payload])
+        return http.get("/api/v1/stats").json()
+
+    return wait_for(probe, ok, what)
+
+
+def applied(http: httpx.Client, raw: RawPublisher, seq: int, *events: OffloadingEvent) -> None:
+    """Send batch ``seq`` of ``raw``'s stream and wait until it is applied: a peer's frames
+    arrive in order, so every frame it sent before has been taken too."""
+    raw.send(seq, kv_payload(*events, rank=0))
+    name = f"{raw.topic.decode()}@0"
+    wait_for(
+        lambda: {p["name"]: p["last_seq"] for p in http.get("/api/v1/stats").json()["publishers"]},
+        lambda last: last.get(name) == seq,
+        f"batch {seq} of {name} applied",
+    )
+
+
+def listing(name: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda stats: any(p["name"] == name for p in stats["publishers"])
+
+
+def moves(count: int) -> Callable[[dict[str, Any]], bool]:
+    return lambda stats: stats["listener"]["stream_moves"] == count
+
+
 def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_peer_shows(
     browser: sync_api.Browser,
 ) -> None:
     """A listen-mode peer names its stream by its topic: 128 bytes that are not plain text
     print as 260 characters of hex, which the publisher filter once stretched past the window.
-    The publishers view counts the listen socket's peers against their limit, and names the
-    networks they may come from."""
+    The publishers view counts the listen socket's peers against their limit, names the
+    networks they may come from, and counts a stream's moves from host to host (one engine's
+    name sent from 127.0.0.1, then 127.0.0.2, then 127.0.0.1 again) and the moves that forgot
+    its blocks (127.0.0.2's share, one medium, was another stream's GPU: no room for the CPU)."""
     settings = SidecarSettings(  # env aside
-        listen=["tcp://127.0.0.1:*"], listen_allow=["127.0.0.0/8"], port=0, token=None
+        listen=["tcp://127.0.0.1:*"],
+        listen_allow=["127.0.0.0/8"],
+        listen_max_media_per_host=1,
+        port=0,
+        token=None,
     )
     with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
         bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        elsewhere = f"tcp://127.0.0.2:0;127.0.0.1:{bound.rsplit(':', 1)[1]}"
         raw = RawPublisher(connect=bound, topic=b"\xfe" * 128)
+        gpu, engine = RawPublisher(elsewhere, b"gpu"), RawPublisher(bound, b"vllm")
+        moved = RawPublisher(elsewhere, b"vllm")
+        peers = [raw, gpu, engine, moved]
         try:
             payload = kv_payload(OffloadingEvent([1, 2], 16, "CPU", False))
 
@@ -669,6 +715,14 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
                 return [p["name"] for p in http.get("/api/v1/stats").json()["publishers"]]
 
             wait_for(names, lambda found: any(len(n) > 256 for n in found), "the long name")
+            for peer, medium in ((gpu, "GPU"), (engine, "CPU")):
+                named = f"{peer.topic.decode()}@0"
+                probed_until(http, peer, listing(named), named)
+                applied(http, peer, 0, OffloadingEvent([10], 16, medium, False))
+            probed_until(http, moved, moves(1), "vllm@0 from 127.0.0.2")
+            applied(http, moved, 1)  # its probes all taken: none comes after engine's below
+            stats = probed_until(http, engine, moves(2), "vllm@0 back from 127.0.0.1")
+            assert stats["listener"]["stream_move_resets"] == 1, stats["listener"]
             context = browser.new_context(viewport={"width": 1280, "height": 900})
             page = context.new_page()
             page.goto(f"{sidecar.url}/#/blocks")
@@ -682,13 +736,15 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
             page.goto(f"{sidecar.url}/#/publishers")
             line = page.get_by_text("Listening on")
             sync_api.expect(line).to_contain_text(
-                "1 of at most 128 peers admitted, 0 handshakes refused; at most 32 from one "
-                "host, 0 refused past it; peers from "
+                "4 of at most 128 peers admitted, 0 handshakes refused; at most 32 from one "
+                "host, 0 refused past it; 2 stream moves to another host (a count that climbs: "
+                "two peers send under one name), 1 forgetting the stream's blocks; peers from "
                 "127.0.0.0/8 only, 0 from elsewhere refused."
             )
             context.close()
         finally:
-            raw.close()
+            for peer in peers:
+                peer.close()
     assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
 
 

@@ -1,7 +1,8 @@
 // Publishers: every stream's health at a glance (connected, how old its last frame is,
 // how far behind its worker's stats are, gaps, missed batches, replays, malformed
-// frames, drops) and its configuration, from /api/v1/stats each second. A count that
-// says something went wrong is marked, in words as well as colour.
+// frames, drops) and its configuration, from /api/v1/stats each second, and in listen
+// mode the listen socket's counts in a sentence. A count that says something went wrong
+// is marked, in words as well as colour.
 import { h, table } from "../dom.js";
 import { age, count, counted } from "../format.js";
 
@@ -60,7 +61,9 @@ function mount(panel, { stats }) {
       + `${counted(l.max_publishers, "listen-mode publisher")}; ${count(l.connections)} of at most `
       + `${counted(l.max_connections, "peer")} admitted, ${counted(l.refused_connections, "handshake")} refused; `
       + `at most ${l.max_connections_per_host} from one host, `
-      + `${count(l.refused_host_connections)} refused past it`
+      + `${count(l.refused_host_connections)} refused past it; `
+      + `${counted(l.stream_moves, "stream move")} to another host (a count that climbs: two peers `
+      + `send under one name), ${count(l.stream_move_resets)} forgetting the stream's blocks`
       + (l.allow.length ? `; peers from ${l.allow.join(", ")} only, `
         + `${count(l.refused_addresses)} from elsewhere refused.` : ".") : "";
   }
