@@ -44,8 +44,10 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   Neither runs while nothing waits to be sent (an idle event stream) nor
   while an answer is being written below the mark, where the server adds to
   the buffer as the client reads it. A refusal the connection writes while
-  it runs (a 400 for a request pipelined behind the answer) is the server's
-  bytes, not ones the client left unread: the wait is paused around it.
+  it runs (a 400 for a request pipelined behind the answer), or the
+  ``100 Continue`` uvicorn writes when a route started behind it first reads
+  a body that expects one, is the server's bytes, not ones the client left
+  unread: the wait is paused around it.
 - past ``max_connections`` open connections a new one is answered 503 and
   closed before its request is read (``connections_full``).
 - past ``max_pipelined`` requests queued behind the one being answered
@@ -94,7 +96,13 @@ import json
 from typing import Any, ClassVar, Final
 
 import httptools
-from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
+from uvicorn._types import (
+    ASGI3Application,
+    ASGIReceiveCallable,
+    ASGIReceiveEvent,
+    ASGISendCallable,
+    Scope,
+)
 from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
     HttpToolsProtocol,
@@ -110,6 +118,10 @@ from app.api.send_wait import SendWait
 _SECURITY_HEADERS: Final = b"".join(name + b": " + value + b"\r\n" for name, value in HEADERS)
 """What the guards add to every response (app/api/guards/security_headers.py), for the refusals
 written below them."""
+
+_CONTINUE: Final = STATUS_LINE[100] + b"\r\n"
+"""The interim answer uvicorn writes for a request that expects one (``Expect: 100-continue``)
+once its route first reads the body."""
 
 
 class _StopParsing(Exception):
@@ -188,7 +200,31 @@ class BoundedConnection(HttpToolsProtocol):
         self._answering = cycle  # uvicorn starts one at a time, each once the last is answered
         self._queued_bytes.pop(cycle, None)
         self._watch_sending()
-        super()._start_asgi_task(cycle, self._abandoning(cycle, app))
+        super()._start_asgi_task(cycle, self._abandoning(cycle, self._continuing(cycle, app)))
+
+    def _continuing(self, cycle: RequestResponseCycle, app: ASGI3Application) -> ASGI3Application:
+        """``app``, with the ``100 Continue`` owed to ``cycle`` (its request expects one)
+        written when uvicorn writes it, as its route first reads the body, but outside the
+        send wait's stretches (``_write_unwaited``).
+
+        uvicorn writes it from ``receive`` whatever the buffer holds, while the route's own
+        answer waits for the buffer to drain: a route started behind an answer its client
+        left unread (the buffer past the mark, the wait measured) had it taken for bytes the
+        client had not read.
+        """
+
+        async def answer(
+            scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+        ) -> None:
+            async def continued() -> ASGIReceiveEvent:
+                if cycle.waiting_for_100_continue and not self.transport.is_closing():
+                    cycle.waiting_for_100_continue = False  # uvicorn's receive writes it no more
+                    self._write_unwaited(_CONTINUE)
+                return await receive()
+
+            await app(scope, continued, send)
+
+        return answer
 
     def _abandoning(self, cycle: RequestResponseCycle, app: ASGI3Application) -> ASGI3Application:
         """``app``, and once it ends with ``cycle``'s answer begun but not finished (it raised,
@@ -547,14 +583,18 @@ class BoundedConnection(HttpToolsProtocol):
     def _close_with(self, last_words: bytes) -> None:
         """Write ``last_words`` and close, unless the last answer closed the connection.
 
-        They are the server's bytes, not the client's to have read: the send wait's stretch
-        ends before they are written and the next begins after (``_watch_sending``). Written
-        into a stretch, they were taken for bytes the client left unread, held against its
-        window and its rate.
+        They are the server's bytes, not the client's to have read (``_write_unwaited``).
         """
         if not self.transport.is_closing():
-            if self._send_wait is not None:
-                self._send_wait.pause(self.loop.time(), self.transport.get_write_buffer_size())
-            self.transport.write(last_words)
+            self._write_unwaited(last_words)
             self.transport.close()
-            self._watch_sending()
+
+    def _write_unwaited(self, data: bytes) -> None:
+        """Write ``data``, the server's own bytes (a refusal, a ``100 Continue``), outside the
+        send wait's stretches: the stretch being measured ends before they are written and the
+        next begins after (``_watch_sending``). Written into a stretch, they were taken for
+        bytes the client left unread, held against its window and its rate."""
+        if self._send_wait is not None:
+            self._send_wait.pause(self.loop.time(), self.transport.get_write_buffer_size())
+        self.transport.write(data)
+        self._watch_sending()

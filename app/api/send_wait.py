@@ -7,8 +7,9 @@ written whole. Between such stretches the server may add to the buffer as the
 client reads it (an answer written in pieces, below the mark), and what the
 client read then cannot be told from what was added: those times are left out.
 A refusal the connection writes behind an answer (a 400 for a request
-pipelined after it) ends the stretch before it is written, and the next
-begins after: its bytes are the server's, not ones the client left unread.
+pipelined after it), or a ``100 Continue`` for the request answered next,
+ends the stretch before it is written, and the next begins after: its bytes
+are the server's, not ones the client left unread.
 
 ``SendWait`` follows one wait, from its first stretch until nothing is left
 to send (the connection tells, app/api/http_connection.py), in windows of

@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,9 +23,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.requests import ClientDisconnect
 
 from app.api import http_connection
 from app.api.guards.security_headers import HEADERS
@@ -1090,14 +1092,10 @@ def test_a_reader_that_drains_the_buffer_now_and_then_is_held_to_the_rate_all_al
         wait_until(lambda: metric(http, "kvscope_sidecar_sse_clients") == 0, "the stream ends")
 
 
-def test_a_refusal_written_while_a_wait_is_measured_is_not_taken_for_bytes_left_unread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A 400 for a request pipelined behind a history was written the moment the history's
-    answer ended, while the wait on its reader was measured: the buffer grew by the 400's
-    bytes, which the wait took for bytes the reader had not read (a stretch read less than
-    nothing), so a reader above the least rate by less than that was cut. Each stretch now
-    sees only the client's reading: the buffer never grows in one."""
+def recorded_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """What each stretch of every send wait takes for bytes its client read, from now on:
+    where the client reads nothing, only bytes the server wrote into a stretch make one
+    negative."""
     reads: list[int] = []
 
     class Recorded(SendWait):
@@ -1117,6 +1115,18 @@ def test_a_refusal_written_while_a_wait_is_measured_is_not_taken_for_bytes_left_
             super().pause(now, size)
 
     monkeypatch.setattr(http_connection, "SendWait", Recorded)
+    return reads
+
+
+def test_a_refusal_written_while_a_wait_is_measured_is_not_taken_for_bytes_left_unread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 400 for a request pipelined behind a history was written the moment the history's
+    answer ended, while the wait on its reader was measured: the buffer grew by the 400's
+    bytes, which the wait took for bytes the reader had not read (a stretch read less than
+    nothing), so a reader above the least rate by less than that was cut. Each stretch now
+    sees only the client's reading: the buffer never grows in one."""
+    reads = recorded_reads(monkeypatch)
     app, state = sidecar_app()
     fill_history(state)
     with served_quietly(app, send_buffer=64 * KIB) as (url, http):
@@ -1124,6 +1134,41 @@ def test_a_refusal_written_while_a_wait_is_measured_is_not_taken_for_bytes_left_
         refused = b"GET /api/v1/stats HTTP/9.9\r\nHost: %b\r\n\r\n" % host
         answers = read_all(behind_an_unread_answer(url, refused))
         assert statuses_and_last_head(answers)[0] == [b"200 OK", b"400 Bad Request"]
+        assert reads and min(reads) >= 0, reads
+        for reason in ("send_timeout", "send_too_slow"):
+            assert metric(http, "kvscope_sidecar_http_refused_total", reason=reason) == 0
+
+
+def test_a_100_continue_written_while_a_wait_is_measured_is_not_taken_for_bytes_left_unread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvicorn writes ``100 Continue`` when a route first reads the body of a request that
+    expects one, whatever its buffer holds: a route that starts behind an answer its client
+    left unread (the buffer past the high-water mark, the wait measured) had those 25 bytes
+    taken for bytes the client had not read. The route's own answer waits for the buffer to
+    drain; its ``100 Continue`` does not."""
+    reads = recorded_reads(monkeypatch)
+    app, state = sidecar_app()
+    fill_history(state)
+    reading = threading.Event()
+
+    async def reads_its_body(request: Request) -> Response:
+        with suppress(ClientDisconnect):  # its body is refused, the connection closed
+            async for _ in request.stream():
+                reading.set()
+        return Response()
+
+    app.add_api_route("/test-reads-body", reads_its_body, methods=["POST"])
+    with served_quietly(app, send_buffer=64 * KIB) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        head = (b"POST /test-reads-body HTTP/1.1\r\nHost: %b\r\nExpect: 100-continue\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n") % host  # fmt: skip
+        sock = behind_an_unread_answer(url, head + b"1\r\nx\r\n")
+        wait_until(reading.is_set, "the route reads its body, once the history is written")
+        sock.sendall(b"ZZ\r\n")  # a malformed chunk, refused at once: the stretch ends
+        answers = read_all(sock)
+        statuses = statuses_and_last_head(answers)[0]
+        assert statuses == [b"200 OK", b"100 Continue", b"400 Bad Request"], statuses
         assert reads and min(reads) >= 0, reads
         for reason in ("send_timeout", "send_too_slow"):
             assert metric(http, "kvscope_sidecar_http_refused_total", reason=reason) == 0
