@@ -16,7 +16,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
@@ -1224,16 +1224,15 @@ def test_a_queued_body_past_the_head_limit_is_a_503_after_the_answers_before_it(
     waits counts it. The request it takes past the bound was dropped unanswered and the
     connection closed: a pipelined POST lost without a word, which its client may not send
     again unasked. It is a 503 naming the limit, after the answers before it; its body is
-    let go, and nothing after it is read."""
+    let go, and nothing after it is read (a request the parser would refuse is not)."""
     app, state = sidecar_app(HttpLimits(max_header_bytes=16 * KIB))
     fill_history(state)
     with served_quietly(app, send_buffer=64 * KIB) as (url, http):
         host = urlsplit(url).netloc.encode()
         healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host
-        body = b'{"pad": "%b"}' % (b"p" * 20 * KIB)
-        lookup = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json"
-                  b"\r\nContent-Length: %d\r\n\r\n%b") % (host, len(body), body)  # fmt: skip
-        sock = behind_an_unread_answer(url, healthz + lookup + healthz)
+        sock = behind_an_unread_answer(
+            url, healthz * 2 + padded_lookup(host) + healthz + unparsable(host)
+        )
         reason = {"reason": "pipeline_too_large"}
         wait_until(
             lambda: metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1,
@@ -1241,26 +1240,90 @@ def test_a_queued_body_past_the_head_limit_is_a_503_after_the_answers_before_it(
         )
         answers = read_all(sock)
         statuses, last = statuses_and_last_head(answers)
-        assert statuses == [b"200 OK", b"200 OK", b"503 Service Unavailable"], statuses
+        assert statuses == [b"200 OK"] * 3 + [b"503 Service Unavailable"], statuses
         assert b"connection: close" in last
         assert b"connection: close" not in answers.partition(b"HTTP/1.1 503")[0]
         refusal = json.loads(answers[answers.index(b"HTTP/1.1 503") :].partition(b"\r\n\r\n")[2])
         assert f"may hold {16 * KIB} bytes together" in refusal["detail"]
-        assert metric(http, "kvscope_sidecar_http_refused_total", reason="body_timeout") == 0
+        for other in ("body_timeout", "malformed_request"):
+            assert metric(http, "kvscope_sidecar_http_refused_total", reason=other) == 0
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+
+
+def padded_lookup(host: bytes) -> bytes:
+    """A lookup whose 20 KiB body takes the queue past a 16 KiB ``max_header_bytes``."""
+    body = b'{"pad": "%b"}' % (b"p" * 20 * KIB)
+    return (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json"
+            b"\r\nContent-Length: %d\r\n\r\n%b") % (host, len(body), body)  # fmt: skip
+
+
+def malformed_chunk(host: bytes) -> bytes:
+    """A chunked lookup whose second chunk's size the parser refuses."""
+    head = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json"
+            b"\r\nTransfer-Encoding: chunked\r\n\r\n") % host  # fmt: skip
+    return head + b'5\r\n{"blo\r\nZZ\r\n'
+
+
+def unparsable(host: bytes) -> bytes:
+    """A request the parser refuses (``malformed_request``), were it parsed."""
+    return b"GET /healthz HTTP/9.9\r\nHost: %b\r\n\r\n" % host
 
 
 def test_a_malformed_body_queued_behind_an_answer_is_refused_after_it() -> None:
     """A refused body was answered at once, as its route may wait on it; but a queued
     request's route has not begun, and its 400 was written ahead of the answer owed before
-    it, the connection closed: that answer was never written."""
+    it, the connection closed: that answer was never written. It comes after the answers to
+    every request queued before it, and nothing after it is parsed (a request the parser
+    would refuse is not counted) or answered."""
     app, state = sidecar_app()
     fill_history(state)
     with served_quietly(app, send_buffer=64 * KIB) as (url, http):
         host = urlsplit(url).netloc.encode()
-        head = (b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json"
-                b"\r\nTransfer-Encoding: chunked\r\n\r\n") % host  # fmt: skip
-        chunked = head + b'5\r\n{"blo\r\nZZ\r\n'
-        statuses = statuses_and_last_head(read_all(behind_an_unread_answer(url, chunked)))[0]
-        assert statuses == [b"200 OK", b"400 Bad Request"], statuses
+        healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+        requests = healthz * 2 + malformed_chunk(host) + healthz + unparsable(host)
+        answers = read_all(behind_an_unread_answer(url, requests))
+        statuses = statuses_and_last_head(answers)[0]
+        assert statuses == [b"200 OK"] * 3 + [b"400 Bad Request"], statuses
+        assert b"connection: close" not in answers.partition(b"HTTP/1.1 400")[0]
         reason = {"reason": "malformed_request"}
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
+
+
+@pytest.mark.parametrize(
+    ("refused", "reason"),
+    [(padded_lookup, "pipeline_too_large"), (malformed_chunk, "malformed_request")],
+    ids=["past the bound", "malformed"],
+)
+def test_a_body_refused_while_queued_behind_a_stream_waits_for_it_without_cutting_it(
+    refused: Callable[[bytes], bytes], reason: str
+) -> None:
+    """Behind an event stream, the answer owed first never ends while it has readers: the
+    refusal of a queued body waits (nothing of it is written into the stream), counted once,
+    and the stream goes on. At shutdown the request queued before it is answered, the last
+    (uvicorn marks the newest request kept to close it, the refused one no longer), and
+    neither the refusal nor anything after it is."""
+    app, state = sidecar_app(HttpLimits(max_header_bytes=16 * KIB))
+    with logged("uvicorn.error") as records:
+        with serving(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+            host = urlsplit(url).netloc.encode()
+            healthz = b"GET /healthz HTTP/1.1\r\nHost: %b\r\n\r\n" % host
+            requests = stream_request(url) + healthz + refused(host) + healthz
+            reader = raw_connection(url, requests)
+            assert reader.recv(12) == b"HTTP/1.1 200"
+            counted = {"reason": reason}
+            wait_until(
+                lambda: metric(http, "kvscope_sidecar_http_refused_total", **counted) == 1,
+                "the queued body is refused",
+            )
+            record(state, events=1)
+            received = b""
+            while b'"id":1' not in received:  # the stream goes on
+                received += reader.recv(65536)
+            assert metric(http, "kvscope_sidecar_http_refused_total", **counted) == 1
+        rest = read_all(reader)  # the server stopped, ending the stream
+    assert b"HTTP/1.1" not in received
+    stream_end, _, after = rest.partition(b"0\r\n\r\n")
+    assert b"HTTP/1.1" not in stream_end
+    statuses, last = statuses_and_last_head(after)
+    assert statuses == [b"200 OK"] and b"connection: close" in last, after
+    assert errors_in(records) == []
