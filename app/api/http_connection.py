@@ -210,8 +210,15 @@ class BoundedConnection(HttpToolsProtocol):
         uvicorn writes it from ``receive`` whatever the buffer holds, while the route's own
         answer waits for the buffer to drain: a route started behind an answer its client
         left unread (the buffer past the mark, the wait measured) had it taken for bytes the
-        client had not read.
+        client had not read. An HTTP/1.0 request's expectation is ignored, as RFC 9110
+        (10.1.1) requires: such a client knows no interim answer, which uvicorn wrote all the
+        same.
         """
+        if not cycle.waiting_for_100_continue:
+            return app
+        if cycle.scope["http_version"] == "1.0":
+            cycle.waiting_for_100_continue = False
+            return app
 
         async def answer(
             scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable

@@ -1174,6 +1174,23 @@ def test_a_100_continue_written_while_a_wait_is_measured_is_not_taken_for_bytes_
             assert metric(http, "kvscope_sidecar_http_refused_total", reason=reason) == 0
 
 
+def test_only_an_http_11_request_expecting_100_continue_gets_the_interim_answer() -> None:
+    """RFC 9110 (10.1.1): a server must ignore an HTTP/1.0 request's ``100-continue``
+    expectation, as such a client knows no interim answer; uvicorn wrote it all the same.
+    An HTTP/1.1 request that expects one still has it before its answer."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, _):
+        host = urlsplit(url).netloc.encode()
+        body = b'{"block_hashes": []}'
+        for version, interim in ((b"1.0", []), (b"1.1", [b"100 Continue"])):
+            head = (b"POST /api/v1/lookup HTTP/%b\r\nHost: %b\r\nExpect: 100-continue\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+                    b"Connection: close\r\n\r\n") % (version, host, len(body))  # fmt: skip
+            request = head + body
+            statuses = statuses_and_last_head(read_all(raw_connection(url, request)))[0]
+            assert statuses == [*interim, b"200 OK"], (version, statuses)
+
+
 # --- requests queued behind an answer, bounded in bytes ------------------------------------
 
 
