@@ -132,7 +132,9 @@ def _source_problem(source: str, target: str) -> str | None:
     looks no name up in DNS for it) of the target's family, and a port, ``0`` or ``*`` for a
     free one. ZMQ takes any other source and then never connects."""
     host, port = _host_and_port(source)
-    if port is None:
+    if not source:
+        problem = "nothing before ';', where an interface's name or an IP address and a port go"
+    elif port is None:
         problem = f"no :PORT after it, which ZMQ needs: 0 for a free one, {shown_repr(host + ':0')}"
     else:
         problem = (

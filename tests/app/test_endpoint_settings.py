@@ -74,6 +74,7 @@ REFUSED_TO_CONNECT = [
 ]
 REFUSED_SOURCES = [
     ("tcp://eth0;engine:5557", "'eth0': no :PORT after it, which ZMQ needs: 0 for a free one"),
+    ("tcp://;engine:5557", "'': nothing before ';', where an interface's name or an IP"),
     ("tcp://127.0.0.1;10.0.0.5:5557", "'127.0.0.1': no :PORT after it"),
     ("tcp://[::1];[::1]:5557", "'[::1]': no :PORT after it"),
     ("tcp://engine.example.com:0;10.0.0.5:5557", "'engine.example.com' is not an interface name"),
