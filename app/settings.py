@@ -33,7 +33,7 @@ from app.decimal_text import DecimalFloat, DecimalInt
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.shown import shown, shown_repr
-from offload.wire.endpoints import endpoint_refusal
+from offload.wire.endpoints import connect_target, endpoint_refusal
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
 MAX_PAGE_LIMIT: Final = 1000
@@ -465,8 +465,13 @@ class SidecarSettings(BaseSettings):
     @classmethod
     def _connect_once(cls, endpoints: list[str]) -> list[str]:
         """Publishers are known by their endpoint: a second ``--connect`` of one was merged
-        into the first in silence, and its ``--replay`` took the place of the first's."""
+        into the first in silence, and its ``--replay`` took the place of the first's. One
+        listed with two source addresses (or with one and without) is one publisher too,
+        which two sockets would read as two, every block of it held twice."""
         _no_repeats(endpoints, "is listed twice")
+        _no_repeats(
+            list(map(connect_target, endpoints)), "is listed twice (a source address aside)"
+        )
         return endpoints
 
     @field_validator("listen")

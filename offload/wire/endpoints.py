@@ -279,6 +279,15 @@ def binds_ipv6(endpoint: str) -> bool:
     return endpoint.startswith("tcp://[")
 
 
+def connect_target(endpoint: str) -> str:
+    """The endpoint a connect reaches, without the source address it leaves from
+    (``tcp://SOURCE:PORT;HOST:PORT``): connects that differ in their source alone read one
+    publisher."""
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    return "tcp://" + endpoint.rpartition(";")[2].removeprefix("tcp://")
+
+
 def connects_ipv6(endpoint: str) -> bool:
     """Whether a socket connecting to ``endpoint`` needs ZMQ's IPv6 option.
 
@@ -296,7 +305,7 @@ def connects_ipv6(endpoint: str) -> bool:
         return False
     if "[" in endpoint:  # the host's address, or the source's (SOURCE:PORT;HOST:PORT)
         return True
-    host = endpoint.removeprefix("tcp://").rpartition(";")[2].rpartition(":")[0]
+    host = connect_target(endpoint).removeprefix("tcp://").rpartition(":")[0]
     return _resolves(host, socket.AF_INET6) and not _resolves(host, socket.AF_INET)
 
 

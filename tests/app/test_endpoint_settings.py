@@ -302,3 +302,14 @@ def test_a_name_resolved_only_where_it_runs_is_taken(endpoint: str) -> None:
     with zmq.Context() as context, context.socket(zmq.PUSH) as push:
         push.linger = 0
         push.connect(endpoint)
+
+
+def test_one_publisher_listed_with_two_source_addresses_is_refused() -> None:
+    """A source address says where a connect leaves from, not what it reads: listed once
+    with one and once without (or with another), one publisher was read by two sockets, as
+    two publishers, every block of it held twice."""
+    for second in ("tcp://engine:5557", "tcp://10.0.0.9:0;engine:5557"):
+        loc, message = refusal({"connect": ["tcp://10.0.0.8:0;engine:5557", second]})
+        assert loc == ("connect",)
+        assert "'tcp://engine:5557' is listed twice (a source address aside)" in message
+    assert SidecarSettings(connect=["tcp://eth0:0;a:5557", "tcp://eth0:0;b:5557"]).connect
