@@ -141,6 +141,7 @@ def _source_problem(source: str, target: str) -> str | None:
             _source_host_problem(host)
             or _port_problem(port, bind=True)
             or _families_problem(host, _host_and_port(target)[0])
+            or _zones_problem(host, _host_and_port(target)[0])
         )
     return None if problem is None else f"the source address {shown_repr(source)}: {problem}"
 
@@ -165,6 +166,31 @@ def _families_problem(source: str, target: str) -> str | None:
         f"it is IPv{ours} and the host {shown_repr(target)} IPv{theirs}, and ZMQ connects "
         "within one family"
     )
+
+
+def _zones_problem(source: str, target: str) -> str | None:
+    """A link-local source and host on two links: the kernel refuses to connect a socket
+    bound on one link to an address on another, and ZMQ retries it in silence. Zones are
+    compared only when written alike, both names or both numbers: which interface a number
+    is, only the host the connect runs on knows."""
+    ours, theirs = _link_zone(source), _link_zone(target)
+    if ours is None or theirs is None or ours.isdigit() != theirs.isdigit():
+        return None
+    if (int(ours) == int(theirs)) if ours.isdigit() else ours == theirs:
+        return None
+    return (
+        f"its zone {shown_repr(ours)} is not the host's {shown_repr(theirs)}, and a link-local "
+        "source connects on its own link only"
+    )
+
+
+def _link_zone(host: str) -> str | None:
+    """The zone of a bracketed link-local IPv6 address (which has one); None for any other
+    host."""
+    address = _address(host)
+    if not host.startswith("[") or address is None or address.version == 4:
+        return None
+    return host[1:-1].partition("%")[2] if address.is_link_local else None
 
 
 def _family(host: str) -> int | None:

@@ -88,6 +88,8 @@ REFUSED_SOURCES = [
     ("tcp://[::1]:0;10.0.0.5:5557", "it is IPv6 and the host '10.0.0.5' IPv4, and ZMQ connects"),
     ("tcp://127.0.0.1:0;[::1]:5557", "it is IPv4 and the host '[::1]' IPv6"),
     ("tcp://[::ffff:10.0.0.1]:0;[::1]:5557", "it is IPv4 and the host '[::1]' IPv6"),
+    ("tcp://[fe80::1%eth0]:0;[fe80::2%eth1]:5557", "its zone 'eth0' is not the host's 'eth1'"),
+    ("tcp://[fe80::1%2]:0;[fe80::2%3]:5557", "its zone '2' is not the host's '3'"),
 ]
 
 
@@ -313,3 +315,18 @@ def test_one_publisher_listed_with_two_source_addresses_is_refused() -> None:
         assert loc == ("connect",)
         assert "'tcp://engine:5557' is listed twice (a source address aside)" in message
     assert SidecarSettings(connect=["tcp://eth0:0;a:5557", "tcp://eth0:0;b:5557"]).connect
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "tcp://[fe80::1%eth0]:0;[fe80::2%eth0]:5557",
+        "tcp://[fe80::1%02]:0;[fe80::2%2]:5557",  # one number, as ZMQ reads it
+        "tcp://[fe80::1%eth0]:0;[fe80::2%2]:5557",  # which interface 2 is, only its host knows
+        "tcp://[2001:db8::1%eth0]:0;[fe80::2%eth1]:5557",  # a zone the kernel ignores
+    ],
+)
+def test_a_link_local_source_on_the_hosts_link_or_one_not_known_here_is_taken(
+    endpoint: str,
+) -> None:
+    assert SidecarSettings(connect=[endpoint]).connect == [endpoint]
