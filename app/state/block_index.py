@@ -602,7 +602,7 @@ class BlockIndex:
             refused = self._share_full(publisher, medium)
         host = self._hosts.get(publisher)
         if refused is None and host is not None and self._host_full(host, medium) is not None:
-            self._release_empty([owner for owner in self._empty if self._hosts.get(owner) == host])
+            self._release_host_empty(host)
             refused = self._host_full(host, medium)
         if refused is None and self._index_full(medium) is not None:
             self._release_empty(list(self._empty))
@@ -653,6 +653,10 @@ class BlockIndex:
         empty.discard(number)
         if not empty:
             del self._empty[publisher]
+
+    def _release_host_empty(self, host: str) -> None:
+        """Release the locations that hold no block of the publishers in ``host``'s share."""
+        self._release_empty([owner for owner in self._empty if self._hosts.get(owner) == host])
 
     def _release_empty(self, owners: list[str]) -> None:
         """Release every location of ``owners`` (publishers) that holds no block: no mask
@@ -715,7 +719,7 @@ class BlockIndex:
             return False
         forgotten = False
         if not self._fits(publisher, host):
-            self._release_empty([owner for owner in self._empty if self._hosts.get(owner) == host])
+            self._release_host_empty(host)
         if not self._fits(publisher, host):
             self.reset_publisher(publisher)
             self._release_empty([publisher])  # of no host's share now
