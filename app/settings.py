@@ -33,7 +33,7 @@ from app.decimal_text import DecimalFloat, DecimalInt
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.shown import shown, shown_repr
-from offload.wire.endpoints import connect_target, endpoint_refusal
+from offload.wire.endpoints import connect_target, endpoint_refusal, interface_refusal
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
 MAX_PAGE_LIMIT: Final = 1000
@@ -666,8 +666,9 @@ def _declared_stream(pair: str) -> ListenStream:
 
 def _check_endpoint(endpoint: str, *, bind: bool) -> None:
     """Every endpoint setting, refused by one rule (offload/wire/endpoints.py); pydantic
-    names the setting."""
-    refusal = endpoint_refusal(endpoint, bind=bind)
+    names the setting. The sidecar uses its endpoints on the host it validates them on, so
+    an interface or source address this host lacks is refused too (``interface_refusal``)."""
+    refusal = endpoint_refusal(endpoint, bind=bind) or interface_refusal(endpoint)
     if refusal is not None:
         raise ValueError(f"{shown_repr(endpoint)} {refusal}")
 

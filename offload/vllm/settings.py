@@ -287,7 +287,11 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
 
 
 def _endpoint(extra_config: Mapping[str, Any], key: str, rank: int) -> str | None:
-    """The endpoint data-parallel rank ``rank`` binds for ``key``, None when not given."""
+    """The endpoint data-parallel rank ``rank`` binds for ``key``, None when not given.
+
+    Checked by shape only, not against this host's interfaces (``interface_refusal``):
+    vLLM builds the spec in every worker process too, on every node, and only the
+    scheduler binds, where a zone naming no interface of its host fails the bind."""
     value = extra_config.get(key)
     if value is None:
         return None

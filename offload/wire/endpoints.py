@@ -8,7 +8,9 @@ frame. Worse, a connect to a host name that can never resolve (``a..b``,
 for ever. So an endpoint is checked here, as text, against what ZMQ
 binds or connects to for the transports that reach another process (a sidecar
 never shares a process with its workers, so ``inproc`` is refused too); the
-tests try the accepted forms on real sockets.
+tests try the accepted forms on real sockets. Where the host that checks an
+endpoint is the one that uses it, ``interface_refusal`` also refuses an
+interface or source address that host does not have.
 """
 
 from __future__ import annotations
@@ -295,6 +297,102 @@ def _port_problem(port: str, *, bind: bool) -> str | None:
     if int(port) == 0 and port != "0":  # ZMQ takes 00001 for port 1, but 0 only as "0"
         return f"the port {shown_repr(port)}: a free port is written 0 (ZMQ refuses it else)"
     return None
+
+
+def interface_refusal(endpoint: str) -> str | None:
+    """Why this host cannot use ``endpoint``, one ``endpoint_refusal`` takes, as the rest of a
+    sentence that starts with the endpoint; None where it can.
+
+    The shape check takes any interface name, as a zone or as a connect's source, and
+    any source address. ZMQ refuses a bind to a zone naming no interface, but takes such
+    a connect and retries it in silence for ever, as it does one leaving from an
+    interface with no address of the connect's family, or from an address this host does
+    not have. So where an endpoint is checked on the host that uses it (the sidecar's
+    settings), each interface it names must be this host's, and a source is bound as ZMQ
+    binds it for the connect (``_source_bind_problem``). Not the connector's endpoints:
+    vLLM reads them in every worker process, on every node, and only its scheduler binds
+    them. Looking the target up may wait on DNS (``connects_ipv6``): call it at start-up.
+    """
+    if not endpoint.startswith("tcp://"):
+        return None
+    source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
+    source_host = _host_and_port(source)[0] if source else None
+    for host in (_host_and_port(target)[0], source_host):
+        problem = None if host is None else _zone_absent(host)
+        if problem is not None:
+            return f"cannot be used on this host: {problem}"
+    if source_host is None:
+        return None
+    problem = _source_bind_problem(source_host, ipv6=connects_ipv6(endpoint))
+    if problem is None:
+        return None
+    return f"cannot be used on this host: the source address {shown_repr(source)}: {problem}"
+
+
+_LISTED_INTERFACES: Final = 8
+"""Most of this host's interfaces a refusal names: a node may have hundreds (a veth a pod)."""
+
+
+def _zone_absent(host: str) -> str | None:
+    """Why the zone of a bracketed ``host`` names no interface of this host; None where it
+    names one, or ``host`` has none."""
+    if not host.startswith("[") or "%" not in host:
+        return None
+    zone = host[1:-1].partition("%")[2]
+    try:
+        if _ZONE_NUMBER.fullmatch(zone):
+            socket.if_indextoname(int(zone))
+        else:
+            socket.if_nametoindex(zone)
+    except OSError:
+        return (
+            f"the zone of {shown_repr(host)} names no interface of this host "
+            f"(its interfaces: {_interfaces()})"
+        )
+    return None
+
+
+def _source_bind_problem(host: str, *, ipv6: bool) -> str | None:
+    """Why ZMQ cannot leave from ``host``, a source's interface name or IP address; None
+    where it can.
+
+    ZMQ resolves a source as it does the address of a bind (no DNS, an interface's name
+    looked up among this host's, the connect's IPv6 option choosing the family), and
+    binds the connecting socket to it: so a bind to the same host on a free port fails
+    where the connect would, and for the same reason."""
+    family = 6 if ipv6 else 4
+    is_name = not host.startswith("[") and not _is_ipv4_text(host)
+    if is_name:
+        try:
+            socket.if_nametoindex(host)
+        except OSError:
+            return (
+                f"{shown_repr(host)} is no interface of this host (its interfaces: {_interfaces()})"
+            )
+    with zmq.Context() as context, context.socket(zmq.PULL) as sock:
+        sock.linger = 0
+        sock.ipv6 = ipv6
+        try:
+            sock.bind(f"tcp://{host}:0")
+        except zmq.ZMQError as exc:
+            if is_name:
+                return (
+                    f"the interface {shown_repr(host)} has no IPv{family} address, which ZMQ "
+                    "leaves from for this connect"
+                )
+            return (
+                f"ZMQ cannot leave from {shown_repr(host)} (IPv{family}): "
+                f"{zmq.strerror(exc.errno)}; it must be an address of this host"
+            )
+    return None
+
+
+def _interfaces() -> str:
+    """This host's interfaces by name and number, at most ``_LISTED_INTERFACES`` of them."""
+    named = [f"{name} ({index})" for index, name in socket.if_nameindex()]
+    more = len(named) - _LISTED_INTERFACES
+    listed = ", ".join(named[:_LISTED_INTERFACES])
+    return f"{listed} and {more} more" if more > 0 else listed
 
 
 def binds_ipv6(endpoint: str) -> bool:

@@ -10,6 +10,9 @@ nothing ZMQ takes; ``zmq.IPC_PATH_MAX_LEN`` is the platform's limit (107 bytes o
 from __future__ import annotations
 
 import errno
+import fcntl
+import socket
+import struct
 import uuid
 from collections.abc import Iterator
 
@@ -21,7 +24,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from app.settings import SidecarSettings
 from offload.shown import shown_repr
-from offload.wire.endpoints import connects_ipv6
+from offload.wire.endpoints import connects_ipv6, endpoint_refusal
 from tests.support.ports import held_tcp_ports
 
 LISTEN = "tcp://127.0.0.1:5557"
@@ -173,6 +176,10 @@ def test_zmq_itself_refuses_these_only_once_a_socket_uses_them(endpoint: str, bi
         "tcp://[::1]:0;127.0.0.1:{port}",  # a source of the other family
         "tcp://[fe80::1]:{port}",  # a link-local address with no zone
         "tcp://[::1%0]:{port}",
+        "tcp://nosuch0:0;127.0.0.1:{port}",  # a source naming no interface of this host
+        "tcp://localhost:0;127.0.0.1:{port}",  # ... which a host name is not
+        "tcp://203.0.113.9:0;127.0.0.1:{port}",  # a source address this host does not have
+        "tcp://[fe80::1%nosuch0]:{port}",  # a zone naming no interface of this host
     ],
 )
 def test_zmq_takes_these_connects_and_never_connects(form: str) -> None:
@@ -247,6 +254,8 @@ def test_what_users_listen_on_is_taken_and_zmq_binds_it(form: str, port: int) ->
         ("tcp://[::]:*", "tcp://127.1:{port}"),
         ("tcp://[::]:*", "tcp://127.0.0.1:0;127.0.0.1:{port}"),
         ("tcp://[::]:*", "tcp://lo:*;127.0.0.1:{port}"),
+        ("tcp://[::]:*", "tcp://lo:0;127.0.0.1:{port}"),  # ZMQ leaves from lo's IPv4 address
+        ("tcp://[::]:*", "tcp://lo:0;[::1]:{port}"),  # ... and its IPv6 one over IPv6
         ("tcp://[::]:*", "tcp://[::1]:0;[::1]:{port}"),
         ("tcp://[::]:*", "tcp://[::ffff:127.0.0.1]:0;127.0.0.1:{port}"),
         ("ipc://{ipc}", "ipc://{ipc}"),
@@ -310,11 +319,11 @@ def test_one_publisher_listed_with_two_source_addresses_is_refused() -> None:
     """A source address says where a connect leaves from, not what it reads: listed once
     with one and once without (or with another), one publisher was read by two sockets, as
     two publishers, every block of it held twice."""
-    for second in ("tcp://engine:5557", "tcp://10.0.0.9:0;engine:5557"):
-        loc, message = refusal({"connect": ["tcp://10.0.0.8:0;engine:5557", second]})
+    for second in ("tcp://engine:5557", "tcp://127.0.0.2:0;engine:5557"):
+        loc, message = refusal({"connect": ["tcp://127.0.0.1:0;engine:5557", second]})
         assert loc == ("connect",)
         assert "'tcp://engine:5557' is listed twice (a source address aside)" in message
-    assert SidecarSettings(connect=["tcp://eth0:0;a:5557", "tcp://eth0:0;b:5557"]).connect
+    assert SidecarSettings(connect=["tcp://lo:0;a:5557", "tcp://lo:0;b:5557"]).connect
 
 
 @pytest.mark.parametrize(
@@ -329,4 +338,92 @@ def test_one_publisher_listed_with_two_source_addresses_is_refused() -> None:
 def test_a_link_local_source_on_the_hosts_link_or_one_not_known_here_is_taken(
     endpoint: str,
 ) -> None:
-    assert SidecarSettings(connect=[endpoint]).connect == [endpoint]
+    """By shape, as the connector reads it on every node (the sidecar checks its own
+    interfaces besides: ``interface_refusal``)."""
+    assert endpoint_refusal(endpoint, bind=False) is None
+
+
+ABSENT_INTERFACES = [
+    ("tcp://[fe80::1%nosuch0]:5557", "the zone of '[fe80::1%nosuch0]' names no interface of this"),
+    (f"tcp://[fe80::1%{2**31 - 1}]:5557", "names no interface of this host (its interfaces: "),
+]
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize(("endpoint", "why"), ABSENT_INTERFACES)
+def test_a_zone_naming_no_interface_of_this_host_is_refused_naming_those_it_has(
+    setting: str, endpoint: str, why: str
+) -> None:
+    """ZMQ binds such a zone with an error, but takes the connect and retries it for ever."""
+    loc, message = refusal(SETTINGS[setting](endpoint))
+    assert loc == (setting,)
+    assert f"{shown_repr(endpoint)} cannot be used on this host: " in message
+    assert why in message
+    index, name = socket.if_nameindex()[0]
+    assert f"(its interfaces: {name} ({index})" in message
+
+
+@pytest.mark.parametrize("setting", CONNECTED)
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("nosuch0:0", "'nosuch0' is no interface of this host (its interfaces: "),
+        ("localhost:0", "'localhost' is no interface of this host"),  # ZMQ looks up no name
+        ("203.0.113.9:0", "ZMQ cannot leave from '203.0.113.9' (IPv4): Cannot assign requested"),
+    ],
+)
+def test_a_source_this_host_cannot_leave_from_is_refused_saying_why(
+    setting: str, source: str, why: str
+) -> None:
+    endpoint = f"tcp://{source};127.0.0.1:5557"
+    loc, message = refusal(SETTINGS[setting](endpoint))
+    assert loc == (setting,)
+    assert f"cannot be used on this host: the source address {shown_repr(source)}: " in message
+    assert why in message
+
+
+def test_the_interfaces_named_in_a_refusal_are_at_most_eight() -> None:
+    """A node may have an interface per pod: the refusal names a few, and counts the rest.
+    (Containers come and go on a host: the interfaces are read before and after.)"""
+    before = _listed(socket.if_nameindex())
+    message = refusal({"connect": ["tcp://[fe80::1%nosuch0]:5557"]})[1]
+    assert message.endswith((before, _listed(socket.if_nameindex())))
+
+
+def _listed(interfaces: list[tuple[int, str]]) -> str:
+    named = [f"{name} ({index})" for index, name in interfaces[:8]]
+    more = f" and {len(interfaces) - 8} more" if len(interfaces) > 8 else ""
+    return f"(its interfaces: {', '.join(named)}{more})"
+
+
+def test_every_interface_of_this_host_is_taken_as_a_zone_by_name_and_number() -> None:
+    for index, name in socket.if_nameindex():
+        for zone in (name, str(index)):
+            endpoint = f"tcp://[fe80::1%{zone}]:5557"
+            settings = SidecarSettings(connect=[endpoint], listen=[f"tcp://[fe80::1%{zone}]:*"])
+            assert settings.connect == [endpoint]
+
+
+def test_an_interface_without_an_address_of_the_connects_family_is_refused() -> None:
+    """ZMQ leaves from an interface's first address of the connect's family: from one
+    with none it retries the connect for ever."""
+    bare = [name for _, name in socket.if_nameindex() if not _has_ipv4_address(name)]
+    if not bare:
+        pytest.skip("every interface of this host has an IPv4 address")
+    endpoint = f"tcp://{bare[0]}:0;127.0.0.1:5557"
+    message = refusal({"connect": [endpoint]})[1]
+    assert f"the interface {shown_repr(bare[0])} has no IPv4 address, which ZMQ leaves" in message
+
+
+def _has_ipv4_address(name: str) -> bool:
+    """Whether the interface ``name`` has an IPv4 address (Linux's SIOCGIFADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()))
+        except OSError:
+            return False
+    return True
+
+
+_SIOCGIFADDR = 0x8915
+"""Linux's ioctl that reads an interface's IPv4 address."""
