@@ -24,7 +24,12 @@ that long. A host's count is kept the same way, each connection's host read on
 both sides: an admission's from its ZAP request's peer address, a settled
 connection's from its descriptor's peer (asked when the monitor names it). A
 host is an IP address; an ipc:// peer has none, and only the total limit
-applies to it (the socket file's permissions say who connects there). The
+applies to it (the socket file's permissions say who connects there). Every
+TCP peer that asks the gate has one: libzmq reads a peer's address once, as it
+accepts the connection, and reads none only where the peer reset it before
+then; a reset connection takes no write, and libzmq asks the ZAP handler (and
+takes a message) only once its greeting is written, so such a peer never gets
+that far (tests/app/test_listen.py resets one before ZMQ accepts it). The
 gate, its socket and the monitor live in a ZMQ context of their own: a
 monitor whose queue is full blocks its context's I/O thread, which must
 never hold up the connect-mode sockets.
@@ -249,8 +254,9 @@ def ipc_peer(address: bytes) -> bool:
     """Whether the peer address of a ZAP request can be an ipc:// peer's: libzmq shows one
     as ``localhost:UID:GID:PID`` where the system tells a socket's peer credentials, else
     as ``localhost`` (or nothing, where the name lookup fails). A TCP peer's is its IP
-    address (or nothing, where the lookup of the peer fails: only a socket that binds an
-    ipc:// endpoint lets such a peer past ``allow``)."""
+    address: libzmq has none only for a connection reset before it was accepted, which
+    never asks (the module's docstring); were one to, only a socket that binds an ipc://
+    endpoint would let it past ``allow``."""
     return not address or address == b"localhost" or address.startswith(b"localhost:")
 
 
@@ -267,7 +273,11 @@ def address_host(address: bytes) -> str | None:
 def message_host(part: zmq.Frame) -> str | None:
     """The host of the peer a part of a listen socket's message came from (ZMQ's
     ``Peer-Address`` property, the address its ZAP request showed), as ``address_host``
-    gives it; None for an ipc:// peer, or where ZMQ tells none."""
+    gives it; None for an ipc:// peer. A TCP peer's frame always has its IP address
+    there: libzmq reads none only for a connection reset before it was accepted, which
+    never sends a frame (the module's docstring), and otherwise leaves the property off
+    only for a ZMTP 1.0 or 2.0 peer, which libzmq refuses on a socket with a ZAP domain
+    (the gate sets one). So the ZMQError is a guard: no TCP peer's frame is of no host."""
     try:
         address = part.get("Peer-Address")
     except zmq.ZMQError:
@@ -277,9 +287,11 @@ def message_host(part: zmq.Frame) -> str | None:
 
 def descriptor_host(descriptor: int) -> str | None:
     """The host of the peer of an accepted connection's descriptor (ZMQ's, so read through a
-    duplicate that this closes), as ``address_host`` gives it; None for an ipc:// peer, or
-    a descriptor already closed (its connection is then counted as of no host, and only
-    while it is open)."""
+    duplicate that this closes), as ``address_host`` gives it; None for an ipc:// peer, a
+    descriptor already closed, or a connection its peer reset already (ZMQ closes it
+    as it reads the reset): such a connection is counted as of no host, and only while
+    it is open, and its admission, if it was given one, by the host its ZAP request
+    showed."""
     try:
         duplicate = os.dup(descriptor)
     except OSError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import time
 from ipaddress import ip_network
 from pathlib import Path
@@ -19,6 +20,7 @@ import msgspec
 import pytest
 import zmq
 from pydantic import ValidationError
+from zmq.utils.monitor import parse_monitor_message
 
 from app.ingest import Ingestor, ListenError, listen_gate
 from app.ingest.listen_gate import (
@@ -47,6 +49,7 @@ from offload.wire.stats_frame import StatsFrame, WorkerConfig, encode_stats_fram
 from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
 from tests.support.zmq_peers import RawPublisher, free_tcp_endpoint, kv_payload
+from tests.support.zmtp_peer import GREETING, handshake, ready_command
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -824,6 +827,50 @@ def test_a_peers_host_is_its_canonical_ip_address(address: bytes, host: str | No
     assert address_host(address) == host
 
 
+def test_a_tcp_peer_reset_before_zmq_reads_its_address_never_asks_the_gate() -> None:
+    """libzmq reads a TCP peer's address once, as it accepts the connection, and reads
+    none where the peer reset it before that: the gate would count such a peer under no
+    host. But a reset connection takes no write, and libzmq asks the ZAP handler only
+    once its own greeting is written, and takes a message only after that: so no such
+    peer reaches the gate, nor any frame of one the listen socket, and every peer and
+    frame there has its IP address. The peer connects, greets and resets on a plain
+    listening socket, which is then given to ZMQ (``ZMQ_USE_FD``) to accept it from."""
+    listener = ListenerState((LISTEN,), 8, 8, 8)
+    ctx = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.SUB)
+        gate = ListenGate(ctx, sock, listener)
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            port = server.getsockname()[1]
+            peer = socket.create_connection(("127.0.0.1", port))
+            peer_port = peer.getsockname()[1]
+            peer.sendall(GREETING + ready_command(b"PUB"))  # all it can say before an answer
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()  # a reset
+            wait_until(lambda: not _tcp_connected(port, peer_port), "the reset arrives")
+            sock.setsockopt(zmq.USE_FD, server.detach())
+        sock.bind(f"tcp://127.0.0.1:{port}")
+        gate._monitor.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        events = [parse_monitor_message(gate._monitor.recv_multipart())["event"] for _ in "ab"]
+        assert events == [zmq.EVENT_ACCEPTED, zmq.EVENT_DISCONNECTED]
+        assert (gate._zap.poll(0), sock.poll(0)) == (0, 0)
+        with socket.create_connection(("127.0.0.1", port)) as stays:  # greets as the other did
+            handshake(stays, b"PUB")
+            gate._zap.rcvtimeo = 60_000
+            assert gate._zap.recv_multipart()[5] == b"127.0.0.1"
+    finally:
+        ctx.destroy(linger=0)
+
+
+def _tcp_connected(port: int, peer_port: int) -> bool:
+    """Whether Linux's TCP table holds the connection of ``peer_port`` to ``port`` on the
+    side of ``port`` (a connection reset there is dropped from it)."""
+    wanted = (f"{port:04X}", f"{peer_port:04X}")
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return any((row[1].rpartition(":")[2], row[2].rpartition(":")[2]) == wanted for row in rows)
+
+
 def test_a_descriptors_host_is_its_peers_and_reading_it_leaks_no_descriptor() -> None:
     """The gate reads a settled connection's host from ZMQ's descriptor: through a duplicate,
     which must be closed again, and never the descriptor itself."""
@@ -936,8 +983,9 @@ def test_a_hosts_share_of_locations_is_from_one_to_every_location_of_the_index()
 def test_a_peer_without_an_ip_address_passes_allow_only_where_ipc_is_served(
     endpoints: tuple[str, ...],
 ) -> None:
-    """libzmq leaves a TCP peer's address empty when it cannot look the peer up: on a
-    socket that serves no ipc:// endpoint such a peer is no local process, and is refused."""
+    """No TCP peer asks the gate without its IP address: libzmq has none only for a
+    connection reset before it was accepted, which never asks (test_a_tcp_peer_reset_...).
+    Were one to, a socket that serves no ipc:// endpoint would refuse it."""
     listener = ListenerState(endpoints, 8, 8, 8, allow=(ip_network("10.0.0.0/8"),))
     ctx = zmq.Context()
     try:

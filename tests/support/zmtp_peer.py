@@ -25,8 +25,13 @@ def handshake(sock: socket.socket, socket_type: bytes) -> None:
     sock.settimeout(READ_LIMIT_S)
     sock.sendall(GREETING)
     _read_exactly(sock, len(GREETING))
+    sock.sendall(ready_command(socket_type))
+
+
+def ready_command(socket_type: bytes) -> bytes:
+    """The NULL mechanism's READY command of a ``socket_type`` socket, framed."""
     ready = b"\x05READY" + b"\x0bSocket-Type" + struct.pack(">I", len(socket_type)) + socket_type
-    sock.sendall(bytes([COMMAND, len(ready)]) + ready)
+    return bytes([COMMAND, len(ready)]) + ready
 
 
 def pings_until_closed(sock: socket.socket) -> int:
