@@ -289,9 +289,9 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
 def _endpoint(extra_config: Mapping[str, Any], key: str, rank: int) -> str | None:
     """The endpoint data-parallel rank ``rank`` binds for ``key``, None when not given.
 
-    Checked by shape only, not against this host's interfaces (``interface_refusal``):
-    vLLM builds the spec in every worker process too, on every node, and only the
-    scheduler binds, where a zone naming no interface of its host fails the bind."""
+    Checked by shape only, not against this host's interfaces: vLLM builds the spec in
+    every worker process too, on every node, and only the scheduler binds, which checks
+    them against its host's as it does (``interface_refusal``, offload/vllm/spec.py)."""
     value = extra_config.get(key)
     if value is None:
         return None

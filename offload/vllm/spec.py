@@ -27,6 +27,7 @@ from offload.vllm.manager import KVScopeManager
 from offload.vllm.settings import read_settings, read_store_threshold
 from offload.vllm.stats import metric_definitions
 from offload.vllm.worker import KVScopeWorker, build_backend
+from offload.wire.endpoints import interface_refusal
 from offload.wire.publisher import BindError, EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
 
@@ -133,6 +134,11 @@ class KVScopeOffloadingSpec(OffloadingSpec):
         if endpoint is None:
             return None
         replay = self.settings.kvscope_replay_endpoint
+        for key, bound in (("kvscope_endpoint", endpoint), ("kvscope_replay_endpoint", replay)):
+            # Here, where they are bound: read_settings checks them by shape on every node.
+            refusal = None if bound is None else interface_refusal(bound)
+            if refusal is not None:
+                raise ConfigError(f"{key}={shown_repr(bound)} {refusal}")
         rank = self.config.parallel.data_parallel_index
         try:
             return EventPublisher(endpoint, replay, data_parallel_rank=rank)

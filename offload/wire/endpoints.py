@@ -308,10 +308,11 @@ def interface_refusal(endpoint: str) -> str | None:
     a connect and retries it in silence for ever, as it does one leaving from an
     interface with no address of the connect's family, or from an address this host does
     not have. So where an endpoint is checked on the host that uses it (the sidecar's
-    settings), each interface it names must be this host's, and a source is bound as ZMQ
-    binds it for the connect (``_source_bind_problem``). Not the connector's endpoints:
-    vLLM reads them in every worker process, on every node, and only its scheduler binds
-    them. Looking the target up may wait on DNS (``connects_ipv6``): call it at start-up.
+    settings, the connector's scheduler as it binds), each interface it names must be
+    this host's, and a source is bound as ZMQ binds it for the connect
+    (``_source_bind_problem``); not where vLLM reads the connector's endpoints in every
+    worker process, on every node. Looking the target up may wait on DNS
+    (``connects_ipv6``): call it at start-up.
     """
     if not endpoint.startswith("tcp://"):
         return None

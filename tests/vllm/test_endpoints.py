@@ -261,6 +261,24 @@ def test_an_endpoint_that_cannot_be_bound_is_a_clear_error_naming_its_key(
                 spec.get_manager()
 
 
+@pytest.mark.parametrize("key", ["kvscope_endpoint", "kvscope_replay_endpoint"])
+def test_a_zone_naming_no_interface_is_refused_where_the_scheduler_binds_not_on_every_node(
+    key: str,
+) -> None:
+    """Workers read the endpoints too, on nodes whose interfaces may differ: the spec takes
+    the zone's shape, and the scheduler's manager refuses it, naming this host's interfaces."""
+    endpoint = "tcp://[fe80::1%nosuch0]:5557"
+    extra = {"kvscope_endpoint": "tcp://127.0.0.1:*", key: endpoint}
+    spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 4, **extra}))
+    index, name = socket.if_nameindex()[0]
+    with pytest.raises(ConfigError) as refused:
+        spec.get_manager()
+    assert str(refused.value).startswith(
+        f"{key}={endpoint!r} cannot be used on this host: the zone of '[fe80::1%nosuch0]' "
+        f"names no interface of this host (its interfaces: {name} ({index})"
+    )
+
+
 def test_a_manager_that_fails_to_build_leaves_its_endpoint_free_for_the_next_try(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base: int
 ) -> None:
