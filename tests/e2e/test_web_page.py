@@ -549,13 +549,15 @@ def test_the_tabs_follow_the_aria_pattern_with_arrow_keys_and_visible_focus(
     for key, expected in steps:
         page.keyboard.press(key)
         page.wait_for_function("view => location.hash === `#/${view}`", arg=expected)
+        # the router shows the view on the hash's change event, after the key's handler
+        page.locator(f"#view-{expected}").wait_for(state="visible")
         focused = page.evaluate("() => document.activeElement.id")
         assert focused == f"tab-{expected}", key
         tabs = page.locator("[role=tab]").evaluate_all(
             "tabs => tabs.map(t => [t.getAttribute('aria-selected'), t.tabIndex])"
         )
         assert [t for t in tabs if t == ["true", 0]] == [["true", 0]], "one selected tab stop"
-        assert page.locator(f"#view-{expected}").is_visible()
+        assert tabs[VIEWS.index(expected)] == ["true", 0], key
     outline = page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
     assert outline != "none", "the focused tab shows its focus"
 
