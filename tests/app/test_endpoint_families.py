@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 import zmq
 from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
-from zmq.utils.monitor import recv_monitor_message
 
 from app.settings import PublisherEndpoints, SidecarSettings
 from offload.wire.endpoints import binds_ipv6, connects_ipv6, endpoint_refusal
@@ -151,26 +150,6 @@ def test_a_publisher_is_reached_by_a_name_of_its_family_or_a_zoned_address(
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def first_connect_event(source: str, host: str) -> None:
-    """Print what ZMQ's monitor sees first of a connect from ``source`` to ``host`` (IPv6
-    addresses in brackets), to a socket bound on every address; run in the network
-    namespace (``python -c``)."""
-    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
-        pull.linger = 0
-        pull.ipv6 = True
-        pull.bind("tcp://[::]:*")
-        endpoint = f"tcp://{source}:0;{host}:{pull.last_endpoint.decode().rpartition(':')[2]}"
-        with context.socket(zmq.PUSH) as push:
-            push.linger = 0
-            push.ipv6 = connects_ipv6(endpoint)
-            with push.get_monitor_socket(EVENT_CONNECTED | EVENT_CONNECT_RETRIED) as monitor:
-                monitor.linger = 0
-                monitor.rcvtimeo = 60_000  # a bound on a failure, not a measured time
-                push.connect(endpoint)
-                print(recv_monitor_message(monitor)["event"])
-                push.disable_monitor()
-
-
 @pytest.mark.skipif(not _namespaces_work(), reason="no network namespace to make")
 @pytest.mark.parametrize(("host_zone", "connects"), [("v0", True), ("v1", False)])
 def test_a_link_local_source_reaches_a_host_on_its_own_link_only(
@@ -181,15 +160,16 @@ def test_a_link_local_source_reaches_a_host_on_its_own_link_only(
     silence (the kernel refuses a connect to another link than its source's), which the
     settings refuse. (The links are the namespace's: out here only the shape is checked.)"""
     source, host = "[fe80::6b77%v0]", f"[fe80::6b78%{host_zone}]"
-    endpoint = f"tcp://{source}:0;{host}:5557"
+    form = f"tcp://{source}:0;{host}:{{port}}"
+    endpoint = form.format(port=5557)
     if connects:
         assert endpoint_refusal(endpoint, bind=False) is None
     else:
         with pytest.raises(ValueError, match="its zone 'v0' is not the host's 'v1'"):
             SidecarSettings(connect=[endpoint])
     run = (
-        f"from tests.app.test_endpoint_families import first_connect_event; "
-        f"first_connect_event({source!r}, {host!r})"
+        f"from tests.support.zmq_connects import first_connect_event; "
+        f"print(first_connect_event({form!r})[1])"
     )
     script = (
         "ip link set lo up && ip link add v0 type veth peer name v1 && ip link set v0 up && "

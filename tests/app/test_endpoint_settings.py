@@ -19,13 +19,13 @@ from collections.abc import Iterator
 import pytest
 import zmq
 from pydantic import ValidationError
-from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
-from zmq.utils.monitor import recv_monitor_message
+from zmq import EVENT_CONNECT_RETRIED
 
 from app.settings import SidecarSettings
 from offload.shown import shown_repr
 from offload.wire.endpoints import connects_ipv6, endpoint_refusal
 from tests.support.ports import held_tcp_ports
+from tests.support.zmq_connects import first_connect_event
 
 LISTEN = "tcp://127.0.0.1:5557"
 IPC_MAX = zmq.IPC_PATH_MAX_LEN
@@ -185,21 +185,9 @@ def test_zmq_itself_refuses_these_only_once_a_socket_uses_them(endpoint: str, bi
 def test_zmq_takes_these_connects_and_never_connects(form: str) -> None:
     """Refused by the settings, and rightly: ZMQ's connect takes each without an error and
     then retries it in silence, which only a monitor sees."""
-    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
-        pull.linger = 0
-        pull.ipv6 = True
-        pull.bind("tcp://[::]:*")
-        endpoint = form.format(port=pull.last_endpoint.decode().rpartition(":")[2])
-        assert refusal({"connect": [endpoint]})[0] == ("connect",)
-        with context.socket(zmq.PUSH) as push:
-            push.linger = 0
-            push.ipv6 = connects_ipv6(endpoint)
-            with push.get_monitor_socket(EVENT_CONNECTED | EVENT_CONNECT_RETRIED) as monitor:
-                monitor.linger = 0
-                monitor.rcvtimeo = 60_000  # a bound on a failure, not a measured time
-                push.connect(endpoint)
-                assert recv_monitor_message(monitor)["event"] == EVENT_CONNECT_RETRIED
-                push.disable_monitor()
+    endpoint, event = first_connect_event(form)
+    assert refusal({"connect": [endpoint]})[0] == ("connect",)
+    assert event == EVENT_CONNECT_RETRIED
 
 
 @pytest.mark.parametrize("endpoint", ["tcp://*:00", "tcp://127.0.0.1:000"])
