@@ -31,6 +31,7 @@ from offload.wire.publisher import EventPublisher
 from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, stored
 from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
+from tests.support.zmq_connects import reached
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -103,12 +104,7 @@ def test_an_ipv6_address_with_its_zone_is_taken_bound_and_delivered_through(zone
         pull.bind(bound)
         endpoint = bound.replace("*", pull.last_endpoint.decode().rpartition(":")[2])
         assert SidecarSettings(connect=[endpoint]).connect == [endpoint]
-        with context.socket(zmq.PUSH) as push:
-            push.linger = 0
-            push.ipv6 = connects_ipv6(endpoint)
-            push.connect(endpoint)
-            push.send(b"reached")
-            assert pull.recv() == b"reached"
+        assert reached(context, pull, endpoint).bytes == b"reached"
 
 
 @pytest.mark.skipif(not _namespaces_work(), reason="no network and mount namespaces to make")

@@ -23,9 +23,9 @@ from zmq import EVENT_CONNECT_RETRIED
 
 from app.settings import SidecarSettings
 from offload.shown import shown_repr
-from offload.wire.endpoints import connects_ipv6, endpoint_refusal
+from offload.wire.endpoints import endpoint_refusal
 from tests.support.ports import held_tcp_ports
-from tests.support.zmq_connects import first_connect_event
+from tests.support.zmq_connects import first_connect_event, reached
 
 LISTEN = "tcp://127.0.0.1:5557"
 IPC_MAX = zmq.IPC_PATH_MAX_LEN
@@ -261,12 +261,7 @@ def test_what_users_connect_to_is_taken_and_zmq_delivers_through_it(bound: str, 
         endpoint = form.format(port=port, **names)
         settings = SidecarSettings(connect=[endpoint], replay=[endpoint])
         assert (settings.connect, settings.replay) == ([endpoint], [endpoint])
-        with context.socket(zmq.PUSH) as push:
-            push.linger = 0
-            push.ipv6 = connects_ipv6(endpoint)
-            push.connect(endpoint)
-            push.send(b"reached")
-            assert pull.recv() == b"reached"
+        assert reached(context, pull, endpoint).bytes == b"reached"
 
 
 def test_a_connect_leaves_from_its_source_address() -> None:
@@ -277,12 +272,8 @@ def test_a_connect_leaves_from_its_source_address() -> None:
         pull.bind("tcp://127.0.0.1:*")
         endpoint = f"tcp://127.0.0.2:0;{pull.last_endpoint.decode().removeprefix('tcp://')}"
         assert SidecarSettings(connect=[endpoint]).connect == [endpoint]
-        with context.socket(zmq.PUSH) as push:
-            push.linger = 0
-            push.connect(endpoint)
-            push.send(b"reached")
-            frame = pull.recv(copy=False)
-            assert (frame.bytes, frame.get("Peer-Address")) == (b"reached", "127.0.0.2")
+        frame = reached(context, pull, endpoint)
+        assert (frame.bytes, frame.get("Peer-Address")) == (b"reached", "127.0.0.2")
 
 
 @pytest.mark.parametrize(

@@ -33,3 +33,14 @@ def first_connect_event(form: str) -> tuple[str, int]:
                 event = recv_monitor_message(monitor)["event"]
                 push.disable_monitor()
     return endpoint, event
+
+
+def reached(context: zmq.Context, pull: zmq.Socket, endpoint: str) -> zmq.Frame:
+    """What ``pull`` receives of a message sent through a connect to ``endpoint`` (with ZMQ's
+    IPv6 option as the settings would set it)."""
+    with context.socket(zmq.PUSH) as push:
+        push.linger = 0
+        push.ipv6 = connects_ipv6(endpoint)
+        push.connect(endpoint)
+        push.send(b"reached")
+        return pull.recv(copy=False)
