@@ -495,7 +495,10 @@ class SidecarSettings(BaseSettings):
     @field_validator("listen_replay")
     @classmethod
     def _listen_replay_declares_streams(cls, pairs: list[str]) -> list[str]:
+        """Each endpoint checked here, once: ``listen_streams`` reads them as checked."""
         names = [_declared_stream(pair).name for pair in pairs]
+        for pair in pairs:  # each STREAM=ENDPOINT, as _declared_stream found it
+            _check_endpoint(pair.partition("=")[2], bind=False)
         _no_repeats(names, "is given more than one replay endpoint")
         return pairs
 
@@ -654,13 +657,14 @@ def _allowed_network(text: str) -> str:
 
 
 def _declared_stream(pair: str) -> ListenStream:
-    """A ``listen_replay`` value, ``STREAM=ENDPOINT``, as the stream it declares."""
+    """A ``listen_replay`` value, ``STREAM=ENDPOINT``, as the stream it declares. Its endpoint
+    is not checked here: the check binds a socket and may wait on DNS, so the settings'
+    validator makes it once, and the sidecar, reading the streams as it starts, not again."""
     name, separator, endpoint = pair.partition("=")
     if not separator or not endpoint:
         raise ValueError(
             f"{shown_repr(pair)} is not STREAM=ENDPOINT (e.g. vllm-gpu@0=tcp://engine:5558)"
         )
-    _check_endpoint(endpoint, bind=False)
     return ListenStream(*parse_stream_name(name), replay_endpoint=endpoint)
 
 

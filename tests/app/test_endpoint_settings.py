@@ -406,3 +406,17 @@ def _has_ipv4_address(name: str) -> bool:
 
 _SIOCGIFADDR = 0x8915
 """Linux's ioctl that reads an interface's IPv4 address."""
+
+
+def test_the_declared_streams_are_read_as_checked_not_checked_again() -> None:
+    """Checking a listen-replay endpoint's source binds a socket and may wait on DNS: it is
+    done once, as the settings are read. The sidecar reading the streams they declare (as
+    it starts) does not check again, where a host that changed since raised a ValueError
+    from inside the sidecar instead of the settings' error. A copy, which pydantic does not
+    validate, stands for such a host: its source address is none of this host's now."""
+    settings = SidecarSettings(**SETTINGS["listen_replay"]("tcp://127.0.0.1:0;127.0.0.1:5558"))
+    moved = "tcp://203.0.113.9:0;127.0.0.1:5558"
+    assert refusal(SETTINGS["listen_replay"](moved))[0] == ("listen_replay",)
+    copy = settings.model_copy(update={"listen_replay": [f"a@0={moved}"]})
+    [stream] = copy.listen_streams()
+    assert (stream.name, stream.replay_endpoint) == ("a@0", moved)
