@@ -15,6 +15,7 @@ interface or source address that host does not have.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import re
 import socket
@@ -306,12 +307,12 @@ def interface_refusal(endpoint: str) -> str | None:
     The shape check takes any interface name, as a zone or as a connect's source, and
     any source address. ZMQ refuses a bind to a zone naming no interface, but takes such
     a connect and retries it in silence for ever, as it does one leaving from an
-    interface with no address of the connect's family, or from an address this host does
-    not have. So where an endpoint is checked on the host that uses it (the sidecar's
-    settings, the connector's scheduler as it binds), each interface it names must be
-    this host's, and a source is bound as ZMQ binds it for the connect
-    (``_source_bind_problem``); not where vLLM reads the connector's endpoints in every
-    worker process, on every node. Looking the target up may wait on DNS
+    interface with no address of the connect's family, from an address this host does
+    not have, or from a port another socket holds. So where an endpoint is checked on the
+    host that uses it (the sidecar's settings, the connector's scheduler as it binds),
+    each interface it names must be this host's, and a source is bound as ZMQ binds it
+    for the connect (``_source_bind_problem``); not where vLLM reads the connector's
+    endpoints in every worker process, on every node. Looking the target up may wait on DNS
     (``connects_ipv6``): call it at start-up.
     """
     if not endpoint.startswith("tcp://"):
@@ -324,7 +325,7 @@ def interface_refusal(endpoint: str) -> str | None:
             return f"cannot be used on this host: {problem}"
     if source_host is None:
         return None
-    problem = _source_bind_problem(source_host, ipv6=connects_ipv6(endpoint))
+    problem = _source_bind_problem(source, ipv6=connects_ipv6(endpoint))
     if problem is None:
         return None
     return f"cannot be used on this host: the source address {shown_repr(source)}: {problem}"
@@ -353,14 +354,15 @@ def _zone_absent(host: str) -> str | None:
     return None
 
 
-def _source_bind_problem(host: str, *, ipv6: bool) -> str | None:
-    """Why ZMQ cannot leave from ``host``, a source's interface name or IP address; None
-    where it can.
+def _source_bind_problem(source: str, *, ipv6: bool) -> str | None:
+    """Why ZMQ cannot leave from ``source``, ``SOURCE:PORT`` (an interface's name or an IP
+    address); None where it can.
 
     ZMQ resolves a source as it does the address of a bind (no DNS, an interface's name
     looked up among this host's, the connect's IPv6 option choosing the family), and
-    binds the connecting socket to it: so a bind to the same host on a free port fails
-    where the connect would, and for the same reason."""
+    binds the connecting socket to it, at its port: so a bind of the same source fails
+    where the connect would, and for the same reason (a port another socket holds too)."""
+    host, port = _host_and_port(source)
     family = 6 if ipv6 else 4
     is_name = not host.startswith("[") and not _is_ipv4_text(host)
     if is_name:
@@ -374,8 +376,10 @@ def _source_bind_problem(host: str, *, ipv6: bool) -> str | None:
         sock.linger = 0
         sock.ipv6 = ipv6
         try:
-            sock.bind(f"tcp://{host}:0")
+            sock.bind(f"tcp://{source}")
         except zmq.ZMQError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"its port {port} is in use on this host (0 leaves from a free one)"
             if is_name:
                 return (
                     f"the interface {shown_repr(host)} has no IPv{family} address, which ZMQ "

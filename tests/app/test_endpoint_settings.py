@@ -420,3 +420,24 @@ def test_the_declared_streams_are_read_as_checked_not_checked_again() -> None:
     copy = settings.model_copy(update={"listen_replay": [f"a@0={moved}"]})
     [stream] = copy.listen_streams()
     assert (stream.name, stream.replay_endpoint) == ("a@0", moved)
+
+
+@pytest.mark.parametrize("interface", ["127.0.0.1", "lo"])
+def test_a_source_port_in_use_on_this_host_is_refused_saying_so(interface: str) -> None:
+    """ZMQ binds the connecting socket to the source's own port: one another socket holds
+    fails that bind, and ZMQ retries the connect in silence for ever. The check bound a
+    free port instead, and took it."""
+    if interface == "lo" and "lo" not in [name for _, name in socket.if_nameindex()]:
+        pytest.skip("this host has no interface named lo")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        source = f"{interface}:{port}"
+        loc, message = refusal({"connect": [f"tcp://{source};127.0.0.1:5557"]})
+        assert loc == ("connect",)
+        assert (
+            f"cannot be used on this host: the source address {shown_repr(source)}: its port "
+            f"{port} is in use on this host (0 leaves from a free one)"
+        ) in message
+    assert SidecarSettings(connect=[f"tcp://{source};127.0.0.1:5557"]).connect  # free again
