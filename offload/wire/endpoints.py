@@ -312,8 +312,10 @@ def interface_refusal(endpoint: str) -> str | None:
     host that uses it (the sidecar's settings, the connector's scheduler as it binds),
     each interface it names must be this host's, and a source is bound as ZMQ binds it
     for the connect (``_source_bind_problem``); not where vLLM reads the connector's
-    endpoints in every worker process, on every node. Looking the target up may wait on DNS
-    (``connects_ipv6``): call it at start-up.
+    endpoints in every worker process, on every node. A source given as an interface's name
+    has the target looked up, which may wait on DNS (``connects_ipv6``: ZMQ leaves from the
+    interface's address of the connect's family); an address is of its own family. Call it
+    at start-up.
     """
     if not endpoint.startswith("tcp://"):
         return None
@@ -325,7 +327,13 @@ def interface_refusal(endpoint: str) -> str | None:
             return f"cannot be used on this host: {problem}"
     if source_host is None:
         return None
-    problem = _source_bind_problem(source, ipv6=connects_ipv6(endpoint))
+    if source_host.startswith("["):
+        ipv6 = True
+    elif _is_ipv4_text(source_host):
+        ipv6 = False
+    else:
+        ipv6 = connects_ipv6(endpoint)
+    problem = _source_bind_problem(source, ipv6=ipv6)
     if problem is None:
         return None
     return f"cannot be used on this host: the source address {shown_repr(source)}: {problem}"
