@@ -52,6 +52,9 @@ _PUBLISHER_COUNTERS = (
      "replayed"),
     ("kvscope_sidecar_held_dropped_frames_total",
      "Live frames dropped while a replay held them past replay_hold_bytes.", "held_dropped"),
+    ("kvscope_sidecar_family_changes_total",
+     "Connect sockets made again, or replay endpoints switched, for the address family their "
+     "host name came to resolve to while the publisher was unheard.", "family_changes"),
 )  # fmt: skip
 _LISTENER_COUNTERS = (
     ("kvscope_sidecar_listen_frames_total", "Frames received on the listen socket.", "frames"),

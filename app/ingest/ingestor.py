@@ -24,6 +24,7 @@ from typing import Final, NamedTuple
 import zmq
 
 from app.decode import DecodedBatch, decode_kv_payload, decode_stats_payload
+from app.ingest.families import FamilyCheck
 from app.ingest.listen_gate import ListenGate, message_host
 from app.ingest.replay import Answer, KVFrame, Replay
 from app.ingest.shadow_thread import ShadowThread
@@ -133,12 +134,9 @@ class Ingestor:
         }
         for publisher in state.publishers.values():
             if isinstance(publisher.source, PublisherEndpoints):
-                sock = receiving_socket(self._ctx, zmq.SUB, config)
-                for topic in {config.kv_topic, config.stats_topic, config.sample_topic}:
-                    sock.setsockopt(zmq.SUBSCRIBE, topic)
-                sock.ipv6 = connects_ipv6(publisher.source.endpoint)
-                sock.connect(publisher.source.endpoint)
-                self._sockets[sock] = publisher
+                endpoint = publisher.source.endpoint
+                self._sockets[self._subscriber(endpoint, connects_ipv6(endpoint))] = publisher
+        self._families = FamilyCheck()
         # The listen socket, its gate and their monitor in a context of their own (see
         # app/ingest/listen_gate.py: a full monitor holds up its context's I/O thread).
         self._listen_ctx = zmq.Context()
@@ -151,6 +149,17 @@ class Ingestor:
         self._thread = threading.Thread(target=self._run, name="kvscope-ingest", daemon=True)
         insight = state.insight
         self._shadows = ShadowThread(insight.queue, insight.config.cpu_share)
+
+    def _subscriber(self, endpoint: str, ipv6: bool) -> zmq.Socket:
+        """A SUB socket connected to ``endpoint``, with or without ZMQ's IPv6 option,
+        subscribed to the KV, stats and sample topics."""
+        config = self.config
+        sock = receiving_socket(self._ctx, zmq.SUB, config)
+        for topic in {config.kv_topic, config.stats_topic, config.sample_topic}:
+            sock.setsockopt(zmq.SUBSCRIBE, topic)
+        sock.ipv6 = ipv6
+        sock.connect(endpoint)
+        return sock
 
     def _bind(self, listener: ListenerState) -> tuple[zmq.Socket, ListenGate]:
         """The listen socket and its gate, bound to every endpoint; ``ListenError`` naming
@@ -182,6 +191,7 @@ class Ingestor:
         if self._thread.is_alive():
             self._thread.join()
         self._shadows.close()
+        self._families.close()
         self._destroy()
 
     def _destroy(self) -> None:
@@ -212,7 +222,12 @@ class Ingestor:
             poller.register(self._listen, zmq.POLLIN)
         for sock in () if self._gate is None else self._gate.sockets:
             poller.register(sock, zmq.POLLIN)
-        housekeeping = (self._expire_replays, self._collect_young, self._sample_history)
+        housekeeping = (
+            self._expire_replays,
+            self._collect_young,
+            self._sample_history,
+            self._recheck_families,
+        )
         while not self._stop.is_set():
             for sock, _ in poller.poll(POLL_MS):
                 try:
@@ -246,6 +261,57 @@ class Ingestor:
             return
         self._next_sample = max(self._next_sample + HISTORY_EVERY_S, time.monotonic())
         self.state.sample_history(time.time())
+
+    def _recheck_families(self) -> None:
+        """Take what the latest look-up of unheard publishers' names found
+        (app/ingest/families.py): a connect socket whose host now resolves to another family
+        than it connects over is made again with the IPv6 option that family needs, and a
+        replay endpoint's option likewise for the replays to come; each change counted."""
+        found = self._families.poll(self._unheard_endpoints)
+        if not found:
+            return
+        for sock, state in list(self._sockets.items()):
+            ipv6 = found.get(state.source.endpoint)
+            if ipv6 is not None and ipv6 != bool(sock.ipv6):
+                self._remake(sock, state, ipv6)
+        for state in self.state.publishers.values():
+            endpoint = state.source.replay_endpoint
+            ipv6 = None if endpoint is None else found.get(endpoint)
+            if ipv6 is not None and ipv6 != self._replay_ipv6[state.name]:
+                self._replay_ipv6[state.name] = ipv6
+                self._family_changed(state, "its replays connect", ipv6)
+
+    def _unheard_endpoints(self) -> list[str]:
+        """The endpoints the sidecar connects to (live and replay) of the publishers unheard
+        for ``CONNECTED_WITHIN_S``: one whose name resolved late may be connected over the
+        wrong family."""
+        now = time.time()
+        unheard = [state for state in self.state.publishers.values() if not state.connected(now)]
+        live = [s.source.endpoint for s in unheard if isinstance(s.source, PublisherEndpoints)]
+        replays = [s.source.replay_endpoint for s in unheard if s.source.replay_endpoint]
+        return live + replays
+
+    def _remake(self, sock: zmq.Socket, state: PublisherState, ipv6: bool) -> None:
+        """Put a new SUB socket, connecting with ``ipv6``, in the place of ``sock``; the
+        new one first, so that one that cannot be made leaves the old in place."""
+        new = self._subscriber(state.source.endpoint, ipv6)
+        self._poller.unregister(sock)
+        del self._sockets[sock]
+        sock.close(linger=0)
+        self._sockets[new] = state
+        self._poller.register(new, zmq.POLLIN)
+        self._family_changed(state, "its socket connects", ipv6)
+
+    @staticmethod
+    def _family_changed(state: PublisherState, what: str, ipv6: bool) -> None:
+        """Count and log a change ``_recheck_families`` made: ``what`` now connects over
+        IPv6 (``ipv6``) or IPv4."""
+        state.family_changes += 1
+        _log.log(
+            logging.INFO,
+            f"family:{state.name}",
+            f"the host of {state.name} resolves anew: {what} over IPv{6 if ipv6 else 4} now",
+        )
 
     def _fault(self, key: str, message: str, exc: Exception) -> None:
         """A fault of the sidecar's own that ingest got past: counted (/metrics) and logged

@@ -64,6 +64,10 @@ class PublisherState:
     held_dropped: int = 0
     """Live KV frames dropped because those held during a replay reached ``replay_hold_bytes``;
     each shows as a gap afterwards, filled by the next replay when the publisher still has it."""
+    family_changes: int = 0
+    """Times its connect socket was made again, or its replay endpoint's IPv6 option set
+    anew, for the address family its host name came to resolve to while it was unheard
+    (app/ingest/families.py)."""
     unreadable_ahead: dict[int, None] = field(default_factory=dict, repr=False)
     """Numbers past the next one whose live KV payload was no batch, counted in ``malformed``
     as it came: a replay that brings the same bytes later uses the number up without

@@ -435,15 +435,26 @@ def connects_ipv6(endpoint: str) -> bool:
     (IPv4) is not listening. So the option is set for a bracketed address, the host's or a
     source address's (ZMQ finds an IPv6 source only with it), and for a host name
     that resolves now to IPv6 addresses and no IPv4 one; a name that does not resolve yet
-    keeps ZMQ's IPv4 lookup, as before. Resolving may wait on DNS: call it where a start
-    may wait, not on a path that must not stall.
+    keeps ZMQ's IPv4 lookup, until the sidecar finds it resolves (``resolved_ipv6``).
+    Resolving may wait on DNS: call it where a start may wait, not on a path that must not
+    stall.
     """
+    return resolved_ipv6(endpoint) is True
+
+
+def resolved_ipv6(endpoint: str) -> bool | None:
+    """``connects_ipv6`` of ``endpoint`` where its host resolves now; None for a host name
+    with no address now (its service not up yet), whose answer is still to come: the
+    sidecar looks such a name up again while its publisher is unheard
+    (app/ingest/families.py). May wait on DNS, as ``connects_ipv6``."""
     if not endpoint.startswith("tcp://"):
         return False
     if "[" in endpoint:  # the host's address, or the source's (SOURCE:PORT;HOST:PORT)
         return True
     host = connect_target(endpoint).removeprefix("tcp://").rpartition(":")[0]
-    return _resolves(host, socket.AF_INET6) and not _resolves(host, socket.AF_INET)
+    if _resolves(host, socket.AF_INET):
+        return False
+    return True if _resolves(host, socket.AF_INET6) else None
 
 
 def _resolves(host: str, family: socket.AddressFamily) -> bool:

@@ -10,7 +10,7 @@ those tests run their sidecar in namespaces of its own (``unshare``, root only):
 one, whose loopback gets an IPv6 address that is not ``::1`` (glibc answers an IPv4 lookup of
 a name for ``::1`` with 127.0.0.1) and a link-local one, reached only with its zone (the
 interface it is on), and a mount one, where a hosts file of the test's own stands over
-/etc/hosts. Elsewhere they are skipped.
+/etc/hosts, and may be written while the sidecar runs. Elsewhere they are skipped.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from app.settings import PublisherEndpoints, SidecarSettings
 from offload.wire.endpoints import binds_ipv6, connects_ipv6, endpoint_refusal
 from offload.wire.publisher import EventPublisher
 from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, stored
+from tests.support.http_app import served_views
 from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
 from tests.support.zmq_connects import reached
@@ -44,17 +45,26 @@ _LINK_LOCAL = "fe80::6b76"
 _HOSTS = f"127.0.0.1 localhost\n{_ADDRESS} v6only.test\n{_ADDRESS} both.test\n127.0.0.1 both.test\n"
 
 
-def reach_by_name(bound: str, name: str) -> None:
+def reach_by_name(bound: str, name: str, hosts: str | None = None) -> None:
     """A sidecar connecting by ``name`` to a publisher bound on ``bound`` subscribes and is
-    replayed what it missed; run in the namespaces (``python -c``), and for ``localhost``."""
+    replayed what it missed; run in the namespaces (``python -c``), and for ``localhost``.
+
+    ``hosts``: the hosts file standing over /etc/hosts, where ``name`` is written for
+    ``bound``'s address only once the sidecar has started, as a name that did not resolve
+    then (so it connected over IPv4); the sidecar finds it and connects again."""
     with EventPublisher(f"tcp://{bound}:*", f"tcp://{bound}:*") as publisher:
         publisher.publish_events([stored(1, 2)])
         wait_until(lambda: publisher.batches_published == 1, "first batch sent")
         ports = (e.rpartition(":")[2] for e in (publisher.endpoint, publisher.replay_endpoint))
         by_name = PublisherEndpoints(*(f"tcp://{name}:{port}" for port in ports))
+        if hosts is not None:
+            assert connects_ipv6(by_name.endpoint) is False  # no address yet: IPv4
         ingestor = start_ingest(by_name)
         try:
             state = ingestor.state.publishers[by_name.endpoint]
+            if hosts is not None:
+                with open(hosts, "a") as file:
+                    file.write(f"{bound.strip('[]')} {name}\n")
 
             def subscribed() -> bool:
                 publisher.publish_stats(a_stats_frame())
@@ -63,6 +73,10 @@ def reach_by_name(bound: str, name: str) -> None:
             wait_until(subscribed, f"the sidecar subscribes to {name}")
             publisher.publish_events([stored(3)])  # the first frame seen: 1 and 2 replayed
             wait_until(lambda: cpu_blocks(ingestor) == {1, 2, 3}, f"a replay from {name}")
+            # its socket made again, and its replay endpoint switched: each once, or never
+            metrics, _ = served_views(ingestor.state, by_name.endpoint)
+            changes = metrics["kvscope_sidecar_family_changes_total", (("publisher", state.name),)]
+            assert changes == (0 if hosts is None else 2)
         finally:
             ingestor.close()
 
@@ -71,6 +85,63 @@ def _namespaces_work() -> bool:
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         return False
     return subprocess.run(["unshare", "-m", "-n", "true"], capture_output=True).returncode == 0
+
+
+def in_namespaces(
+    tmp_path: Path, hosts_text: str, bound: str, name: str, *, later: bool = False
+) -> None:
+    """``reach_by_name(bound, name)`` in namespaces of its own, ``hosts_text`` standing over
+    /etc/hosts (written to by ``reach_by_name`` where ``later``)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(hosts_text)
+    arguments = (bound, name, str(hosts)) if later else (bound, name)
+    run = (
+        f"from tests.app.test_endpoint_families import reach_by_name; reach_by_name(*{arguments!r})"
+    )
+    script = (
+        f"ip link set lo up && ip addr add {_ADDRESS}/128 dev lo && "
+        f"ip addr add {_LINK_LOCAL}/64 dev lo nodad && "
+        f'mount --bind {hosts} /etc/hosts && exec "$0" -c "$1"'
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "-n", "sh", "-c", script, sys.executable, run],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not _namespaces_work(), reason="no network namespace to make")
+@pytest.mark.parametrize(("host_zone", "connects"), [("v0", True), ("v1", False)])
+def test_a_link_local_source_reaches_a_host_on_its_own_link_only(
+    host_zone: str, connects: bool
+) -> None:
+    """Two links (a veth pair, each end a link-local address): from one link's address, ZMQ
+    connects to a host named on that link, and a host named on the other it retries in
+    silence (the kernel refuses a connect to another link than its source's), which the
+    settings refuse. (The links are the namespace's: out here only the shape is checked.)"""
+    source, host = "[fe80::6b77%v0]", f"[fe80::6b78%{host_zone}]"
+    form = f"tcp://{source}:0;{host}:{{port}}"
+    endpoint = form.format(port=5557)
+    if connects:
+        assert endpoint_refusal(endpoint, bind=False) is None
+    else:
+        with pytest.raises(ValueError, match="its zone 'v0' is not the host's 'v1'"):
+            SidecarSettings(connect=[endpoint])
+    run = (
+        f"from tests.support.zmq_connects import first_connect_event; "
+        f"print(first_connect_event({form!r})[1])"
+    )
+    script = (
+        "ip link set lo up && ip link add v0 type veth peer name v1 && ip link set v0 up && "
+        "ip link set v1 up && ip addr add fe80::6b77/64 dev v0 nodad && "
+        'ip addr add fe80::6b78/64 dev v1 nodad && exec "$0" -c "$1"'
+    )
+    done = subprocess.run(
+        ["unshare", "-n", "sh", "-c", script, sys.executable, run],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout) == (EVENT_CONNECTED if connects else EVENT_CONNECT_RETRIED)
 
 
 def test_a_connect_sets_ipv6_for_a_bracketed_address_and_a_bind_for_nothing_else() -> None:
@@ -128,53 +199,14 @@ def test_an_ipv6_address_with_its_zone_is_taken_bound_and_delivered_through(zone
 def test_a_publisher_is_reached_by_a_name_of_its_family_or_a_zoned_address(
     tmp_path: Path, bound: str, name: str
 ) -> None:
-    hosts = tmp_path / "hosts"
-    hosts.write_text(_HOSTS)
-    run = (
-        f"from tests.app.test_endpoint_families import reach_by_name; "
-        f"reach_by_name({bound!r}, {name!r})"
-    )
-    script = (
-        f"ip link set lo up && ip addr add {_ADDRESS}/128 dev lo && "
-        f"ip addr add {_LINK_LOCAL}/64 dev lo nodad && "
-        f'mount --bind {hosts} /etc/hosts && exec "$0" -c "$1"'
-    )
-    done = subprocess.run(
-        ["unshare", "-m", "-n", "sh", "-c", script, sys.executable, run],
-        capture_output=True, text=True, timeout=90,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    in_namespaces(tmp_path, _HOSTS, bound, name)
 
 
-@pytest.mark.skipif(not _namespaces_work(), reason="no network namespace to make")
-@pytest.mark.parametrize(("host_zone", "connects"), [("v0", True), ("v1", False)])
-def test_a_link_local_source_reaches_a_host_on_its_own_link_only(
-    host_zone: str, connects: bool
+@pytest.mark.skipif(not _namespaces_work(), reason="no network and mount namespaces to make")
+def test_a_name_that_resolves_only_once_the_sidecar_runs_is_reached_over_ipv6(
+    tmp_path: Path,
 ) -> None:
-    """Two links (a veth pair, each end a link-local address): from one link's address, ZMQ
-    connects to a host named on that link, and a host named on the other it retries in
-    silence (the kernel refuses a connect to another link than its source's), which the
-    settings refuse. (The links are the namespace's: out here only the shape is checked.)"""
-    source, host = "[fe80::6b77%v0]", f"[fe80::6b78%{host_zone}]"
-    form = f"tcp://{source}:0;{host}:{{port}}"
-    endpoint = form.format(port=5557)
-    if connects:
-        assert endpoint_refusal(endpoint, bind=False) is None
-    else:
-        with pytest.raises(ValueError, match="its zone 'v0' is not the host's 'v1'"):
-            SidecarSettings(connect=[endpoint])
-    run = (
-        f"from tests.support.zmq_connects import first_connect_event; "
-        f"print(first_connect_event({form!r})[1])"
-    )
-    script = (
-        "ip link set lo up && ip link add v0 type veth peer name v1 && ip link set v0 up && "
-        "ip link set v1 up && ip addr add fe80::6b77/64 dev v0 nodad && "
-        'ip addr add fe80::6b78/64 dev v1 nodad && exec "$0" -c "$1"'
-    )
-    done = subprocess.run(
-        ["unshare", "-n", "sh", "-c", script, sys.executable, run],
-        capture_output=True, text=True, timeout=90,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert int(done.stdout) == (EVENT_CONNECTED if connects else EVENT_CONNECT_RETRIED)
+    """A service whose pods are not up as the sidecar starts: its name does not resolve, so
+    the sidecar connects over IPv4; once the name resolves to an IPv6 address alone, the
+    sidecar's next look-up finds it and connects over IPv6, where the publisher listens."""
+    in_namespaces(tmp_path, "127.0.0.1 localhost\n", f"[{_ADDRESS}]", "late.test", later=True)
