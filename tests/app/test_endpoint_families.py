@@ -26,7 +26,7 @@ import zmq
 from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
 
 from app.settings import PublisherEndpoints, SidecarSettings
-from offload.wire.endpoints import binds_ipv6, connects_ipv6, endpoint_refusal
+from offload.wire.endpoints import binds_ipv6, connects_ipv6, endpoint_refusal, resolved_ipv6
 from offload.wire.publisher import EventPublisher
 from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, stored
 from tests.support.http_app import served_views
@@ -155,6 +155,9 @@ def test_a_connect_sets_ipv6_for_a_bracketed_address_and_a_bind_for_nothing_else
     for endpoint in ("tcp://127.0.0.1:5557", "tcp://localhost:5557", "ipc:///tmp/kv"):
         assert not connects_ipv6(endpoint), endpoint
     assert not connects_ipv6("tcp://no-such-name.invalid:5557")  # resolves later, if ever: IPv4
+    # and is looked up again while unheard: no answer yet, where other names have theirs
+    assert resolved_ipv6("tcp://no-such-name.invalid:5557") is None
+    assert resolved_ipv6("tcp://localhost:5557") is False
 
 
 def test_a_publisher_on_ipv4_loopback_is_reached_by_localhost() -> None:
