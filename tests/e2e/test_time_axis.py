@@ -3,9 +3,10 @@
 A live sidecar serves the page, and the browser's network layer (Playwright's routing) puts
 on the wire the history it is given: a real one crosses midnight or starts on a whole minute
 only by chance. Reads after the first get no new points, so the charts keep what the test
-drew. The browser runs in UTC and en-US, so the test knows which tick starts a new day and
-how its time and date read. What the chart drew is read off the chart (its ticks, their
-places and labels, and the axis's font), and each label is measured in that font.
+drew. The browser runs in en-US and in UTC, or in a time zone whose clocks change within the
+history, so the test knows which tick starts a new day and how its time and date read.
+What the chart drew is read off the chart (its ticks, their places and labels, and the
+axis's font), and each label is measured in that font.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from playwright import sync_api
@@ -34,6 +36,15 @@ HISTORIES = {
     "one point": (MIDNIGHT - 9 * 3600 + 7, 1, 1),
 }
 """Each history's first point (unix seconds), its resolution and its number of points."""
+CLOCK_CHANGES = {
+    "America/New_York": 1_793_512_800,
+    "Europe/Berlin": 1_774_746_000,
+}
+"""When each zone's clocks change: back from 2:00 to 1:00 on 2026-11-01 (06:00 UTC), and
+forward from 2:00 to 3:00 on 2026-03-29 (01:00 UTC)."""
+RESIZED_AND_DRAWN = """chart =>
+  JSON.parse(chart.dataset.timeAxis).width === chart.querySelector(".plot").clientWidth"""
+"""Whether the chart has redrawn its time axis at its plot's width, after a resize."""
 WIDTHS = (390, 900, 1920)
 """A phone's window, one chart a row across a window, and a wide desktop's."""
 MEASURED = """({ font, labels }) => {
@@ -67,12 +78,18 @@ def history(start: int, step: int, points: int) -> dict[str, Any]:
 
 @contextmanager
 def overview(
-    browser: sync_api.Browser, sidecar: str, answer: dict[str, Any], width: int, name: str
+    browser: sync_api.Browser,
+    sidecar: str,
+    answer: dict[str, Any],
+    width: int,
+    name: str,
+    zone: str = "UTC",
 ) -> Iterator[sync_api.Locator]:
-    """The overview in a window ``width`` px wide, its history ``answer``: chart ``name``
-    once it has drawn every point. Fails on any script error of the page."""
+    """The overview in a window ``width`` px wide, in time zone ``zone``, its history
+    ``answer``: chart ``name`` once it has drawn every point. Fails on any script error of
+    the page."""
     context = browser.new_context(
-        viewport={"width": width, "height": 900}, timezone_id="UTC", locale="en-US"
+        viewport={"width": width, "height": 900}, timezone_id=zone, locale="en-US"
     )
     try:
         page = context.new_page()
@@ -102,6 +119,33 @@ def clock_time(tick: datetime, seconds: bool) -> str:
     return f"{shown}:{tick.second:02d}" if seconds else shown
 
 
+def drawn_axis(chart: sync_api.Locator, zone: str) -> tuple[dict[str, Any], list[datetime]]:
+    """The time axis ``chart`` drew, and its ticks in ``zone``, once it is checked: every two
+    neighbouring ticks stand the room the chart keeps for a label apart (the widest label
+    with or without seconds, and a blank) and their labels fit between them, each label
+    stays on the canvas and reads its tick's time (with seconds where ticks are under a
+    minute apart), and a date is written under the first tick and under the first of each
+    new day only."""
+    axis = json.loads(chart.get_attribute("data-time-axis") or "")
+    widths = chart.page.evaluate(MEASURED, axis)
+    ticks, at, labels = axis["ticks"], axis["at"], axis["labels"]
+    # Seconds where ticks are under a minute apart (a lone tick's step is not known here).
+    seconds = labels[0].split("\n")[0].count(":") == 2
+    room = axis["room"]["seconds" if seconds else "minutes"]
+    for (left, wide), (right, next_wide) in itertools.pairwise(zip(at, widths, strict=True)):
+        assert right - left >= room, (labels, at, room)
+        assert wide / 2 + next_wide / 2 <= right - left, (labels, at, widths)
+    assert at[0] - widths[0] / 2 >= 0 and at[-1] + widths[-1] / 2 <= axis["width"], (at, widths)
+    assert len(ticks) == 1 or seconds == (ticks[1] - ticks[0] < 60), labels
+    times = [datetime.fromtimestamp(tick, ZoneInfo(zone)) for tick in ticks]
+    for i, (label, tick) in enumerate(zip(labels, times, strict=True)):
+        new_day = i == 0 or tick.date() != times[i - 1].date()
+        time_line, *date_line = label.replace("\u202f", " ").split("\n")
+        assert time_line == f"{clock_time(tick, seconds)} {tick:%p}", (i, labels)
+        assert date_line == ([f"{tick:%b} {tick.day}"] if new_day else []), (i, labels)
+    return axis, times
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", list(HISTORIES))
 def test_time_labels_fit_between_their_ticks_with_a_date_where_the_day_is_new(
@@ -109,32 +153,35 @@ def test_time_labels_fit_between_their_ticks_with_a_date_where_the_day_is_new(
 ) -> None:
     """uPlot wrote a tick's date under its time ("11/29/26 2:23pm") but spaced its ticks by
     the time alone (":00" where ticks were seconds apart), so the date ran into its
-    neighbour's label ("2:24pm"). Every two neighbouring labels fit between their ticks, each
-    label stays on the canvas, and a date is written under the first tick and under the
-    first of each new day only. One point alone spans a thousand days in uPlot's own scale,
-    past every step of the axis: it gets a minute around it, and a tick."""
+    neighbour's label ("2:24pm"). The labels are checked as ``drawn_axis`` says. One point
+    alone spans a thousand days in uPlot's own scale, past every step of the axis: it gets a
+    minute around it, and a tick."""
     start, step, points = HISTORIES[name]
     # The hit ratio needs two points (a counter's increase); the blocks held, one.
     drawn = "hit-ratio" if points > 1 else "occupancy"
     with overview(browser, sidecar, history(start, step, points), width, drawn) as chart:
-        axis = json.loads(chart.get_attribute("data-time-axis") or "")
-        widths = chart.page.evaluate(MEASURED, axis)
-    ticks, at, labels = axis["ticks"], axis["at"], axis["labels"]
-    assert len(ticks) >= min(points, 2), labels
-    for (left, wide), (right, next_wide) in itertools.pairwise(zip(at, widths, strict=True)):
-        assert wide / 2 + next_wide / 2 <= right - left, (labels, at, widths)
-    assert at[0] - widths[0] / 2 >= 0 and at[-1] + widths[-1] / 2 <= axis["width"], (at, widths)
-    # Seconds where ticks are under a minute apart (a lone tick's step is not known here).
-    seconds = labels[0].split("\n")[0].count(":") == 2
-    assert len(ticks) == 1 or seconds == (ticks[1] - ticks[0] < 60), labels
-    times = [datetime.fromtimestamp(tick, UTC) for tick in ticks]
-    for i, (label, tick) in enumerate(zip(labels, times, strict=True)):
-        new_day = i == 0 or tick.date() != times[i - 1].date()
-        time_line, *date_line = label.replace("\u202f", " ").split("\n")
-        assert time_line == f"{clock_time(tick, seconds)} {tick:%p}", (i, labels)
-        assert date_line == ([f"{tick:%b} {tick.day}"] if new_day else []), (i, labels)
+        axis, times = drawn_axis(chart, "UTC")
+    labels = axis["labels"]
+    assert len(times) >= min(points, 2), labels
     crosses = "midnight" in name
     assert len({tick.date() for tick in times}) == (2 if crosses else 1), labels
+
+
+@pytest.mark.parametrize("zone", list(CLOCK_CHANGES))
+def test_time_labels_fit_between_their_ticks_where_the_clocks_change(
+    browser: sync_api.Browser, sidecar: str, zone: str
+) -> None:
+    """uPlot keeps ticks of hours on the reader's clock but finds their step as if every
+    interval were a step long: where clocks go forward one interval is an hour short, and in
+    Berlin two labels ran into each other at some widths (308 px, 460 px to 468 px on the
+    page of the day). Six hours across each zone's change, the window resized from 300 px
+    to 1,000 px by 4 px: at every width the labels are checked as ``drawn_axis`` says."""
+    start = CLOCK_CHANGES[zone] - 3 * 3600 + 7
+    with overview(browser, sidecar, history(start, 10, 2160), 300, "hit-ratio", zone) as chart:
+        for width in range(300, 1001, 4):
+            chart.page.set_viewport_size({"width": width, "height": 900})
+            chart.page.wait_for_function(RESIZED_AND_DRAWN, arg=chart.element_handle())
+            drawn_axis(chart, zone)
 
 
 def test_a_chart_whose_first_point_is_on_a_whole_minute_shows_its_label_whole(

@@ -77,6 +77,28 @@ between two of them would repeat its neighbour's label. */
 const TIME_STEPS = [1, 5, 10, 15, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200,
   86400, 172800, 604800];
 
+/** uPlot's time ticks (`timeTicks`) at the least step, from the one uPlot found, that leaves
+every two neighbours the room their labels need. uPlot finds the step as if every interval
+were a step long, but it keeps ticks of hours on the reader's clock, so across a change to
+summer time one interval is an hour short (it drops such a tick only under 70% of the room):
+its labels could touch. The next step up leaves the room: steps of hours grow by an hour or
+more, so its short interval is at least the step found. */
+function roomyTicks(timeTicks) {
+  return function ticks(u, axisIndex, min, max, step, space) {
+    const room = step < 60 ? LABEL_SPACE.seconds : LABEL_SPACE.minutes;
+    const found = timeTicks(u, axisIndex, min, max, step, space);
+    const crowded = found.some((tick, i) => i > 0 && ((tick - found[i - 1]) * space) / step < room);
+    const next = TIME_STEPS.find((larger) => larger > step);
+    return crowded && next ? ticks(u, axisIndex, min, max, next, (space * next) / step) : found;
+  };
+}
+
+/** Wraps uPlot's own time ticks, which it sets on the axis before this hook and exports no
+other way. */
+function spaceTimeTicks(u) {
+  u.axes[0].splits = roomyTicks(u.axes[0].splits);
+}
+
 /** Each tick's time, and its date under it where the day is not the previous tick's. */
 function timeLabels(u, ticks, axisIndex, space, step) {
   const time = step < 60 ? TIME_SECONDS : TIME;
@@ -106,14 +128,15 @@ function timeRange(u, min, max) {
   return u.data[0].length === 1 ? [min - 30, min + 30] : [min, max];
 }
 
-/** The time axis as drawn, on the chart's element: its font, ticks (unix seconds), their
-places (CSS pixels from the canvas's left edge), labels and the canvas's width, so that a
-test measures the labels where the browser drew them. */
+/** The time axis as drawn, on the chart's element: its font, the room ticks keep
+(LABEL_SPACE), ticks (unix seconds), their places (CSS pixels from the canvas's left edge),
+labels and the canvas's width, so that a test measures the labels where the browser drew
+them. */
 function keepTimeAxis(element) {
   return (u) => {
     const { _splits: ticks, _values: labels } = u.axes[0];
     element.dataset.timeAxis = JSON.stringify({
-      font: AXIS_FONT, ticks, labels, width: u.width,
+      font: AXIS_FONT, room: LABEL_SPACE, ticks, labels, width: u.width,
       at: ticks.map((tick) => u.valToPos(tick, "x", true) / uPlot.pxRatio),
     });
   };
@@ -192,7 +215,9 @@ export class TimeChart {
         { ...axis, space: labelSpace, incrs: TIME_STEPS, values: timeLabels },
         { ...axis, size: tickWidth, values: (u, ticks) => ticks.map(format) },
       ],
-      hooks: { draw: [showLatest, keepTimeAxis(this.element)], setCursor: [showLatest] },
+      hooks: {
+        init: [spaceTimeTicks], draw: [showLatest, keepTimeAxis(this.element)], setCursor: [showLatest],
+      },
       series: [
         { label: "time", value: (u, ts) => (ts === null ? "–" : clock(ts)) },
         ...names.map((name) => ({
