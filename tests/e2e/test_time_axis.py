@@ -30,12 +30,13 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} absen
 MIDNIGHT = 1_795_996_800
 """2026-11-30 00:00 UTC."""
 HISTORIES = {
-    "a quarter hour of an afternoon": (MIDNIGHT - 9 * 3600 - 6 * 60 - 37, 1, 900),
-    "two minutes across midnight": (MIDNIGHT - 61, 1, 121),
-    "six hours across midnight": (MIDNIGHT - 3 * 3600 + 7, 10, 2160),
-    "one point": (MIDNIGHT - 9 * 3600 + 7, 1, 1),
+    "a quarter hour of an afternoon": (MIDNIGHT - 9 * 3600 - 6 * 60 - 37, 1, 900, 3),
+    "two minutes across midnight": (MIDNIGHT - 61, 1, 121, 2),
+    "six hours across midnight": (MIDNIGHT - 3 * 3600 + 7, 10, 2160, 2),
+    "one point": (MIDNIGHT - 9 * 3600 + 7, 1, 1, 1),
 }
-"""Each history's first point (unix seconds), its resolution and its number of points."""
+"""Each history's first point (unix seconds), its resolution, its number of points and the
+fewest ticks a reader should get: a quarter hour has three even on a phone (5 min apart)."""
 CLOCK_CHANGES = {
     "America/New_York": 1_793_512_800,
     "Europe/Berlin": 1_774_746_000,
@@ -45,6 +46,8 @@ forward from 2:00 to 3:00 on 2026-03-29 (01:00 UTC)."""
 RESIZED_AND_DRAWN = """chart =>
   JSON.parse(chart.dataset.timeAxis).width === chart.querySelector(".plot").clientWidth"""
 """Whether the chart has redrawn its time axis at its plot's width, after a resize."""
+STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200)
+"""The steps between ticks a reader expects, in seconds, up to the longest history's."""
 WIDTHS = (390, 900, 1920)
 """A phone's window, one chart a row across a window, and a wide desktop's."""
 MEASURED = """({ font, labels }) => {
@@ -153,16 +156,27 @@ def test_time_labels_fit_between_their_ticks_with_a_date_where_the_day_is_new(
 ) -> None:
     """uPlot wrote a tick's date under its time ("11/29/26 2:23pm") but spaced its ticks by
     the time alone (":00" where ticks were seconds apart), so the date ran into its
-    neighbour's label ("2:24pm"). The labels are checked as ``drawn_axis`` says. One point
-    alone spans a thousand days in uPlot's own scale, past every step of the axis: it gets a
-    minute around it, and a tick."""
-    start, step, points = HISTORIES[name]
+    neighbour's label ("2:24pm"). The labels are checked as ``drawn_axis`` says, and there
+    are as many as a reader should get: the ticks are a step a reader expects apart, the
+    least that leaves the labels room (uPlot has no 2 min step, and a quarter hour whose
+    1 min ticks crowd had 5 min ones even a window wide). One point alone spans a thousand
+    days in uPlot's own scale, past every step of the axis: it gets a minute around it, and
+    a tick."""
+    start, step, points, least = HISTORIES[name]
     # The hit ratio needs two points (a counter's increase); the blocks held, one.
     drawn = "hit-ratio" if points > 1 else "occupancy"
     with overview(browser, sidecar, history(start, step, points), width, drawn) as chart:
         axis, times = drawn_axis(chart, "UTC")
-    labels = axis["labels"]
-    assert len(times) >= min(points, 2), labels
+    ticks, at, labels = axis["ticks"], axis["at"], axis["labels"]
+    assert len(ticks) >= least, labels
+    if len(ticks) > 1:
+        apart = ticks[1] - ticks[0]
+        assert apart in STEPS, labels
+        # The step below would have crowded its labels (with seconds if under a minute).
+        if apart > STEPS[0]:
+            less = max(s for s in STEPS if s < apart)
+            less_px = less * (at[1] - at[0]) / apart
+            assert less_px < axis["room"]["seconds" if less < 60 else "minutes"], (labels, less)
     crosses = "midnight" in name
     assert len({tick.date() for tick in times}) == (2 if crosses else 1), labels
 

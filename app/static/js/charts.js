@@ -72,10 +72,12 @@ function labelSpace(u, axisIndex, min, max, plotWidth) {
 }
 
 /** uPlot's time steps from a second to a day, then two days and a week (a retention set past
-6 h): none under a second, since the history's points are whole seconds apart, and a tick
-between two of them would repeat its neighbour's label. */
-const TIME_STEPS = [1, 5, 10, 15, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200,
-  86400, 172800, 604800];
+6 h), and the 2 s and 2 min uPlot lacks: without them, a chart whose 1 min ticks would crowd
+jumped to 5 min (3 ticks on a quarter hour a window wide, where 2 min gives 7 or 8). None
+under a second, since the history's points are whole seconds apart, and a tick between two
+of them would repeat its neighbour's label. */
+const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600,
+  43200, 86400, 172800, 604800];
 
 /** uPlot's time ticks (`timeTicks`) at the least step, from the one uPlot found, that leaves
 every two neighbours the room their labels need. uPlot finds the step as if every interval
