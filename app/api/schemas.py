@@ -53,6 +53,11 @@ class PublisherInfo(BaseModel):
     held_dropped: int = Field(
         description="Live frames dropped while a replay held them past replay_hold_bytes."
     )
+    family_changes: int = Field(
+        description="Times its connect socket was made again, or its replay endpoint "
+        "switched, for the address family its host name came to resolve to while it was "
+        "unheard (connect mode; 0 in listen mode)."
+    )
     dropped: int | None = Field(description="Frames the publisher itself dropped.")
     stats_ts: float | None = Field(
         description="When its latest stats frame was taken, by the publisher's clock: "
@@ -82,6 +87,7 @@ class PublisherInfo(BaseModel):
             replayed=state.replayed,
             replays={str(outcome): count for outcome, count in state.replays.items()},
             held_dropped=state.held_dropped,
+            family_changes=state.family_changes,
             dropped=None if worker is None else worker.dropped_frames,
             stats_ts=None if frame is None else frame.ts,
             engine_id=None if frame is None else frame.engine_id,

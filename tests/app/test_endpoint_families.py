@@ -73,10 +73,11 @@ def reach_by_name(bound: str, name: str, hosts: str | None = None) -> None:
             wait_until(subscribed, f"the sidecar subscribes to {name}")
             publisher.publish_events([stored(3)])  # the first frame seen: 1 and 2 replayed
             wait_until(lambda: cpu_blocks(ingestor) == {1, 2, 3}, f"a replay from {name}")
-            # its socket made again, and its replay endpoint switched: each once, or never
-            metrics, _ = served_views(ingestor.state, by_name.endpoint)
+            # its socket made again, and its replay endpoint switched: each once, or never;
+            # /metrics and /api/v1/stats say so alike
+            metrics, publisher = served_views(ingestor.state, by_name.endpoint)
             changes = metrics["kvscope_sidecar_family_changes_total", (("publisher", state.name),)]
-            assert changes == (0 if hosts is None else 2)
+            assert changes == publisher["family_changes"] == (0 if hosts is None else 2)
         finally:
             ingestor.close()
 
