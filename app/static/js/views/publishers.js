@@ -1,14 +1,16 @@
 // Publishers: every stream's health at a glance (connected, how old its last frame is,
 // how far behind its worker's stats are, gaps, missed batches, replays, malformed
-// frames, drops) and its configuration, from /api/v1/stats each second, and in listen
-// mode the listen socket's counts in a sentence. A count that says something went wrong
-// is marked, in words as well as colour.
+// frames, drops, address family changes) and its configuration, from /api/v1/stats each
+// second, and in listen mode the listen socket's counts in a sentence. A count that says
+// something went wrong is marked, in words as well as colour; one of what the sidecar did
+// to keep up with its publisher (batches replayed, sockets made again for another address
+// family) is not.
 import { h, table } from "../dom.js";
 import { age, count, counted } from "../format.js";
 
 const HEALTH = ["gaps", "missed", "malformed", "held_dropped", "dropped"];
 const HEALTH_COLUMNS = ["status", "publisher", "last frame", "stats lag", "frames", "gaps", "missed",
-  "replayed", "replays (complete / failed)", "malformed", "held dropped", "dropped"];
+  "replayed", "replays (complete / failed)", "malformed", "held dropped", "family changes", "dropped"];
 const CONFIG_COLUMNS = ["publisher", "mode", "engine", "rank", "policy", "capacity", "block size"];
 
 function cell(text, problem = false) {
@@ -26,7 +28,7 @@ function healthRow(p, now) {
     cell(lag === null ? "–" : age(lag)), cell(count(p.frames)),
     counted("gaps"), counted("missed"), cell(count(p.replayed)),
     cell(`${count(p.replays.complete)} / ${count(failed)}`, failed > 0),
-    counted("malformed"), counted("held_dropped"), counted("dropped"));
+    counted("malformed"), counted("held_dropped"), cell(count(p.family_changes)), counted("dropped"));
 }
 
 function configRow(p) {
