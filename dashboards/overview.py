@@ -363,10 +363,13 @@ def _events() -> list[Panel]:
         timeseries_panel(
             "Gaps and lost batches per publisher",
             "Sequence jumps the sidecar saw, batches lost for good (not replayable), "
-            "publisher restarts, and live frames dropped while a replay held them past "
-            "KVSCOPE_REPLAY_HOLD_BYTES, per sidecar. Healthy: 0; gaps that replay fills and "
-            "frames dropped while replaying (replayed afterwards) are recoverable, lost "
-            "batches are not.",
+            "publisher restarts, live frames dropped while a replay held them past "
+            "KVSCOPE_REPLAY_HOLD_BYTES, and connect sockets made again (or replay endpoints "
+            "switched) for the address family an unheard publisher's host name came to "
+            "resolve to, per sidecar. Healthy: 0; gaps that replay fills and frames dropped "
+            "while replaying (replayed afterwards) are recoverable, lost batches are not; a "
+            "family change or two while a service's pods come up (its name resolving late) "
+            "is the sidecar following it.",
             "cps",
             *(
                 Query(
@@ -377,6 +380,7 @@ def _events() -> list[Panel]:
                     ("gaps", "gaps"),
                     ("missed_batches", "lost"),
                     ("held_dropped_frames", "dropped while replaying"),
+                    ("family_changes", "address family changes"),
                 )
             ),
             Query(
