@@ -393,9 +393,10 @@ def _events() -> list[Panel]:
             "Drops and replays per publisher",
             "Frames the worker's publisher dropped (consumer slow or absent), events it left "
             "out because a hash could not be encoded, batches the sidecar fetched by replay, "
-            "replay requests answered and replay answers cut short (their batches are lost), "
-            "per sidecar. Healthy: drops, unsendable events and cut answers 0; replays only "
-            "after a gap.",
+            "the replays it asked for by how they ended (unstarted: its replay socket could "
+            "not be made), replay requests answered and replay answers cut short (their "
+            "batches are lost), per sidecar. Healthy: drops, unsendable events and cut "
+            "answers 0; replays only after a gap, and none unstarted.",
             "cps",
             Query(
                 _by(STREAM, rate("kvscope_publisher_dropped_frames_total", WORKER)),
@@ -408,6 +409,10 @@ def _events() -> list[Panel]:
             Query(
                 _by(STREAM, rate("kvscope_sidecar_replayed_batches_total", PUBLISHER)),
                 f"replayed {ON}",
+            ),
+            Query(
+                _by(f"{STREAM}, outcome", rate("kvscope_sidecar_replays_total", PUBLISHER)),
+                f"replays {{{{outcome}}}} {ON}",
             ),
             Query(
                 _by(
