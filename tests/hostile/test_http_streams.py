@@ -285,11 +285,12 @@ def test_stopping_the_server_ends_a_backlog_at_the_chunk_being_written() -> None
 
 
 def accepts(url: str) -> bool:
-    """Whether a connection to ``url`` is accepted (a stopping server has closed its socket)."""
+    """Whether a connection to ``url`` is accepted (a stopping server has closed its socket:
+    refused, or reset where the connect was in its backlog as it closed)."""
     address = urlsplit(url)
     try:
         socket.create_connection((address.hostname, address.port), timeout=WAIT_S).close()
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return False
     return True
 
