@@ -466,12 +466,20 @@ class SidecarSettings(BaseSettings):
     def _connect_once(cls, endpoints: list[str]) -> list[str]:
         """Publishers are known by their endpoint: a second ``--connect`` of one was merged
         into the first in silence, and its ``--replay`` took the place of the first's. One
-        listed with two source addresses (or with one and without) is one publisher too,
-        which two sockets would read as two, every block of it held twice."""
+        listed with two source addresses (or with one and without), or with its port written
+        two ways (``5557``, ``05557``), is one publisher too, which two sockets would read
+        as two, every block of it held twice."""
         _no_repeats(endpoints, "is listed twice")
-        _no_repeats(
-            list(map(connect_target, endpoints)), "is listed twice (a source address aside)"
-        )
+        first_of: dict[str, str] = {}
+        for endpoint in endpoints:
+            target = connect_target(endpoint)
+            first = first_of.setdefault(target, endpoint)
+            if first != endpoint:
+                raise ValueError(
+                    f"{shown_repr(endpoint)} is listed twice, as {shown_repr(first)} too: both "
+                    f"reach {shown_repr(target)} (a source address and a port's leading zeros "
+                    "aside)"
+                )
         return endpoints
 
     @field_validator("listen")

@@ -50,7 +50,9 @@ _ZONE_NUMBER: Final = re.compile(r"[0-9]+")
 _MAX_ZONE_NUMBER: Final = 2**31 - 1
 """The highest interface number: ZMQ reads a zone's number as a C int."""
 
-_PORT: Final = re.compile(r"[0-9]{1,5}")
+_PORT: Final = re.compile(r"0*[0-9]{1,5}")
+"""A port's digits: ZMQ reads leading zeros as nothing (``05557`` is port 5557), however
+many, so they count against no limit."""
 
 
 def endpoint_refusal(endpoint: str, *, bind: bool) -> str | None:
@@ -293,11 +295,17 @@ def _port_problem(port: str, *, bind: bool) -> str | None:
     if port == "*":
         return None if bind else "port '*' (a free one) is for binding; a connect needs a number"
     lowest = 0 if bind else 1
-    if _PORT.fullmatch(port) is None or not lowest <= int(port) <= 65535:
+    if _PORT.fullmatch(port) is None or not lowest <= _port_number(port) <= 65535:
         return f"the port {shown_repr(port)} is not a number from {lowest} to 65535"
-    if int(port) == 0 and port != "0":  # ZMQ takes 00001 for port 1, but 0 only as "0"
+    if _port_number(port) == 0 and port != "0":  # ZMQ takes 00001 for port 1, but 0 only as "0"
         return f"the port {shown_repr(port)}: a free port is written 0 (ZMQ refuses it else)"
     return None
+
+
+def _port_number(port: str) -> int:
+    """The port ZMQ reads of digits ``_PORT`` matches: its leading zeros dropped first, as
+    ``int`` refuses text of more than 4,300 digits."""
+    return int(port.lstrip("0") or "0")
 
 
 def interface_refusal(endpoint: str) -> str | None:
@@ -417,12 +425,14 @@ def binds_ipv6(endpoint: str) -> bool:
 
 
 def connect_target(endpoint: str) -> str:
-    """The endpoint a connect reaches, without the source address it leaves from
-    (``tcp://SOURCE:PORT;HOST:PORT``): connects that differ in their source alone read one
-    publisher."""
+    """The endpoint a connect reaches, one ``endpoint_refusal`` takes to connect to: without
+    the source address it leaves from (``tcp://SOURCE:PORT;HOST:PORT``), and its port as
+    the number ZMQ reads (``05557`` is port 5557). Connects that differ in these alone read
+    one publisher."""
     if not endpoint.startswith("tcp://"):
         return endpoint
-    return "tcp://" + endpoint.rpartition(";")[2].removeprefix("tcp://")
+    host, _, port = endpoint.rpartition(";")[2].removeprefix("tcp://").rpartition(":")
+    return f"tcp://{host}:{_port_number(port)}"
 
 
 def connects_ipv6(endpoint: str) -> bool:
@@ -534,6 +544,6 @@ def _fixed_port(endpoint: str) -> tuple[str, int] | None:
     if not endpoint.startswith("tcp://"):
         return None
     host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
-    if port == "*" or int(port) == 0:
+    if port == "*" or _port_number(port) == 0:
         return None
-    return host, int(port)
+    return host, _port_number(port)

@@ -57,6 +57,7 @@ REFUSED_EVERYWHERE = [
     ("tcp://[fe80::1]:5557", "'[fe80::1]' is a link-local address, which needs its interface"),
     ("tcp://engine", "no :PORT after the host"),
     ("tcp://engine:65536", "the port '65536' is not a number from"),
+    ("tcp://engine:065536", "the port '065536' is not a number from"),
     ("tcp://engine:port", "the port 'port' is not a number from"),
     ("ipc:///" + "x" * IPC_MAX, f"the ipc path is {IPC_MAX + 1} bytes, more than the {IPC_MAX}"),
     ("ipc://@" + "x" * IPC_MAX, f"the ipc path is {IPC_MAX + 1} bytes"),
@@ -283,6 +284,7 @@ def test_a_connect_leaves_from_its_source_address() -> None:
         "tcp://vllm-worker-0.vllm.svc.cluster.local.:5557",
         f"tcp://{'a' * 63}.{'.'.join(['b' * 61] * 3)}:5557",  # 63 + 3 * 62 = 249 characters
         "tcp://engine-0:05557",
+        "tcp://engine-0:0000005557",  # ZMQ reads leading zeros as nothing, however many
         "tcp://vllm_worker:5557",  # a compose service's name, which Docker's resolver answers
     ],
 )
@@ -298,11 +300,32 @@ def test_one_publisher_listed_with_two_source_addresses_is_refused() -> None:
     """A source address says where a connect leaves from, not what it reads: listed once
     with one and once without (or with another), one publisher was read by two sockets, as
     two publishers, every block of it held twice."""
+    first = "tcp://127.0.0.1:0;engine:5557"
     for second in ("tcp://engine:5557", "tcp://127.0.0.2:0;engine:5557"):
-        loc, message = refusal({"connect": ["tcp://127.0.0.1:0;engine:5557", second]})
+        loc, message = refusal({"connect": [first, second]})
         assert loc == ("connect",)
-        assert "'tcp://engine:5557' is listed twice (a source address aside)" in message
+        assert f"'{second}' is listed twice, as '{first}' too: both reach 'tcp://engine:5557'" in (
+            message
+        )
     assert SidecarSettings(connect=["tcp://lo:0;a:5557", "tcp://lo:0;b:5557"]).connect
+
+
+def test_one_publisher_listed_with_its_port_written_two_ways_is_refused() -> None:
+    """ZMQ reads a port's leading zeros as nothing: a connect to ``05557`` reaches the
+    publisher bound at 5557, so listing it beside ``5557`` read one publisher twice."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.bind("tcp://127.0.0.1:*")
+        endpoint = pull.last_endpoint.decode()  # tcp://127.0.0.1:PORT
+        zeros = endpoint.replace("1:", "1:00")
+        assert reached(context, pull, zeros).bytes == b"reached"
+    from_source = zeros.replace("//", "//127.0.0.2:0;")
+    for listed in ([endpoint, zeros], [zeros, from_source]):
+        loc, message = refusal({"connect": listed})
+        assert loc == ("connect",)
+        assert f"both reach '{endpoint}' (a source address and a port's leading zeros" in message
+    assert SidecarSettings(connect=["tcp://engine:05557", "tcp://engine:05558"]).connect
 
 
 @pytest.mark.parametrize(
