@@ -679,7 +679,8 @@ def _declared_stream(pair: str) -> ListenStream:
 def _check_endpoint(endpoint: str, *, bind: bool) -> None:
     """Every endpoint setting, refused by one rule (offload/wire/endpoints.py); pydantic
     names the setting. The sidecar uses its endpoints on the host it validates them on, so
-    an interface or source address this host lacks is refused too (``interface_refusal``)."""
+    an interface or source address this host lacks is refused too, as is a source address
+    of another family than all a target name resolves to here (``interface_refusal``)."""
     refusal = endpoint_refusal(endpoint, bind=bind) or interface_refusal(endpoint)
     if refusal is not None:
         raise ValueError(f"{shown_repr(endpoint)} {refusal}")

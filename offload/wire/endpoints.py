@@ -10,7 +10,8 @@ binds or connects to for the transports that reach another process (a sidecar
 never shares a process with its workers, so ``inproc`` is refused too); the
 tests try the accepted forms on real sockets. Where the host that checks an
 endpoint is the one that uses it, ``interface_refusal`` also refuses an
-interface or source address that host does not have.
+interface or source address that host does not have, and a source address of
+another family than all the target name resolves to there.
 """
 
 from __future__ import annotations
@@ -320,10 +321,10 @@ def interface_refusal(endpoint: str) -> str | None:
     host that uses it (the sidecar's settings, the connector's scheduler as it binds),
     each interface it names must be this host's, and a source is bound as ZMQ binds it
     for the connect (``_source_bind_problem``); not where vLLM reads the connector's
-    endpoints in every worker process, on every node. A source given as an interface's name
-    has the target looked up, which may wait on DNS (``connects_ipv6``: ZMQ leaves from the
-    interface's address of the connect's family); an address is of its own family. Call it
-    at start-up.
+    endpoints in every worker process, on every node. A target host name is looked up,
+    which may wait on DNS: from an interface's name ZMQ leaves from its address of the
+    connect's family (``connects_ipv6``), and from an address, of its own family, it never
+    reaches a name that resolves to the other family alone. Call it at start-up.
     """
     if not endpoint.startswith("tcp://"):
         return None
@@ -335,16 +336,32 @@ def interface_refusal(endpoint: str) -> str | None:
             return f"cannot be used on this host: {problem}"
     if source_host is None:
         return None
-    if source_host.startswith("["):
-        ipv6 = True
-    elif _is_ipv4_text(source_host):
-        ipv6 = False
+    family = _family(source_host)
+    if family is None:  # an interface's name
+        problem = _source_bind_problem(source, ipv6=connects_ipv6(endpoint))
     else:
-        ipv6 = connects_ipv6(endpoint)
-    problem = _source_bind_problem(source, ipv6=ipv6)
+        problem = _resolved_families_problem(
+            family, _host_and_port(target)[0]
+        ) or _source_bind_problem(source, ipv6=source_host.startswith("["))
     if problem is None:
         return None
     return f"cannot be used on this host: the source address {shown_repr(source)}: {problem}"
+
+
+def _resolved_families_problem(family: int, host: str) -> str | None:
+    """A source address of IP version ``family`` and a host name that resolves now to
+    addresses of the other family alone: ZMQ connects within one family, and would retry
+    such a connect in silence. The shape check compares a source with a host's address;
+    a name's family only a look-up here tells."""
+    own, other = (
+        (socket.AF_INET, socket.AF_INET6) if family == 4 else (socket.AF_INET6, socket.AF_INET)
+    )
+    if _family(host) is not None or _resolves(host, own) or not _resolves(host, other):
+        return None  # an address (its shape checked), a name of the source's family, or none yet
+    return (
+        f"it is IPv{family} and the host {shown_repr(host)} resolves here to IPv"
+        f"{6 if family == 4 else 4} addresses alone, and ZMQ connects within one family"
+    )
 
 
 _LISTED_INTERFACES: Final = 8

@@ -15,6 +15,7 @@ interface it is on), and a mount one, where a hosts file of the test's own stand
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+from pydantic import ValidationError
 from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
 
 from app.settings import PublisherEndpoints, SidecarSettings
@@ -32,7 +34,7 @@ from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, store
 from tests.support.http_app import served_views
 from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
-from tests.support.zmq_connects import reached
+from tests.support.zmq_connects import first_connect_event, reached
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -94,11 +96,17 @@ def in_namespaces(
     """``reach_by_name(bound, name)`` in namespaces of its own, ``hosts_text`` standing over
     /etc/hosts (written to by ``reach_by_name`` where ``later``)."""
     hosts = tmp_path / "hosts"
-    hosts.write_text(hosts_text)
     arguments = (bound, name, str(hosts)) if later else (bound, name)
     run = (
         f"from tests.app.test_endpoint_families import reach_by_name; reach_by_name(*{arguments!r})"
     )
+    run_in_namespaces(hosts, hosts_text, run)
+
+
+def run_in_namespaces(hosts: Path, hosts_text: str, run: str) -> str:
+    """What Python code ``run`` prints, run in namespaces of its own, ``hosts_text`` written
+    to ``hosts`` standing over /etc/hosts."""
+    hosts.write_text(hosts_text)
     script = (
         f"ip link set lo up && ip addr add {_ADDRESS}/128 dev lo && "
         f"ip addr add {_LINK_LOCAL}/64 dev lo nodad && "
@@ -109,6 +117,7 @@ def in_namespaces(
         capture_output=True, text=True, timeout=90,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 @pytest.mark.skipif(not _namespaces_work(), reason="no network namespace to make")
@@ -214,3 +223,51 @@ def test_a_name_that_resolves_only_once_the_sidecar_runs_is_reached_over_ipv6(
     the sidecar connects over IPv4; once the name resolves to an IPv6 address alone, the
     sidecar's next look-up finds it and connects over IPv6, where the publisher listens."""
     in_namespaces(tmp_path, "127.0.0.1 localhost\n", f"[{_ADDRESS}]", "late.test", later=True)
+
+
+_MIXED_FAMILIES = {
+    "tcp://127.0.0.1:0;v6only.test:{port}": "it is IPv4 and the host 'v6only.test' resolves "
+    "here to IPv6 addresses alone, and ZMQ connects within one family",
+    f"tcp://[{_ADDRESS}]:0;v4only.test:{{port}}": "it is IPv6 and the host 'v4only.test' "
+    "resolves here to IPv4 addresses alone",
+    "tcp://127.0.0.1:0;both.test:{port}": None,
+    f"tcp://[{_ADDRESS}]:0;v6only.test:{{port}}": None,
+    "tcp://[::ffff:127.0.0.1]:0;v4only.test:{port}": None,  # an IPv4-mapped source is IPv4
+}
+"""Connects from a source address to a name, and what the settings say of each (None: taken)."""
+
+
+def source_verdicts(forms: list[str]) -> None:
+    """Prints, as JSON, what the settings say of a connect of each form (None where they
+    take it) and the first event ZMQ's monitor sees of it; run in the namespaces."""
+    verdicts: list[tuple[str | None, int]] = []
+    for form in forms:
+        try:
+            SidecarSettings(connect=[form.format(port=5557)])
+            said = None
+        except ValidationError as exc:
+            said = exc.errors()[0]["msg"]
+        verdicts.append((said, first_connect_event(form)[1]))
+    print(json.dumps(verdicts))
+
+
+@pytest.mark.skipif(not _namespaces_work(), reason="no network and mount namespaces to make")
+def test_a_source_address_and_a_name_of_the_other_family_alone_are_refused(
+    tmp_path: Path,
+) -> None:
+    """From an IPv4 source address ZMQ never reaches a name with IPv6 addresses alone, nor
+    from an IPv6 one a name with IPv4 ones alone: it retries in silence, as its monitor
+    shows, so the settings refuse them where the name resolves so as the sidecar starts. A
+    source of the name's family, or a name of both, is taken, and connects."""
+    forms = list(_MIXED_FAMILIES)
+    run = (
+        f"from tests.app.test_endpoint_families import source_verdicts; source_verdicts({forms!r})"
+    )
+    hosts_text = _HOSTS + "127.0.0.1 v4only.test\n"
+    verdicts = json.loads(run_in_namespaces(tmp_path / "hosts", hosts_text, run))
+    for (said, event), (form, refused) in zip(verdicts, _MIXED_FAMILIES.items(), strict=True):
+        if refused is None:
+            assert (said, event) == (None, EVENT_CONNECTED), form
+        else:
+            assert said is not None and refused in said, (form, said)
+            assert event == EVENT_CONNECT_RETRIED, form
