@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import sys
-import tracemalloc
 from itertools import count
 
-from tests.support.shadow_memory import C_EXTENSIONS, HASH_BYTES
+from tests.support.shadow_memory import HASH_BYTES, arguments, held_bytes
 
 BATCH = 8
 """Hashes refused and evicted per store, as a short prompt's store does."""
@@ -27,9 +26,7 @@ def attribution_bytes_held(capacity: int) -> int:
     reason leave the old generation full and the new one one hash short."""
     from offload.cpu.miss_attribution import HORIZON_CAPACITIES, MissAttribution
 
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    def fill() -> MissAttribution:
         misses = MissAttribution(capacity, HORIZON_CAPACITIES)
         numbers = count()
         left = 2 * capacity * HORIZON_CAPACITIES - 1
@@ -39,18 +36,14 @@ def attribution_bytes_held(capacity: int) -> int:
             evicted = [next(numbers).to_bytes(HASH_BYTES) for _ in range(batch)]
             misses.stored((), 0, refused, evicted)
             left -= batch
-        del refused, evicted
         misses.miss([next(numbers).to_bytes(HASH_BYTES)], 0, False)
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    return held
+        return misses
+
+    return held_bytes(fill)
 
 
 def main(argv: list[str]) -> None:
-    if "--python-forms" in argv:
-        sys.modules.update(dict.fromkeys(C_EXTENSIONS))  # None: their imports fail
-    capacities = [arg for arg in argv if not arg.startswith("--")]
+    capacities = arguments(argv)
     print(json.dumps({c: attribution_bytes_held(int(c)) for c in capacities}))
 
 

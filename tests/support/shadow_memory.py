@@ -19,7 +19,7 @@ import json
 import random
 import sys
 import tracemalloc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count
 from typing import TYPE_CHECKING
 
@@ -110,9 +110,8 @@ def tier_bytes(policy: str, capacity: int, *, worker: bool, seed: int = 0) -> in
     from offload.sim.workload import run_request
 
     sent = requests(capacity, seed)  # before tracing: only what the tier keeps counts
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+
+    def fill() -> CPUOffloadingManager:
         tier = CPUOffloadingManager(1, capacity, policy, attribute_misses=worker)
         for request in sent:
             block_hashes = [n.to_bytes(HASH_BYTES) for n in request]
@@ -122,17 +121,36 @@ def tier_bytes(policy: str, capacity: int, *, worker: bool, seed: int = 0) -> in
                 run_request(tier, block_hashes)
         if worker:
             leave_running(tier, 1 + max(max(request) for request in sent))
+        return tier
+
+    return held_bytes(fill)
+
+
+def held_bytes(fill: Callable[[], object]) -> int:
+    """Bytes tracemalloc counts as allocated by ``fill`` and still held once it returns, what
+    it returns (the thing measured) kept alive until they are counted."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = fill()
         held = tracemalloc.get_traced_memory()[0] - before
+        del kept
     finally:
         tracemalloc.stop()
     return held
 
 
-def main(argv: list[str]) -> None:
+def arguments(argv: list[str]) -> list[str]:
+    """``argv`` without its flags, once ``--python-forms``, if given, has blocked kvscope's C
+    extensions (their imports fail on None), before anything imports them."""
     if "--python-forms" in argv:
-        sys.modules.update(dict.fromkeys(C_EXTENSIONS))  # None: their imports fail
+        sys.modules.update(dict.fromkeys(C_EXTENSIONS))
+    return [arg for arg in argv if not arg.startswith("--")]
+
+
+def main(argv: list[str]) -> None:
     worker = "--worker" in argv
-    policy, *capacities = (arg for arg in argv if not arg.startswith("--"))
+    policy, *capacities = arguments(argv)
     held = {c: tier_bytes(policy, int(c), worker=worker) for c in capacities}
     print(json.dumps(held))
 
