@@ -143,9 +143,10 @@ class SidecarState:
         Per publisher: blocks and bytes held per medium (the index), its worker's totals
         (counters), rates (while it is connected) and transfer-latency quantiles (gauges)
         from its latest stats frames, and its stream's
-        health counts; for the sidecar as a whole (publisher None): blocks tracked, the
-        index's overflow, events received and events per second. The index is read
-        under ``lock``, for as long as one pass over its per-location counts.
+        health counts, its replays by outcome among them; for the sidecar as a whole
+        (publisher None): blocks tracked, the index's overflow, events received and events
+        per second, and in listen mode the listen socket's counts (``listener_*``). The
+        index is read under ``lock``, for as long as one pass over its per-location counts.
         """
         readings: list[Reading] = []
 
@@ -168,9 +169,14 @@ class SidecarState:
         add(None, "overflow", "counter", overflow)
         add(None, "events", "counter", self.event_log.last_id)
         add(None, "events_per_s", "gauge", self.event_log.events_per_s())
+        if self.listener is not None:
+            for count in _LISTENER_COUNTS:
+                add(None, f"listener_{count}", "counter", getattr(self.listener, count))
         for name, publisher in self.publishers.items():
             for metric in _STREAM_COUNTS:
                 add(name, metric, "counter", getattr(publisher, metric))
+            for outcome, count in publisher.replays.items():
+                add(name, "replays", "counter", count, outcome=outcome)
             worker = publisher.worker
             if worker is None:
                 continue
@@ -192,8 +198,30 @@ class SidecarState:
         self.history.add(now, readings)
 
 
-_STREAM_COUNTS = ("frames", "gaps", "missed", "restarts", "malformed", "held_dropped")
-"""``PublisherState`` counts kept as history (counters)."""
+_STREAM_COUNTS = (
+    "frames",
+    "gaps",
+    "missed",
+    "restarts",
+    "malformed",
+    "replayed",
+    "held_dropped",
+    "family_changes",
+)
+"""``PublisherState`` counts kept as history (counters): every one /api/v1/stats shows."""
+_LISTENER_COUNTS = (
+    "frames",
+    "malformed",
+    "refused",
+    "refused_connections",
+    "refused_host_connections",
+    "refused_addresses",
+    "shed_connections",
+    "stream_moves",
+    "stream_move_resets",
+)
+"""``ListenerState`` counts kept as history (counters), as ``listener_<count>``; its levels
+(connections, publishers) and caps are not counts."""
 _WORKER_COUNTS = (
     "lookup_hit_blocks",
     "lookup_blocks",

@@ -80,6 +80,12 @@ def reach_by_name(bound: str, name: str, hosts: str | None = None) -> None:
             metrics, publisher = served_views(ingestor.state, by_name.endpoint)
             changes = metrics["kvscope_sidecar_family_changes_total", (("publisher", state.name),)]
             assert changes == publisher["family_changes"] == (0 if hosts is None else 2)
+
+            def kept() -> list[float | None]:  # and the history keeps the count
+                window = ingestor.state.history.window(0, 1, state.name)
+                return [v for k, _, vs in window.series if k.metric == "family_changes" for v in vs]
+
+            wait_until(lambda: kept()[-1:] == [changes], "the history keeps the family changes")
         finally:
             ingestor.close()
 

@@ -11,11 +11,12 @@ import sys
 import time
 import tracemalloc
 
+import httpx
 import pytest
 
 from app.api import create_app
 from app.ingest import Ingestor
-from app.settings import SidecarSettings
+from app.settings import PublisherEndpoints, SidecarSettings
 from app.state.history import DEFAULT_MAX_LABEL_SETS, History, Reading, SeriesKey, TierSpec
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
@@ -25,8 +26,9 @@ from offload.telemetry.histogram import Histogram
 from offload.transfer.transfer_stats import DURATION_BUCKETS_S
 from offload.wire.publisher import EventPublisher
 from offload.wire.stats_frame import HistogramSnapshot, StatsFrame, WorkerConfig
-from tests.support.http_app import AUTH, TOKEN, in_process, sidecar_app
-from tests.support.polling import wait_until
+from tests.app.test_ingest import connected, stored
+from tests.support.http_app import AUTH, LISTEN, TOKEN, in_process, serving, sidecar_app
+from tests.support.polling import WAIT_S, wait_for, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -213,6 +215,85 @@ def test_history_fills_from_a_real_ingest() -> None:
     assert any(v is not None and 0.001 <= v <= 0.0025 for v in median["values"])
     assert (None, "events", ()) in series
     assert len(body["times"]) == len(loads["values"])
+
+
+NOT_COUNTS = {"last_seq", "rank", "capacity_blocks", "block_size", "publishers", "connections"}
+"""Whole numbers /api/v1/stats shows that are no count: a sequence number, the worker's
+identity and configuration, and the listen socket's levels (and ``max_*``, its caps)."""
+
+
+Counts = dict[tuple[str | None, str, tuple[str, ...]], float | None]
+"""Values by series: (publisher, metric, label values)."""
+
+
+def stats_counts(stats: dict) -> Counts:
+    """Every count /api/v1/stats shows, as the (publisher, metric, label values) of the history
+    series that should keep it."""
+    counts: Counts = {}
+    for publisher in stats["publishers"]:
+        for field, value in publisher.items():
+            if field == "replays":
+                for outcome, count in value.items():
+                    counts[publisher["name"], "replays", (outcome,)] = count
+            elif type(value) is int and field not in NOT_COUNTS:
+                metric = "dropped_frames" if field == "dropped" else field
+                counts[publisher["name"], metric, ()] = value
+    for field, value in (stats["listener"] or {}).items():
+        if type(value) is int and field not in NOT_COUNTS and not field.startswith("max_"):
+            counts[None, f"listener_{field}", ()] = value
+    return counts
+
+
+def test_the_history_keeps_every_count_the_stats_show() -> None:
+    """Each count of a publisher and of the listen socket that /api/v1/stats shows has a
+    series in /api/v1/history that comes to the same value (``family_changes``, ``replayed``
+    and the replays by outcome were shown there, and on /metrics, and kept in none)."""
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
+        for sent, hashes in enumerate(((1, 2), (3,)), 1):  # before the sidecar: replayed
+            publisher.publish_events([stored(*hashes)])
+            wait_until(lambda sent=sent: publisher.batches_published == sent, "a batch sent")
+        endpoints = PublisherEndpoints(publisher.endpoint, publisher.replay_endpoint)
+        settings = SidecarSettings(
+            connect=[endpoints.endpoint], replay=[endpoints.replay_endpoint], listen=[LISTEN],
+            token=TOKEN,
+        )  # fmt: skip
+        state = SidecarState.from_settings(settings)
+        ingestor = Ingestor(state)
+        ingestor.start()
+        try:
+            connected(ingestor, publisher)
+            publisher.publish_events([stored(4)])
+            heard = state.publishers[publisher.endpoint]
+            wait_until(lambda: heard.replays["complete"] == 1, "the replay is applied")
+            with (
+                serving(create_app(settings, state)) as url,
+                httpx.Client(base_url=url, headers=AUTH, timeout=WAIT_S) as http,
+            ):
+
+                def read() -> tuple[Counts, Counts]:
+                    """The stats' counts, and the latest point of each history counter."""
+                    stats = stats_counts(http.get("/api/v1/stats").json())
+                    history = http.get("/api/v1/history", params={"resolution": 1}).json()
+                    return stats, {
+                        (s["publisher"], s["metric"], tuple(s["labels"].values())): next(
+                            (v for v in reversed(s["values"]) if v is not None), None
+                        )
+                        for s in history["series"]
+                        if s["kind"] == "counter"
+                    }
+
+                # nothing is published now: the history's latest points come to the stats'
+                stats, history = wait_for(
+                    read, lambda got: all(got[1].get(k) == v for k, v in got[0].items()),
+                    "the history keeps every count the stats show",
+                )  # fmt: skip
+        finally:
+            ingestor.close()
+    assert (
+        stats[heard.name, "replayed", ()] == 2 and stats[heard.name, "replays", ("complete",)] == 1
+    )
+    assert (heard.name, "family_changes", ()) in history
+    assert (None, "listener_stream_move_resets", ()) in history
 
 
 def _frame(loads: int, transfers: Histogram) -> StatsFrame:
