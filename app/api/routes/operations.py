@@ -16,6 +16,15 @@ probes = APIRouter(tags=["operations"])
 """Open: orchestrators call the probes without credentials."""
 
 
+# A plain function, run in the thread pool: its rendering grows with the publishers and it
+# waits on SidecarState.lock, neither of which the event loop should wait out. It reads what
+# other threads change as it runs (the ingest thread's state; the loop's HTTP counts), as a
+# coroutine would too (the ingest thread is no task of the loop), and that is safe because it
+# walks no mapping another thread grows: the publishers mapping is replaced, never changed;
+# the dicts it iterates (replays by outcome, refused media, HTTP refusals) hold every key from
+# the start; the index is read under its lock, the event log, history and curves under
+# theirs; stats frames, worker totals and renderings are replaced whole; the paused
+# transports are copied first. Two counts read one after the other may be a frame apart.
 @router.get("/metrics", response_class=Response)
 def metrics(exposition: Metrics) -> Response:
     """Prometheus exposition: every worker's metrics, labelled, and the sidecar's own."""
