@@ -38,11 +38,15 @@ HISTORIES = {
 """Each history's first point (unix seconds), its resolution, its number of points and the
 fewest ticks a reader should get: a quarter hour has three even on a phone (5 min apart)."""
 CLOCK_CHANGES = {
-    "America/New_York": 1_793_512_800,
-    "Europe/Berlin": 1_774_746_000,
+    "New York, forward": ("America/New_York", 1_772_953_200),
+    "New York, back": ("America/New_York", 1_793_512_800),
+    "Berlin, forward": ("Europe/Berlin", 1_774_746_000),
+    "Berlin, back": ("Europe/Berlin", 1_792_890_000),
 }
-"""When each zone's clocks change: back from 2:00 to 1:00 on 2026-11-01 (06:00 UTC), and
-forward from 2:00 to 3:00 on 2026-03-29 (01:00 UTC)."""
+"""When a zone's clocks change in 2026 (unix seconds): New York's forward from 2:00 to 3:00
+on March 8 (07:00 UTC) and back from 2:00 to 1:00 on November 1 (06:00 UTC); Berlin's forward
+from 2:00 to 3:00 on March 29 (01:00 UTC) and back from 3:00 to 2:00 on October 25 (01:00
+UTC)."""
 RESIZED_AND_DRAWN = """chart =>
   JSON.parse(chart.dataset.timeAxis).width === chart.querySelector(".plot").clientWidth"""
 """Whether the chart has redrawn its time axis at its plot's width, after a resize."""
@@ -181,21 +185,68 @@ def test_time_labels_fit_between_their_ticks_with_a_date_where_the_day_is_new(
     assert len({tick.date() for tick in times}) == (2 if crosses else 1), labels
 
 
-@pytest.mark.parametrize("zone", list(CLOCK_CHANGES))
+@pytest.mark.parametrize("change", list(CLOCK_CHANGES))
 def test_time_labels_fit_between_their_ticks_where_the_clocks_change(
-    browser: sync_api.Browser, sidecar: str, zone: str
+    browser: sync_api.Browser, sidecar: str, change: str
 ) -> None:
     """uPlot keeps ticks of hours on the reader's clock but finds their step as if every
     interval were a step long: where clocks go forward one interval is an hour short, and in
     Berlin two labels ran into each other at some widths (308 px, 460 px to 468 px on the
-    page of the day). Six hours across each zone's change, the window resized from 300 px
-    to 1,000 px by 4 px: at every width the labels are checked as ``drawn_axis`` says."""
-    start = CLOCK_CHANGES[zone] - 3 * 3600 + 7
+    page of the day). Six hours across each change, the window resized from 300 px to
+    1,000 px by 4 px: at every width the labels are checked as ``drawn_axis`` says."""
+    zone, at = CLOCK_CHANGES[change]
+    start = at - 3 * 3600 + 7
     with overview(browser, sidecar, history(start, 10, 2160), 300, "hit-ratio", zone) as chart:
         for width in range(300, 1001, 4):
             chart.page.set_viewport_size({"width": width, "height": 900})
             chart.page.wait_for_function(RESIZED_AND_DRAWN, arg=chart.element_handle())
             drawn_axis(chart, zone)
+
+
+def whole_hours(first: int, last: int, zone: str, hours: int) -> list[int]:
+    """Every time from ``first`` to ``last`` (unix seconds) at which the clock in ``zone``
+    reads a whole hour divisible by ``hours``, the first time only where it reads it twice."""
+    found: list[int] = []
+    read: set[tuple[object, int]] = set()
+    for tick in range(first + -first % 900, last + 1, 900):  # every zone here is in quarters
+        local = datetime.fromtimestamp(tick, ZoneInfo(zone))
+        if local.minute == 0 and local.hour % hours == 0 and (local.date(), local.hour) not in read:
+            read.add((local.date(), local.hour))
+            found.append(tick)
+    return found
+
+
+@pytest.mark.parametrize("change", list(CLOCK_CHANGES))
+def test_ticks_of_hours_stand_on_hours_of_their_step_where_the_clocks_change(
+    browser: sync_api.Browser, sidecar: str, change: str
+) -> None:
+    """uPlot stepped ticks of hours a fixed time from the first and corrected by an hour at
+    a change: after it, ticks two hours apart could stand on odd hours (3:00, 5:00, 7:00 from
+    New York's 1:00 of the day it goes forward), and an hour the change repeats had two
+    ticks that read alike. Six hours from an hour and from three hours before each change,
+    at widths from 300 px to 1,000 px, wherever the ticks are hours apart they stand on
+    every hour of the reader's clock that the step divides, an hour the change skips having
+    none and one it repeats one, at its first; and the labels are checked as ``drawn_axis``
+    says."""
+    zone, at = CLOCK_CHANGES[change]
+    step, points = 10, 2160
+    steps: set[int] = set()
+    for start in (at - 3600 + 7, at - 3 * 3600 + 7):
+        answer = history(start, step, points)
+        with overview(browser, sidecar, answer, 300, "hit-ratio", zone) as chart:
+            for width in range(300, 1001, 50):
+                chart.page.set_viewport_size({"width": width, "height": 900})
+                chart.page.wait_for_function(RESIZED_AND_DRAWN, arg=chart.element_handle())
+                axis, times = drawn_axis(chart, zone)
+                ticks = axis["ticks"]
+                if len(ticks) < 2 or min(b - a for a, b in itertools.pairwise(ticks)) < 3600:
+                    continue  # a step under an hour, uPlot's own
+                hours = min((b.hour - a.hour) % 24 for a, b in itertools.pairwise(times))
+                assert hours > 0, f"two ticks read one hour: {axis['labels']}"
+                steps.add(hours)
+                expected = whole_hours(start, start + step * (points - 1), zone, hours)
+                assert ticks == expected, (width, axis["labels"])
+    assert len(steps) >= 2, f"the widths drew ticks of {steps} hours only"
 
 
 def test_a_chart_whose_first_point_is_on_a_whole_minute_shows_its_label_whole(

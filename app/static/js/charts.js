@@ -79,16 +79,40 @@ of them would repeat its neighbour's label. */
 const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600,
   43200, 86400, 172800, 604800];
 
-/** uPlot's time ticks (`timeTicks`) at the least step, from the one uPlot found, that leaves
-every two neighbours the room their labels need. uPlot finds the step as if every interval
-were a step long, but it keeps ticks of hours on the reader's clock, so across a change to
-summer time one interval is an hour short (it drops such a tick only under 70% of the room):
-its labels could touch. The next step up leaves the room: steps of hours grow by an hour or
-more, so its short interval is at least the step found. */
+/** Clocks set their offset from UTC in quarter hours, so every whole hour they read starts
+one. */
+const QUARTER_HOUR = 900;
+
+/** Ticks `hours` apart on the reader's clock, from `min` to `max` (unix seconds): each time
+the clock reads a whole hour divisible by `hours`. uPlot steps a fixed number of seconds from
+its first tick and corrects by an hour where the clocks change, which left ticks two hours
+apart on odd hours after a change (3:00, 5:00, 7:00) and gave an hour the change repeats
+two ticks that read alike. Here an hour the clocks skip has no tick, and one they repeat has
+one, at its first reading on the axis. */
+function hourTicks(min, max, hours) {
+  const ticks = [];
+  let previous = "";
+  for (let at = Math.ceil(min / QUARTER_HOUR) * QUARTER_HOUR; at <= max; at += QUARTER_HOUR) {
+    const clock = new Date(at * 1000);
+    const reading = `${clock.toDateString()} ${clock.getHours()}`;
+    if (clock.getMinutes() === 0 && clock.getHours() % hours === 0 && reading !== previous) {
+      ticks.push(at);
+      previous = reading;
+    }
+  }
+  return ticks;
+}
+
+/** The ticks at the least step, from the one uPlot found, that leaves every two neighbours
+the room their labels need: of hours (under a day) on the reader's clock (`hourTicks`), else
+uPlot's own (`timeTicks`). uPlot finds the step as if every interval were a step long, but
+where the clocks change an interval between ticks of hours can be shorter (0:00 to 3:00 on a
+day that skips 2:00): the next step up leaves the room there. */
 function roomyTicks(timeTicks) {
   return function ticks(u, axisIndex, min, max, step, space) {
     const room = step < 60 ? LABEL_SPACE.seconds : LABEL_SPACE.minutes;
-    const found = timeTicks(u, axisIndex, min, max, step, space);
+    const ofHours = step % 3600 === 0 && step < 86400;
+    const found = ofHours ? hourTicks(min, max, step / 3600) : timeTicks(u, axisIndex, min, max, step, space);
     const crowded = found.some((tick, i) => i > 0 && ((tick - found[i - 1]) * space) / step < room);
     const next = TIME_STEPS.find((larger) => larger > step);
     return crowded && next ? ticks(u, axisIndex, min, max, next, (space * next) / step) : found;
