@@ -52,6 +52,15 @@ RESIZED_AND_DRAWN = """chart =>
 """Whether the chart has redrawn its time axis at its plot's width, after a resize."""
 STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200)
 """The steps between ticks a reader expects, in seconds, up to the longest history's."""
+CHART_UNITS = {
+    "hit-ratio": "%",
+    "occupancy": "blocks",
+    "throughput": "blocks/s",
+    "dead-writes": "blocks/s",
+    "bandwidth": "B/s",
+    "latency": "s",
+}
+"""The overview's charts, and the unit each one's caption names."""
 WIDTHS = (390, 900, 1920)
 """A phone's window, one chart a row across a window, and a wide desktop's."""
 MEASURED = """({ font, labels }) => {
@@ -64,21 +73,33 @@ MEASURED = """({ font, labels }) => {
 
 
 def history(start: int, step: int, points: int) -> dict[str, Any]:
-    """An answer of /api/v1/history: 100 blocks looked up a second, 0 to 4 of them hits (a
-    ratio from the second point on), and 1,000 blocks held (from the first)."""
+    """An answer of /api/v1/history with a series for every chart of the overview, each
+    number's full label wide: 100 blocks looked up a second, 0 to 4 of them hits (a ratio
+    from the second point on), 27,447 blocks held on the GPU and 127,447 on the CPU (from the
+    first), 5,608 stores, 4,000 loads and 12,345 evictions a second, 3 dead writes a second,
+    2.87 GB/s and 424 µs at the 99th percentile from GPU to CPU."""
     hits = itertools.accumulate(float(step * (i % 5)) for i in range(points))
-    series = {
-        ("lookup_blocks", "counter"): [100.0 * step * i for i in range(points)],
-        ("lookup_hit_blocks", "counter"): list(hits),
-        ("blocks", "gauge"): [1000.0] * points,
-    }
+    elapsed = [float(step * i) for i in range(points)]  # a counter rising by one a second
+    series = [
+        ("lookup_blocks", "counter", {"medium": "CPU"}, [100 * t for t in elapsed]),
+        ("lookup_hit_blocks", "counter", {"medium": "CPU"}, list(hits)),
+        ("blocks", "gauge", {"medium": "GPU"}, [27_447.0] * points),
+        ("blocks", "gauge", {"medium": "CPU"}, [127_447.0] * points),
+        ("stores_completed", "counter", {"medium": "CPU"}, [5_608 * t for t in elapsed]),
+        ("loads", "counter", {"medium": "CPU"}, [4_000 * t for t in elapsed]),
+        ("evictions", "counter", {"reason": "capacity"}, [12_345 * t for t in elapsed]),
+        ("dead_write_blocks", "counter", {}, [3 * t for t in elapsed]),
+        ("transfer_bytes_per_s", "gauge", {"direction": "gpu_to_cpu"}, [2.87e9] * points),
+        ("transfer_latency_s", "gauge", {"direction": "gpu_to_cpu", "quantile": "0.99"},
+         [4.24e-4] * points),
+    ]  # fmt: skip
     return {
         "resolution_s": step, "resolutions_s": [1, 10], "retention_s": [900, 21600],
         "times": [float(start + step * i) for i in range(points)],
         "series": [
-            {"publisher": "tcp://p:1", "metric": metric, "labels": {"medium": "CPU"},
-             "kind": kind, "values": values}
-            for (metric, kind), values in series.items()
+            {"publisher": "tcp://p:1", "metric": metric, "labels": labels, "kind": kind,
+             "values": values}
+            for metric, kind, labels, values in series
         ],
     }  # fmt: skip
 
@@ -247,6 +268,27 @@ def test_ticks_of_hours_stand_on_hours_of_their_step_where_the_clocks_change(
                 expected = whole_hours(start, start + step * (points - 1), zone, hours)
                 assert ticks == expected, (width, axis["labels"])
     assert len(steps) >= 2, f"the widths drew ticks of {steps} hours only"
+
+
+@pytest.mark.parametrize("name", ["a quarter hour of an afternoon", "six hours across midnight"])
+def test_every_chart_on_a_phone_has_three_time_ticks(
+    browser: sync_api.Browser, sidecar: str, name: str
+) -> None:
+    """On a phone (390 px) a chart's canvas is 324 px wide, and the y axis of full labels
+    ("127,447 blocks", "12,345 blocks/s") took over 100 px of it: the occupancy chart, and
+    the others whose unit is a word, had one time tick. Where the full labels leave the time
+    axis less than three ticks' room the y axis writes them short ("125k") and the caption
+    names the unit: every chart of the overview has three time ticks, their labels checked
+    as ``drawn_axis`` says."""
+    start, step, points, _ = HISTORIES[name]
+    with overview(browser, sidecar, history(start, step, points), 390, "hit-ratio") as first:
+        for chart_id, unit in CHART_UNITS.items():
+            chart = first.page.locator(f"[data-chart='{chart_id}']")
+            sync_api.expect(chart).to_have_attribute("data-points", str(points))
+            sync_api.expect(chart).to_have_attribute("data-time-axis", re.compile("."))
+            sync_api.expect(chart.locator("figcaption .unit")).to_have_text(f", in {unit}")
+            axis, _ = drawn_axis(chart, "UTC")
+            assert len(axis["ticks"]) >= 3, (chart_id, axis["labels"])
 
 
 def test_a_chart_whose_first_point_is_on_a_whole_minute_shows_its_label_whole(

@@ -4,7 +4,7 @@
 // colour per series name on every chart and every load. Colours and lines come from the
 // stylesheet's custom properties, so light and dark schemes both read.
 import { h } from "./dom.js";
-import { withUnit, clock } from "./format.js";
+import { withUnit, clock, short, unitName } from "./format.js";
 
 const PALETTE_SIZE = 8;
 /** Series names with a fixed colour (distinct within each chart); any other gets one from a
@@ -33,9 +33,13 @@ function theme() {
   };
 }
 
-/** uPlot's own axis font, named so that the time axis' labels are measured in it. */
+/** uPlot's own axis font, named so that the axes' labels are measured in it. */
 const AXIS_FONT = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, '
   + '"Noto Sans", sans-serif';
+const AXIS_TEXT = document.createElement("canvas").getContext("2d");
+AXIS_TEXT.font = AXIS_FONT;
+/** The width of the widest of `texts` in the axis font, in CSS pixels. */
+const widest = (texts) => Math.max(...texts.map((text) => AXIS_TEXT.measureText(text).width));
 
 // The time axis writes its own labels. uPlot's wrote a date under a tick's time
 // ("11/29/26 2:23pm") but spaced its ticks by the time alone, so that date ran into the next
@@ -53,9 +57,6 @@ const LABEL_GAP = 16;
 do): the widest label either line can hold, in the axis's font and the reader's locale, of
 every hour of a day and every month, whose names and digits differ in width. */
 const LABEL_SPACE = (() => {
-  const context = document.createElement("canvas").getContext("2d");
-  context.font = AXIS_FONT;
-  const widest = (texts) => Math.max(...texts.map((text) => context.measureText(text).width));
   const hours = Array.from({ length: 24 }, (_, hour) => new Date(2026, 0, 1, hour, 58, 58));
   const days = Array.from({ length: 12 }, (_, month) => DAY.format(new Date(2026, month, 28)));
   return {
@@ -140,11 +141,32 @@ starting or ending on a whole minute), this much of its label stands beyond the 
 the y axis on the left and in the padding on the right. */
 const LABEL_OVERHANG = Math.ceil((LABEL_SPACE.seconds - LABEL_GAP) / 2) + 4;
 
-/** The y axis' width: its longest tick label (about 7 px a character) and the tick itself,
-and never less than a time label's overhang, which a narrower axis ("2%") cut off the canvas. */
+/** The y axis' tick and the blank between it and its label (CSS pixels), set on the axis so
+that its width counts them. */
+const TICK_SIZE = 10;
+const TICK_GAP = 5;
+
+/** The y axis' width: its widest tick label as measured, the tick, its blank and a few pixels
+to spare, and never less than a time label's overhang, which a narrower axis ("2%") cut off
+the canvas. */
 function tickWidth(u, values) {
-  const labels = values ? 24 + 7 * Math.max(...values.map((text) => text.length)) : 50;
+  const labels = values ? Math.ceil(widest(values)) + TICK_SIZE + TICK_GAP + 4 : 50;
   return Math.max(labels, LABEL_OVERHANG);
+}
+
+/** The least width a plot keeps for its time axis: three ticks' room, so that a quarter hour
+has ticks 5 min apart and six hours 2 h apart. */
+const TIME_AXIS_ROOM = 3 * LABEL_SPACE.minutes;
+
+/** The y axis' labels: each value with its unit ("27,447 blocks"), or short ("27.4k") where
+those would leave the plot narrower than TIME_AXIS_ROOM: on a phone the unit's name took all
+but one time tick's room. The chart's caption names the unit either way. */
+function valueLabels(unit) {
+  return (u, ticks) => {
+    const full = ticks.map((value) => withUnit(value, unit));
+    const plot = u.width - tickWidth(u, full) - LABEL_OVERHANG;
+    return plot >= TIME_AXIS_ROOM ? full : ticks.map((value) => short(value, unit));
+  };
 }
 
 /** The time scale: the history's span, and a minute around a history of one point, where
@@ -179,13 +201,15 @@ matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {
 });
 
 export class TimeChart {
-  /** A chart in `container` ({title, unit, empty}: its heading, unit and no-data text). */
+  /** A chart in `container` ({title, unit, empty}: its heading, unit and no-data text); the
+  heading names the unit, which short y-axis labels leave out. */
   constructor(container, { id, title, unit, empty }) {
     this.unit = unit;
     this.empty = h("p", { class: "empty", text: empty });
     this.plotArea = h("div", { class: "plot" });
     this.element = h("figure", { class: "chart", "data-chart": id, "data-empty": "true" },
-      h("figcaption", { text: title }), this.empty, this.plotArea);
+      h("figcaption", {}, title, h("span", { class: "unit", text: `, in ${unitName(unit)}` })),
+      this.empty, this.plotArea);
     container.append(this.element);
     this.plot = null;
     this.names = "";
@@ -229,7 +253,8 @@ export class TimeChart {
     const colours = theme();
     const format = (value) => (value === null ? "–" : withUnit(value, this.unit));
     const axis = {
-      stroke: colours.axis, font: AXIS_FONT, grid: { stroke: colours.grid }, ticks: { stroke: colours.grid },
+      stroke: colours.axis, font: AXIS_FONT, grid: { stroke: colours.grid },
+      ticks: { stroke: colours.grid, size: TICK_SIZE }, gap: TICK_GAP,
     };
     const options = {
       width: Math.max(200, this.plotArea.clientWidth),
@@ -239,7 +264,7 @@ export class TimeChart {
       padding: [null, LABEL_OVERHANG, null, null],
       axes: [
         { ...axis, space: labelSpace, incrs: TIME_STEPS, values: timeLabels },
-        { ...axis, size: tickWidth, values: (u, ticks) => ticks.map(format) },
+        { ...axis, size: tickWidth, values: valueLabels(this.unit) },
       ],
       hooks: {
         init: [spaceTimeTicks], draw: [showLatest, keepTimeAxis(this.element)], setCursor: [showLatest],

@@ -2,8 +2,9 @@
 // integers (counts) are grouped and have no decimals; any other value keeps three
 // significant figures, never more decimals than that needs (5,608 / 29.9 / 4.75 / 0.0532);
 // bytes scale by 1000 (kB, MB, GB), seconds by 1000 (µs, ms, s), ratios show as percent.
-// Every value goes out with its unit; a count's unit is a noun, singular for exactly one
-// (a rate's, "blocks/s", is a unit like "B/s" and stays as it is). A percent is written
+// Every value goes out with its unit (but on an axis too narrow for the unit's name, whose
+// short labels leave it to the chart's caption); a count's unit is a noun, singular for
+// exactly one (a rate's, "blocks/s", is a unit like "B/s" and stays as it is). A percent is written
 // against its number ("97.8%"), as the API's verdicts, the CLI and the README write it, so a
 // verdict and the figure beside it read alike; every other unit stands a space apart.
 
@@ -89,6 +90,23 @@ export function unitGap(name) {
 export function withUnit(value, unit) {
   const [number, name] = parts(value, unit);
   return `${number}${unitGap(name)}${name}`;
+}
+
+/** The name of `unit` as it stands unscaled beside a number other than one: "blocks", "B/s",
+"s", "%". */
+export function unitName(unit) {
+  return parts(2, unit)[1];
+}
+
+/** A value in few characters, for an axis too narrow for its unit's name: three significant
+figures and the unit's SI prefix without the unit ("27.4k" blocks, "2.87G" B/s, "424µ" s),
+which goes once beside the axis (`unitName`). A ratio keeps its percent sign: the percent is
+its scale ("97.8%"). */
+export function short(value, unit) {
+  const [number, name] = parts(value, unit);
+  if (unit === "ratio") return `${number}${name}`;
+  if (unit === "seconds") return `${number}${name.slice(0, -1)}`;
+  return scaled(value, 1000, SI, "").join("");
 }
 
 /** A wall-clock time (unix seconds) in the reader's locale. */
