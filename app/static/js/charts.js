@@ -80,8 +80,8 @@ of them would repeat its neighbour's label. */
 const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600,
   43200, 86400, 172800, 604800];
 
-/** Clocks set their offset from UTC in quarter hours, so every whole hour they read starts
-one. */
+/** Every zone's offset from UTC today is a whole number of quarter hours, so every time a clock
+reads a whole hour is a whole quarter hour of unix time. */
 const QUARTER_HOUR = 900;
 
 /** Ticks `hours` apart on the reader's clock, from `min` to `max` (unix seconds): each time
