@@ -33,7 +33,12 @@ from app.decimal_text import DecimalFloat, DecimalInt
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.shown import shown, shown_repr
-from offload.wire.endpoints import connect_target, endpoint_refusal, interface_refusal
+from offload.wire.endpoints import (
+    connect_reaches,
+    connect_target,
+    endpoint_refusal,
+    interface_refusal,
+)
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
 MAX_PAGE_LIMIT: Final = 1000
@@ -554,13 +559,16 @@ class SidecarSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _listen_is_not_connect(self) -> SidecarSettings:
-        both = sorted(set(self.connect) & set(self.listen))
-        if both:
-            raise ValueError(
-                f"{shown(both[0])} is both listened on (KVSCOPE_LISTEN) and connected to "
-                "(KVSCOPE_CONNECT): the sidecar would read its own socket; connect names a "
-                "worker's endpoint, listen one the sidecar binds for publishers"
-            )
+        """Compared as ZMQ reads them (``connect_reaches``): ``tcp://*:5557`` is reached by
+        ``tcp://127.0.0.1:05557`` as surely as by its own text."""
+        for connect in self.connect:
+            for listen in self.listen:
+                if connect_reaches(connect, listen):
+                    raise ValueError(  # two values shown: a line of at most 500 characters
+                        f"{shown(connect, 100)} (KVSCOPE_CONNECT) reaches {shown(listen, 100)}"
+                        " (KVSCOPE_LISTEN): the sidecar would read its own socket; connect "
+                        "names a worker's endpoint, listen one the sidecar binds for publishers"
+                    )
         return self
 
     @model_validator(mode="after")

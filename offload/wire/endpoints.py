@@ -543,6 +543,58 @@ def _addresses_overlap(first: str, second: str) -> bool:
     return known is not None and known.is_unspecified
 
 
+def connect_reaches(connect: str, bound: str) -> bool:
+    """Whether a connect to ``connect`` (one ``endpoint_refusal`` takes to connect to) reaches
+    the socket this host binds at ``bound`` (one it takes to bind).
+
+    Endpoints are compared as ZMQ reads them, not as written: a port's leading zeros
+    and a connect's source address aside, an address however written (``127.0.0.1``,
+    ``[::ffff:127.0.0.1]``). A wildcard binds every address of its family on this host
+    (``*`` and ``0.0.0.0`` every IPv4 one, ``[::]`` every one of both families, as ZMQ
+    binds it dual-stack), so it is reached by a connect to any address this host has
+    there, loopback or an interface's, and by no other: a worker elsewhere at the same
+    port is not the sidecar itself. A host name is compared as a name (case and a
+    trailing dot aside); which address it stands for, only a look-up would say.
+    """
+    if not (connect.startswith("tcp://") and bound.startswith("tcp://")):
+        return connect == bound
+    host, _, port = connect_target(connect).removeprefix("tcp://").rpartition(":")
+    fixed = _fixed_port(bound)
+    if fixed is None or fixed[1] != int(port):  # a free port is none a connect names
+        return False
+    listened = fixed[0]
+    bound_address = ipaddress.IPv4Address(0) if listened == "*" else _address(listened)
+    address = _address(host)
+    if bound_address is not None and bound_address.is_unspecified:  # a wildcard
+        return (
+            address is not None
+            and (bound_address.version == 6 or address.version == 4)
+            and _is_this_hosts(address)
+        )
+    if bound_address is not None or address is not None:
+        return bound_address == address
+    return _name(host) == _name(listened)
+
+
+def _is_this_hosts(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``address`` is one of this host's: a loopback one, or one a socket can be
+    bound to (the kernel binds none it does not have)."""
+    if address.is_loopback or address.is_unspecified:
+        return True
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(address), 0))
+        except OSError:
+            return False
+    return True
+
+
+def _name(host: str) -> str:
+    """A host name as DNS compares it: case and a fully qualified name's trailing dot aside."""
+    return host.lower().removesuffix(".")
+
+
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """A host's IP address without its zone (an IPv4-mapped IPv6 one as its IPv4 address);
     None for a name."""

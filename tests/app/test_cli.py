@@ -375,7 +375,8 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
          "(Expecting value at character 23); give a JSON list of strings or comma-separated "
          "values"),
         (["--connect", "tcp://127.0.0.1:59002", "--listen", "tcp://127.0.0.1:59002"], {},
-         "settings: tcp://127.0.0.1:59002 is both listened on (KVSCOPE_LISTEN)"),
+         "settings: tcp://127.0.0.1:59002 (KVSCOPE_CONNECT) reaches tcp://127.0.0.1:59002 "
+         "(KVSCOPE_LISTEN): the sidecar would read its own socket"),
         (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_MAX_MESSAGE_BYTES": str(2**40)},
          "KVSCOPE_MAX_MESSAGE_BYTES: Input should be less than or equal"),
         (["--connect", "tcp://127.0.0.1:1"], {"KVSCOPE_RECEIVE_BUFFER_BYTES": str(2**50)},

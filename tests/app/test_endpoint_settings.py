@@ -24,6 +24,7 @@ from zmq import EVENT_CONNECT_RETRIED
 from app.settings import SidecarSettings
 from offload.shown import shown_repr
 from offload.wire.endpoints import endpoint_refusal
+from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.ports import held_tcp_ports
 from tests.support.zmq_connects import first_connect_event, reached
 
@@ -464,3 +465,51 @@ def test_a_source_port_in_use_on_this_host_is_refused_saying_so(interface: str) 
             f"{port} is in use on this host (0 leaves from a free one)"
         ) in message
     assert SidecarSettings(connect=[f"tcp://{source};127.0.0.1:5557"]).connect  # free again
+
+
+def test_a_connect_that_reaches_a_listen_endpoint_however_written_is_refused() -> None:
+    """The sidecar would read its own socket. Compared as text, a port written with a
+    leading zero, another address the wildcard binds, an IPv4 one written as IPv6 or a
+    connect from a source passed; each reaches the socket the listen endpoint binds, as a
+    real one shows, and each is refused, naming both."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.bind("tcp://*:*")
+        port = pull.last_endpoint.decode().rpartition(":")[2]
+        for listen, connect in [
+            (f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:0{port}"),
+            (f"tcp://*:{port}", f"tcp://127.0.0.1:{port}"),
+            (f"tcp://*:{port}", f"tcp://127.0.0.2:{port}"),
+            (f"tcp://0.0.0.0:{port}", f"tcp://[::ffff:127.0.0.1]:{port}"),
+            (f"tcp://*:{port}", f"tcp://lo:0;127.0.0.1:{port}"),
+        ]:
+            assert reached(context, pull, connect).bytes == b"reached"
+            loc, message = refusal({"connect": [connect], "listen": [listen]})
+            assert loc == ()
+            assert f"{connect} (KVSCOPE_CONNECT) reaches {listen} (KVSCOPE_LISTEN): " in message
+    loc, message = refusal({"connect": ["tcp://Engine.:5557"], "listen": ["tcp://engine:5557"]})
+    assert "reaches tcp://engine:5557 (KVSCOPE_LISTEN): the sidecar would read its own" in message
+
+
+@pytest.mark.parametrize(
+    ("listen", "connect"),
+    [
+        ("tcp://*:5557", "tcp://203.0.113.9:5557"),  # a worker elsewhere, at the same port
+        ("tcp://*:5557", "tcp://engine:5557"),
+        ("tcp://*:5557", "tcp://127.0.0.1:5558"),
+        ("tcp://*:0", "tcp://127.0.0.1:5557"),  # a free port: none a connect names
+        ("tcp://127.0.0.1:5557", "tcp://127.0.0.2:5557"),
+        ("ipc:///tmp/kvscope-a", "ipc:///tmp/kvscope-b"),
+    ],
+)
+def test_a_connect_that_reaches_no_listen_endpoint_is_taken(listen: str, connect: str) -> None:
+    assert SidecarSettings(connect=[connect], listen=[listen]).listen == [listen]
+
+
+@needs_ipv6_loopback
+def test_an_ipv4_wildcard_is_not_reached_over_ipv6() -> None:
+    """ZMQ binds ``*`` on IPv4 alone, and ``[::]`` on both families (``binds_ipv6``): a
+    connect to ``[::1]`` reaches the second only."""
+    assert SidecarSettings(connect=["tcp://[::1]:5557"], listen=["tcp://*:5557"]).connect
+    assert refusal({"connect": ["tcp://[::1]:5557"], "listen": ["tcp://[::]:5557"]})[0] == ()
