@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.decimal_text import DecimalFloat, DecimalInt
@@ -34,10 +42,13 @@ from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.shown import shown, shown_repr
 from offload.wire.endpoints import (
+    Family,
     connect_reaches,
     connect_target,
     endpoint_refusal,
     interface_refusal,
+    resolved_families,
+    source_refusal,
 )
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
@@ -112,6 +123,13 @@ class PublisherEndpoints:
 
     endpoint: str
     replay_endpoint: str | None = None
+    family: Family | None = None
+    """The address family ``endpoint``'s host resolved to as the settings were read
+    (``resolved_families``; None: a name with no address then, connected over IPv4 until
+    a look-up finds one), so that the ingest thread sets its socket's IPv6 option without
+    looking the name up again."""
+    replay_family: Family | None = None
+    """The same of ``replay_endpoint``."""
 
     mode: ClassVar[Literal["connect"]] = "connect"
 
@@ -140,6 +158,11 @@ class SidecarSettings(BaseSettings):
     """Where to read KV events from, where to serve, and how much to keep in memory."""
 
     model_config = SettingsConfigDict(env_prefix="KVSCOPE_", extra="forbid")
+
+    _families: dict[str, Family | None] = PrivateAttr(default_factory=dict)
+    """What each endpoint the sidecar connects to (``connect``, ``replay``, the endpoints of
+    ``listen_replay``) resolved to as the settings were read (``_sources_can_connect``);
+    ``publishers`` and ``listen_streams`` pass it on."""
 
     connect: EndpointList = Field(
         default_factory=list,
@@ -509,7 +532,7 @@ class SidecarSettings(BaseSettings):
     @classmethod
     def _listen_replay_declares_streams(cls, pairs: list[str]) -> list[str]:
         """Each endpoint checked here, once: ``listen_streams`` reads them as checked."""
-        names = [_declared_stream(pair).name for pair in pairs]
+        names = [_declared_stream(pair, {}).name for pair in pairs]
         for pair in pairs:  # each STREAM=ENDPOINT, as _declared_stream found it
             _check_endpoint(pair.partition("=")[2], bind=False)
         _no_repeats(names, "is given more than one replay endpoint")
@@ -614,11 +637,49 @@ class SidecarSettings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _sources_can_connect(self) -> SidecarSettings:
+        """Each host the sidecar connects to looked up once, as it starts, and the answer
+        kept for the ingest thread (``publishers``, ``listen_streams``), which looks no name
+        up as it starts: a DNS server that does not answer holds up the start once, not once
+        per check. A source address is checked against it here (``source_refusal``), last,
+        after the checks that need no look-up, and refused at its setting as a field's
+        validator would refuse it."""
+        connected = {
+            "connect": self.connect,
+            "replay": self.replay,
+            "listen_replay": [pair.partition("=")[2] for pair in self.listen_replay],
+        }
+        self._families = resolved_families(e for endpoints in connected.values() for e in endpoints)
+        refused: list[InitErrorDetails] = []
+        for setting, endpoints in connected.items():
+            for endpoint in endpoints:
+                refusal = source_refusal(endpoint, self._families[endpoint])
+                if refusal is not None:
+                    problem = ValueError(f"{shown_repr(endpoint)} {refusal}")
+                    value = getattr(self, setting)
+                    refused.append(
+                        InitErrorDetails(
+                            type="value_error", loc=(setting,), input=value, ctx={"error": problem}
+                        )
+                    )
+                    break
+        if refused:
+            raise ValidationError.from_exception_data(type(self).__name__, refused)
+        return self
+
     def publishers(self) -> list[PublisherEndpoints]:
-        """Each PUB endpoint paired with its replay endpoint, where one was given."""
+        """Each PUB endpoint paired with its replay endpoint, where one was given, and what
+        each resolved to as the settings were read."""
         replays = self.replay + [None] * (len(self.connect) - len(self.replay))
+        families = self._families
         return [
-            PublisherEndpoints(endpoint, replay)
+            PublisherEndpoints(
+                endpoint,
+                replay,
+                families.get(endpoint),
+                None if replay is None else families.get(replay),
+            )
             for endpoint, replay in zip(self.connect, replays, strict=True)
         ]
 
@@ -647,8 +708,9 @@ class SidecarSettings(BaseSettings):
         )
 
     def listen_streams(self) -> list[ListenStream]:
-        """The listen-mode streams declared with a replay endpoint; others appear as they send."""
-        return [_declared_stream(pair) for pair in self.listen_replay]
+        """The listen-mode streams declared with a replay endpoint, and what it resolved to as
+        the settings were read; others appear as they send."""
+        return [_declared_stream(pair, self._families) for pair in self.listen_replay]
 
 
 def _allowed_network(text: str) -> str:
@@ -672,8 +734,9 @@ def _allowed_network(text: str) -> str:
     return str(network)
 
 
-def _declared_stream(pair: str) -> ListenStream:
-    """A ``listen_replay`` value, ``STREAM=ENDPOINT``, as the stream it declares. Its endpoint
+def _declared_stream(pair: str, families: dict[str, Family | None]) -> ListenStream:
+    """A ``listen_replay`` value, ``STREAM=ENDPOINT``, as the stream it declares, with what
+    its endpoint resolved to in ``families`` (None where it holds no answer). Its endpoint
     is not checked here: the check binds a socket and may wait on DNS, so the settings'
     validator makes it once, and the sidecar, reading the streams as it starts, not again."""
     name, separator, endpoint = pair.partition("=")
@@ -681,14 +744,16 @@ def _declared_stream(pair: str) -> ListenStream:
         raise ValueError(
             f"{shown_repr(pair)} is not STREAM=ENDPOINT (e.g. vllm-gpu@0=tcp://engine:5558)"
         )
-    return ListenStream(*parse_stream_name(name), replay_endpoint=endpoint)
+    return ListenStream(
+        *parse_stream_name(name), replay_endpoint=endpoint, replay_family=families.get(endpoint)
+    )
 
 
 def _check_endpoint(endpoint: str, *, bind: bool) -> None:
     """Every endpoint setting, refused by one rule (offload/wire/endpoints.py); pydantic
     names the setting. The sidecar uses its endpoints on the host it validates them on, so
-    an interface or source address this host lacks is refused too, as is a source address
-    of another family than all a target name resolves to here (``interface_refusal``)."""
+    a zone naming no interface of this host is refused too (``interface_refusal``); a
+    connect's source address once its host is looked up (``_sources_can_connect``)."""
     refusal = endpoint_refusal(endpoint, bind=bind) or interface_refusal(endpoint)
     if refusal is not None:
         raise ValueError(f"{shown_repr(endpoint)} {refusal}")

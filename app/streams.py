@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Final, Literal
 
 from offload.shown import shown_repr
+from offload.wire.endpoints import Family
 
 MAX_TOPIC_BYTES: Final = 128
 """Longest topic (or engine id) that names a stream; a longer one is a malformed frame."""
@@ -79,6 +80,10 @@ class ListenStream:
     topic: bytes
     rank: int | None
     replay_endpoint: str | None = None
+    replay_family: Family | None = None
+    """The address family ``replay_endpoint``'s host resolved to as the settings were read
+    (``resolved_families``; None: none then), so that a replay sets its socket's IPv6 option
+    without looking the name up again."""
     name: str = field(init=False)
     """``TOPIC@RANK``, computed once: it labels every batch the stream sends."""
 

@@ -2,10 +2,10 @@
 
 ZMQ reaches an IPv6 address only from a socket with its IPv6 option, and with it
 reaches a name of both families over IPv6 alone; so the sidecar sets it for a
-host name that resolves, as it starts, to IPv6 addresses and no IPv4 one
-(``connects_ipv6``). A name that did not resolve then (a Kubernetes service
-whose pods were not up yet) was connected over IPv4 for good, and once it
-resolved to IPv6 alone ZMQ retried it in silence for ever. So while a
+host name that resolves, as its settings are read, to IPv6 addresses and no IPv4
+one (``resolved_families``, ``connects_ipv6``). A name that did not resolve then
+(a Kubernetes service whose pods were not up yet) was connected over IPv4 for
+good, and once it resolved to IPv6 alone ZMQ retried it in silence for ever. So while a
 publisher is unheard, its endpoints' names are looked up again every
 ``RECHECK_S``, and the ingest thread re-makes a socket whose family the answer
 changes. A lookup may wait on DNS for seconds, which the ingest thread must
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
-from offload.wire.endpoints import resolved_ipv6
+from offload.wire.endpoints import Family, resolved_families
 
 RECHECK_S: Final = 5.0
 """How often the names of unheard publishers' endpoints are looked up again: a publisher
@@ -34,14 +34,14 @@ class FamilyCheck:
 
     def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="kvscope-families")
-        self._running: Future[dict[str, bool]] | None = None
+        self._running: Future[dict[str, Family]] | None = None
         self._next = time.monotonic() + RECHECK_S  # the start looked them up already
 
-    def poll(self, endpoints: Callable[[], Iterable[str]]) -> dict[str, bool]:
-        """What the check that just ended found: each endpoint whose host resolved, to
-        ``resolved_ipv6``'s answer (empty while a check runs, or none ended); and a check
-        of ``endpoints()`` started when one is due (called only then)."""
-        found: dict[str, bool] = {}
+    def poll(self, endpoints: Callable[[], Iterable[str]]) -> dict[str, Family]:
+        """What the check that just ended found: each endpoint whose host resolved, to the
+        family ``resolved_families`` found (empty while a check runs, or none ended); and a
+        check of ``endpoints()`` started when one is due (called only then)."""
+        found: dict[str, Family] = {}
         if self._running is not None:
             if not self._running.done():
                 return found
@@ -60,6 +60,5 @@ class FamilyCheck:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _families(endpoints: set[str]) -> dict[str, bool]:
-    found = {endpoint: resolved_ipv6(endpoint) for endpoint in endpoints}
-    return {endpoint: ipv6 for endpoint, ipv6 in found.items() if ipv6 is not None}
+def _families(endpoints: set[str]) -> dict[str, Family]:
+    return {e: family for e, family in resolved_families(endpoints).items() if family is not None}

@@ -125,17 +125,18 @@ class Ingestor:
         self._sockets: dict[zmq.Socket, PublisherState] = {}
         self._replays: dict[zmq.Socket, Replay] = {}
         self._replaying: dict[str, Replay] = {}  # publisher name -> its replay in progress
-        # publisher name -> whether its replay socket connects with ZMQ's IPv6 option; decided
-        # here, as resolving a name may wait on DNS, which the ingest loop must not
+        # publisher name -> whether its replay socket connects with ZMQ's IPv6 option, by the
+        # family its host resolved to as the settings were read: no name is looked up here
         self._replay_ipv6 = {
-            publisher.name: connects_ipv6(publisher.source.replay_endpoint)
+            publisher.name: connects_ipv6(source.replay_endpoint, source.replay_family)
             for publisher in state.publishers.values()
-            if publisher.source.replay_endpoint is not None
+            if (source := publisher.source).replay_endpoint is not None
         }
         for publisher in state.publishers.values():
-            if isinstance(publisher.source, PublisherEndpoints):
-                endpoint = publisher.source.endpoint
-                self._sockets[self._subscriber(endpoint, connects_ipv6(endpoint))] = publisher
+            source = publisher.source
+            if isinstance(source, PublisherEndpoints):
+                ipv6 = connects_ipv6(source.endpoint, source.family)
+                self._sockets[self._subscriber(source.endpoint, ipv6)] = publisher
         self._families = FamilyCheck()
         # The listen socket, its gate and their monitor in a context of their own (see
         # app/ingest/listen_gate.py: a full monitor holds up its context's I/O thread).
@@ -271,15 +272,18 @@ class Ingestor:
         if not found:
             return
         for sock, state in list(self._sockets.items()):
-            ipv6 = found.get(state.source.endpoint)
-            if ipv6 is not None and ipv6 != bool(sock.ipv6):
-                self._remake(sock, state, ipv6)
+            endpoint = state.source.endpoint
+            if endpoint in found:
+                ipv6 = connects_ipv6(endpoint, found[endpoint])
+                if ipv6 != bool(sock.ipv6):
+                    self._remake(sock, state, ipv6)
         for state in self.state.publishers.values():
             endpoint = state.source.replay_endpoint
-            ipv6 = None if endpoint is None else found.get(endpoint)
-            if ipv6 is not None and ipv6 != self._replay_ipv6[state.name]:
-                self._replay_ipv6[state.name] = ipv6
-                self._family_changed(state, "its replays connect", ipv6)
+            if endpoint in found:
+                ipv6 = connects_ipv6(endpoint, found[endpoint])
+                if ipv6 != self._replay_ipv6[state.name]:
+                    self._replay_ipv6[state.name] = ipv6
+                    self._family_changed(state, "its replays connect", ipv6)
 
     def _unheard_endpoints(self) -> list[str]:
         """The endpoints the sidecar connects to (live and replay) of the publishers unheard

@@ -9,9 +9,11 @@ for ever. So an endpoint is checked here, as text, against what ZMQ
 binds or connects to for the transports that reach another process (a sidecar
 never shares a process with its workers, so ``inproc`` is refused too); the
 tests try the accepted forms on real sockets. Where the host that checks an
-endpoint is the one that uses it, ``interface_refusal`` also refuses an
-interface or source address that host does not have, and a source address of
-another family than all the target name resolves to there.
+endpoint is the one that uses it, ``interface_refusal`` also refuses a zone
+naming an interface that host does not have, and ``source_refusal`` a source
+it cannot leave from, or one of another family than all the target name
+resolves to there (``resolved_families``: each name looked up once, its answer
+passed on to whatever else needs it).
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import errno
 import ipaddress
 import re
 import socket
-from typing import Final
+from collections.abc import Iterable
+from typing import Final, Literal
 
 import zmq
 
 from offload.shown import shown_repr
+
+Family = Literal[4, 6]
+"""An IP version: the address family a connect reaches its host in."""
 
 _LABEL: Final = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 """One label of a host name: 1 to 63 letters, digits, underscores and inner hyphens (RFC
@@ -199,12 +205,14 @@ def _link_zone(host: str) -> str | None:
     return host[1:-1].partition("%")[2] if address.is_link_local else None
 
 
-def _family(host: str) -> int | None:
+def _family(host: str) -> Family | None:
     """The IP version of an address (an IPv4-mapped one's is 4); None for a name."""
     if _is_ipv4_text(host):
         return 4
     address = _address(host)
-    return None if address is None else address.version
+    if address is None:
+        return None
+    return 4 if address.version == 4 else 6
 
 
 def _host_problem(host: str, *, bind: bool) -> str | None:
@@ -310,21 +318,16 @@ def _port_number(port: str) -> int:
 
 
 def interface_refusal(endpoint: str) -> str | None:
-    """Why this host cannot use ``endpoint``, one ``endpoint_refusal`` takes, as the rest of a
-    sentence that starts with the endpoint; None where it can.
+    """Why this host cannot use ``endpoint``, one ``endpoint_refusal`` takes, for a zone (the
+    host's or a connect source's) that names no interface here, as the rest of a sentence
+    that starts with the endpoint; None where it names one, or none.
 
-    The shape check takes any interface name, as a zone or as a connect's source, and
-    any source address. ZMQ refuses a bind to a zone naming no interface, but takes such
-    a connect and retries it in silence for ever, as it does one leaving from an
-    interface with no address of the connect's family, from an address this host does
-    not have, or from a port another socket holds. So where an endpoint is checked on the
-    host that uses it (the sidecar's settings, the connector's scheduler as it binds),
-    each interface it names must be this host's, and a source is bound as ZMQ binds it
-    for the connect (``_source_bind_problem``); not where vLLM reads the connector's
-    endpoints in every worker process, on every node. A target host name is looked up,
-    which may wait on DNS: from an interface's name ZMQ leaves from its address of the
-    connect's family (``connects_ipv6``), and from an address, of its own family, it never
-    reaches a name that resolves to the other family alone. Call it at start-up.
+    The shape check takes any interface name as a zone. ZMQ refuses a bind to a zone
+    naming no interface, but takes such a connect and retries it in silence for ever. So
+    where an endpoint is checked on the host that uses it (the sidecar's settings, the
+    connector's scheduler as it binds), each zone must name an interface of this host;
+    not where vLLM reads the connector's endpoints in every worker process, on every node.
+    Neither DNS nor a socket is used: a connect's source is ``source_refusal``'s.
     """
     if not endpoint.startswith("tcp://"):
         return None
@@ -334,33 +337,55 @@ def interface_refusal(endpoint: str) -> str | None:
         problem = None if host is None else _zone_absent(host)
         if problem is not None:
             return f"cannot be used on this host: {problem}"
-    if source_host is None:
+    return None
+
+
+def source_refusal(endpoint: str, family: Family | None) -> str | None:
+    """Why this host cannot leave from the source address of ``endpoint``, a connect
+    ``interface_refusal`` takes, as the rest of a sentence that starts with the endpoint;
+    None where it can, or the connect has no source. ``family``: what its host resolved to
+    (``resolved_families``), so that a name is looked up once however many checks and
+    sockets use the answer.
+
+    The shape check takes any source. ZMQ takes a connect leaving from an interface this
+    host lacks, or one with no address of the connect's family, from an address this host
+    does not have, or from a port another socket holds, and retries it in silence for
+    ever; so a source is bound here as ZMQ binds it for the connect
+    (``_source_bind_problem``). From an interface's name ZMQ leaves from its address of the
+    connect's family (``connects_ipv6``); from an address, of its own family, it never
+    reaches a name that resolves to the other family alone (``family_mismatch``). Call it
+    at start-up: it binds a socket.
+    """
+    if not endpoint.startswith("tcp://"):
         return None
-    family = _family(source_host)
-    if family is None:  # an interface's name
-        problem = _source_bind_problem(source, ipv6=connects_ipv6(endpoint))
+    source = endpoint.removeprefix("tcp://").rpartition(";")[0]
+    if not source:
+        return None
+    if _family(_host_and_port(source)[0]) is None:  # an interface's name
+        problem = _source_bind_problem(source, ipv6=connects_ipv6(endpoint, family))
     else:
-        problem = _resolved_families_problem(
-            family, _host_and_port(target)[0]
-        ) or _source_bind_problem(source, ipv6=source_host.startswith("["))
+        problem = family_mismatch(endpoint, family) or _source_bind_problem(
+            source, ipv6=source.startswith("[")
+        )
     if problem is None:
         return None
     return f"cannot be used on this host: the source address {shown_repr(source)}: {problem}"
 
 
-def _resolved_families_problem(family: int, host: str) -> str | None:
-    """A source address of IP version ``family`` and a host name that resolves now to
-    addresses of the other family alone: ZMQ connects within one family, and would retry
-    such a connect in silence. The shape check compares a source with a host's address;
-    a name's family only a look-up here tells."""
-    own, other = (
-        (socket.AF_INET, socket.AF_INET6) if family == 4 else (socket.AF_INET6, socket.AF_INET)
-    )
-    if _family(host) is not None or _resolves(host, own) or not _resolves(host, other):
-        return None  # an address (its shape checked), a name of the source's family, or none yet
+def family_mismatch(endpoint: str, family: Family | None) -> str | None:
+    """Why a connect to ``endpoint`` from a source address can never be made, its host
+    having resolved to ``family`` alone (``resolved_families``: the source's family first)
+    and the source being of the other: ZMQ connects within one family, and would retry such
+    a connect in silence; None where it can be made, or nothing resolved. The shape check
+    compares a source with a host's address; a name's family only a look-up tells."""
+    source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
+    ours = _family(_host_and_port(source)[0]) if source else None
+    host = _host_and_port(target)[0]
+    if ours is None or family is None or family == ours or _family(host) is not None:
+        return None  # no source address, no answer, one family, or an address (its shape checked)
     return (
-        f"it is IPv{family} and the host {shown_repr(host)} resolves here to IPv"
-        f"{6 if family == 4 else 4} addresses alone, and ZMQ connects within one family"
+        f"it is IPv{ours} and the host {shown_repr(host)} resolves here to IPv{family} "
+        "addresses alone, and ZMQ connects within one family"
     )
 
 
@@ -452,36 +477,65 @@ def connect_target(endpoint: str) -> str:
     return f"tcp://{host}:{_port_number(port)}"
 
 
-def connects_ipv6(endpoint: str) -> bool:
-    """Whether a socket connecting to ``endpoint`` needs ZMQ's IPv6 option.
+def connects_ipv6(endpoint: str, family: Family | None) -> bool:
+    """Whether a socket connecting to ``endpoint``, whose host resolved to ``family``
+    (``resolved_families``), needs ZMQ's IPv6 option.
 
     Without it ZMQ reaches no IPv6 address: a bracketed one, or a host name whose addresses
     are all IPv6 (an IPv6-only cluster's service), is retried for ever in silence. With it,
     ZMQ takes only the first address of an IPv6 lookup, so a name with addresses of both
     families would be reached over IPv6 alone, where a publisher bound on ``tcp://*``
     (IPv4) is not listening. So the option is set for a bracketed address, the host's or a
-    source address's (ZMQ finds an IPv6 source only with it), and for a host name
-    that resolves now to IPv6 addresses and no IPv4 one; a name that does not resolve yet
-    keeps ZMQ's IPv4 lookup, until the sidecar finds it resolves (``resolved_ipv6``).
-    Resolving may wait on DNS: call it where a start may wait, not on a path that must not
-    stall.
+    source address's (ZMQ finds an IPv6 source only with it), and for a host name that
+    resolved to IPv6 addresses and no IPv4 one; a name that did not resolve keeps ZMQ's
+    IPv4 lookup, until the sidecar finds it resolves (app/ingest/families.py).
     """
-    return resolved_ipv6(endpoint) is True
-
-
-def resolved_ipv6(endpoint: str) -> bool | None:
-    """``connects_ipv6`` of ``endpoint`` where its host resolves now; None for a host name
-    with no address now (its service not up yet), whose answer is still to come: the
-    sidecar looks such a name up again while its publisher is unheard
-    (app/ingest/families.py). May wait on DNS, as ``connects_ipv6``."""
     if not endpoint.startswith("tcp://"):
         return False
-    if "[" in endpoint:  # the host's address, or the source's (SOURCE:PORT;HOST:PORT)
-        return True
-    host = connect_target(endpoint).removeprefix("tcp://").rpartition(":")[0]
-    if _resolves(host, socket.AF_INET):
-        return False
-    return True if _resolves(host, socket.AF_INET6) else None
+    return "[" in endpoint or family == 6  # the host's address, or the source's
+
+
+def resolved_families(endpoints: Iterable[str]) -> dict[str, Family | None]:
+    """The family each connect endpoint's host resolves to now: an address's own, and a
+    name's, that of its source address first where it has one (else IPv4 first: a name of
+    both families is reached over IPv4, ``connects_ipv6``), the other where the name has
+    addresses of it alone; None for a name with no address now (its service not up yet),
+    whose answer is still to come (the sidecar looks such a name up again while its
+    publisher is unheard: app/ingest/families.py), and for ipc.
+
+    Each host name is looked up once for all the endpoints that name it from sources of
+    one family (a publisher's live and replay endpoints), one family at a time as ZMQ
+    looks it up. May
+    wait on DNS: call it where a start may wait, not on a path that must not stall; and
+    pass its answer on (``connects_ipv6``, ``source_refusal``) rather than look up again.
+    """
+    looked_up: dict[tuple[str, Family], Family | None] = {}
+    found: dict[str, Family | None] = {}
+    for endpoint in endpoints:
+        if not endpoint.startswith("tcp://"):
+            found[endpoint] = None
+            continue
+        source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
+        host = _host_and_port(target)[0]
+        address = _family(host)
+        if address is not None:
+            found[endpoint] = address
+            continue
+        first = (_family(_host_and_port(source)[0]) if source else None) or 4
+        if (host, first) not in looked_up:
+            looked_up[host, first] = _name_family(host, first)
+        found[endpoint] = looked_up[host, first]
+    return found
+
+
+def _name_family(host: str, first: Family) -> Family | None:
+    """``first`` where the name ``host`` has an address of it now, else the other family where
+    it has one of that, else None."""
+    other: Family = 6 if first == 4 else 4
+    for family in (first, other):
+        if _resolves(host, socket.AF_INET if family == 4 else socket.AF_INET6):
+            return family
+    return None
 
 
 def _resolves(host: str, family: socket.AddressFamily) -> bool:

@@ -27,14 +27,16 @@ import zmq
 from pydantic import ValidationError
 from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
 
-from app.settings import PublisherEndpoints, SidecarSettings
-from offload.wire.endpoints import binds_ipv6, connects_ipv6, endpoint_refusal, resolved_ipv6
+from app.ingest.ingestor import Ingestor
+from app.settings import SidecarSettings
+from app.state.sidecar import SidecarState
+from offload.wire.endpoints import binds_ipv6, endpoint_refusal, resolved_families
 from offload.wire.publisher import EventPublisher
 from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, stored
 from tests.support.http_app import served_views
 from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
-from tests.support.zmq_connects import first_connect_event, reached
+from tests.support.zmq_connects import first_connect_event, ipv6, reached
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,9 +60,10 @@ def reach_by_name(bound: str, name: str, hosts: str | None = None) -> None:
         publisher.publish_events([stored(1, 2)])
         wait_until(lambda: publisher.batches_published == 1, "first batch sent")
         ports = (e.rpartition(":")[2] for e in (publisher.endpoint, publisher.replay_endpoint))
-        by_name = PublisherEndpoints(*(f"tcp://{name}:{port}" for port in ports))
-        if hosts is not None:
-            assert connects_ipv6(by_name.endpoint) is False  # no address yet: IPv4
+        connect, replay = (f"tcp://{name}:{port}" for port in ports)
+        [by_name] = SidecarSettings(connect=[connect], replay=[replay]).publishers()
+        if hosts is not None:  # no address yet: IPv4
+            assert (by_name.family, by_name.replay_family) == (None, None)
         ingestor = start_ingest(by_name)
         try:
             state = ingestor.state.publishers[by_name.endpoint]
@@ -162,18 +165,68 @@ def test_a_link_local_source_reaches_a_host_on_its_own_link_only(
 
 def test_a_connect_sets_ipv6_for_a_bracketed_address_and_a_bind_for_nothing_else() -> None:
     for endpoint in ("tcp://[::1]:5557", "tcp://[fe80::1%eth0]:5557", "tcp://[fe80::1%2]:5557"):
-        assert connects_ipv6(endpoint) and binds_ipv6(endpoint), endpoint
+        assert ipv6(endpoint) and binds_ipv6(endpoint), endpoint
     for source in ("[::1]:0", "[fe80::1%eth0]:0"):  # ZMQ finds an IPv6 source only with it
-        assert connects_ipv6(f"tcp://{source};engine:5557"), source
-    assert connects_ipv6("tcp://eth0:0;[::1]:5557")
-    assert not connects_ipv6("tcp://127.0.0.1:0;localhost:5557")
+        assert ipv6(f"tcp://{source};engine:5557"), source
+    assert ipv6("tcp://eth0:0;[::1]:5557")
+    assert not ipv6("tcp://127.0.0.1:0;localhost:5557")
     assert not binds_ipv6("tcp://*:5557") and not binds_ipv6("tcp://localhost:5557")
     for endpoint in ("tcp://127.0.0.1:5557", "tcp://localhost:5557", "ipc:///tmp/kv"):
-        assert not connects_ipv6(endpoint), endpoint
-    assert not connects_ipv6("tcp://no-such-name.invalid:5557")  # resolves later, if ever: IPv4
+        assert not ipv6(endpoint), endpoint
+    assert not ipv6("tcp://no-such-name.invalid:5557")  # resolves later, if ever: IPv4
     # and is looked up again while unheard: no answer yet, where other names have theirs
-    assert resolved_ipv6("tcp://no-such-name.invalid:5557") is None
-    assert resolved_ipv6("tcp://localhost:5557") is False
+    found = resolved_families(["tcp://no-such-name.invalid:5557", "tcp://localhost:5557"])
+    assert found == {"tcp://no-such-name.invalid:5557": None, "tcp://localhost:5557": 4}
+
+
+def start_lookups(connect: list[str], replay: list[str]) -> None:
+    """Prints, as JSON, each look-up (host, family) Python's resolver was asked for while a
+    sidecar's settings were read and its ingest thread made its sockets; run in a fresh
+    interpreter (``python -c``): an audit hook, which sees every ``socket.getaddrinfo``, is
+    never taken out again."""
+    lookups: list[tuple[str, int]] = []
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "socket.getaddrinfo":
+            lookups.append((args[0], int(args[2])))
+
+    sys.addaudithook(hook)
+    state = SidecarState.from_settings(SidecarSettings(connect=connect, replay=replay))
+    Ingestor(state).close()
+    print(json.dumps(lookups))
+
+
+@pytest.mark.skipif(
+    "lo" not in [name for _, name in socket.if_nameindex()], reason="no interface named lo"
+)
+def test_the_sidecar_looks_each_host_name_up_once_as_it_starts() -> None:
+    """A DNS server that does not answer holds up the start for as long as each look-up
+    waits on it: the settings looked a connect's host name up to check its source, and
+    the ingest thread looked it up again for its socket's family, and once more for its
+    replay endpoint's. The settings' answer now travels to the ingest thread, so each
+    name is looked up once, a family at a time (IPv4 first, then IPv6 where it has no
+    IPv4 address), however many endpoints name it."""
+    connect = [
+        "tcp://lo:0;localhost:5557",
+        "tcp://127.0.0.1:0;no-such-name.invalid:5557",
+        "tcp://other.invalid:5557",
+    ]
+    replay = ["tcp://localhost:5558", "tcp://no-such-name.invalid:5558"]
+    run = (
+        "from tests.app.test_endpoint_families import start_lookups; "
+        f"start_lookups({connect!r}, {replay!r})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", run], capture_output=True, text=True, timeout=90, check=True
+    )
+    v4, v6 = socket.AF_INET, socket.AF_INET6
+    assert sorted(map(tuple, json.loads(done.stdout))) == [
+        ("localhost", v4),
+        ("no-such-name.invalid", v4),
+        ("no-such-name.invalid", v6),
+        ("other.invalid", v4),
+        ("other.invalid", v6),
+    ]
 
 
 def test_a_publisher_on_ipv4_loopback_is_reached_by_localhost() -> None:

@@ -11,7 +11,7 @@ import zmq
 from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
 from zmq.utils.monitor import recv_monitor_message
 
-from offload.wire.endpoints import connects_ipv6
+from offload.wire.endpoints import connects_ipv6, resolved_families
 
 
 def first_connect_event(form: str) -> tuple[str, int]:
@@ -25,7 +25,7 @@ def first_connect_event(form: str) -> tuple[str, int]:
         endpoint = form.format(port=pull.last_endpoint.decode().rpartition(":")[2])
         with context.socket(zmq.PUSH) as push:
             push.linger = 0
-            push.ipv6 = connects_ipv6(endpoint)
+            push.ipv6 = ipv6(endpoint)
             with push.get_monitor_socket(EVENT_CONNECTED | EVENT_CONNECT_RETRIED) as monitor:
                 monitor.linger = 0
                 monitor.rcvtimeo = 60_000  # a bound on a failure, not a measured time
@@ -40,7 +40,12 @@ def reached(context: zmq.Context, pull: zmq.Socket, endpoint: str) -> zmq.Frame:
     IPv6 option as the settings would set it)."""
     with context.socket(zmq.PUSH) as push:
         push.linger = 0
-        push.ipv6 = connects_ipv6(endpoint)
+        push.ipv6 = ipv6(endpoint)
         push.connect(endpoint)
         push.send(b"reached")
         return pull.recv(copy=False)
+
+
+def ipv6(endpoint: str) -> bool:
+    """ZMQ's IPv6 option for a connect to ``endpoint``, as the sidecar sets it."""
+    return connects_ipv6(endpoint, resolved_families([endpoint])[endpoint])
