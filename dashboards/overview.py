@@ -369,7 +369,9 @@ def _events() -> list[Panel]:
             "resolve to, per sidecar. Healthy: 0; gaps that replay fills and frames dropped "
             "while replaying (replayed afterwards) are recoverable, lost batches are not; a "
             "family change or two while a service's pods come up (its name resolving late) "
-            "is the sidecar following it.",
+            "is the sidecar following it; a source of the other family (a connect from a "
+            "source address whose host name came to resolve to the other family alone) "
+            "cannot connect until the name resolves to the source's family again.",
             "cps",
             *(
                 Query(
@@ -381,6 +383,7 @@ def _events() -> list[Panel]:
                     ("missed_batches", "lost"),
                     ("held_dropped_frames", "dropped while replaying"),
                     ("family_changes", "address family changes"),
+                    ("source_family_mismatches", "sources of the other family"),
                 )
             ),
             Query(

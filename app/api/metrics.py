@@ -55,6 +55,11 @@ _PUBLISHER_COUNTERS = (
     ("kvscope_sidecar_family_changes_total",
      "Connect sockets made again, or replay endpoints switched, for the address family their "
      "host name came to resolve to while the publisher was unheard.", "family_changes"),
+    ("kvscope_sidecar_source_family_mismatches_total",
+     "Connect or replay endpoints whose host name came to resolve, while the publisher was "
+     "unheard, to addresses of the other family alone than the source address they leave "
+     "from: ZMQ cannot connect them until it resolves to the source's family again.",
+     "source_family_mismatches"),
 )  # fmt: skip
 _LISTENER_COUNTERS = (
     ("kvscope_sidecar_listen_frames_total", "Frames received on the listen socket.", "frames"),

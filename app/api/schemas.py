@@ -58,6 +58,13 @@ class PublisherInfo(BaseModel):
         "switched, for the address family its host name came to resolve to while it was "
         "unheard (connect mode; 0 in listen mode)."
     )
+    source_family_mismatches: int = Field(
+        description="Times its connect or replay endpoint's host name came to resolve, while "
+        "it was unheard, to addresses of the other family alone than the source address the "
+        "endpoint leaves from (tcp://SOURCE:PORT;HOST:PORT), which ZMQ cannot connect "
+        "across: the endpoint is retried until the name resolves to the source's family "
+        "again. Each counted once until then."
+    )
     dropped: int | None = Field(description="Frames the publisher itself dropped.")
     stats_ts: float | None = Field(
         description="When its latest stats frame was taken, by the publisher's clock: "
@@ -88,6 +95,7 @@ class PublisherInfo(BaseModel):
             replays={str(outcome): count for outcome, count in state.replays.items()},
             held_dropped=state.held_dropped,
             family_changes=state.family_changes,
+            source_family_mismatches=state.source_family_mismatches,
             dropped=None if worker is None else worker.dropped_frames,
             stats_ts=None if frame is None else frame.ts,
             engine_id=None if frame is None else frame.engine_id,

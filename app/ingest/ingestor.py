@@ -34,8 +34,8 @@ from app.state.listener import ListenerState
 from app.state.publisher import PublisherState, ReplayOutcome
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats, block_bytes_by_medium
-from offload.shown import shown_repr
-from offload.wire.endpoints import binds_ipv6, connects_ipv6
+from offload.shown import shown, shown_repr
+from offload.wire.endpoints import Family, binds_ipv6, connects_ipv6, family_mismatch
 from offload.wire.framing import MalformedFrame, decode_seq
 from offload.wire.log_limit import LogLimiter
 from offload.wire.sample_frame import SampleFrame, decode_sample_frame
@@ -138,6 +138,9 @@ class Ingestor:
                 ipv6 = connects_ipv6(source.endpoint, source.family)
                 self._sockets[self._subscriber(source.endpoint, ipv6)] = publisher
         self._families = FamilyCheck()
+        # endpoints whose host, looked up again, resolved to the other family alone than their
+        # source address (``_check_source``)
+        self._mismatched: set[str] = set()
         # The listen socket, its gate and their monitor in a context of their own (see
         # app/ingest/listen_gate.py: a full monitor holds up its context's I/O thread).
         self._listen_ctx = zmq.Context()
@@ -267,32 +270,61 @@ class Ingestor:
         """Take what the latest look-up of unheard publishers' names found
         (app/ingest/families.py): a connect socket whose host now resolves to another family
         than it connects over is made again with the IPv6 option that family needs, and a
-        replay endpoint's option likewise for the replays to come; each change counted."""
+        replay endpoint's option likewise for the replays to come; each change counted. A
+        connect from a source address keeps its family (``connects_ipv6``), and one whose
+        host now resolves to the other family alone is reported (``_check_source``)."""
         found = self._families.poll(self._unheard_endpoints)
         if not found:
             return
         for sock, state in list(self._sockets.items()):
             endpoint = state.source.endpoint
             if endpoint in found:
+                self._check_source(state, endpoint, found[endpoint])
                 ipv6 = connects_ipv6(endpoint, found[endpoint])
                 if ipv6 != bool(sock.ipv6):
                     self._remake(sock, state, ipv6)
         for state in self.state.publishers.values():
             endpoint = state.source.replay_endpoint
             if endpoint in found:
+                self._check_source(state, endpoint, found[endpoint])
                 ipv6 = connects_ipv6(endpoint, found[endpoint])
                 if ipv6 != self._replay_ipv6[state.name]:
                     self._replay_ipv6[state.name] = ipv6
                     self._family_changed(state, "its replays connect", ipv6)
 
+    def _check_source(self, state: PublisherState, endpoint: str, family: Family) -> None:
+        """Count and warn of a connect to ``endpoint`` whose host now resolves, by the
+        answer ``family``, to the other family alone than its source address, which ZMQ
+        cannot connect across (``family_mismatch``). The settings refuse such a connect as
+        the sidecar starts, but a name that resolved to nothing then may resolve so later,
+        and ZMQ would retry it in silence; its socket keeps the source's family, and
+        connects should the name resolve to it again. Once per endpoint, until an answer
+        lets it connect again."""
+        problem = family_mismatch(endpoint, family)
+        if problem is None:
+            self._mismatched.discard(endpoint)
+            return
+        if endpoint in self._mismatched:
+            return
+        self._mismatched.add(endpoint)
+        state.source_family_mismatches += 1
+        _log.log(
+            logging.WARNING,
+            f"source:{endpoint}",
+            f"{shown(endpoint)} cannot be connected to from its source address: {problem}; "
+            "it is retried until the host resolves to the source's family again",
+        )
+
     def _unheard_endpoints(self) -> list[str]:
         """The endpoints the sidecar connects to (live and replay) of the publishers unheard
         for ``CONNECTED_WITHIN_S``: one whose name resolved late may be connected over the
-        wrong family."""
+        wrong family. A publisher heard since its source was found of the other family
+        connected: should its name turn again, that is reported anew."""
         now = time.time()
         unheard = [state for state in self.state.publishers.values() if not state.connected(now)]
         live = [s.source.endpoint for s in unheard if isinstance(s.source, PublisherEndpoints)]
         replays = [s.source.replay_endpoint for s in unheard if s.source.replay_endpoint]
+        self._mismatched.intersection_update(live + replays)
         return live + replays
 
     def _remake(self, sock: zmq.Socket, state: PublisherState, ipv6: bool) -> None:
@@ -314,7 +346,7 @@ class Ingestor:
         _log.log(
             logging.INFO,
             f"family:{state.name}",
-            f"the host of {state.name} resolves anew: {what} over IPv{6 if ipv6 else 4} now",
+            f"the host of {shown(state.name)} resolves anew: {what} over IPv{6 if ipv6 else 4} now",
         )
 
     def _fault(self, key: str, message: str, exc: Exception) -> None:

@@ -68,6 +68,11 @@ class PublisherState:
     """Times its connect socket was made again, or its replay endpoint's IPv6 option set
     anew, for the address family its host name came to resolve to while it was unheard
     (app/ingest/families.py)."""
+    source_family_mismatches: int = 0
+    """Times an endpoint of its (live or replay) came to resolve, while it was unheard, to
+    addresses of the other family alone than the source address it leaves from, which ZMQ
+    cannot connect across (``family_mismatch``): counted once each time, until an answer lets
+    it connect again."""
     unreadable_ahead: dict[int, None] = field(default_factory=dict, repr=False)
     """Numbers past the next one whose live KV payload was no batch, counted in ``malformed``
     as it came: a replay that brings the same bytes later uses the number up without

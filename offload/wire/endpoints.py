@@ -488,11 +488,20 @@ def connects_ipv6(endpoint: str, family: Family | None) -> bool:
     (IPv4) is not listening. So the option is set for a bracketed address, the host's or a
     source address's (ZMQ finds an IPv6 source only with it), and for a host name that
     resolved to IPv6 addresses and no IPv4 one; a name that did not resolve keeps ZMQ's
-    IPv4 lookup, until the sidecar finds it resolves (app/ingest/families.py).
+    IPv4 lookup, until the sidecar finds it resolves (app/ingest/families.py). A source
+    address holds its connect to its own family whatever the name resolves to: from it
+    ZMQ reaches no address of the other (``family_mismatch``), so only the name's coming
+    back to the source's family can let the connect be made, and a socket of that family
+    then makes it.
     """
     if not endpoint.startswith("tcp://"):
         return False
-    return "[" in endpoint or family == 6  # the host's address, or the source's
+    if "[" in endpoint:  # the host's address, or the source's
+        return True
+    source = endpoint.removeprefix("tcp://").rpartition(";")[0]
+    if source and _family(_host_and_port(source)[0]) == 4:
+        return False
+    return family == 6
 
 
 def resolved_families(endpoints: Iterable[str]) -> dict[str, Family | None]:

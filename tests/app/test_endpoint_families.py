@@ -16,6 +16,7 @@ interface it is on), and a mount one, where a hosts file of the test's own stand
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import socket
 import subprocess
@@ -282,6 +283,86 @@ def test_a_name_that_resolves_only_once_the_sidecar_runs_is_reached_over_ipv6(
     the sidecar connects over IPv4; once the name resolves to an IPv6 address alone, the
     sidecar's next look-up finds it and connects over IPv6, where the publisher listens."""
     in_namespaces(tmp_path, "127.0.0.1 localhost\n", f"[{_ADDRESS}]", "late.test", later=True)
+
+
+class _Warnings(logging.Handler):
+    """The warnings a logger writes, each as its line."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def source_of_the_other_family(hosts: str) -> None:
+    """A sidecar connecting from an IPv4 source address to a name that resolves to nothing
+    as it starts, then to an IPv6 address alone, then to IPv4 again; run in the namespaces,
+    ``hosts`` standing over /etc/hosts."""
+    warned = _Warnings()
+    logging.getLogger("app.ingest").addHandler(warned)
+    warnings = warned.lines
+    with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
+        publisher.publish_events([stored(1, 2)])
+        wait_until(lambda: publisher.batches_published == 1, "first batch sent")
+        ports = (e.rpartition(":")[2] for e in (publisher.endpoint, publisher.replay_endpoint))
+        connect, replay = (f"tcp://127.0.0.1:0;late.test:{port}" for port in ports)
+        [endpoints] = SidecarSettings(connect=[connect], replay=[replay]).publishers()
+        ingestor = start_ingest(endpoints)
+        try:
+            state = ingestor.state.publishers[connect]
+            with open(hosts, "a") as file:
+                file.write(f"{_ADDRESS} late.test\n")
+            wait_until(
+                lambda: state.source_family_mismatches == 2,
+                "the live and the replay endpoint found unable to leave from their source",
+                wait_s=60,
+            )
+            assert state.family_changes == 0  # no socket made again: neither family connects
+            for endpoint in (connect, replay):
+                assert any(
+                    warning.startswith(
+                        f"{endpoint} cannot be connected to from its source address: it is "
+                        "IPv4 and the host 'late.test' resolves here to IPv6 addresses alone"
+                    )
+                    for warning in warnings
+                ), warnings
+            Path(hosts).write_text("127.0.0.1 localhost\n127.0.0.1 late.test\n")
+
+            def subscribed() -> bool:
+                publisher.publish_stats(a_stats_frame())
+                return state.stats_frames > 0
+
+            wait_until(subscribed, "the socket kept connects once late.test is IPv4", wait_s=60)
+            publisher.publish_events([stored(3)])  # the first frame seen: 1 and 2 replayed
+            wait_until(lambda: cpu_blocks(ingestor) == {1, 2, 3}, "a replay from late.test")
+            metrics, shown = served_views(ingestor.state, connect)
+            counted = metrics[
+                "kvscope_sidecar_source_family_mismatches_total", (("publisher", connect),)
+            ]
+            assert counted == shown["source_family_mismatches"] == 2
+            assert state.family_changes == 0
+        finally:
+            ingestor.close()
+
+
+@pytest.mark.skipif(not _namespaces_work(), reason="no network and mount namespaces to make")
+def test_a_source_whose_host_comes_to_resolve_to_the_other_family_is_reported(
+    tmp_path: Path,
+) -> None:
+    """The settings refuse a source address and a name of the other family alone as the
+    sidecar starts, but a name that resolves to nothing then may resolve so later: ZMQ
+    retries the connect in silence, over either family. The look-up that follows an
+    unheard publisher's name reports it (a warning, a count on /metrics and
+    /api/v1/stats) and leaves the socket in the source's family, where it connects once
+    the name resolves to that family again."""
+    hosts = tmp_path / "hosts"
+    run = (
+        "from tests.app.test_endpoint_families import source_of_the_other_family; "
+        f"source_of_the_other_family({str(hosts)!r})"
+    )
+    run_in_namespaces(hosts, "127.0.0.1 localhost\n", run)
 
 
 _MIXED_FAMILIES = {

@@ -311,7 +311,15 @@ def test_the_publishers_view_shows_each_publishers_health_and_config(
     assert number(cells["capacity"]) == publisher["capacity_blocks"]
     assert number(cells["block size"]) == publisher["block_size"]
     assert 0 < number(cells["frames"]) <= publisher["frames"]
-    for header in ("gaps", "missed", "malformed", "held dropped", "family changes", "dropped"):
+    for header in (
+        "gaps",
+        "missed",
+        "malformed",
+        "held dropped",
+        "family changes",
+        "source family mismatches",
+        "dropped",
+    ):
         counted = header.replace(" ", "_")
         assert number(cells[header]) <= (publisher[counted] or 0), header
     # Ages by the page's rule for seconds: under 1 s in ms or µs ("0.00627 s ago" was shown).

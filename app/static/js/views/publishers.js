@@ -1,6 +1,7 @@
 // Publishers: every stream's health at a glance (connected, how old its last frame is,
 // how far behind its worker's stats are, gaps, missed batches, replays, malformed
-// frames, drops, address family changes) and its configuration, from /api/v1/stats each
+// frames, drops, address family changes, sources of the other family than their host)
+// and its configuration, from /api/v1/stats each
 // second, and in listen mode the listen socket's counts in a sentence. A count that says
 // something went wrong is marked, in words as well as colour; one of what the sidecar did
 // to keep up with its publisher (batches replayed, sockets made again for another address
@@ -8,9 +9,10 @@
 import { h, table } from "../dom.js";
 import { age, count, counted } from "../format.js";
 
-const HEALTH = ["gaps", "missed", "malformed", "held_dropped", "dropped"];
+const HEALTH = ["gaps", "missed", "malformed", "held_dropped", "source_family_mismatches", "dropped"];
 const HEALTH_COLUMNS = ["status", "publisher", "last frame", "stats lag", "frames", "gaps", "missed",
-  "replayed", "replays (complete / failed)", "malformed", "held dropped", "family changes", "dropped"];
+  "replayed", "replays (complete / failed)", "malformed", "held dropped", "family changes",
+  "source family mismatches", "dropped"];
 const CONFIG_COLUMNS = ["publisher", "mode", "engine", "rank", "policy", "capacity", "block size"];
 
 function cell(text, problem = false) {
@@ -28,7 +30,8 @@ function healthRow(p, now) {
     cell(lag === null ? "–" : age(lag)), cell(count(p.frames)),
     counted("gaps"), counted("missed"), cell(count(p.replayed)),
     cell(`${count(p.replays.complete)} / ${count(failed)}`, failed > 0),
-    counted("malformed"), counted("held_dropped"), cell(count(p.family_changes)), counted("dropped"));
+    counted("malformed"), counted("held_dropped"), cell(count(p.family_changes)),
+    counted("source_family_mismatches"), counted("dropped"));
 }
 
 function configRow(p) {
@@ -56,7 +59,7 @@ function mount(panel, { stats }) {
     const up = s.publishers.filter((p) => p.connected).length;
     const troubled = s.publishers.filter((p) => HEALTH.some((k) => p[k] > 0)).length;
     summary.textContent = `${up} of ${s.publishers.length} connected; ${troubled} with gaps, `
-      + "missed batches, malformed frames or drops.";
+      + "missed batches, malformed frames, drops or a source address its host cannot be reached from.";
     const l = s.listener;
     listener.textContent = l ? `Listening on ${l.endpoints.join(", ")}: ${counted(l.frames, "frame")}, `
       + `${count(l.malformed)} malformed, ${count(l.refused)} refused; ${count(l.publishers)} of at most `
