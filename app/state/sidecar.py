@@ -207,6 +207,7 @@ _STREAM_COUNTS = (
     "replayed",
     "held_dropped",
     "family_changes",
+    "source_family_mismatches",
 )
 """``PublisherState`` counts kept as history (counters): every one /api/v1/stats shows."""
 _LISTENER_COUNTS = (
