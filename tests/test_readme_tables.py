@@ -1,10 +1,10 @@
 """The README's reference tables say what the code does: the sidecar's settings, their
-defaults and flags, the worker's metrics, the HTTP routes and their query parameters, and the keys
-kvscope reads from vLLM's ``kv_connector_extra_config``.
+defaults and flags, the worker's metrics, the sidecar's own metrics, the HTTP routes and their
+query parameters, and the keys kvscope reads from vLLM's ``kv_connector_extra_config``.
 
 Each table is read from README.md and compared with the definitions themselves
-(``SidecarSettings``, ``offload.telemetry.metrics``, the app's OpenAPI schema,
-``KVSCOPE_KEYS``), so a renamed setting, a changed default or a new route fails here
+(``SidecarSettings``, ``offload.telemetry.metrics``, what ``/metrics`` serves, the app's
+OpenAPI schema, ``KVSCOPE_KEYS``), so a renamed setting, a changed default or a new route fails here
 rather than leaving the README to drift. ``offload/vllm/settings.py`` is read as source,
 not imported: importing ``offload.vllm`` loads vLLM.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
 from app.cli import build_parser
@@ -108,6 +109,46 @@ def test_the_metric_table_is_the_metric_definitions() -> None:
             assert (specs[name].kind, specs[name].labels) == (kind, expected), name
             seen.add(name)
     assert seen == set(specs), f"metrics the table leaves out: {sorted(set(specs) - seen)}"
+
+
+def sidecar_families() -> dict[str, tuple[str, tuple[str, ...] | None]]:
+    """Each ``kvscope_sidecar_*`` family a sidecar in connect and listen mode serves on
+    /metrics before any frame: its name as scraped (a counter's with ``_total``), its type,
+    and its labels, or None for a family with no sample yet (a lag before a first frame)."""
+    settings = SidecarSettings(connect=["tcp://127.0.0.1:1"], listen=["tcp://127.0.0.1:*"])
+    app = create_app(settings, SidecarState.from_settings(settings))
+    with TestClient(app, base_url="http://localhost") as http:
+        text = http.get("/metrics").text
+    families: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name.startswith("kvscope_sidecar_"):
+            name = family.name + ("_total" if family.type == "counter" else "")
+            labels = {label for sample in family.samples for label in sample.labels} - {"le"}
+            families[name] = (family.type, tuple(sorted(labels)) if family.samples else None)
+    return families
+
+
+def test_the_sidecar_metric_table_is_what_metrics_serves() -> None:
+    served = sidecar_families()
+    listed: set[str] = set()
+    for names, kind, labels, _ in table("| sidecar metric | type | labels |"):
+        expected = () if labels == "(none)" else tuple(sorted(map(str.strip, labels.split(","))))
+        for name in code_spans(names):
+            assert name in served, f"README's {name} is not on /metrics"
+            served_kind, served_labels = served[name]
+            assert served_kind == kind, f"{name}: README {kind}, served {served_kind}"
+            assert served_labels in (None, expected), f"{name}: README {expected}, {served_labels}"
+            listed.add(name)
+    assert listed == set(served), f"sidecar metrics the table leaves out: {set(served) - listed}"
+
+
+def test_every_kvscope_name_the_readme_writes_is_a_metric_or_a_vllm_key() -> None:
+    """Prose names metrics too (an alert's runbook, a count's meaning): a renamed metric
+    must not live on there."""
+    worker = {spec.name for spec in vars(metrics).values() if isinstance(spec, metrics.MetricSpec)}
+    known = worker | set(sidecar_families()) | vllm_keys()
+    written = set(re.findall(r"\bkvscope_[a-z0-9_]*[a-z0-9]\b", README))
+    assert written <= known, f"README names what kvscope does not export: {written - known}"
 
 
 def test_the_shadow_memory_table_is_what_each_policy_states() -> None:
