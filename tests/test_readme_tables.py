@@ -142,13 +142,16 @@ def test_the_sidecar_metric_table_is_what_metrics_serves() -> None:
     assert listed == set(served), f"sidecar metrics the table leaves out: {set(served) - listed}"
 
 
-def test_every_kvscope_name_the_readme_writes_is_a_metric_or_a_vllm_key() -> None:
-    """Prose names metrics too (an alert's runbook, a count's meaning): a renamed metric
-    must not live on there."""
+def test_every_kvscope_name_the_docs_write_is_a_metric_or_a_vllm_key() -> None:
+    """Prose names metrics too (an alert's runbook, a count's meaning), in README.md and
+    docs/: a renamed metric must not live on there."""
     worker = {spec.name for spec in vars(metrics).values() if isinstance(spec, metrics.MetricSpec)}
     known = worker | set(sidecar_families()) | vllm_keys()
-    written = set(re.findall(r"\bkvscope_[a-z0-9_]*[a-z0-9]\b", README))
-    assert written <= known, f"README names what kvscope does not export: {written - known}"
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        written = set(re.findall(r"\bkvscope_[a-z0-9_]*[a-z0-9]\b", page.read_text()))
+        assert written <= known, (
+            f"{page.name} names what kvscope does not export: {written - known}"
+        )
 
 
 def test_the_shadow_memory_table_is_what_each_policy_states() -> None:
