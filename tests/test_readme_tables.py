@@ -1,12 +1,14 @@
 """The README's reference tables say what the code does: the sidecar's settings, their
 defaults and flags, the worker's metrics, the sidecar's own metrics, the HTTP routes and their
-query parameters, and the keys kvscope reads from vLLM's ``kv_connector_extra_config``.
+query parameters, the keys kvscope reads from vLLM's ``kv_connector_extra_config``, and the
+alerts.
 
 Each table is read from README.md and compared with the definitions themselves
 (``SidecarSettings``, ``offload.telemetry.metrics``, what ``/metrics`` serves, the app's
-OpenAPI schema, ``KVSCOPE_KEYS``), so a renamed setting, a changed default or a new route fails here
-rather than leaving the README to drift. ``offload/vllm/settings.py`` is read as source,
-not imported: importing ``offload.vllm`` loads vLLM.
+OpenAPI schema, ``KVSCOPE_KEYS``, the alerting rules), so a renamed setting, a changed
+default or a new route fails here rather than leaving the README to drift.
+``offload/vllm/settings.py`` is read as source, not imported: importing ``offload.vllm``
+loads vLLM.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -210,3 +213,18 @@ def test_the_vllm_key_table_is_the_keys_kvscope_reads() -> None:
     named = {key for key in vllm_keys() if f"`{key}`" in README}
     assert listed <= vllm_keys(), f"README keys kvscope refuses: {sorted(listed - vllm_keys())}"
     assert named == vllm_keys(), f"keys the README never names: {sorted(vllm_keys() - named)}"
+
+
+def test_the_alert_table_is_the_alerting_rules() -> None:
+    """Each alert the rules define, once, marked "(critical)" exactly where its severity is."""
+    rules = yaml.safe_load((ROOT / "docker/prometheus/rules/kvscope-alerts.yml").read_text())
+    defined = {
+        rule["alert"]: rule["labels"]["severity"]
+        for group in rules["groups"]
+        for rule in group["rules"]
+    }
+    listed: dict[str, str] = {}
+    for name_cell, *_ in table("| alert | fires when |"):
+        name, _, severity = name_cell.partition(" ")
+        listed[name] = "critical" if severity == "(critical)" else "warning"
+    assert listed == defined
