@@ -31,7 +31,8 @@ evicts it). ``MIN_WINDOW_REFS`` keeps a tiny tier's window large enough for a
 ratio to mean something. None of these depend on a trace.
 
 The window is kept as whole requests (a request longer than the window is
-cut to its head: a chain's head is a chain). It is first computed once half
+cut to its head, a chain's head being a chain, which then stands for its
+share of the request's blocks). It is first computed once half
 full (its start-up bias then at most ``2 / WINDOW_CAPACITIES``) and holding
 at least ``MIN_WINDOW_REFS``, then again each time half its references are
 new (``due``): never more than half a window stale, and two replays of the
@@ -158,16 +159,19 @@ class WindowOptimum:
         if any(map(lt, block_refs, lengths)):
             raise ValueError("a request cannot have more sampled blocks than blocks")
         kept = list(compress(zip(sampled, block_refs, strict=True), lengths))
+        others = unsampled + sum(block_refs) - sum(compress(block_refs, lengths))
         cut = self.max_refs
         if max(lengths, default=0) > cut:  # a request longer than the window: its head
-            kept = [(s[:cut], r) for s, r in kept]
+            # The head stands for its share of the request's blocks: the whole request's
+            # count would read the blocks cut off as hits (the ratios' sample-size
+            # correction counts references beyond the sampled ones as hits).
+            kept = [(s[:cut], r * cut // len(s)) if len(s) > cut else (s, r) for s, r in kept]
             lengths = [min(n, cut) for n in lengths]
         window = self._requests
         window.extend(kept)
         if not window:
             return  # nothing sampled yet: these blocks precede the window
-        kept_blocks = sum(compress(block_refs, lengths))
-        others = unsampled + sum(block_refs) - kept_blocks
+        kept_blocks = sum(r for _, r in kept)
         if others:
             head, head_blocks = window[-1]
             window[-1] = (head, head_blocks + others)

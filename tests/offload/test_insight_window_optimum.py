@@ -80,12 +80,28 @@ def test_the_window_holds_at_most_its_bound_and_drops_the_oldest_first(
     assert window.take()[0] == newest_within(trace * 8, window.max_refs)
 
 
-def test_a_request_longer_than_the_window_keeps_its_head() -> None:
-    window = WindowOptimum(1, 1.0, "lru")
+def test_a_request_longer_than_the_window_keeps_its_head_and_its_heads_share() -> None:
+    window = WindowOptimum(1, 0.5, "lru")
     long = list(range(3 * window.max_refs))
-    window.record([long], [len(long)])
+    window.record([long], [2 * len(long) + 1])
     requests, block_refs = window.take()
-    assert requests == [long[: window.max_refs]] and block_refs == len(long)
+    assert requests == [long[: window.max_refs]] and block_refs == 2 * window.max_refs
+
+
+def test_prompts_longer_than_the_window_that_never_hit_read_as_no_hits() -> None:
+    """Every request the same 3 prompts of thousands of blocks, on a tier of 2: nothing
+    hits, in the tier or in the optimum. Cut to its head, each request once still stood
+    for all its blocks, and the references cut off read as hits: 83% for both."""
+    window = WindowOptimum(2, 1.0, "lru")
+    prompts = [[1_000_000 * p + b for b in range(3000)] for p in range(3)]
+    trace = [prompts[r % 3] for r in range(30)]
+    assert run_workload(CPUOffloadingManager(1, 2, "lru"), trace).hits == 0
+    for request in trace:
+        window.record([request], [len(request)])
+    requests, block_refs = window.take()
+    result = window.compute(requests, block_refs)
+    assert block_refs == result.refs == window.max_refs
+    assert (result.tier_ratio, result.optimum_ratio) == (0.0, 0.0)
 
 
 def test_unsampled_references_count_with_the_newest_request() -> None:
