@@ -47,8 +47,9 @@ class InsightCurve(BaseModel):
     )
     resolved: dict[str, list[bool]] = Field(
         description="Per policy, whether each capacity is at least 16 sampled blocks at the "
-        "rate its simulation runs at (always at rate 1): below, the scaled tier no longer "
-        "behaves as the real one, the point is a rough guess, and no verdict rests on it."
+        "rate its simulation runs at (always at rate 1) and, on the LRU stack, at least as "
+        "long as every request it replayed: otherwise the scaled tier no longer behaves as "
+        "the real one, the point is a rough guess, and no verdict rests on it."
     )
 
     @classmethod
@@ -62,7 +63,7 @@ class InsightCurve(BaseModel):
             hit_ratios={policy: list(ratios) for policy, ratios in curve.hit_ratios.items()},
             exact=curve.exact,
             resolved={
-                policy: [not basis.simulations[policy].too_small(c) for c in curve.capacities]
+                policy: [basis.simulations[policy].resolves(c) for c in curve.capacities]
                 for policy in curve.hit_ratios
             },
         )
@@ -201,7 +202,9 @@ class VerdictInfo(BaseModel):
 
     kind: VerdictKind = Field(
         description="warming_up: too little seen yet; sample_small: too few sampled blocks "
-        "for a verdict (the sentence says the rate that would do); not_simulated: the tier's "
+        "for a verdict (the sentence says the rate that would do); long_requests: requests "
+        "longer than the tier spoken of reached the LRU stack, which cannot model a tier "
+        "refusing them; not_simulated: the tier's "
         "policy is not among the curve's; shed: a simulation lost over a tenth of the stream "
         "to a full shadow queue; stale: the curve is not of the tier as it is now (nothing "
         "has come from the publisher lately, or its stats frame reports another tier than "

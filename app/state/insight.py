@@ -30,7 +30,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain
+from itertools import accumulate, chain, compress
 from typing import Final
 
 from app.settings import InsightConfig
@@ -171,6 +171,8 @@ class PublisherInsight:
         self._shadow_policies = [p for p in config.policies if p != STACK_POLICY]
         self._stack: CurveEstimator | None = None
         self._stack_sampler: SpatialSampler | None = None
+        self._longest_stacked = 0
+        """The most blocks of a request of this stream with a block on the stack."""
         self._shadows: CurveEstimator | None = None
         self._shadows_shed = 0
         """Block references of this stream the shadow queue had no room for."""
@@ -246,9 +248,11 @@ class PublisherInsight:
         unsampled = frame.unsampled_block_refs
         if self._stack is not None:
             stack, stacked = self._stack, _narrowed(sampled, self._stack_sampler)
+            longest = max(self._longest_stacked, max(compress(refs, stacked), default=0))
             for part, part_refs in _holds(stacked, refs, block_refs):
                 with self.lock:
                     stack.record_many(part, part_refs)
+                    self._longest_stacked = longest
         if self.rates.shadows is not None:
             shadowed = _narrowed(sampled, self._shadow_sampler)
             self._queue_shadows(shadowed, refs, unsampled, block_refs)
@@ -268,6 +272,7 @@ class PublisherInsight:
                 else CurveEstimator(stream.capacity, rates.stack, [STACK_POLICY])
             )
             self._stack_sampler = _sampler(stream, rates.stack)
+            self._longest_stacked = 0
             self._shadows = None  # built by the shadow thread, which owns its cost
             self._shadows_shed = 0
             self._lossless = True
@@ -454,7 +459,13 @@ class PublisherInsight:
         if self._stack is not None:
             stack = self._stack
             simulations[STACK_POLICY] = Simulation(
-                stack.rate, stack.sampled_refs, stack.block_refs, 0, stack.touched_blocks, True
+                stack.rate,
+                stack.sampled_refs,
+                stack.block_refs,
+                0,
+                stack.touched_blocks,
+                True,
+                self._longest_stacked,
             )
         if rates.shadows is not None:
             shadows = self._shadows

@@ -22,6 +22,7 @@ VerdictKind = Literal[
     "sample_small",
     "not_simulated",
     "shed",
+    "long_requests",
     "capacity",
     "policy",
     "optimum",
@@ -67,7 +68,8 @@ class Simulation:
     had no room for; ``touched_blocks``: distinct sampled blocks seen, up to its
     largest scaled capacity (``CurveEstimator.touched_blocks``); ``stacked``: the
     LRU stack, not shadow tiers (they scale a capacity differently:
-    ``scaled_blocks``).
+    ``scaled_blocks``); ``longest_request``: the most blocks (sampled or not) of a
+    request it replayed, counted on the stack only (``outgrown``).
     """
 
     rate: float
@@ -76,6 +78,7 @@ class Simulation:
     shed_block_refs: int
     touched_blocks: int
     stacked: bool
+    longest_request: int = 0
 
     @property
     def covered_block_refs(self) -> int:
@@ -87,6 +90,22 @@ class Simulation:
         """Whether a tier of ``capacity`` blocks is too few sampled blocks here (never at
         rate 1: the replay is then the tier's own, block for block)."""
         return _too_few_sampled(self.rate, capacity)
+
+    def outgrown(self, capacity: int) -> bool:
+        """Whether a request longer than a tier of ``capacity`` blocks reached the stack.
+
+        A tier refuses to store a request with more blocks than it holds (it cannot make
+        room without evicting the request's own blocks), while the stack, one recency order
+        for every capacity, puts the request's head on top at each: from then on its point
+        at that capacity is not an lru tier's (on long prompts, several points off it).
+        Shadow tiers are managers, which refuse as the tier does.
+        """
+        return self.stacked and self.longest_request > capacity
+
+    def resolves(self, capacity: int) -> bool:
+        """Whether its point at ``capacity`` blocks stands for a tier of that size: enough
+        sampled blocks, and no request longer than the tier on the stack."""
+        return not (self.too_small(capacity) or self.outgrown(capacity))
 
     def unfilled(self, capacity: int) -> int | None:
         """The sampled blocks a tier of ``capacity`` blocks holds here, while the stream has
@@ -215,6 +234,19 @@ def _shed(policy: str, share: float, what: str) -> Verdict:
     )
 
 
+def _outgrown(policy: str, capacity: int, simulation: Simulation, what: str) -> Verdict:
+    return Verdict(
+        "long_requests",
+        f"no verdict on {what}: requests of up to {simulation.longest_request:,} blocks came, "
+        f"more than the {capacity:,} a tier of that size holds; such a tier refuses to store "
+        f"them (one of {simulation.longest_request:,} blocks or more would not), which "
+        f"{policy}'s simulation (one recency stack for every size) cannot model, so its hit "
+        "ratio there is not what the tier would hit",
+        policy=policy,
+        blocks=capacity,
+    )
+
+
 def _not_full(policy: str, held: int, simulation: Simulation) -> Verdict:
     return Verdict(
         "warming_up",
@@ -290,6 +322,9 @@ def curve_verdicts(
         if own.too_small(blocks):
             found.append(_too_small(f"{word} the tier", blocks, own.rate, basis.worker_rate))
             continue
+        if own.outgrown(blocks):
+            found.append(_outgrown(policy, blocks, own, f"{word} the tier"))
+            continue
         points = 100 * (curve.at(policy, blocks) - here)
         if abs(points) >= resolution:
             change = f"would {'add' if points > 0 else 'lose'} {_points(points)} of hit ratio"
@@ -319,10 +354,12 @@ def _unready(
     policy: str, simulation: Simulation, capacity: int, what: str, basis: CurveBasis
 ) -> Verdict | None:
     """Why ``policy``'s simulation cannot bear a verdict on ``what`` at ``capacity`` blocks
-    yet, if it cannot: too few sampled blocks, too much shed, too few references replayed,
-    or a tier never full."""
+    yet, if it cannot: too few sampled blocks, requests longer than the tier on the stack,
+    too much shed, too few references replayed, or a tier never full."""
     if simulation.too_small(capacity):
         return _too_small(what, capacity, simulation.rate, basis.worker_rate)
+    if simulation.outgrown(capacity):
+        return _outgrown(policy, capacity, simulation, what)
     shed = basis.shed_share(simulation)
     if shed > MAX_SHED_SHARE:
         return _shed(policy, shed, what)
