@@ -238,10 +238,10 @@ def _outgrown(policy: str, capacity: int, simulation: Simulation, what: str) -> 
     return Verdict(
         "long_requests",
         f"no verdict on {what}: requests of up to {simulation.longest_request:,} blocks came, "
-        f"more than the {capacity:,} a tier of that size holds; such a tier refuses to store "
-        f"them (one of {simulation.longest_request:,} blocks or more would not), which "
-        f"{policy}'s simulation (one recency stack for every size) cannot model, so its hit "
-        "ratio there is not what the tier would hit",
+        f"more than the {capacity:,} a tier of that size holds; such a tier cannot store one "
+        f"whole (one of {simulation.longest_request:,} blocks or more can), which {policy}'s "
+        "simulation (one recency stack for every size, each request's head kept on top) "
+        "cannot model, so its hit ratio there is not what the tier would hit",
         policy=policy,
         blocks=capacity,
     )
