@@ -154,6 +154,11 @@ class Verdict:
     medium: str | None = None
 
 
+def _blocks(count: int) -> str:
+    """``count`` blocks, "1 block" for one (a tier of 2 blocks halves to 1)."""
+    return "1 block" if count == 1 else f"{count:,} blocks"
+
+
 def _points(value: float) -> str:
     return f"~{abs(value):.1f} points"
 
@@ -214,7 +219,8 @@ def _too_small(what: str, capacity: int, rate: float, worker_rate: float | None)
         remedy = "the worker's sample_rate, within the sidecar's KVSCOPE_INSIGHT_MAX_BYTES"
     return Verdict(
         "sample_small",
-        f"no verdict on {what}: at a sample rate of {rate:g}, {capacity:,} blocks are "
+        f"no verdict on {what}: at a sample rate of {rate:g}, {_blocks(capacity)} "
+        f"{'is' if capacity == 1 else 'are'} "
         f"{_tenths_under(rate * capacity, MIN_SCALED_BLOCKS)} sampled blocks, under the "
         f"{MIN_SCALED_BLOCKS} a simulated tier needs; a rate of at least {needed:g} would do "
         f"({remedy})",
@@ -335,7 +341,7 @@ def curve_verdicts(
         found.append(
             Verdict(
                 "capacity",
-                f"{word} the tier (to {blocks:,} blocks) {change} under {policy}",
+                f"{word} the tier (to {_blocks(blocks)}) {change} under {policy}",
                 policy=policy,
                 multiple=blocks / current,
                 points=points,

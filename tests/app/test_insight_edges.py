@@ -266,6 +266,16 @@ def test_on_requests_longer_than_the_tier_no_verdict_misstates_a_replay(
         assert verdict["points"] == pytest.approx(truth, abs=0.5), verdict
 
 
+def test_one_block_is_said_as_one_block() -> None:
+    """A tier of 2 blocks halves to 1: "(to 1 blocks)" once, and "1 blocks are"."""
+    requests = WORKLOADS["one block each"]
+    texts = [v["text"] for v in served(fed(requests, 2, 1.0))["verdicts"]]
+    assert any("halving the tier (to 1 block) " in text for text in texts), texts
+    texts = [v["text"] for v in served(fed(requests, 1, 0.05))["verdicts"]]
+    assert any("at a sample rate of 0.05, 1 block is 0.1 sampled" in t for t in texts), texts
+    assert not any("1 blocks" in text for text in texts)
+
+
 def test_an_empty_sample_serves_no_curve_and_says_why() -> None:
     """Frames that sampled nothing leave nothing to draw: the page said "Nothing to say
     yet", for good where the stream's few distinct blocks all fail the sample's test."""
