@@ -94,11 +94,11 @@ class Simulation:
     def outgrown(self, capacity: int) -> bool:
         """Whether a request longer than a tier of ``capacity`` blocks reached the stack.
 
-        A tier refuses to store a request with more blocks than it holds (it cannot make
-        room without evicting the request's own blocks), while the stack, one recency order
-        for every capacity, puts the request's head on top at each: from then on its point
-        at that capacity is not an lru tier's (on long prompts, several points off it).
-        Shadow tiers are managers, which refuse as the tier does.
+        A tier cannot store a request with more blocks than it holds whole (kvscope's
+        refuses it: it cannot make room without evicting the request's own blocks), while
+        the stack, one recency order for every capacity, puts the request's head on top at
+        each: from then on its point at that capacity is not an lru tier's (on long prompts,
+        several points off it). Shadow tiers are managers, which refuse as the tier does.
         """
         return self.stacked and self.longest_request > capacity
 
@@ -245,7 +245,7 @@ def _outgrown(policy: str, capacity: int, simulation: Simulation, what: str) -> 
         "long_requests",
         f"no verdict on {what}: requests of up to {simulation.longest_request:,} blocks came, "
         f"more than the {capacity:,} a tier of that size holds; such a tier cannot store one "
-        f"whole (one of {simulation.longest_request:,} blocks or more can), which {policy}'s "
+        f"whole (a tier of {simulation.longest_request:,} blocks or more can), which {policy}'s "
         "simulation (one recency stack for every size, each request's head kept on top) "
         "cannot model, so its hit ratio there is not what the tier would hit",
         policy=policy,
