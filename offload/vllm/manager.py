@@ -233,8 +233,13 @@ class KVScopeManager(OffloadingManager):
         self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
     ) -> None:
         if self._write_order is not None:
-            order = self._write_order
-            keys = sorted(keys, key=lambda key: order.pop(key, -1))
+            keys, order = list(keys), self._write_order
+            in_write_order = sorted(keys, key=lambda key: order.pop(key, -1))
+            if success:
+                # Stored events list their runs in write order, the order their parents
+                # follow. A failed store frees its slots in the caller's order, as vLLM's
+                # manager does, so the slots later stores are given stay vLLM's.
+                keys = in_write_order
         changed = self.core.complete_store(keys, success)
         self._drain()
         if not success and changed and self._events is not None:

@@ -133,3 +133,25 @@ def test_a_hybrid_models_copies_of_one_chunk_leave_in_vllms_order() -> None:
     ours, vllms = evicted
     assert vllms == [GROUP_0]
     assert ours == vllms
+
+
+def test_a_failed_store_frees_its_slots_in_the_order_vllm_names_them() -> None:
+    """vLLM completes a store with a set, in no order of its own: a failed store's slots go
+    back in that order, the next store takes the most recently freed, and the rollback's
+    event lists the keys so. kvscope freed them in write order (its stored events' order),
+    so the store after a failure was given other slots than vLLM's manager gives."""
+    keys = [make_offload_key(h.to_bytes(8, "big"), 0) for h in range(5)]
+    answers = []
+    for manager in (
+        kvscope_manager(4, "lru", enable_events=True),
+        CPUOffloadingManager(4, "lru", enable_events=True),
+    ):
+        ctx = ReqContext(req_id="failing")
+        manager.prepare_store(keys[:3], ctx)
+        manager.complete_store([keys[2], keys[0], keys[1]], ctx, success=False)
+        rollback = [(e.keys, e.metadata_only) for e in manager.take_events()]
+        output = manager.prepare_store(keys[3:], ReqContext(req_id="next"))
+        answers.append((rollback, output.store_spec.block_ids.tolist()))
+    ours, vllms = answers
+    assert vllms == ([([keys[2], keys[0], keys[1]], True)], [3, 1])
+    assert ours == vllms
