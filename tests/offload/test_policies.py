@@ -58,6 +58,22 @@ def test_arc_ghost_hit_grows_the_recency_target() -> None:
     assert 1 in policy.t2 and 1 not in policy.b1
 
 
+def test_arc_ranks_a_finished_request_tail_first_and_promotes_what_it_found() -> None:
+    """A request's end is its blocks' use where no touch comes (vLLM's connector): the ones
+    it stored stay in T1, tail first to go, so the prefix keeps its head; the ones it found
+    stored move to T2. Without this, T1 kept store order and the head left first."""
+    manager = CPUOffloadingManager(16, 6, "arc")
+    policy = manager.policy
+    assert isinstance(policy, ARCCachePolicy)
+    store(manager, [1, 2, 3])
+    store(manager, [4, 5])
+    policy.finish([4, 5, 1, 2, 3], reused={4, 5})
+    assert list(policy.t1) == [3, 2, 1]
+    assert list(policy.t2) == [5, 4]
+    store(manager, [6, 7])  # T1 is over its target (0): its tail goes first
+    assert manager.lookup([1, 2, 3]) == 2
+
+
 def test_arc_ghost_lists_are_bounded_by_capacity() -> None:
     manager = CPUOffloadingManager(16, 4, "arc")
     policy = manager.policy

@@ -155,3 +155,36 @@ def test_a_failed_store_frees_its_slots_in_the_order_vllm_names_them() -> None:
     ours, vllms = answers
     assert vllms == ([([keys[2], keys[0], keys[1]], True)], [3, 1])
     assert ours == vllms
+
+
+def test_arc_under_vllm_loses_a_stored_prefix_tail_first_as_vllms_arc_does() -> None:
+    """vLLM's connector never calls touch: a request's end is the one use of its blocks.
+    kvscope's ARC left the blocks a request stored in T1 in store order, so the head of
+    the prefix went first and the rest of it, still held, could no longer be hit (a
+    lookup stops at the first miss). Found ones move to T2 then, as vLLM's ARC moves them."""
+    prefix = [make_offload_key(h.to_bytes(8, "big"), 0) for h in range(1, 5)]
+    later = [make_offload_key(h.to_bytes(8, "big"), 0) for h in range(5, 8)]
+    evictions = []
+    for manager in (
+        kvscope_manager(4, "arc", enable_events=True),
+        CPUOffloadingManager(4, "arc", enable_events=True),
+    ):
+        storing = ReqContext(req_id="storing")
+        for place, key in enumerate(prefix, 1):
+            storing.set_offload_key_position(key, place * 16)
+        manager.complete_store(manager.prepare_store(prefix, storing).keys_to_store, storing)
+        manager.on_request_finished(storing)
+        reusing = ReqContext(req_id="reusing")
+        manager.prepare_load(prefix[:2], reusing)
+        manager.complete_load(prefix[:2], reusing)
+        manager.on_request_finished(reusing)
+        other = ReqContext(req_id="other")
+        evicted = []
+        for key in later:
+            output = manager.prepare_store([key], other)
+            manager.complete_store(output.keys_to_store, other)
+            evicted += output.evicted_keys
+        evictions.append(evicted)
+    ours, vllms = evictions
+    assert vllms == [prefix[3], prefix[2], later[0]]
+    assert ours == vllms

@@ -80,6 +80,29 @@ class ARCCachePolicy(CachePolicy):
             elif block_hash in t2:
                 t2.move_to_end(block_hash)
 
+    def finish(
+        self,
+        block_hashes: Sequence[BlockHash],
+        reused: Container[BlockHash],
+        request: RequestRecency | None = None,
+    ) -> None:
+        """The request's blocks ranked by its prompt, tail first to go; those it found stored
+        seen again (T1 to T2), those it stored kept in their list.
+
+        vLLM's connector never calls ``touch``: without this, a prefix a request stored sat
+        in T1 in store order and lost its head first, leaving the rest of it unreachable
+        (a lookup stops at the first miss). vLLM's own ARC ranks it so too.
+        """
+        t1, t2 = self.t1, self.t2
+        for block_hash in reversed(block_hashes):
+            if block_hash in t1:
+                if block_hash in reused:
+                    t2[block_hash] = t1.pop(block_hash)
+                else:
+                    t1.move_to_end(block_hash)
+            elif block_hash in t2:
+                t2.move_to_end(block_hash)
+
     def evict(
         self, n: int, protected: Container[BlockHash]
     ) -> list[tuple[BlockHash, Block]] | None:
