@@ -77,6 +77,16 @@ def counter_function_names(expr: str) -> set[str]:
     }
 
 
+def divisors(expr: str) -> list[str]:
+    """What each ``/`` in ``expr`` divides by, as written: the parenthesised expression that
+    follows it, or, where no parenthesis follows, the rest of ``expr`` (label values aside)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    return [
+        _arguments(text, match.end()) if match[1] else text[match.end() :]
+        for match in re.finditer(r"/\s*(\()?", text)
+    ]
+
+
 def quantile_arguments(expr: str) -> list[str]:
     """What ``expr`` hands to each histogram_quantile(), the quantile included."""
     return [

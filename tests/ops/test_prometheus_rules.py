@@ -2,19 +2,21 @@
 
 ``promtool test rules`` runs the unit tests in docker/prometheus/tests/; the
 structural tests here hold that each alert has a case where it fires and one
-where it stays silent, and a runbook for whoever it wakes, and that no rule
-sums across scrape targets (the unit tests feed two pods alike but for theirs).
+where it stays silent, and a runbook for whoever it wakes, that no rule
+sums across scrape targets (the unit tests feed two pods alike but for theirs),
+and that no rule divides by a figure that may be 0 (the unit tests feed an idle tier).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.ops.artifacts import PROMETHEUS_CONFIG, RULE_FILES, RULE_TESTS, alerts, rules
-from tests.ops.promql import bare_aggregations, groupings
+from tests.ops.promql import bare_aggregations, divisors, groupings
 from tests.support.prometheus import needs_promtool, promtool
 
 TARGET = {"job", "instance"}
@@ -72,3 +74,15 @@ def test_no_rule_groups_away_the_scrape_target(rule: dict[str, Any]) -> None:
         assert kept >= TARGET, f"groups away {sorted(TARGET - kept)}: {expr}"
     for dropped in groupings(expr, "without|ignoring"):
         assert not dropped & TARGET, f"groups away {sorted(dropped & TARGET)}: {expr}"
+
+
+@pytest.mark.parametrize("rule", rules(), ids=lambda rule: rule.get("record") or rule["alert"])
+def test_no_rule_divides_by_a_figure_that_may_be_zero(rule: dict[str, Any]) -> None:
+    """An idle tier (no lookup or eviction in the window), an empty window of the optimum or
+    a vLLM server with no transfers gives a denominator of 0, and a ratio of it is NaN (or
+    Inf): a panel shows "NaN" for an idle worker, a stat reads it as a figure. Each divisor
+    is kept only where above 0, so such a ratio is not recorded at all (no data). promtool's
+    idle case shows it on the rules as they are; this holds a new rule to it too."""
+    expr = rule["expr"]
+    for divisor in divisors(expr):
+        assert re.search(r">\s*0\s*$", divisor), f"divides by {divisor!r}, maybe 0: {expr}"
