@@ -38,8 +38,8 @@ ON = "{{publisher}} on {{instance}}"
 """A publisher on its sidecar (the scrape target): a stream, or the worker behind it."""
 TIER_LEGEND = f"{{{{engine}}}}/{{{{rank}}}} {{{{medium}}}}, {ON}"
 """One worker's tier."""
-VLLM_ON = "{{model_name}} on {{instance}}"
-"""One vLLM server's series of a served model."""
+VLLM_ON = "{{model_name}} engine {{engine}} on {{instance}}"
+"""One vLLM engine's series of a served model: a data-parallel server runs several."""
 
 # A pseudo-unit Grafana shows as a suffix: kvscope counts blocks, not bytes.
 BLOCKS = "suffix: blocks"

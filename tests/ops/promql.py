@@ -128,6 +128,15 @@ def bare_aggregations(expr: str) -> list[str]:
     return re.findall(rf"(?<![\w:])(?:{AGGREGATIONS})\s*\(", expr)
 
 
+_REPLACED = re.compile(r',\s*"(\w+)"\s*,\s*"[^"]*"\s*,\s*"[^"]*"\s*,\s*"[^"]*"\s*\)')
+
+
+def kept_labels(rule_expr: str) -> set[str]:
+    """The labels a recording rule's series carry, the rules being written as they are: what
+    its ``by`` clauses keep, and what its label_replace() calls set."""
+    return grouping_labels(rule_expr, "by") | set(_REPLACED.findall(rule_expr))
+
+
 _LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 

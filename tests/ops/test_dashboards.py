@@ -32,7 +32,16 @@ from tests.ops.artifacts import (
     recorded_names,
     rules,
 )
-from tests.ops.promql import counter_function_names, is_vllm, metric_names, substitute
+from tests.ops.promql import (
+    bare_aggregations,
+    counter_function_names,
+    grouping_labels,
+    is_vllm,
+    kept_labels,
+    legend_labels,
+    metric_names,
+    substitute,
+)
 from tests.support.prometheus import needs_promtool, promtool
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -160,6 +169,25 @@ def test_ratios_come_from_the_recording_rules() -> None:
         for name in metric_names(query.expr):
             if ":" in name and not name.startswith("vllm:"):
                 assert name in recorded, f"{name} is not a recording rule: {query}"
+
+
+def test_a_recorded_series_legend_names_every_label_its_rule_keeps() -> None:
+    """A recording rule records one series per label set it keeps (a tier: its engine, rank
+    and medium, publisher and sidecar; a vLLM engine: a data-parallel server runs several),
+    so a panel plotting it as recorded needs each of those labels in its legend, or two of
+    its series read alike: two ranks of one engine, two engines of one vLLM server. The live
+    test sees one rank of one engine per demo and no vLLM, so it cannot tell. ``job`` aside:
+    ``instance`` names the scrape target."""
+    kept = {rule["record"]: kept_labels(rule["expr"]) for rule in rules() if "record" in rule}
+    checked = 0
+    for query in panel_queries():
+        if bare_aggregations(query.expr) or grouping_labels(query.expr, "by"):
+            continue  # an aggregation's series carry the labels it keeps, not the rule's
+        for name in metric_names(query.expr) & set(kept):
+            checked += 1
+            missing = kept[name] - {"job"} - legend_labels(query.legend)
+            assert not missing, f"the legend leaves out {sorted(missing)}: {query}"
+    assert checked, "no panel plots a recorded series"
 
 
 def test_every_publisher_metric_is_on_the_event_feed_row() -> None:
