@@ -21,12 +21,16 @@ Panel = timeseries.Panel | stat.Panel | heatmap.Panel
 
 # Label matchers for the dashboard's filters. Grafana writes a multi-value or
 # "All" selection as a regex, hence =~ everywhere.
-WORKER = ('engine=~"$engine"', 'rank=~"$rank"')
-"""Worker metrics: every kvscope_* series a stats frame carries (transfers, publisher)."""
-TIER = (*WORKER, 'medium=~"$medium"')
-"""Tier metrics: the worker's series that also carry a medium (and the recording rules on them)."""
 PUBLISHER = ('publisher=~"$publisher"',)
-"""The sidecar's own kvscope_sidecar_* series: they carry a publisher, no engine or rank."""
+"""The sidecar's own kvscope_sidecar_* series of one stream: a publisher, no engine or rank."""
+WORKER = (*PUBLISHER, 'engine=~"$engine"', 'rank=~"$rank"')
+"""Worker metrics: every kvscope_* series a stats frame carries (tier, transfers, the worker's
+publisher). The sidecar labels each with the stream it came on, so the publisher filter
+narrows them as it narrows the sidecar's own."""
+MEDIUM = 'medium=~"$medium"'
+"""The medium filter, for a series of a tier's that is the sidecar's (stranded blocks)."""
+TIER = (*WORKER, MEDIUM)
+"""Tier metrics: the worker's series that also carry a medium (and the recording rules on them)."""
 VLLM = ('model_name=~"$model"',)
 """vLLM's own vllm:* series (and the recording rules on them)."""
 
@@ -156,7 +160,7 @@ def _filter(
     )
 
 
-FILTERS = ("engine", "rank", "medium", "publisher", "model")
+FILTERS = ("publisher", "engine", "rank", "medium", "model")
 """Every filter a dashboard may offer, in the order they appear (and narrow each other)."""
 
 
@@ -166,16 +170,23 @@ def variables(
     """The data source and ``filters``; each filter offers the values the one before allows."""
     capacity = "kvscope_blocks_capacity"
     known = {
-        "engine": _filter("engine", "Engine", capacity, "kvscope engine id (stats frames)"),
-        "rank": _filter("rank", "Rank", f'{capacity}{{engine=~"$engine"}}', "data-parallel rank"),
-        "medium": _filter(
-            "medium", "Medium", series(capacity, WORKER), "the tier a block lives in (CPU)"
-        ),
         "publisher": _filter(
             "publisher",
             "Publisher",
             "kvscope_sidecar_frames_total",
             "the stream the sidecar follows (its endpoint, or TOPIC@RANK in listen mode)",
+        ),
+        "engine": _filter(
+            "engine", "Engine", series(capacity, PUBLISHER), "kvscope engine id (stats frames)"
+        ),
+        "rank": _filter(
+            "rank",
+            "Rank",
+            series(capacity, (*PUBLISHER, 'engine=~"$engine"')),
+            "data-parallel rank",
+        ),
+        "medium": _filter(
+            "medium", "Medium", series(capacity, WORKER), "the tier a block lives in (CPU)"
         ),
         "model": _filter(
             "model",

@@ -13,6 +13,7 @@ from dashboards import rules
 from dashboards.kit import (
     BLOCKS,
     BLOCKS_PER_S,
+    MEDIUM,
     ON,
     PUBLISHER,
     TIER,
@@ -37,7 +38,7 @@ VLLM_ROW = "vLLM prefix cache: GPU tier (vLLM) beside CPU tier (kvscope)"
 EVENTS_ROW = "Event feed (sidecar)"
 """The row of the feed's two ends: the workers' publishers and the sidecars that follow them."""
 LAG = series("kvscope_sidecar_ingest_lag_seconds", PUBLISHER)
-STATS = series("kvscope_blocks_capacity", WORKER)
+STATS = series("kvscope_blocks_capacity", TIER)
 """A series only a publisher that sends stats frames has (kvscope's, not vLLM's own
 event stream): matched on a stream, it tells whether that stream should never be quiet."""
 SIDECAR_SHEDS = (
@@ -245,7 +246,8 @@ def _why() -> list[Panel]:
             "share of occupancy; a large one is capacity spent on nothing.",
             BLOCKS,
             Query(
-                _by("medium", series("kvscope_sidecar_stranded_blocks", PUBLISHER)), "{{medium}}"
+                _by("medium", series("kvscope_sidecar_stranded_blocks", PUBLISHER, MEDIUM)),
+                "{{medium}}",
             ),
         ),
         timeseries_panel(

@@ -69,6 +69,7 @@ from tests.ops.promql import (
     counter_function_names,
     grouping_labels,
     is_vllm,
+    kept_labels,
     legend_labels,
     legend_of,
     matched_labels,
@@ -372,6 +373,41 @@ def test_every_label_a_panel_or_rule_matches_or_groups_by_is_on_its_series(
         if names == _kvscope(names):
             carried = TARGET_LABELS.union(*(exported[name].labels for name in names))
             assert grouping_labels(expr) <= carried, f"{expr}: {grouping_labels(expr) - carried}"
+
+
+def _filtered_labels(board: dict[str, Any]) -> dict[str, str]:
+    """Each filter ``board`` offers, by the label it filters (its label_values' second one)."""
+    return {
+        match[1]: variable["name"]
+        for variable in board["templating"]["list"]
+        if variable["type"] == "query" and (match := re.search(r",\s*(\w+)\)$", variable["query"]))
+    }
+
+
+def test_every_filter_a_dashboard_offers_narrows_every_series_that_carries_its_label(
+    exported: dict[str, Exported],
+) -> None:
+    """A filter that narrows some panels and not others, on series carrying its label, leaves
+    panels showing what the operator filtered away (the worker's series once ignored the
+    publisher filter, stranded blocks the medium filter): every selector of a kvscope series
+    (exported, or recorded: its rule's kept labels) carrying a filter's label matches it.
+    vLLM's series have their own filter ($model; its engine is not kvscope's)."""
+    recorded = {r["record"]: kept_labels(r["expr"]) for r in rules() if "record" in r}
+    checked = 0
+    for board in dashboards().values():
+        filters = _filtered_labels(board)
+        for _row, panel in panels(board):
+            for target in panel["targets"]:
+                expr = target["expr"]
+                for name in metric_names(expr) - PROMETHEUS_OWN:
+                    if is_vllm(name):
+                        continue
+                    carried = recorded[name] if name in recorded else exported[name].labels
+                    for label in carried & set(filters):
+                        checked += 1
+                        matcher = rf'{re.escape(name)}\{{[^}}]*\b{label}=~"\${filters[label]}"'
+                        assert re.search(matcher, expr), f"${filters[label]} not on {name}: {expr}"
+    assert checked, "no series a filter narrows"
 
 
 def test_rate_reads_counters_and_quantiles_read_buckets_by_le(
