@@ -131,7 +131,7 @@ def stat_panel(
 
 
 def heatmap_panel(title: str, about: str, unit: str, buckets: str) -> heatmap.Panel:
-    """Prometheus histogram buckets (``sum by (le)`` of increases) as a heatmap over time."""
+    """Prometheus histogram buckets (``sum by (le)`` of their rates) as a heatmap over time."""
     panel = (
         heatmap.Panel().calculate(False).y_axis(heatmap.YAxisConfig().unit(unit)).span(12).height(9)
     )

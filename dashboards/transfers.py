@@ -45,6 +45,8 @@ KVSCOPE_ONLY = (
     "the demo, an engine calling them itself. Inside vLLM 0.33 vLLM counts transfers "
     "itself (the vLLM panels and series)."
 )
+CELLS = "A cell's colour: jobs per second in its bucket."
+"""What a heatmap's colour reads (the rates of the histogram's buckets, see ``_buckets``)."""
 NO_FAILURES_IN_VLLM = (
     "Inside vLLM 0.33 a failed transfer stops vLLM's worker (it asserts every transfer "
     "succeeds), so no failure is ever counted there: this applies outside vLLM only."
@@ -52,24 +54,26 @@ NO_FAILURES_IN_VLLM = (
 
 
 def _buckets(histogram: str, direction: str) -> str:
-    """Jobs per bucket per interval: what a Prometheus-histogram heatmap plots."""
-    selected = series(f"{histogram}_bucket", WORKER, f'direction="{direction}"')
-    return f"sum by (le) (increase({selected}[$__rate_interval]))"
+    """Jobs per second per bucket: what a Prometheus-histogram heatmap plots. A rate, not an
+    increase over $__rate_interval: that window is longer than Grafana's step (by a scrape
+    at least), so each cell would count its neighbours' jobs too, more the closer the zoom."""
+    selected = rate(f"{histogram}_bucket", WORKER, f'direction="{direction}"')
+    return f"sum by (le) ({selected})"
 
 
 def _vllm_buckets(direction: str) -> str:
     """vLLM's transfer-size histogram of one direction, as ``_buckets`` reads kvscope's."""
-    selected = series(f"vllm:kv_offload_{VLLM_DIRECTIONS[direction]}_size_bucket", VLLM)
-    return f"sum by (le) (increase({selected}[$__rate_interval]))"
+    selected = rate(f"vllm:kv_offload_{VLLM_DIRECTIONS[direction]}_size_bucket", VLLM)
+    return f"sum by (le) ({selected})"
 
 
 def _sizes() -> list[Panel]:
     kvscope = [
         heatmap_panel(
             f"Job size, {direction}",
-            f"Bytes per {direction} transfer job over time, from {KVSCOPE_ONLY} Healthy: one "
-            "tight band (blocks per job times block bytes); a spread to small jobs means "
-            "fragmented transfers.",
+            f"Bytes per {direction} transfer job over time, from {KVSCOPE_ONLY} {CELLS} "
+            "Healthy: one tight band (blocks per job times block bytes); a spread to small "
+            "jobs means fragmented transfers.",
             "bytes",
             _buckets("kvscope_transfer_size_bytes", direction),
         )
@@ -83,7 +87,7 @@ def _sizes() -> list[Panel]:
             f"Bytes per {VLLM_DIRECTIONS[direction]} transfer as vLLM 0.33 counts it "
             f"(vllm:kv_offload_{VLLM_DIRECTIONS[direction]}_size): the transfers inside "
             "vLLM, where kvscope's panel beside it stays empty. vLLM's buckets stop at 200 "
-            "MB. Healthy: one tight band, as for kvscope's.",
+            f"MB. {CELLS} Healthy: one tight band, as for kvscope's.",
             "bytes",
             _vllm_buckets(direction),
         )
@@ -97,7 +101,7 @@ def _durations() -> list[Panel]:
         *(
             heatmap_panel(
                 f"Job duration, {direction}",
-                f"Time from submit to finish of {direction} jobs, from {KVSCOPE_ONLY} "
+                f"Time from submit to finish of {direction} jobs, from {KVSCOPE_ONLY} {CELLS} "
                 "Healthy: one band in the sub-millisecond to millisecond range; a second, "
                 "slower band is a stalled path.",
                 "s",

@@ -190,6 +190,15 @@ def test_a_recorded_series_legend_names_every_label_its_rule_keeps() -> None:
     assert checked, "no panel plots a recorded series"
 
 
+def test_panels_plot_rates_not_increases() -> None:
+    """A panel's window, $__rate_interval, is longer than Grafana's step (by a scrape at
+    least): an increase() over it counts each point's neighbours' events too, by a factor
+    that changes with the zoom, where a rate() reads per second at any zoom. (Rules and
+    alerts, each on a window of its own, may count increases.)"""
+    for query in panel_queries():
+        assert not re.search(r"\bincrease\s*\(", query.expr), f"an increase on a panel: {query}"
+
+
 def test_every_publisher_metric_is_on_the_event_feed_row() -> None:
     """The worker's publisher is the feed's other end: what it sent, dropped, left out and
     answered to replays (in full or cut short) tells its losses from the sidecar's, so each
