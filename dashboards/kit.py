@@ -21,7 +21,10 @@ Panel = timeseries.Panel | stat.Panel | heatmap.Panel
 
 # Label matchers for the dashboard's filters. Grafana writes a multi-value or
 # "All" selection as a regex, hence =~ everywhere.
-PUBLISHER = ('publisher=~"$publisher"',)
+SIDECAR = ('instance=~"$instance"',)
+"""Every kvscope series is one sidecar's (its scrape target), and only the target tells two
+pods' series apart: engine ids and publisher names repeat from pod to pod (below)."""
+PUBLISHER = (*SIDECAR, 'publisher=~"$publisher"')
 """The sidecar's own kvscope_sidecar_* series of one stream: a publisher, no engine or rank."""
 WORKER = (*PUBLISHER, 'engine=~"$engine"', 'rank=~"$rank"')
 """Worker metrics: every kvscope_* series a stats frame carries (tier, transfers, the worker's
@@ -52,10 +55,8 @@ TOKENS_PER_S = "suffix: tokens/s"
 
 
 def series(metric: str, scope: Sequence[str], *matchers: str) -> str:
-    """``metric{...}`` under the dashboard's filters (``scope``) and a panel's own matchers
-    (the bare name when there are none: the sidecar's process-wide series)."""
-    selectors = (*scope, *matchers)
-    return f"{metric}{{{', '.join(selectors)}}}" if selectors else metric
+    """``metric{...}`` under the dashboard's filters (``scope``) and a panel's own matchers."""
+    return f"{metric}{{{', '.join((*scope, *matchers))}}}"
 
 
 def rate(metric: str, scope: Sequence[str], *matchers: str) -> str:
@@ -160,7 +161,7 @@ def _filter(
     )
 
 
-FILTERS = ("publisher", "engine", "rank", "medium", "model")
+FILTERS = ("instance", "publisher", "engine", "rank", "medium", "model")
 """Every filter a dashboard may offer, in the order they appear (and narrow each other)."""
 
 
@@ -170,10 +171,17 @@ def variables(
     """The data source and ``filters``; each filter offers the values the one before allows."""
     capacity = "kvscope_blocks_capacity"
     known = {
+        "instance": _filter(
+            "instance",
+            "Sidecar",
+            "kvscope_sidecar_tracked_blocks",
+            "the sidecar's scrape target (its pod): engine ids and publisher names repeat "
+            "from pod to pod, so this is what picks one",
+        ),
         "publisher": _filter(
             "publisher",
             "Publisher",
-            "kvscope_sidecar_frames_total",
+            series("kvscope_sidecar_frames_total", SIDECAR),
             "the stream the sidecar follows (its endpoint, or TOPIC@RANK in listen mode)",
         ),
         "engine": _filter(

@@ -16,6 +16,7 @@ from dashboards.kit import (
     MEDIUM,
     ON,
     PUBLISHER,
+    SIDECAR,
     TIER,
     TIER_LEGEND,
     TOKENS_PER_S,
@@ -457,7 +458,10 @@ def _events() -> list[Panel]:
             "rank and listen endpoint. Healthy: the engines' count, below "
             "KVSCOPE_LISTEN_MAX_CONNECTIONS (128). No data: no sidecar listens.",
             "suffix: peers",
-            Query(_by("instance", "kvscope_sidecar_listen_connections"), "admitted {{instance}}"),
+            Query(
+                _by("instance", series("kvscope_sidecar_listen_connections", SIDECAR)),
+                "admitted {{instance}}",
+            ),
         ),
         timeseries_panel(
             "Listen-socket frames and refusals (listen mode)",
@@ -475,7 +479,7 @@ def _events() -> list[Panel]:
             "cps",
             *(
                 Query(
-                    _by("instance", rate(f"kvscope_sidecar_listen_{name}_total", ())),
+                    _by("instance", rate(f"kvscope_sidecar_listen_{name}_total", SIDECAR)),
                     f"{label} {{{{instance}}}}",
                 )
                 for name, label in (
@@ -496,8 +500,14 @@ def _events() -> list[Panel]:
             "Blocks each sidecar indexes against the most it holds. Healthy: tracked below "
             "max (else raise the index size: refusals follow).",
             BLOCKS,
-            Query(_by("instance", "kvscope_sidecar_tracked_blocks"), "tracked {{instance}}"),
-            Query(_by("instance", "kvscope_sidecar_tracked_blocks_max"), "max {{instance}}"),
+            Query(
+                _by("instance", series("kvscope_sidecar_tracked_blocks", SIDECAR)),
+                "tracked {{instance}}",
+            ),
+            Query(
+                _by("instance", series("kvscope_sidecar_tracked_blocks_max", SIDECAR)),
+                "max {{instance}}",
+            ),
         ),
         timeseries_panel(
             "Sidecar index refusals",
@@ -505,7 +515,7 @@ def _events() -> list[Panel]:
             "miss them (metrics are unaffected). Healthy: 0 (else raise KVSCOPE_MAX_BLOCKS).",
             BLOCKS_PER_S,
             Query(
-                _by("instance", rate("kvscope_sidecar_index_overflow_total", ())),
+                _by("instance", rate("kvscope_sidecar_index_overflow_total", SIDECAR)),
                 "refused {{instance}}",
             ),
         ),
@@ -517,7 +527,7 @@ def _events() -> list[Panel]:
             "save).",
             "suffix: faults/s",
             Query(
-                _by("instance", rate("kvscope_sidecar_ingest_faults_total", ())),
+                _by("instance", rate("kvscope_sidecar_ingest_faults_total", SIDECAR)),
                 "faults {{instance}}",
             ),
         ),
@@ -531,7 +541,7 @@ def _events() -> list[Panel]:
             "kvscope version, and that no worker exports a name the sidecar prints).",
             "suffix: samples",
             Query(
-                _by("instance", "kvscope_sidecar_conflicting_samples"),
+                _by("instance", series("kvscope_sidecar_conflicting_samples", SIDECAR)),
                 "left out {{instance}}",
             ),
         ),
@@ -547,12 +557,12 @@ def _events() -> list[Panel]:
             "0, but for HTTP refusals of clients that misbehave.",
             "cps",
             Query(
-                _by("instance, reason", rate("kvscope_sidecar_http_refused_total", ())),
+                _by("instance, reason", rate("kvscope_sidecar_http_refused_total", SIDECAR)),
                 "HTTP {{reason}} {{instance}}",
             ),
             *(
                 Query(
-                    _by("instance", rate(f"kvscope_sidecar_{name}_total", ())),
+                    _by("instance", rate(f"kvscope_sidecar_{name}_total", SIDECAR)),
                     f"{label} {{{{instance}}}}",
                 )
                 for name, label in SIDECAR_SHEDS
@@ -580,7 +590,10 @@ def _events() -> list[Panel]:
             "below its bound; a buffer at its bound sheds (see sheds and refusals).",
             "bytes",
             *(
-                Query(_by("instance", f"kvscope_sidecar_{name}_bytes"), f"{label} {{{{instance}}}}")
+                Query(
+                    _by("instance", series(f"kvscope_sidecar_{name}_bytes", SIDECAR)),
+                    f"{label} {{{{instance}}}}",
+                )
                 for name, label in SIDECAR_BUFFERS
             ),
         ),
@@ -592,7 +605,7 @@ def _events() -> list[Panel]:
             "s",
             *_quantiles(
                 "kvscope_sidecar_gc_pause_seconds",
-                (),
+                SIDECAR,
                 "instance, generation",
                 legend="generation {{generation}} {{instance}}",
             ),

@@ -37,9 +37,9 @@ DIRECTIONS = ("gpu_to_cpu", "cpu_to_gpu")
 """offload.transfer.job.Direction's values (not imported: that pulls in torch)."""
 VLLM_DIRECTIONS = {"gpu_to_cpu": "store", "cpu_to_gpu": "load"}
 """vLLM's name for each direction, as in its vllm:kv_offload_<name>_* series."""
-FILTERS = ("publisher", "engine", "rank", "model")
-"""kvscope's transfer series carry publisher, engine and rank (no medium); vLLM's carry
-model_name."""
+FILTERS = ("instance", "publisher", "engine", "rank", "model")
+"""kvscope's transfer series carry their sidecar, publisher, engine and rank (no medium);
+vLLM's carry model_name."""
 KVSCOPE_ONLY = (
     "kvscope's own transfer backends (kvscope_transfer_*) where kvscope drives them: "
     "the demo, an engine calling them itself. Inside vLLM 0.33 vLLM counts transfers "

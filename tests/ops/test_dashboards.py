@@ -45,8 +45,9 @@ from tests.ops.promql import (
 from tests.support.prometheus import needs_promtool, promtool
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-FILTERS = ("engine", "rank")
-"""The filters every dashboard offers (kvscope's worker series all carry them)."""
+FILTERS = ("instance", "engine", "rank")
+"""The filters every dashboard offers: kvscope's worker series all carry them, and only the
+sidecar (instance) picks one pod, engine ids repeating from pod to pod."""
 VLLM_DEFINITIONS = (
     "v1/metrics/loggers.py",
     "distributed/kv_transfer/kv_connector/v1/offloading/metrics.py",

@@ -390,8 +390,9 @@ def test_every_filter_a_dashboard_offers_narrows_every_series_that_carries_its_l
     """A filter that narrows some panels and not others, on series carrying its label, leaves
     panels showing what the operator filtered away (the worker's series once ignored the
     publisher filter, stranded blocks the medium filter): every selector of a kvscope series
-    (exported, or recorded: its rule's kept labels) carrying a filter's label matches it.
-    vLLM's series have their own filter ($model; its engine is not kvscope's)."""
+    (exported, with the scrape target's labels; or recorded: its rule's kept labels)
+    carrying a filter's label matches it. vLLM's series have their own filter ($model; their
+    instance is vLLM's server, their engine not kvscope's)."""
     recorded = {r["record"]: kept_labels(r["expr"]) for r in rules() if "record" in r}
     checked = 0
     for board in dashboards().values():
@@ -402,7 +403,7 @@ def test_every_filter_a_dashboard_offers_narrows_every_series_that_carries_its_l
                 for name in metric_names(expr) - PROMETHEUS_OWN:
                     if is_vllm(name):
                         continue
-                    carried = recorded[name] if name in recorded else exported[name].labels
+                    carried = recorded.get(name) or exported[name].labels | TARGET_LABELS
                     for label in carried & set(filters):
                         checked += 1
                         matcher = rf'{re.escape(name)}\{{[^}}]*\b{label}=~"\${filters[label]}"'
