@@ -23,7 +23,8 @@ Panel = timeseries.Panel | stat.Panel | heatmap.Panel
 # "All" selection as a regex, hence =~ everywhere.
 SIDECAR = ('instance=~"$instance"',)
 """Every kvscope series is one sidecar's (its scrape target), and only the target tells two
-pods' series apart: engine ids and publisher names repeat from pod to pod (below)."""
+pods' series apart: engine ids and publisher names repeat from pod to pod (below). The
+sidecar-wide series (index, listen socket, sheds, memory) carry no other filter's label."""
 PUBLISHER = (*SIDECAR, 'publisher=~"$publisher"')
 """The sidecar's own kvscope_sidecar_* series of one stream: a publisher, no engine or rank."""
 WORKER = (*PUBLISHER, 'engine=~"$engine"', 'rank=~"$rank"')
