@@ -142,6 +142,10 @@ EndpointList = Annotated[list[str], NoDecode]
 """Decoded by ``_split_endpoints`` rather than as JSON only, to accept comma lists
 (endpoints, and the allowed host names)."""
 
+_UNSENDABLE_TOKEN_CHAR: Final = re.compile(r"[^ -~]")
+"""What a token may not hold: anything but printable ASCII (RFC 6750's bearer tokens are
+ASCII; a space inside one is carried as it is)."""
+
 _HOST_NAME: Final = re.compile(r"[A-Za-z0-9.-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}\]?")
 """A DNS name or an IPv4/IPv6 address, as a Host header names it (without the port)."""
 
@@ -566,9 +570,27 @@ class SidecarSettings(BaseSettings):
 
     @field_validator("token")
     @classmethod
-    def _token_not_blank(cls, token: SecretStr | None) -> SecretStr | None:
-        if token is not None and not token.get_secret_value().strip():
+    def _token_is_sendable(cls, token: SecretStr | None) -> SecretStr | None:
+        """A token no ``Authorization`` header carries as it is locked every client out with
+        401s: HTTP strips the whitespace around a header's value (a secret file's trailing
+        newline), refuses control characters in it, and clients encode other characters
+        than ASCII each their own way. The error says where, never what the token is."""
+        if token is None:
+            return None
+        text = token.get_secret_value()
+        if not text.strip():
             raise ValueError("token must not be blank (unset it to disable authentication)")
+        if text != text.strip():
+            raise ValueError(
+                "token starts or ends with whitespace, which HTTP strips from a header: no "
+                "Authorization header can carry it (a trailing newline from a secret file?)"
+            )
+        bad = _UNSENDABLE_TOKEN_CHAR.search(text)
+        if bad is not None:
+            raise ValueError(
+                f"token has a character no Authorization header carries as it is (character "
+                f"{bad.start() + 1}, U+{ord(bad.group()):04X}): use printable ASCII only"
+            )
         return token
 
     @model_validator(mode="after")

@@ -419,6 +419,36 @@ def test_a_bad_setting_names_a_flag_only_where_the_command_has_one(
     assert result.stderr.strip() == f"kvscope: error: {message}"
 
 
+@pytest.mark.parametrize(
+    ("token", "problem"),
+    [
+        ("s3cret-token\n",
+         "token starts or ends with whitespace, which HTTP strips from a header: no "
+         "Authorization header can carry it (a trailing newline from a secret file?)"),
+        (" s3cret-token",
+         "token starts or ends with whitespace, which HTTP strips from a header: no "
+         "Authorization header can carry it (a trailing newline from a secret file?)"),
+        ("s3cret\x1b-token",
+         "token has a character no Authorization header carries as it is (character 7, "
+         "U+001B): use printable ASCII only"),
+        ("s3crét-token",
+         "token has a character no Authorization header carries as it is (character 5, "
+         "U+00E9): use printable ASCII only"),
+    ],
+    ids=["trailing-newline", "leading-space", "escape", "not-ascii"],
+)  # fmt: skip
+def test_a_token_no_header_can_carry_is_refused_at_start_without_showing_it(
+    token: str, problem: str
+) -> None:
+    """A token from a secret file with its trailing newline started a sidecar that answered
+    every client 401: HTTP strips the newline from `Authorization: Bearer ...`, so no header
+    matched. Refused at start-up, saying where, never what the token is."""
+    result = serve("--connect", "tcp://127.0.0.1:1", env={"KVSCOPE_TOKEN": token})
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"kvscope: error: --token / KVSCOPE_TOKEN: {problem}"
+    assert "s3cr" not in result.stderr
+
+
 @pytest.mark.parametrize("command", [["serve", "--connect", "tcp://127.0.0.1:1"], ["demo"]])
 def test_a_kvscope_variable_that_names_no_setting_is_warned_of(command: list[str]) -> None:
     """A misspelt variable was ignored in silence: ``KVSCOPE_TOKN=secret`` served the API to
