@@ -106,8 +106,8 @@ def write_url_file(path: Path, sock: socket.socket) -> None:
     try:
         partial.write_text(local_url(sock) + "\n")
         partial.replace(path)
-    except OSError as exc:
-        logger.warning("cannot write the URL file %s: %s", path, exc.strerror or exc)
+    except OSError as exc:  # the path is the user's: a newline in it would forge a log line
+        logger.warning("cannot write the URL file %s: %s", shown(path), exc.strerror or exc)
 
 
 def _address(host: str, port: int) -> str:

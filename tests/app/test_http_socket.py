@@ -1,4 +1,5 @@
-"""The HTTP server's sockets where the host resolves to an address family this machine lacks.
+"""The HTTP server's sockets where the host resolves to an address family this machine lacks,
+and the URL file written once they listen.
 
 A kernel booted without IPv6 still resolves ``localhost`` to ``::1`` in many
 images; asyncio passes such an address over. The sidecar's own binding raised
@@ -9,7 +10,9 @@ left the sockets it had bound for the host's earlier addresses open.
 from __future__ import annotations
 
 import errno
+import logging
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +85,18 @@ def test_a_failing_bind_after_a_passed_over_address_closes_what_was_bound(
         with pytest.raises(http_socket.PortError, match="Address already in use"):
             bind_http("localhost", port)
     assert len(no_ipv6.made) == 2 and all(sock.fileno() == -1 for sock in no_ipv6.made)
+
+
+def test_a_url_file_that_cannot_be_written_is_named_on_one_escaped_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file is the user's KVSCOPE_URL_FILE: its name went into the warning as it was, so a
+    newline in it forged a second log line and an escape sequence reached the terminal."""
+    path = tmp_path / "missing" / "url\n\x1b[31mWARNING forged line"
+    with REAL_SOCKET() as sock, caplog.at_level(logging.WARNING, logger="app.http_socket"):
+        sock.bind(("127.0.0.1", 0))
+        http_socket.write_url_file(path, sock)
+    assert [record.getMessage() for record in caplog.records] == [
+        f"cannot write the URL file {tmp_path}/missing/url\\n\\x1b[31mWARNING forged line: "
+        "No such file or directory"
+    ]
