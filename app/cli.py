@@ -426,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        parser.error(f"unrecognized arguments: {shown(' '.join(unknown))}")
     if args.command is None:
         parser.error("the following arguments are required: COMMAND")
     provider = None

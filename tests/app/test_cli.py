@@ -469,6 +469,18 @@ def test_a_kvscope_variable_that_names_no_setting_is_warned_of(command: list[str
     ]
 
 
+def test_unrecognized_arguments_are_named_on_one_escaped_line() -> None:
+    """They were echoed as given: a newline in one wrote a line of its own, an escape
+    sequence reached the terminal, and a long one was printed whole."""
+    result = kvscope("replay", "a.jsonl", "b\n\x1b[31mkvscope: error: forged", "c" * 300)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "kvscope: error: unrecognized arguments: b\\n\\x1b[31mkvscope: error: forged "
+        + "c" * 170
+        + "…"
+    )
+
+
 def test_an_unknown_flag_before_the_command_is_named() -> None:
     """``kvscope --bogus`` said only that a COMMAND is required, never naming the flag."""
     result = kvscope("--bogus")
