@@ -9,17 +9,23 @@ Python reads. This handler names it; nothing of the body is echoed.
 
 A body labelled with a content encoding is refused whether or not its bytes happen to
 read as JSON (``plain_body``): they are then not what the client meant to send, or the
-label is wrong, and reading them either way would be a guess.
+label is wrong, and reading them either way would be a guess. So is a body whose JSON
+gives one key twice in an object: JSON leaves which one counts open (Python's reader
+keeps the last, others the first), so a proxy that checked one and the sidecar that
+answered the other would disagree on what was asked.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Final
 
 from fastapi import FastAPI, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+
+from offload.shown import shown_repr
 
 UNREAD: Final = "There was an error parsing the body"
 """FastAPI's detail for a body it could not read (fastapi/routing.py)."""
@@ -31,11 +37,51 @@ def _encoded(request: Request) -> bool:
     return request.headers.get("content-encoding", "identity").strip().lower() != "identity"
 
 
+class _RepeatedKey(Exception):
+    """Raised inside the decoder at an object's second use of ``key``; not a ValueError,
+    which the decoder's own errors are."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object, refusing a key it gives twice."""
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return record
+
+
+def repeated_key(body: bytes) -> str | None:
+    """The first key an object of the body's JSON gives twice; None when none does, or when
+    the body is no JSON (reading it as the route does says why, or found it JSON)."""
+    try:
+        json.loads(body, object_pairs_hook=_object)
+    except _RepeatedKey as repeated:
+        return repeated.key
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 async def plain_body(request: Request) -> None:
     """A route's dependency: a 400 for a body with a content encoding that read as JSON
-    (one that did not is ``why_unread``'s)."""
+    (one that did not is ``why_unread``'s), or whose JSON gives a key twice in one object."""
     if _encoded(request):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, ENCODED)
+    key = repeated_key(await request.body())
+    if key is not None:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            f"the body's JSON gives the key {shown_repr(key)} twice in one object; JSON leaves "
+            "which one counts open, so send it once",
+        )
 
 
 def why_unread(request: Request, cause: BaseException | None) -> str:

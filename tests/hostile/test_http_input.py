@@ -23,6 +23,7 @@ from app.api.guards.security_headers import HEADERS
 from app.api.hash_text import MAX_HASH_TEXT
 from app.api.limits import HttpLimits
 from app.api.schemas import MAX_LOOKUP_HASHES
+from app.decode import DecodedBatch, DecodedEvent
 from tests.support.http_app import AUTH, TOKEN, in_process, record, sidecar_app
 
 pytestmark = pytest.mark.timeout(120)
@@ -191,6 +192,32 @@ def test_a_json_body_that_cannot_be_read_is_a_400_naming_why(
         assert answer.status_code == 400
         assert problem in answer.json()["detail"]
         assert http.get("/api/v1/blocks/12345").status_code == 404  # other errors as before
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        (b'{"block_hashes": ["1"], "block_hashes": ["2", "3"]}', "'block_hashes'"),
+        (b'{"block_hashes": [{"a": 1, "a": 2}]}', "'a'"),
+        (b'{"\\u001b[31m\\n": 1, "\\u001b[31m\\n": 2}', "'\\x1b[31m\\n'"),
+    ],
+    ids=["top level", "nested", "escaped"],
+)
+def test_a_body_giving_a_key_twice_is_a_400_naming_it(body: bytes, key: str) -> None:
+    """JSON leaves which of two equal keys counts open: the sidecar kept the last, so
+    `{"block_hashes": [A], "block_hashes": [B]}` was answered for B where a proxy that read
+    the first would have checked A."""
+    app, state = sidecar_app()
+    state.index.apply("p", DecodedBatch(0.0, None, [DecodedEvent("stored", [1, 2, 3], "CPU")]), 0.0)
+    with in_process(app) as http:
+        answer = http.post(LOOKUP, content=body, headers=JSON)
+        assert answer.status_code == 400
+        assert answer.json() == {
+            "detail": f"the body's JSON gives the key {key} twice in one object; JSON leaves "
+            "which one counts open, so send it once"
+        }
+        once = http.post(LOOKUP, content=b'{"block_hashes": ["1", "2", "3"]}', headers=JSON)
+        assert once.json() == {"runs": {"CPU": 3}, "break_index": 3}
 
 
 # --- item 14: the token, the Host, HEAD, the headers and the documentation ------------

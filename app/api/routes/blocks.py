@@ -54,7 +54,10 @@ async def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> B
     "/lookup",
     dependencies=[Depends(plain_body)],
     responses={
-        400: {"description": "The body is not UTF-8 text, or has a content encoding."},
+        400: {
+            "description": "The body is not UTF-8 text, has a content encoding, or gives a "
+            "key twice in one object."
+        },
         413: {"description": "The body is over the sidecar's limit."},
     },
 )
