@@ -13,6 +13,7 @@ command line, or one picked by port 0, is known to the probe only that way.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -108,6 +109,8 @@ def write_url_file(path: Path, sock: socket.socket) -> None:
         partial.replace(path)
     except OSError as exc:  # the path is the user's: a newline in it would forge a log line
         logger.warning("cannot write the URL file %s: %s", shown(path), exc.strerror or exc)
+        with contextlib.suppress(OSError):  # written, then not moved (the path is a directory)
+            partial.unlink(missing_ok=True)
 
 
 def _address(host: str, port: int) -> str:

@@ -239,7 +239,7 @@ class SidecarSettings(BaseSettings):
         default=None,
         description="A file to write the HTTP server's base URL to once it listens (the "
         "container image's healthcheck reads it: the port may come from the command line, or "
-        "from port 0); a file that cannot be written is a warning.",
+        "from port 0); empty: none; a file that cannot be written is a warning.",
     )
     token: SecretStr | None = Field(
         default=None,
@@ -567,6 +567,21 @@ class SidecarSettings(BaseSettings):
         if not _TOPIC.fullmatch(topic):
             raise ValueError(f"{topic!r} is not a topic: letters, digits and ._/- only")
         return topic
+
+    @field_validator("url_file", mode="before")
+    @classmethod
+    def _url_file_names_a_file(cls, value: Any) -> Any:
+        """Empty is none (an image's ``KVSCOPE_URL_FILE`` is unset so, as its healthcheck
+        reads it); a path that names a directory (``/``, ``.``, a trailing ``/``) is refused
+        here, where the sidecar stopped with a traceback once listening, or wrote
+        ``.NAME.partial`` beside the directory."""
+        if not isinstance(value, str):
+            return value
+        if not value:
+            return None
+        if value.rpartition("/")[2] in ("", ".", ".."):
+            raise ValueError(f"{shown_repr(value)} names a directory, not a file to write")
+        return value
 
     @field_validator("token")
     @classmethod

@@ -1,5 +1,5 @@
 """The HTTP server's sockets where the host resolves to an address family this machine lacks,
-and the URL file written once they listen.
+and the URL file written once they listen (and the paths that setting takes).
 
 A kernel booted without IPv6 still resolves ``localhost`` to ``::1`` in many
 images; asyncio passes such an address over. The sidecar's own binding raised
@@ -15,9 +15,11 @@ import socket
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from app import http_socket
 from app.http_socket import HostError, bind_http
+from app.settings import SidecarSettings
 
 REAL_SOCKET = socket.socket
 """Taken before a test replaces the module's (``http_socket.socket`` is the module)."""
@@ -100,3 +102,36 @@ def test_a_url_file_that_cannot_be_written_is_named_on_one_escaped_line(
         f"cannot write the URL file {tmp_path}/missing/url\\n\\x1b[31mWARNING forged line: "
         "No such file or directory"
     ]
+
+
+def test_a_url_file_that_is_a_directory_leaves_no_partial_file_beside_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The URL was written to ``.NAME.partial`` and moved over the path; where the move
+    failed (the path a directory), the partial file stayed beside it for good."""
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    with REAL_SOCKET() as sock, caplog.at_level(logging.WARNING, logger="app.http_socket"):
+        sock.bind(("127.0.0.1", 0))
+        http_socket.write_url_file(taken, sock)
+    assert [record.getMessage() for record in caplog.records] == [
+        f"cannot write the URL file {taken}: Is a directory"
+    ]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["taken"]
+
+
+@pytest.mark.parametrize("url_file", ["/", ".", "..", "run/", "run/.", "/tmp/run/.."])
+def test_a_url_file_that_names_a_directory_is_refused_by_the_settings(url_file: str) -> None:
+    """`/` and `.` stopped the sidecar with a traceback once it listened (a path with no
+    name has no partial file's name), and `/tmp/` wrote `/.tmp.partial`."""
+    with pytest.raises(ValidationError) as refused:
+        SidecarSettings(listen=["tcp://127.0.0.1:0"], url_file=url_file)
+    assert [error["ctx"]["error"].args[0] for error in refused.value.errors()] == [
+        f"{url_file!r} names a directory, not a file to write"
+    ]
+
+
+def test_an_empty_url_file_is_none_as_the_image_healthcheck_reads_it() -> None:
+    """`KVSCOPE_URL_FILE=` is how an image's variable is unset; it stopped the sidecar with
+    a traceback once it listened."""
+    assert SidecarSettings(listen=["tcp://127.0.0.1:0"], url_file="").url_file is None
