@@ -35,6 +35,12 @@ _BSP_VARIABLES = {
 }
 """The variables behind the batch span processor's arguments, which its errors name."""
 
+MAX_BSP_VALUE = 2**31 - 1
+"""The largest ``OTEL_BSP_*`` value taken: the SDK takes any integer, but a queue size past
+a C ``ssize_t`` raised OverflowError as it was set up (a traceback), and a delay past
+what ``threading`` waits stopped its export thread, every span then dropped. This is 24
+days of milliseconds, and a queue far past any memory."""
+
 
 class OtelConfigError(ValueError):
     """An OTEL_* variable kvscope cannot honour; the message names it."""
@@ -76,14 +82,19 @@ def configure_otel(environ: Mapping[str, str] = os.environ) -> TracerProvider | 
 
 def _check_integer(environ: Mapping[str, str], variable: str) -> None:
     """The SDK logs a traceback for a batch processor variable that is not an integer, and
-    goes on with its default: refused here instead, like any other bad setting."""
+    goes on with its default: refused here instead, like any other bad setting; so is one
+    past ``MAX_BSP_VALUE`` (the SDK's own checks refuse those too small)."""
     value = environ.get(variable)
     if value is None:
         return
     try:
-        int(value)
+        number = int(value)
     except ValueError:
         raise OtelConfigError(f"{variable} must be an integer, got {shown_repr(value)}") from None
+    if number > MAX_BSP_VALUE:
+        raise OtelConfigError(
+            f"{variable} must be at most {MAX_BSP_VALUE}, got {shown_repr(number)}"
+        )
 
 
 def _refused(exc: ValueError) -> OtelConfigError:

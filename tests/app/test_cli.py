@@ -277,6 +277,13 @@ def test_an_unknown_otel_exporter_is_a_clear_error(trace_slice: Path) -> None:
          "OTEL_BSP_SCHEDULE_DELAY must be an integer, got 'soon'"),
         ({"OTEL_BSP_MAX_QUEUE_SIZE": "16", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64"},
          "OTEL_BSP_MAX_EXPORT_BATCH_SIZE must be less than or equal to OTEL_BSP_MAX_QUEUE_SIZE"),
+        # The SDK took these: a traceback (OverflowError setting up its queue), and an
+        # export thread that stopped at its first wait, dropping every span.
+        ({"OTEL_BSP_MAX_QUEUE_SIZE": "9223372036854775808"},
+         "OTEL_BSP_MAX_QUEUE_SIZE must be at most 2147483647, got 9223372036854775808"),
+        ({"OTEL_BSP_SCHEDULE_DELAY": "1" + "0" * 30},
+         "OTEL_BSP_SCHEDULE_DELAY must be at most 2147483647, got <an integer of more than "
+         "19 digits>"),
     ],
 )  # fmt: skip
 def test_an_otel_value_the_sdk_refuses_is_one_line_naming_it(
