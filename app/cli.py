@@ -286,7 +286,10 @@ def _run_demo(args: argparse.Namespace) -> int:
     _stop_on_signals(stop)
     with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
         sampler = SpatialSampler(args.sample_rate) if args.sample_rate > 0 else None
-        engine = DemoWorker(requests, publisher, config, sampler)
+        try:
+            engine = DemoWorker(requests, publisher, config, sampler)
+        except MemoryError:  # a --capacity within bounds this machine cannot hold
+            return _no_memory(args.policy, args.capacity, "its capacity")
         worker = threading.Thread(target=engine.run, args=(stop,), name="kvscope-demo-worker")
         settings = _settings(args, connect=[publisher.endpoint], replay=[publisher.replay_endpoint])
         with Sidecar(settings) as sidecar:
@@ -299,6 +302,14 @@ def _run_demo(args: argparse.Namespace) -> int:
                 stop.set()
                 worker.join()
     return 0
+
+
+def _no_memory(policy: str, capacity: int, grows: str) -> int:
+    """Say that a tier of ``capacity`` blocks under ``policy`` did not fit in memory, whose
+    bookkeeping ``grows`` with something the user chose; the exit status."""
+    print(f"kvscope: error: not enough memory for {policy} at {capacity} blocks: its "
+          f"bookkeeping grows with {grows}", file=sys.stderr)  # fmt: skip
+    return 2
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
@@ -345,10 +356,7 @@ def _run_replay(args: argparse.Namespace) -> int:
                     )  # fmt: skip
                 except MemoryError:
                     grows = "the trace's length" if policy == OPT else "its capacity"
-                    print(f"kvscope: error: not enough memory for {policy} at {capacity} "
-                          f"blocks: its bookkeeping grows with {grows}",
-                          file=sys.stderr)  # fmt: skip
-                    return 2
+                    return _no_memory(policy, capacity, grows)
                 points.append(SweepPoint(policy, capacity, result))
                 if not table:
                     line = {"trace": str(trace), "policy": policy, "capacity": capacity}

@@ -233,6 +233,28 @@ def test_a_tier_larger_than_memory_allows_is_one_clear_line(trace_slice: Path) -
     assert "Traceback" not in result.stderr
 
 
+def test_a_demo_tier_larger_than_memory_allows_is_one_clear_line() -> None:
+    """As for replay: `kvscope demo --capacity` within its bound but past what the process
+    can hold (its address space capped at 8 GiB here: the demo loads torch) was a
+    MemoryError traceback, exit 1."""
+
+    def cap_address_space() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "demo", "--port", "0", "--capacity", str(2**31),
+         "--duration", "1"],
+        capture_output=True, text=True, timeout=120, env=environment(),
+        preexec_fn=cap_address_space,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "kvscope: error: not enough memory for lru at 2147483648 blocks: its bookkeeping "
+        "grows with its capacity"
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_a_trace_line_ends_at_a_newline_only(tmp_path: Path) -> None:
     """JSON strings may hold U+2028 and U+0085, which str.splitlines takes for line ends."""
     trace = tmp_path / "trace.jsonl"
