@@ -572,8 +572,8 @@ class SidecarSettings(BaseSettings):
     @classmethod
     def _url_file_names_a_file(cls, value: Any) -> Any:
         """Empty is none (an image's ``KVSCOPE_URL_FILE`` is unset so, as its healthcheck
-        reads it); a path that names a directory (``/``, ``.``, a trailing ``/``) is refused
-        here, where the sidecar stopped with a traceback once listening, or wrote
+        reads it). A path that names a directory (``/``, ``.``, a trailing ``/``) is refused
+        here: once listening, the sidecar stopped with a traceback on one, or wrote
         ``.NAME.partial`` beside the directory."""
         if not isinstance(value, str):
             return value

@@ -59,8 +59,8 @@ def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
 
 
 def repeated_key(body: bytes) -> str | None:
-    """The first key an object of the body's JSON gives twice; None when none does, or when
-    the body is no JSON (reading it as the route does says why, or found it JSON)."""
+    """The first key an object of the body's JSON gives twice; None when none does, and for
+    a body that is no JSON (the route's own reading of the body refuses that, saying why)."""
     try:
         json.loads(body, object_pairs_hook=_object)
     except _RepeatedKey as repeated:
