@@ -42,6 +42,8 @@ def check_plot_path(path: str | Path) -> Path:
         _pyplot()
     if not path.parent.is_dir():
         raise PlotError(f"cannot plot to {shown(path)}: no directory {shown(path.parent)}")
+    if path.is_dir():  # found here, not after a replay of minutes as the plot is written
+        raise PlotError(f"cannot plot to {shown(path)}: it is a directory")
     return path
 
 

@@ -142,6 +142,18 @@ def test_bad_arguments_are_one_clear_line_naming_the_problem(
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+def test_a_plot_path_that_is_a_directory_is_refused_before_any_replay(
+    trace_slice: Path, tmp_path: Path
+) -> None:
+    """It was found only when the plot was written, after the whole replay had run."""
+    taken = tmp_path / "curves.html"
+    taken.mkdir()
+    result = kvscope("replay", str(trace_slice), "--plot", str(taken))
+    assert result.returncode == 2
+    assert f"cannot plot to {taken}: it is a directory" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
 def test_a_png_plot_without_matplotlib_names_the_extra(trace_slice: Path) -> None:
     """Run with matplotlib made unimportable, as on an install without the plot extra."""
     code = (
