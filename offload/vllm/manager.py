@@ -85,8 +85,8 @@ class KVScopeManager(OffloadingManager):
         """Scheduler steps ended: a lookup in a new step begins a new scheduling."""
         self._uncounted: dict[str, RequestAccess] = {}
         """Requests whose latest lookups are not counted yet, by request id (vLLM names the
-        requests a step admitted by id only, at its end); one entry per request vLLM holds
-        at most, each gone once counted, finished or reset."""
+        requests a step admitted or preempted by id only, at its end); one entry per request
+        vLLM holds at most, each gone once counted, finished or reset."""
         self._blocks = core.policy.blocks
         self._events: list[OffloadingEvent] | None = [] if vllm_events else None
         self._outbox: list = []
@@ -271,11 +271,24 @@ class KVScopeManager(OffloadingManager):
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         """Count the lookups of the requests the step admitted that no load or offer counted
-        (no hit, no chunk computed yet), then ship the step's events and the sample (when
-        due) to kvscope's publisher, and stats once a second."""
+        (no hit, no chunk computed yet), and of those preempted, then ship the step's events
+        and the sample (when due) to kvscope's publisher, and stats once a second.
+
+        Under vLLM's V1 model runner a request scheduled again after a preemption is not
+        among the step's new ones (the V2 runner puts it there), and nothing else the
+        manager is told names it. vLLM preempts running requests only, so one preempted
+        with lookups uncounted from an earlier step ran the scheduling they began: they
+        count now (its next lookup would drop them).
+        """
         for req_id in context.new_req_ids:
             access = self._uncounted.get(req_id)
             if access is not None:
+                self._count_lookups(access, req_id)
+        for req_id in context.preempted_req_ids:
+            access = self._uncounted.get(req_id)
+            # Lookups of this step may be of a scheduling left waiting: a reset of vLLM's
+            # prefix cache preempts running requests before the step, not in it.
+            if access is not None and access.asked_step < self._step:
                 self._count_lookups(access, req_id)
         self._step += 1
         if self.telemetry is None:
@@ -365,9 +378,9 @@ class KVScopeManager(OffloadingManager):
 
     def _count_lookups(self, access: RequestAccess, req_id: str) -> None:
         """Count the lookups of the scheduling vLLM ran (the request's first load or offer
-        since them, or the end of the step that admitted it): each key asked once, with its
-        latest answer, however many steps vLLM asked it before scheduling the request, as
-        vLLM's own prefix-cache stats count it."""
+        since them, or the end of the step that admitted or preempted it): each key asked
+        once, with its latest answer, however many steps vLLM asked it before scheduling the
+        request, as vLLM's own prefix-cache stats count it."""
         self._uncounted.pop(req_id, None)
         lookups = access.take_lookups()
         if not lookups:

@@ -173,3 +173,91 @@ def test_a_miss_is_charged_the_reason_it_had_when_it_was_looked_up(
     engine.add("c", PROMPT, max_tokens=1)
     engine.step()
     assert misses.lookups == {**dict.fromkeys(misses.lookups, 0), "cold": 2, "not_admitted": 1}
+
+
+def _scheduled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str) -> Engine:
+    """x and b (five 16-token blocks each, chunks of four blocks) each admitted with 16
+    tokens, then preempted by a prefix-cache reset and scheduled again, each with its first
+    chunk missed and no chunk computed: vLLM's V1 model runner (``runner`` "0") names them
+    as resumed requests, its V2 one (the default where it runs) as new ones."""
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", runner)
+    extra = {"num_cpu_blocks": 32, "blocks_per_chunk": 4}
+    engine = Engine(tmp_path, num_gpu_blocks=7, extra=extra, prefill_chunk=16)
+    assert engine.scheduler.use_v2_model_runner is (runner == "1")
+    engine.add("x", range(1000, 1000 + 5 * BLOCK_TOKENS), max_tokens=1)
+    engine.add("b", range(1, 1 + 5 * BLOCK_TOKENS), max_tokens=1)
+    engine.step()
+    assert _counts(engine) == (2, 2, 0, 0, 2)
+    assert engine.scheduler.reset_prefix_cache(reset_running_requests=True)
+    output = engine.step()
+    assert output.num_scheduled_tokens == {"x": 16, "b": 16}
+    resumed = output.scheduled_cached_reqs.resumed_req_ids
+    assert resumed == (set() if runner == "1" else {"x", "b"})
+    assert engine.external_queries == 4 * 5 * BLOCK_TOKENS, "vLLM counted four schedulings"
+    return engine
+
+
+@pytest.mark.parametrize("runner", ["0", "1"])
+def test_a_request_scheduled_again_and_preempted_before_its_first_chunk_counts_its_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str
+) -> None:
+    """Scheduled again after a preemption, b is preempted again (GPU blocks run out) with
+    three blocks of its first chunk computed, so no offer names it. vLLM's scheduler
+    preempts only running requests, so its lookups asked before were of the scheduling
+    that ran: kvscope counts them then, under either model runner (where, under the V1
+    runner, it once counted them never)."""
+    engine = _scheduled_again(tmp_path, monkeypatch, runner)
+    engine.step()
+    engine.step()
+    output = engine.step()
+    assert output.preempted_req_ids == {"b"}
+    assert engine.scheduler.requests["b"].status is RequestStatus.PREEMPTED
+    # x's offer of its first chunk counted x's; b's preemption counted b's.
+    assert engine.manager.core.stats.store_requested_blocks == 1
+    assert _counts(engine) == (4, 4, 0, 0, 4)
+    engine.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
+    engine.step()
+    assert _counts(engine) == (4, 4, 0, 0, 4)
+
+
+@pytest.mark.parametrize(("runner", "lookups"), [("0", 3), ("1", 4)])
+def test_a_request_scheduled_again_and_aborted_before_its_first_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str, lookups: int
+) -> None:
+    """The limit the README states: aborted instead, b leaves kvscope's manager no sign
+    that its second scheduling ran (no offer, no load, not among the step's new requests
+    under the V1 runner), so that lookup counts only under the V2 runner."""
+    engine = _scheduled_again(tmp_path, monkeypatch, runner)
+    engine.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
+    engine.step()
+    engine.step()
+    assert engine.manager.core.stats.store_requested_blocks == 1, "x's first chunk only"
+    assert _counts(engine) == (lookups, lookups, 0, 0, lookups)
+
+
+def test_a_request_preempted_by_a_reset_and_left_waiting_counts_its_lookup_once_scheduled(
+    tmp_path: Path,
+) -> None:
+    """A reset of vLLM's prefix cache preempts x and b between steps; in the next step x is
+    scheduled again, and b is looked up but no longer fits (it sampled a token into a ninth
+    block). vLLM names both preempted at that step's end, but b's lookup of that step is of
+    a scheduling that did not run: it counts nothing until b is admitted. (Nothing is
+    stored, its threshold never reached, so every lookup misses and no load holds x.)"""
+    extra = {"num_cpu_blocks": 32, "blocks_per_chunk": 4, "store_threshold": 1000}
+    engine = Engine(tmp_path, num_gpu_blocks=13, extra=extra)
+    engine.add("x", range(1000, 1000 + 3 * BLOCK_TOKENS), max_tokens=6)
+    engine.step()
+    waiting = engine.add("b", range(1, 1 + 8 * BLOCK_TOKENS), max_tokens=3)
+    engine.step()  # b's eight blocks computed, and its lookup counted at its offer
+    before = _counts(engine)
+    assert engine.scheduler.reset_prefix_cache(reset_running_requests=True)
+    output = engine.step()
+    assert output.preempted_req_ids == {"x", "b"}
+    assert list(output.num_scheduled_tokens) == ["x"]
+    assert waiting.status is RequestStatus.PREEMPTED
+    assert _counts(engine) == before, "b's lookup, left waiting, counts nothing"
+    for _ in range(4):  # x decodes its last three tokens; then b fits
+        engine.step()
+    assert waiting.status is RequestStatus.RUNNING
+    calls, blocks, _, _, misses = _counts(engine)
+    assert (calls, blocks, misses) == (before[0] + 1, before[1] + 1, before[4] + 1)

@@ -78,9 +78,12 @@ class Engine:
         num_gpu_blocks: int,
         extra: dict[str, Any],
         token_budget: int = 1024,
+        prefill_chunk: int = 0,
     ) -> None:
         """``token_budget``: the tokens one step schedules at most (vLLM's
-        ``max_num_batched_tokens``); a long prompt is prefilled over several steps."""
+        ``max_num_batched_tokens``); a long prompt is prefilled over several steps.
+        ``prefill_chunk``: the tokens of one prompt a step schedules at most while another
+        request runs or waits (vLLM's ``long_prefill_token_threshold``; 0: no such bound)."""
         (model_dir / "config.json").write_text(
             json.dumps(
                 {
@@ -106,6 +109,7 @@ class Engine:
             scheduler_config=SchedulerConfig(
                 max_num_seqs=8,
                 max_num_batched_tokens=token_budget,
+                long_prefill_token_threshold=prefill_chunk,
                 max_model_len=4096,
                 is_encoder_decoder=False,
             ),
