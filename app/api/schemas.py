@@ -223,7 +223,10 @@ class BlockInfo(BaseModel):
 
 class BlockPage(BaseModel):
     blocks: list[BlockInfo]
-    next_cursor: int | None = Field(description="Pass as `cursor` for the next page.")
+    next_cursor: int | None = Field(
+        description="Pass as `cursor` for the next page; null only when the listing is done "
+        "(a short or empty page may have one)."
+    )
 
 
 class LookupRequest(StrictBody):

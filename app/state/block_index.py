@@ -47,6 +47,11 @@ PART_BLOCKS: Final = 65_536
 0.1 s of removals, the dearest events (a 16 MB frame holds about 2 million). A reset is a
 part of its own: a walk of at most every block held. The blocks the stranded count's walks
 look at count as block events: one block's removal or store walks every block under it."""
+PAGE_SCAN: Final = 16 * MAX_PAGE_LIMIT
+"""Listing records one page examines at most (``BlockIndex.page``), matching or not, the dead
+included: a filter few blocks match walked the whole listing under the readers' lock, which
+ingest needs too, so many such requests stalled ingest. Sixteen full pages' worth, so an
+unfiltered page comes short only where most records after its cursor are dead."""
 _NO_LOCK: Final = nullcontext()
 _DONE: Final = object()
 """What the parts of a batch give when the batch is applied."""
@@ -129,6 +134,7 @@ class BlockIndex:
         part_blocks: int = PART_BLOCKS,
         media_per_host: int = MEDIA_PER_PUBLISHER,
         locations_per_host: int = LOCATIONS_PER_HOST,
+        page_scan: int = PAGE_SCAN,
     ) -> None:
         """A location is a (publisher, medium, KV cache group): a hybrid model holds a block
         once per group, each copy stored and removed on its own, so a block leaves a
@@ -148,6 +154,10 @@ class BlockIndex:
             raise ValueError(f"part_blocks must be at least 1, got {part_blocks}")
         self.part_blocks = part_blocks
         """Block events applied per hold of the readers' lock (``apply``)."""
+        if page_scan < 1:
+            raise ValueError(f"page_scan must be at least 1, got {page_scan}")
+        self.page_scan = page_scan
+        """Listing records one page examines at most (``page``)."""
         self.max_blocks = max_blocks
         self.max_media = max_media
         """Most distinct media tracked: each is a bit of every block's location mask per
@@ -945,23 +955,33 @@ class BlockIndex:
         cursor: int | None = None,
         limit: int = 100,
     ) -> tuple[list[BlockEntry], int | None]:
-        """Entries in creation order after ``cursor``, at most ``min(limit, MAX_PAGE_LIMIT)``.
+        """Entries in creation order after ``cursor``, at most ``min(limit, MAX_PAGE_LIMIT)``,
+        found among the next ``page_scan`` records of the listing.
 
-        Filters keep entries held on ``medium`` and/or by ``publisher``. The
-        returned cursor is the last entry's sequence number, to pass back for
-        the next page, or None when no entry is left.
+        Filters keep entries held on ``medium`` and/or by ``publisher``. The returned
+        cursor is the sequence number to pass back for the next page: the last entry's
+        when the page is full and another matching entry follows, the last record
+        examined when the scan ran out first (so a page may be short, even empty, and
+        still have one), None only when no record is left to examine. Sequence numbers
+        only grow, so a cursor neither skips nor repeats an entry while blocks come
+        and go between pages.
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         limit = min(limit, MAX_PAGE_LIMIT)
         bits = self._bits(medium=medium, publisher=publisher)
+        if not bits:
+            return [], None
         found: list[BlockEntry] = []
-        for entry in self._listing.after(cursor) if bits else ():
+        records = self._listing.after(cursor)
+        last = cursor
+        for entry in islice(records, self.page_scan):
             if entry.mask & bits:  # zero once the block is gone
                 if len(found) == limit:
                     return found, found[-1].seq
                 found.append(self._snapshot(entry))
-        return found, None
+            last = entry.seq
+        return found, None if next(records, None) is None else last
 
     def _bits(self, medium: str | None = None, publisher: str | None = None) -> int:
         """The bits of every location matching both filters (all locations without filters)."""

@@ -22,6 +22,7 @@ from app.api import create_app
 from app.decode import DecodedBatch, DecodedEvent
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
+from app.state.block_index import PAGE_SCAN
 from app.state.publisher import CONNECTED_WITHIN_S
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
@@ -113,6 +114,25 @@ def test_page_size_defaults_under_the_cap_and_a_larger_one_is_a_422() -> None:
         assert too_big.json()["detail"][0]["loc"] == ["query", "limit"]
         assert "10" in too_big.json()["detail"][0]["msg"]
         assert http.get("/api/v1/events", params={"limit": 0}).status_code == 422
+
+
+def test_a_selective_filter_pages_short_with_a_cursor_and_the_schema_says_so() -> None:
+    """The one block on the CPU comes last, past a page's scan: the first page is empty
+    yet has a cursor, and following cursors until null finds the block."""
+    settings = SidecarSettings(connect=[ENDPOINT])
+    state = SidecarState.from_settings(settings)
+    last = PAGE_SCAN + 1
+    gpu = DecodedEvent("stored", list(range(last + 1)), "GPU", 16)
+    cpu = DecodedEvent("stored", [last], "CPU", 16, last - 1)
+    state.index.apply("w", DecodedBatch(1.0, 0, [gpu, cpu]), 1.0)
+    with served(settings, state) as http:
+        first = http.get("/api/v1/blocks", params={"medium": "CPU"}).json()
+        assert first["blocks"] == [] and first["next_cursor"] is not None
+        rest = http.get("/api/v1/blocks", params={"medium": "CPU", "cursor": first["next_cursor"]})
+        assert [block["block_hash"] for block in rest.json()["blocks"]] == [str(last)]
+        assert rest.json()["next_cursor"] is None
+        listing = http.get("/openapi.json").json()["paths"]["/api/v1/blocks"]["get"]
+    assert f"at most {PAGE_SCAN:,} entries" in listing["description"]
 
 
 # --- worker stats are computed when a stats frame arrives ------------------------------

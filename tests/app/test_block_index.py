@@ -8,6 +8,7 @@ observable: entries, locations, counts, hits, listing order and the counters.
 from __future__ import annotations
 
 import gc
+from bisect import bisect_right
 from collections.abc import Hashable
 
 import pytest
@@ -21,6 +22,7 @@ from app.state.block_index import (
     MAX_GROUPS,
     MAX_LOCATIONS,
     MEDIA_PER_PUBLISHER,
+    PAGE_SCAN,
     PART_BLOCKS,
     BlockIndex,
     PrefixMatch,
@@ -244,6 +246,45 @@ def test_page_cursor_is_stable_across_inserts_and_removals() -> None:
     assert cursor is None
 
 
+def test_a_short_page_cursor_is_stable_across_inserts_and_removals() -> None:
+    """Pages cut short by the scan (two records each) continue where the scan stopped."""
+    index = BlockIndex(max_blocks=100, page_scan=2)
+    index.apply("a", batch(stored(list(range(5)))), now=0.0)
+    first, cursor = index.page(limit=10)
+    assert ([entry.block_hash for entry in first], cursor) == ([0, 1], first[-1].seq)
+    index.apply("a", batch(stored([10, 0], parent=4), removed([2])), now=1.0)  # 0 is not new
+    second, cursor = index.page(cursor=cursor, limit=10)
+    assert [entry.block_hash for entry in second] == [3]
+    index.apply("a", batch(removed([4]), stored([2])), now=2.0)  # 2 again: a new entry
+    third, cursor = index.page(cursor=cursor, limit=10)  # 4 (gone), then 10
+    assert [entry.block_hash for entry in third] == [10]
+    fourth, cursor = index.page(cursor=cursor, limit=10)
+    assert ([entry.block_hash for entry in fourth], cursor) == ([2], None)
+
+
+def test_a_selective_filter_finds_every_match_once_in_scans_of_bounded_length() -> None:
+    """Each page examines at most ``PAGE_SCAN`` listing records: its cursor moves on by at
+    most that many, and pages between sparse matches come short or empty, never last."""
+    blocks = 3 * PAGE_SCAN + 100
+    index = BlockIndex(max_blocks=blocks)
+    index.apply("a", batch(stored(list(range(blocks)), None)), now=0.0)
+    rare = [7, 8, 9, 2 * PAGE_SCAN + 50, blocks - 1]
+    index.apply("a", batch(*(stored([h], parent=h - 1) for h in rare)), now=1.0)
+    seqs = sorted(entry.seq for entry in map(index.get, range(blocks)) if entry is not None)
+    pages: list[list[Hashable]] = []
+    cursor = None
+    while True:
+        entries, after = index.page(medium="CPU", cursor=cursor, limit=2)
+        pages.append([entry.block_hash for entry in entries])
+        start = 0 if cursor is None else bisect_right(seqs, cursor)
+        examined = (len(seqs) if after is None else bisect_right(seqs, after)) - start
+        assert 0 < examined <= PAGE_SCAN
+        if after is None:
+            break
+        cursor = after
+    assert pages == [[7, 8], [9], [], [2 * PAGE_SCAN + 50], [blocks - 1]]
+
+
 def test_a_recreated_block_lists_after_the_cursor() -> None:
     index = BlockIndex(max_blocks=100)
     index.apply("a", batch(stored([1, 2, 3])), now=0.0)
@@ -262,6 +303,8 @@ def test_page_limit_is_enforced() -> None:
     for limit in (0, -1):
         with pytest.raises(ValueError, match="limit"):
             index.page(limit=limit)
+    with pytest.raises(ValueError, match="page_scan must be at least 1, got 0"):
+        BlockIndex(max_blocks=1, page_scan=0)
 
 
 def test_page_filters_by_medium_and_publisher() -> None:
@@ -820,11 +863,19 @@ class Reader:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(step, max_size=25), st.integers(1, 8), st.sampled_from((1, 2, PART_BLOCKS)))
-def test_index_matches_a_dict_of_sets(steps: list, max_blocks: int, part_blocks: int) -> None:
+@given(
+    st.lists(step, max_size=25),
+    st.integers(1, 8),
+    st.sampled_from((1, 2, PART_BLOCKS)),
+    st.sampled_from((1, 2, PAGE_SCAN)),
+)
+def test_index_matches_a_dict_of_sets(
+    steps: list, max_blocks: int, part_blocks: int, page_scan: int
+) -> None:
     """Whatever the parts a batch is applied in (each block a part of its own, at the
-    least), with a reader let in between them."""
-    index, model = BlockIndex(max_blocks, part_blocks=part_blocks), Model(max_blocks)
+    least), with a reader let in between them, and however few records a page examines."""
+    index = BlockIndex(max_blocks, part_blocks=part_blocks, page_scan=page_scan)
+    model = Model(max_blocks)
     reader = Reader(index)
     for publisher, events in steps:
         index.apply(publisher, batch(*events), now=0.0, lock=reader)

@@ -29,7 +29,11 @@ def blocks(
     ] = None,
     limit: PageSize,
 ) -> BlockPage:
-    """Indexed blocks in order of first store; the cursor survives blocks coming and going."""
+    """Indexed blocks in order of first store; the cursor survives blocks coming and going.
+
+    A page examines at most 16,000 entries of the index's listing (blocks since removed
+    included), so under a filter few blocks match it may hold fewer than `limit` blocks,
+    even none, and still have a `next_cursor`: follow it until it is null."""
     with state.lock:
         entries, next_cursor = state.index.page(medium, publisher, cursor, limit)
     return BlockPage(blocks=[BlockInfo.of(entry) for entry in entries], next_cursor=next_cursor)
@@ -42,7 +46,8 @@ async def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> B
     """One block: where it is held, since when, how often reloaded.
 
     A coroutine (one dictionary read), as the dependencies are (app/api/deps.py); the
-    listing above stays a function for the thread pool, since a filter can scan the index."""
+    listing above stays a function for the thread pool, since a page can scan
+    ``PAGE_SCAN`` entries of the index."""
     with state.lock:
         entry = state.index.get(block_hash)
     if entry is None:
