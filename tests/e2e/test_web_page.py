@@ -29,6 +29,7 @@ import pytest
 
 from app.server import Sidecar
 from app.settings import SidecarSettings
+from app.state.block_index import PAGE_SCAN
 from offload.base import OffloadingEvent
 from offload.wire.framing import DEFAULT_STATS_TOPIC
 from tests.e2e.conftest import CHROMIUM, WAIT_MS
@@ -757,6 +758,34 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
             for peer in peers:
                 peer.close()
     assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
+
+
+def test_the_blocks_view_asks_past_a_stretch_of_the_index_its_filter_finds_nothing_in(
+    browser: sync_api.Browser,
+) -> None:
+    """The two blocks on the CPU come after a page's scan of the index: the API's first page
+    under the filter is empty with a cursor, and the view follows it to show them."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    gpu = list(range(PAGE_SCAN + 10))
+    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        raw = RawPublisher(connect=bound, topic=b"engine")
+        context = browser.new_context()
+        try:
+            probed_until(http, raw, listing("engine@0"), "engine@0")
+            applied(http, raw, 0, OffloadingEvent(gpu, 16, "GPU", False))
+            applied(http, raw, 1, OffloadingEvent(gpu[-2:], 16, "CPU", False))
+            first = http.get("/api/v1/blocks", params={"medium": "CPU"}).json()
+            assert first["blocks"] == [] and first["next_cursor"] is not None
+            page = context.new_page()
+            page.goto(f"{sidecar.url}/#/blocks?medium=CPU")
+            page.wait_for_function(f"() => document.querySelectorAll('{ROWS}').length === 2")
+            shown = page.locator(ROWS).evaluate_all("rows => rows.map(r => r.dataset.hash)")
+            assert shown == [str(h) for h in gpu[-2:]]
+            assert page.is_disabled("text=Next")
+        finally:
+            context.close()
+            raw.close()
 
 
 def test_no_view_is_wider_than_a_phones_window(browser: sync_api.Browser, demo: str) -> None:

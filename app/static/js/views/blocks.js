@@ -9,6 +9,10 @@ import { formatHash } from "../router.js";
 import { mediaOf } from "../stats.js";
 
 const PAGE = 50;
+// Requests one page of the view makes at most: each examines a bounded stretch of the
+// index (a filter few blocks match may find none in it), so the view asks again after
+// the cursor until it has a page's worth, and past this leaves the rest to Next.
+const ASKS = 16;
 
 function field(label, control) {
   return h("label", { class: "field" }, h("span", { text: label }), control);
@@ -134,19 +138,26 @@ function mount(panel, { stats, navigate }) {
     if (key === loaded && !force) return;
     loaded = key;
     try {
-      const page = await get("blocks", wanted);
-      if (loaded !== key) return; // a newer request went out meanwhile
-      body.replaceChildren(...page.blocks.map((b) => h("tr", { "data-hash": b.block_hash, "data-seq": String(b.seq) },
+      const blocks = [];
+      let cursor = params.cursor;
+      for (let asked = 0; asked < ASKS && cursor !== null && blocks.length < PAGE; asked += 1) {
+        const page = await get("blocks", { ...wanted, cursor, limit: PAGE - blocks.length });
+        if (loaded !== key) return; // a newer request went out meanwhile
+        blocks.push(...page.blocks);
+        cursor = page.next_cursor;
+      }
+      body.replaceChildren(...blocks.map((b) => h("tr", { "data-hash": b.block_hash, "data-seq": String(b.seq) },
         h("td", {}, h("a", { href: formatHash("blocks", { ...params, q: b.block_hash }), text: b.block_hash })),
         h("td", { text: b.media.join(", ") }), h("td", { text: b.publishers.join(", ") }),
         h("td", { text: b.block_size === null ? "–" : count(b.block_size) }), h("td", { text: count(b.hits) }),
         h("td", { text: dateTime(b.first_stored) }), h("td", { text: dateTime(b.last_stored) }))));
-      next.disabled = page.next_cursor === null;
-      next.dataset.cursor = page.next_cursor ?? "";
+      next.disabled = cursor === null;
+      next.dataset.cursor = cursor ?? "";
       previous.disabled = !trail.length;
       first.disabled = !params.cursor;
-      position.textContent = page.blocks.length ? counted(page.blocks.length, "block")
-        + `${params.cursor ? ` after #${params.cursor}` : " from the oldest"}` : "no blocks on this page";
+      position.textContent = blocks.length ? counted(blocks.length, "block")
+        + `${params.cursor ? ` after #${params.cursor}` : " from the oldest"}`
+        : cursor === null ? "no blocks on this page" : `none found yet up to #${cursor}: Next looks further`;
     } catch (error) {
       body.replaceChildren(h("tr", {}, h("td", { colspan: 7, class: "problem", text: error.message })));
     }
