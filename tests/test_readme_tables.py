@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.api import create_app
 from app.cli import build_parser
 from app.settings import SidecarSettings
+from app.state.block_index import PAGE_SCAN
 from app.state.sidecar import SidecarState
 from offload.cpu.policies.registry import BUILT_IN
 from offload.telemetry import metrics
@@ -197,6 +198,14 @@ def test_the_route_table_is_the_routes_the_app_serves() -> None:
         else:  # outside the schema: the page and the schema itself
             with TestClient(app, base_url="http://localhost") as http:
                 assert http.request(*route).status_code == 200, route
+
+
+def test_the_blocks_route_states_the_page_scan_bound() -> None:
+    """The route table gives the records one page examines as a number: it is PAGE_SCAN."""
+    (cell,) = [row[1] for row in table("| route |") if "GET /api/v1/blocks?" in row[0]]
+    found = re.search(r"examines at most ([\d,]+) entries", cell)
+    assert found, "the /api/v1/blocks row no longer states how many entries a page examines"
+    assert int(found.group(1).replace(",", "")) == PAGE_SCAN
 
 
 def vllm_keys() -> set[str]:
