@@ -201,7 +201,10 @@ class VerdictInfo(BaseModel):
     """One finding, as a sentence and as the figures it states."""
 
     kind: VerdictKind = Field(
-        description="warming_up: too little seen yet; sample_small: too few sampled blocks "
+        description="warming_up: too little seen yet; fits: the tier has never been full "
+        "over twice its size in sampled references, so every miss was a first use and "
+        "neither a larger tier nor another policy would hit more (said in place of the "
+        "doubling and policy verdicts); sample_small: too few sampled blocks "
         "for a verdict (the sentence says the rate that would do); long_requests: requests "
         "longer than the tier spoken of reached the LRU stack, which cannot model a tier "
         "refusing them; not_simulated: the tier's "
@@ -223,7 +226,8 @@ class VerdictInfo(BaseModel):
     share: float | None = Field(
         default=None,
         description="A share in 0..1 (dead writes; the efficiency against the optimum; the "
-        "stream's share a simulation shed).",
+        "stream's share a simulation shed; the share of the tier a stream that fits it "
+        "touched).",
     )
     blocks: int | None = None
     medium: str | None = None

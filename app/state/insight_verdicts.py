@@ -19,6 +19,7 @@ from offload.insight.window_optimum import WindowResult
 
 VerdictKind = Literal[
     "warming_up",
+    "fits",
     "sample_small",
     "not_simulated",
     "shed",
@@ -53,6 +54,14 @@ MAX_SHED_SHARE: Final = 0.1
 queue and still be compared: its tiers never saw a shed frame's blocks, so their later
 uses miss there while what the frame would have evicted stays, and its hit ratio is off,
 either way, by more the more it lost."""
+FITS_TIER_REFS: Final = 2
+"""Tiers' worth of sampled references a simulation must have replayed with its tier never
+full before the stream is said to fit the tier. Below one tier's worth, a stream of only
+new blocks could not have filled it yet, so a tier not full says nothing; from twice its
+size on, more than half of the references went to blocks already seen (fewer distinct
+ones than the tier holds were touched), so the stream is reusing what it holds rather
+than still growing into the tier. Counted in the tier's own size, so no workload's scale
+sets it."""
 LITTLE_TO_GAIN: Final = 0.95
 """An efficiency against the optimum from which a policy change has little hit ratio to win."""
 
@@ -107,11 +116,23 @@ class Simulation:
         sampled blocks, and no request longer than the tier on the stack."""
         return not (self.too_small(capacity) or self.outgrown(capacity))
 
+    def held(self, capacity: int) -> int:
+        """The sampled blocks a tier of ``capacity`` blocks holds here."""
+        return scaled_blocks(self.rate, capacity, stacked=self.stacked)
+
     def unfilled(self, capacity: int) -> int | None:
         """The sampled blocks a tier of ``capacity`` blocks holds here, while the stream has
         touched fewer (the tier has never been full); None once it has been."""
-        held = scaled_blocks(self.rate, capacity, stacked=self.stacked)
+        held = self.held(capacity)
         return held if self.touched_blocks < held else None
+
+    def fits(self, capacity: int) -> bool:
+        """Whether the stream fits a tier of ``capacity`` blocks here: the tier has never
+        been full over ``FITS_TIER_REFS`` times as many sampled references as it holds
+        sampled blocks, so it has held every block the stream touched while the stream
+        came back to them."""
+        held = self.unfilled(capacity)
+        return held is not None and self.sampled_refs >= FITS_TIER_REFS * held
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +160,8 @@ class Verdict:
     ``points``: hit-ratio points gained (negative: lost); ``multiple``: the
     capacity it speaks of over the current one (the curve's multiple at that
     capacity: whole blocks, so an odd tier's half is not 0.5); ``share``: a
-    ratio in 0..1 (dead writes, or the tier's hits over the optimum's);
+    ratio in 0..1 (dead writes, the tier's hits over the optimum's, or the share of the
+    tier a stream that fits it touched);
     ``blocks``: a block count (stranded blocks, or the capacity a multiple
     stands for).
     """
@@ -259,8 +281,28 @@ def _not_full(policy: str, held: int, simulation: Simulation) -> Verdict:
         f"the tier has not been full yet in {policy}'s simulation "
         f"({simulation.touched_blocks:,} distinct sampled blocks seen of the {held:,} it "
         "holds at its rate): every miss so far is a first use, and its verdicts wait until "
-        "it fills",
+        f"it fills, or until it has replayed {FITS_TIER_REFS * held:,} sampled references "
+        "without filling (the stream then fits the tier)",
         policy=policy,
+    )
+
+
+def _fits(policy: str, held: int, simulation: Simulation) -> Verdict:
+    """The stream fits the tier: every miss was a block's first use, which no tier and no
+    policy turns into a hit (a cache hits only what it has seen), so what would raise the
+    hit ratio is in the workload, not in the tier."""
+    share = simulation.touched_blocks / held
+    return Verdict(
+        "fits",
+        f"the stream fits the tier: in {policy}'s simulation the tier has never been full "
+        f"over {simulation.sampled_refs:,} sampled references, which touched "
+        f"{simulation.touched_blocks:,} distinct sampled blocks, {_percent(share)} of the "
+        f"{held:,} it holds at its rate; every miss was a block's first use (cold) or one "
+        "never offered to the tier, so neither a larger tier nor another policy would raise "
+        "the hit ratio: only more reuse in the workload would (longer shared prefixes, "
+        "prompts sent again)",
+        policy=policy,
+        share=share,
     )
 
 
@@ -318,8 +360,15 @@ def curve_verdicts(
         return [unready]
     resolution = NO_CHANGE_POINTS if curve.exact else SAMPLED_RESOLUTION_POINTS
     found: list[Verdict] = []
+    sizes: tuple[tuple[float, str], ...] = ((2.0, "doubling"), (0.5, "halving"))
+    others = [other for other in basis.policies if other != policy]
+    if own.fits(current):
+        # Its sentence says what a larger tier and another policy would do; a smaller one
+        # may lose hits, which the curve tells.
+        found.append(_fits(policy, own.held(current), own))
+        sizes, others = ((0.5, "halving"),), []
     here = curve.at(policy, current)
-    for multiple, word in ((2.0, "doubling"), (0.5, "halving")):
+    for multiple, word in sizes:
         # In whole blocks, as the curve's capacities are: the verdict's multiple is then the
         # curve's own at that capacity (3 blocks halve to 2, a multiple of 2/3, not 0.5).
         blocks = max(1, round(current * multiple))
@@ -350,8 +399,7 @@ def curve_verdicts(
         )
     found.extend(
         _policy_verdict(curve, policy, own, other, simulations[other], resolution, basis)
-        for other in basis.policies
-        if other != policy
+        for other in others
     )
     return found
 
@@ -361,7 +409,8 @@ def _unready(
 ) -> Verdict | None:
     """Why ``policy``'s simulation cannot bear a verdict on ``what`` at ``capacity`` blocks
     yet, if it cannot: too few sampled blocks, requests longer than the tier on the stack,
-    too much shed, too few references replayed, or a tier never full."""
+    too much shed, too few references replayed, or a tier never full that the stream has
+    not been seen to fit (``Simulation.fits``)."""
     if simulation.too_small(capacity):
         return _too_small(what, capacity, simulation.rate, basis.worker_rate)
     if simulation.outgrown(capacity):
@@ -377,7 +426,9 @@ def _unready(
             policy=policy,
         )
     held = simulation.unfilled(capacity)
-    return None if held is None else _not_full(policy, held, simulation)
+    if held is None or simulation.fits(capacity):
+        return None
+    return _not_full(policy, held, simulation)
 
 
 def _policy_verdict(

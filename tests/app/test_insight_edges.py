@@ -375,3 +375,34 @@ def test_the_shadows_rate_is_the_highest_whose_tiers_fit_their_share_of_the_boun
         return max_bytes(["gated"], [scaled_blocks(at, c, stacked=False) for c in capacities])
 
     assert held(rate) <= room < held(rate * 1.01)
+
+
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+def test_a_stream_fits_the_tier_exactly_where_a_tier_of_its_size_never_evicts(
+    workload: str,
+) -> None:
+    """A tier the stream never filled waited for its verdicts "until it fills", for good. On
+    every workload here (each at least two tiers' worth of references) the sidecar says the
+    stream fits exactly where a fresh tier of that size replaying it evicts nothing, and
+    there what it claims holds of the replays: neither a larger tier nor another policy hits
+    more; where the tier evicts, it is told what a larger one would do instead."""
+    requests, capacity = WORKLOADS[workload], 100
+    assert sum(map(len, requests)) >= 2 * capacity
+    body = served(fed(requests, capacity, 1.0))
+    kinds = [verdict["kind"] for verdict in body["verdicts"]]
+
+    def replayed(policy: str, c: int) -> tuple[float, int]:
+        manager = CPUOffloadingManager(1, c, policy)
+        ratio = run_workload(manager, requests).hit_ratio
+        return ratio, manager.stats.evicted_capacity_blocks
+
+    tier, evicted = replayed("lru", capacity)
+    if evicted:
+        assert "fits" not in kinds and "capacity" in kinds and "policy" in kinds
+        return
+    (fits,) = [verdict for verdict in body["verdicts"] if verdict["kind"] == "fits"]
+    assert fits["policy"] == "lru" and 0.0 < fits["share"] < 1.0
+    assert "policy" not in kinds and "warming_up" not in kinds
+    assert [v["blocks"] for v in body["verdicts"] if v["kind"] == "capacity"] == [capacity // 2]
+    for policy, c in (("lru", 8 * capacity), ("arc", capacity), ("arc", 8 * capacity)):
+        assert replayed(policy, c)[0] == tier, (policy, c)

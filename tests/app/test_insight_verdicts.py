@@ -129,23 +129,43 @@ def test_a_policy_the_curve_does_not_simulate_gets_a_sentence_not_silence() -> N
 
 def test_a_tier_that_has_never_been_full_waits_for_its_verdicts() -> None:
     """A tier larger than what the stream has touched has missed only first uses: "doubling
-    would not change" is true of the past and says nothing of the tier."""
-    (verdict,) = curve_verdicts(curve_around(2_000, 0.3, 0.3), "lru", basis(0.05, touched=99))
+    would not change" is true of the past and says nothing of the tier. 2,000 blocks are
+    100 sampled ones at 0.05, and 150 sampled references are under two tiers' worth."""
+    curve = curve_around(2_000, 0.3, 0.3)
+    (verdict,) = curve_verdicts(curve, "lru", basis(0.05, refs=150, touched=99))
     assert verdict.kind == "warming_up" and "99 distinct sampled blocks" in verdict.text
-    full = curve_verdicts(curve_around(2_000, 0.3, 0.3), "lru", basis(0.05, touched=100))
+    assert "until it has replayed 200 sampled references without filling" in verdict.text
+    full = curve_verdicts(curve, "lru", basis(0.05, refs=150, touched=100))
     assert "capacity" in kinds(full)
+
+
+def test_a_stream_that_never_filled_the_tier_over_two_tiers_worth_fits_it() -> None:
+    """The tier that never fills waited for its verdicts for good: past two tiers' worth of
+    sampled references it has held every block the stream came back to, and says so in
+    place of what a larger tier or another policy would do; halving is still told."""
+    curve = curve_around(2_000, 0.3, 0.3)
+    verdicts = curve_verdicts(curve, "lru", basis(0.05, refs=200, touched=40))
+    assert kinds(verdicts) == ["fits", "capacity"]
+    fits, halving = verdicts
+    assert fits.policy == "lru" and fits.share == pytest.approx(0.4)
+    assert "over 200 sampled references" in fits.text
+    assert "blocks, 40% of the 100 it holds" in fits.text
+    assert "neither a larger tier nor another policy would raise the hit ratio" in fits.text
+    assert halving.blocks == 1_000
+    assert kinds(curve_verdicts(curve, "lru", basis(0.05, refs=199, touched=40))) == ["warming_up"]
 
 
 def test_each_simulation_is_full_or_not_at_its_own_rate() -> None:
     """The shadows may run at a lower rate than the stack (a large tier in the memory
     bound): the fullness test once took the stack's count against the lower rate, so arc
-    was compared while it had not been full. 2,000 blocks are 20 sampled ones at 0.01."""
-    curve = curve_around(2_000, 0.30, 0.25)
-    low = basis(0.05, touched=100, arc_rate=0.01, arc_touched=19)
+    was compared while it had not been full. 20,000 blocks are 200 sampled ones at 0.01, and
+    arc's 200 sampled references are under two tiers' worth (past them it would fit)."""
+    curve = curve_around(20_000, 0.30, 0.25)
+    low = basis(0.05, refs=1_000, touched=1_000, arc_rate=0.01, arc_touched=199)
     verdicts = curve_verdicts(curve, "lru", low)
     assert kinds(verdicts) == ["capacity", "capacity", "warming_up"]
-    assert verdicts[-1].policy == "arc" and "19 distinct sampled blocks" in verdicts[-1].text
-    filled = basis(0.05, touched=100, arc_rate=0.01, arc_touched=20)
+    assert verdicts[-1].policy == "arc" and "199 distinct sampled blocks" in verdicts[-1].text
+    filled = basis(0.05, refs=1_000, touched=1_000, arc_rate=0.01, arc_touched=200)
     assert kinds(curve_verdicts(curve, "lru", filled))[-1] == "policy"
 
 
@@ -335,6 +355,6 @@ def test_a_tier_the_stream_has_not_filled_is_judged_at_its_simulations_own_size(
     distance fits when d <= 100.75), a shadow tier 101. With 100 blocks touched the shadow
     tier was taken for full, from the stack's rounding, and compared."""
     curve = curve_around(2_015, 0.30, 0.25)
-    verdicts = curve_verdicts(curve, "lru", basis(0.05, touched=100))
+    verdicts = curve_verdicts(curve, "lru", basis(0.05, refs=150, touched=100))
     assert kinds(verdicts)[-1] == "warming_up" and "the 101 it holds" in verdicts[-1].text
     assert kinds(verdicts)[:2] == ["capacity", "capacity"], "the stack's 100 are full"
