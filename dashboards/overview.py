@@ -234,7 +234,9 @@ def _why() -> list[Panel]:
             "Lost blocks by reason",
             "Blocks lookups lost, by the reason of the lookup's first missing block: cold "
             "(never stored), evicted (stored, then evicted for room), not_admitted (refused "
-            "by the policy's admission), in_flight (still being written); prefix_lost: held, "
+            "by the policy's admission), no_room (its store refused for want of room: a "
+            "request longer than the tier, or every slot pinned), in_flight (still being "
+            "written); prefix_lost: held, "
             "but behind the break. Healthy: mostly cold; evicted dominating means the tier is "
             "too small or the policy evicts what returns (see the curve).",
             BLOCKS_PER_S,

@@ -277,8 +277,9 @@ class PublisherInsightInfo(BaseModel):
     )
     miss_reasons: dict[str, int] | None = Field(
         default=None,
-        description="Blocks lookups lost, by reason (cold, evicted, not_admitted, in_flight, "
-        "prefix_lost), from the worker's latest stats frame; null before one carries them.",
+        description="Blocks lookups lost, by reason (cold, evicted, not_admitted, no_room, "
+        "in_flight, prefix_lost), from the worker's latest stats frame; null before one "
+        "carries them.",
     )
     admission_candidates: dict[str, float] | None = Field(
         default=None,

@@ -26,7 +26,8 @@ class WorkerStats:
     lookup_blocks: int = 0
     evictions: dict[str, int] = field(default_factory=dict)
     miss_blocks: dict[str, int] = field(default_factory=dict)
-    """Blocks lookups lost, by reason (cold, evicted, not_admitted, in_flight, prefix_lost)."""
+    """Blocks lookups lost, by reason (cold, evicted, not_admitted, no_room, in_flight,
+    prefix_lost)."""
     stores_completed: int = 0
     loads: int = 0
     dropped_frames: int = 0

@@ -1,4 +1,5 @@
-/* Miss attribution in C: the manager's memory of evictions and refusals, and its counts.
+/* Miss attribution in C: the manager's memory of evictions and refusals (the policy's, and the
+ * tier's for want of room), and its counts.
  *
  * offload/cpu/miss_attribution.py states what each reason means and holds
  * the Python form; this is the same contract at a fraction of the cost, since
@@ -329,17 +330,18 @@ static PyTypeObject GenerationsType = {
 
 /* ---- MissAttribution ------------------------------------------------------------------ */
 
-enum { COLD, EVICTED, NOT_ADMITTED, IN_FLIGHT, PREFIX_LOST, REASONS, UNSETTLED = -1 };
+enum { COLD, EVICTED, NOT_ADMITTED, NO_ROOM, IN_FLIGHT, PREFIX_LOST, REASONS, UNSETTLED = -1 };
 /* Tokens of one block at most (the manager's MAX_BLOCK_SIZE): a miss's tokens, its blocks
  * times this, stay far inside a long long for any sequence of blocks memory can hold. */
 #define MAX_BLOCK_TOKENS 2147483647LL
 static const char *const REASON_NAMES[REASONS] = {
-    "cold", "evicted", "not_admitted", "in_flight", "prefix_lost"};
+    "cold", "evicted", "not_admitted", "no_room", "in_flight", "prefix_lost"};
 
 typedef struct {
     PyObject_HEAD
     Generations *evicted;
     Generations *refused;
+    Generations *no_room;
     long long lookups[REASONS];
     long long blocks[REASONS];
     long long tokens[REASONS];
@@ -388,8 +390,15 @@ Attribution_init(Attribution *self, PyObject *args, PyObject *kwds)
         Py_DECREF(evicted);
         return -1;
     }
+    Generations *no_room = new_generations(horizon);
+    if (no_room == NULL) {
+        Py_DECREF(evicted);
+        Py_DECREF(refused);
+        return -1;
+    }
     Py_XSETREF(self->evicted, evicted);
     Py_XSETREF(self->refused, refused);
+    Py_XSETREF(self->no_room, no_room);
     memset(self->lookups, 0, sizeof self->lookups);
     memset(self->blocks, 0, sizeof self->blocks);
     memset(self->tokens, 0, sizeof self->tokens);
@@ -402,6 +411,7 @@ Attribution_traverse(Attribution *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->evicted);
     Py_VISIT(self->refused);
+    Py_VISIT(self->no_room);
     Py_VISIT(self->pending_hash);
     return 0;
 }
@@ -411,6 +421,7 @@ Attribution_clear_refs(Attribution *self)
 {
     Py_CLEAR(self->evicted);
     Py_CLEAR(self->refused);
+    Py_CLEAR(self->no_room);
     Py_CLEAR(self->pending_hash);
     return 0;
 }
@@ -438,6 +449,7 @@ judge(Attribution *self, Py_hash_t hash)
 {
     return generations_has(self->evicted, hash)   ? EVICTED
            : generations_has(self->refused, hash) ? NOT_ADMITTED
+           : generations_has(self->no_room, hash) ? NO_ROOM
                                                   : COLD;
 }
 
@@ -453,6 +465,7 @@ settle(Attribution *self)
      * probe places its memory's waiting hashes first, while they come. */
     generations_prefetch(self->evicted, hash);
     generations_prefetch(self->refused, hash);
+    generations_prefetch(self->no_room, hash);
     int reason = judge(self, hash);
     self->lookups[reason]++;
     self->pending_reason = reason;
@@ -493,14 +506,14 @@ static int
 judged_reason(PyObject *name, int in_flight)
 {
     if (!in_flight && PyUnicode_Check(name)) {
-        static const int judged[] = {COLD, EVICTED, NOT_ADMITTED};
+        static const int judged[] = {COLD, EVICTED, NOT_ADMITTED, NO_ROOM};
         for (size_t i = 0; i < sizeof judged / sizeof judged[0]; i++)
             if (PyUnicode_CompareWithASCIIString(name, REASON_NAMES[judged[i]]) == 0)
                 return judged[i];
     }
     PyErr_Format(PyExc_ValueError,
-                 "reason must be 'cold', 'evicted' or 'not_admitted' with in_flight false, "
-                 "got %R",
+                 "reason must be 'cold', 'evicted', 'not_admitted' or 'no_room' with in_flight "
+                 "false, got %R",
                  name);
     return -1;
 }
@@ -582,6 +595,7 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     } else {
         generations_prefetch(self->evicted, hash);
         generations_prefetch(self->refused, hash);
+        generations_prefetch(self->no_room, hash);
     }
     self->pending_hash = block_hash;
     self->pending_value = hash;
@@ -615,12 +629,14 @@ split_pending(Attribution *self, PyObject *first, long long held)
     return 0;
 }
 
-/* stored(requested, held, refused, evicted): one call per store, the manager's only one. */
+/* stored(requested, held, refused, evicted, no_room=()): one call per store, the manager's
+ * only one. */
 static PyObject *
 Attribution_stored(Attribution *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "stored() takes (requested, held, refused, evicted)");
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "stored() takes (requested, held, refused, evicted, no_room=())");
         return NULL;
     }
     if (attribution_ready(self) < 0)
@@ -635,6 +651,8 @@ Attribution_stored(Attribution *self, PyObject *const *args, Py_ssize_t nargs)
     int status = generations_add_all(self->refused, args[2]);
     if (status == 0)
         status = generations_add_all(self->evicted, args[3]);
+    if (status == 0 && nargs == 5)
+        status = generations_add_all(self->no_room, args[4]);
     if (status == 0 && PySequence_Fast_GET_SIZE(requested) > 0)
         status = split_pending(self, PySequence_Fast_ITEMS(requested)[0], held);
     Py_DECREF(requested);
@@ -670,6 +688,7 @@ Attribution_reset(Attribution *self, PyObject *Py_UNUSED(ignored))
     PyObject *charged = take_pending(self);
     generations_empty(self->evicted);
     generations_empty(self->refused);
+    generations_empty(self->no_room);
     Py_XDECREF(charged);
     Py_RETURN_NONE;
 }
@@ -716,14 +735,16 @@ Attribution_remembered(Attribution *self, void *Py_UNUSED(closure))
 {
     if (attribution_ready(self) < 0)
         return NULL;
-    return PyLong_FromSsize_t(Generations_len(self->evicted) + Generations_len(self->refused));
+    return PyLong_FromSsize_t(Generations_len(self->evicted) + Generations_len(self->refused) +
+                              Generations_len(self->no_room));
 }
 
 static PyMethodDef Attribution_methods[] = {
     {"miss", (PyCFunction)(void (*)(void))Attribution_miss, METH_FASTCALL | METH_KEYWORDS,
      "Charge a lookup of block_hashes that found the first hits and stopped at the next."},
     {"stored", (PyCFunction)(void (*)(void))Attribution_stored, METH_FASTCALL,
-     "A store of requested found held of them already held; refused and evicted these."},
+     "A store of requested found held of them already held; refused and evicted these, and "
+     "had no room for no_room."},
     {"reason", (PyCFunction)Attribution_reason, METH_O,
      "Why a lookup stopping at block_hash (not being written) misses, judged now."},
     {"flush", (PyCFunction)Attribution_flush, METH_NOARGS,
@@ -738,6 +759,8 @@ static PyMemberDef Attribution_members[] = {
      "Blocks recently evicted for room."},
     {"refused", T_OBJECT_EX, offsetof(Attribution, refused), READONLY,
      "Blocks recently refused by the policy's admission."},
+    {"no_room", T_OBJECT_EX, offsetof(Attribution, no_room), READONLY,
+     "Blocks recently admitted but not stored: the tier could not make room."},
     {NULL, 0, 0, 0, NULL},
 };
 

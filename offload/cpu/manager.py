@@ -229,8 +229,9 @@ class CPUOffloadingManager(OffloadingManager):
         stats.store_not_admitted_blocks += offered_new - len(to_store)
         if self._attributing:
             # The store's start and what it found held split the last miss; what it
-            # refused and evicted is remembered.
-            self.misses.stored(requested, held, refused, evicted_hashes)
+            # refused, evicted and had no room for is remembered.
+            no_room = to_store if blocks is None else ()
+            self.misses.stored(requested, held, refused, evicted_hashes, no_room)
         if blocks is None:
             stats.store_refused_calls += 1
             stats.store_refused_blocks += len(to_store)

@@ -6,6 +6,11 @@ reason of the block it stopped at:
 - ``in_flight``: the block is being written (stored, not yet readable);
 - ``evicted``: it was stored before and left for room;
 - ``not_admitted``: it was offered, and the policy's admission refused it;
+- ``no_room``: it was offered, admitted, and the store was refused because
+  the tier could not make room: the request had more blocks than the tier
+  holds (its own blocks are protected from its store's evictions), or the
+  rest of the tier was pinned by loads and stores in flight. Not a first
+  sighting: a larger tier, or fewer pins, would have stored it;
 - ``cold``: none of those is remembered: never stored (or stored so long
   ago that the memory below has forgotten it).
 
@@ -22,7 +27,8 @@ charged when the next store starts at the break (split by what that store
 found held), or at the next miss (all to the reason). Counters therefore
 only ever grow, and lag by at most one lookup.
 
-Remembering evictions and refusals costs memory, so each is kept in two
+Remembering evictions and refusals (the policy's, and the tier's for want of room) costs
+memory, so each is kept in two
 generations of hashes: a generation holds up to ``horizon`` hashes, then
 becomes the old one and the one before it is dropped. A reason is therefore
 remembered for at least ``horizon`` and at most ``2 * horizon`` such events:
@@ -47,13 +53,23 @@ from typing import Final, Literal
 
 from offload.base import BlockHash
 
-Reason = Literal["cold", "evicted", "not_admitted", "in_flight", "prefix_lost"]
-REASONS: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted", "in_flight", "prefix_lost")
+Reason = Literal["cold", "evicted", "not_admitted", "no_room", "in_flight", "prefix_lost"]
+REASONS: Final[tuple[Reason, ...]] = (
+    "cold",
+    "evicted",
+    "not_admitted",
+    "no_room",
+    "in_flight",
+    "prefix_lost",
+)
 _MISS_HITS = "a missed lookup needs 0 <= hits < len(block_hashes), got {hits} of {length}"
-JUDGED: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted")
+JUDGED: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted", "no_room")
 """The reasons ``reason`` judges and a later ``miss`` accepts (in_flight is the caller's own
 finding, prefix_lost never decides a lookup)."""
-_JUDGED = "reason must be 'cold', 'evicted' or 'not_admitted' with in_flight false, got {reason!r}"
+_JUDGED = (
+    "reason must be 'cold', 'evicted', 'not_admitted' or 'no_room' with in_flight false, "
+    "got {reason!r}"
+)
 MAX_BLOCK_TOKENS: Final = 2**31 - 1
 """Tokens of one block at most, the manager's block size bound (so the C form's counts stay
 in 64 bits)."""
@@ -78,7 +94,7 @@ counts and a pending miss's hash, the larger form's, rounded up."""
 
 def attribution_bytes(capacity: int, remembered_bytes: int | None = None) -> int:
     """The most a manager of ``capacity`` slots keeps to attribute misses, every generation
-    full of hashes nothing else keeps alive: two reasons (evicted, refused) of two
+    full of hashes nothing else keeps alive: three memories (evicted, refused, no room) of two
     generations of ``HORIZON_CAPACITIES`` tiers of hashes each, at ``remembered_bytes`` a
     hash (None: the form in use's, ``C_REMEMBERED_BYTES`` or ``PY_REMEMBERED_BYTES``), the
     form in use being the one a vLLM worker's memory check counts. Stated from each form's
@@ -87,7 +103,7 @@ def attribution_bytes(capacity: int, remembered_bytes: int | None = None) -> int
     under it at the capacities where that share is largest."""
     if remembered_bytes is None:
         remembered_bytes = REMEMBERED_BYTES
-    return ATTRIBUTION_FIXED_BYTES + 4 * HORIZON_CAPACITIES * remembered_bytes * capacity
+    return ATTRIBUTION_FIXED_BYTES + 6 * HORIZON_CAPACITIES * remembered_bytes * capacity
 
 
 class PyGenerations:
@@ -133,12 +149,13 @@ class PyGenerations:
 class PyMissAttribution:
     """Per-reason counts of missed lookups, blocks and the memory they need."""
 
-    __slots__ = ("_pending", "blocks", "evicted", "lookups", "refused", "tokens")
+    __slots__ = ("_pending", "blocks", "evicted", "lookups", "no_room", "refused", "tokens")
 
     def __init__(self, capacity: int, horizon_capacities: int) -> None:
         horizon = max(1, capacity * horizon_capacities)
         self.evicted = PyGenerations(horizon)
         self.refused = PyGenerations(horizon)
+        self.no_room = PyGenerations(horizon)
         self.lookups = dict.fromkeys(REASONS, 0)
         """Lookups charged to each reason (``prefix_lost`` never decides a lookup)."""
         self.blocks = dict.fromkeys(REASONS, 0)
@@ -152,7 +169,7 @@ class PyMissAttribution:
     @property
     def remembered(self) -> int:
         """Hashes held to tell evicted and refused blocks from cold ones (the memory cost)."""
-        return len(self.evicted) + len(self.refused)
+        return len(self.evicted) + len(self.refused) + len(self.no_room)
 
     def miss(
         self,
@@ -198,6 +215,8 @@ class PyMissAttribution:
             return "evicted"
         if block_hash in self.refused:
             return "not_admitted"
+        if block_hash in self.no_room:
+            return "no_room"
         return "cold"
 
     def stored(
@@ -206,9 +225,11 @@ class PyMissAttribution:
         held: int,
         refused: Iterable[BlockHash],
         evicted: Iterable[BlockHash],
+        no_room: Iterable[BlockHash] = (),
     ) -> None:
         """A store of ``requested`` (a chain's blocks, in order) found ``held`` of them
-        already held; admission refused ``refused`` and ``evicted`` left for room (the
+        already held; admission refused ``refused``, ``evicted`` left for room, and
+        ``no_room`` were admitted but not stored, the tier unable to make room (the
         manager's one call per store).
 
         When it starts at the last miss's break, those held blocks are the ones
@@ -216,6 +237,7 @@ class PyMissAttribution:
         """
         self.refused.add(refused)
         self.evicted.add(evicted)
+        self.no_room.add(no_room)
         pending = self._pending
         if pending is None or not requested or pending[1] != requested[0]:
             return
@@ -244,6 +266,7 @@ class PyMissAttribution:
         self.flush()
         self.evicted.clear()
         self.refused.clear()
+        self.no_room.clear()
 
 
 try:

@@ -59,7 +59,7 @@ LOOKUP_MISSES_TOTAL = _spec(
     "kvscope_lookup_misses_total",
     "counter",
     "Lookups that stopped short, by the reason of their first missing block "
-    "(cold, evicted, not_admitted, in_flight).",
+    "(cold, evicted, not_admitted, no_room, in_flight).",
     "medium",
     "reason",
 )

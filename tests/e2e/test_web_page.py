@@ -82,6 +82,7 @@ REASONS = {
     "cold": ("cold", 1),
     "evicted": ("evicted", 2),
     "not_admitted": ("not admitted", 3),
+    "no_room": ("no room", 6),
     "in_flight": ("in flight", 4),
     "prefix_lost": ("prefix lost", 5),
 }

@@ -105,6 +105,23 @@ def test_a_block_the_policy_refused_is_not_admitted() -> None:
     assert manager.misses.lookups["not_admitted"] == before["not_admitted"] + 1
 
 
+def test_a_request_longer_than_the_tier_is_no_room_not_cold() -> None:
+    """A tier refuses to store a request with more blocks than it holds (it cannot make room
+    without evicting the request's own): asked for again, its blocks were charged as cold,
+    a first sighting, which they are not."""
+    manager = CPUOffloadingManager(16, 4)
+    chain = [1, 2, 3, 4, 5, 6]
+    assert manager.lookup(chain) == 0
+    assert manager.prepare_store(chain) is None
+    assert manager.stats.store_refused_blocks == len(chain)
+    assert counts(manager) == ({"cold": 1}, {"cold": 6})  # the first sighting
+    assert manager.lookup(chain) == 0
+    assert manager.lookup(chain[:3]) == 0  # a shorter prompt sharing its head
+    assert counts(manager) == ({"cold": 1, "no_room": 2}, {"cold": 6, "no_room": 9})
+    stored(manager, chain[:3])  # it fits: stored, then found
+    assert manager.lookup(chain[:3]) == 3
+
+
 def test_hits_count_no_miss_and_a_reset_forgets_evictions() -> None:
     manager = CPUOffloadingManager(16, 2)
     stored(manager, [1, 2])
@@ -200,9 +217,11 @@ operations = st.lists(
             st.integers(0, 9),
             st.lists(st.integers(0, 30), max_size=1),
             st.lists(st.integers(0, 30), max_size=1),
+            st.lists(st.integers(0, 30), max_size=2),
         ),
         st.tuples(st.just("evicted"), st.lists(st.integers(0, 30), max_size=6)),
         st.tuples(st.just("refused"), st.lists(st.integers(0, 30), max_size=6)),
+        st.tuples(st.just("no_room"), st.lists(st.integers(0, 30), max_size=6)),
         st.tuples(st.just("reset")),
     ),
     max_size=60,
@@ -220,12 +239,14 @@ def test_the_two_forms_count_alike(script: list[tuple], capacity: int) -> None:
                 case ("miss", hits, block_hash, lost, in_flight, block_tokens):
                     block_hashes = [-1] * hits + [block_hash] * lost
                     attribution.miss(block_hashes, hits, in_flight, block_tokens)
-                case ("stored", requested, held, refused, evicted):
-                    attribution.stored(requested, held, refused, evicted)
+                case ("stored", requested, held, refused, evicted, no_room):
+                    attribution.stored(requested, held, refused, evicted, no_room)
                 case ("evicted", hashes):
                     attribution.stored([], 0, [], hashes)
                 case ("refused", hashes):
                     attribution.stored([], 0, hashes, [])
+                case ("no_room", hashes):
+                    attribution.stored([], 0, [], [], hashes)
                 case ("reset",):
                     attribution.reset()
         c, python = forms
@@ -509,7 +530,9 @@ def test_a_reason_no_lookup_is_judged_by_is_refused_and_changes_nothing(
 ) -> None:
     attribution = form(4, 1)
     attribution.miss([5, 6], 1, False)
-    with pytest.raises(ValueError, match="reason must be 'cold', 'evicted' or 'not_admitted'"):
+    with pytest.raises(
+        ValueError, match="reason must be 'cold', 'evicted', 'not_admitted' or 'no_room'"
+    ):
         attribution.miss([7, 8], 0, in_flight, reason=reason)
     attribution.flush()
     assert attribution.lookups == {**dict.fromkeys(attribution.lookups, 0), "cold": 1}

@@ -2,10 +2,10 @@
 
 Run as ``python -m tests.support.attribution_memory [--python-forms] CAPACITY...``: it
 prints, as JSON, the bytes of the miss attribution (``MissAttribution``) of a manager of
-each capacity once both reasons it remembers (evicted, refused) hold two full generations
-of hashes that nothing else keeps alive, and a miss is pending, its hash kept too: the most
-it ever keeps. ``--python-forms`` runs the Python form, as tests/support/shadow_memory.py
-does.
+each capacity once the three memories it keeps (evicted, refused, no room) hold two full
+generations of hashes that nothing else keeps alive, and a miss is pending, its hash kept
+too: the most it ever keeps. ``--python-forms`` runs the Python form, as
+tests/support/shadow_memory.py does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from itertools import count
 from tests.support.shadow_memory import HASH_BYTES, arguments, held_bytes
 
 BATCH = 8
-"""Hashes refused and evicted per store, as a short prompt's store does."""
+"""Hashes refused, evicted and given no room per store, as a short prompt's store does."""
 
 
 def attribution_bytes_held(capacity: int) -> int:
@@ -34,7 +34,8 @@ def attribution_bytes_held(capacity: int) -> int:
             batch = min(BATCH, left)
             refused = [next(numbers).to_bytes(HASH_BYTES) for _ in range(batch)]
             evicted = [next(numbers).to_bytes(HASH_BYTES) for _ in range(batch)]
-            misses.stored((), 0, refused, evicted)
+            no_room = [next(numbers).to_bytes(HASH_BYTES) for _ in range(batch)]
+            misses.stored((), 0, refused, evicted, no_room)
             left -= batch
         misses.miss([next(numbers).to_bytes(HASH_BYTES)], 0, False)
         return misses

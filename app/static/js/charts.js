@@ -13,7 +13,7 @@ const KNOWN = {
   GPU: 0, CPU: 1, "GPU→CPU": 2, "CPU→GPU": 3, stores: 0, loads: 1, "evicted: capacity": 2,
   "evicted: failed_store": 4, "evicted: clear": 5, "hit ratio": 6, "dead writes": 7,
   "GPU→CPU p50": 2, "GPU→CPU p99": 4, "CPU→GPU p50": 3, "CPU→GPU p99": 5,
-  cold: 0, evicted: 1, "not admitted": 2, "in flight": 3, "prefix lost": 4,
+  cold: 0, evicted: 1, "not admitted": 2, "in flight": 3, "prefix lost": 4, "no room": 5,
 };
 
 function colourIndex(name) {

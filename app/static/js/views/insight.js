@@ -21,6 +21,8 @@ const REASONS = {
   cold: { label: "cold", meaning: "never stored, or stored so long ago that the tier no longer remembers it" },
   evicted: { label: "evicted", meaning: "stored, then evicted to make room" },
   not_admitted: { label: "not admitted", meaning: "offered, but the tier's admission rule chose not to store it" },
+  no_room: { label: "no room", meaning: "offered, but the tier could not make room to store it: a request "
+    + "longer than the tier, or every other slot in use by loads and stores" },
   in_flight: { label: "in flight", meaning: "still being written, not readable yet" },
   prefix_lost: { label: "prefix lost", meaning: "held by the tier, but after the block the lookup stopped at, "
     + "so out of its reach" },
