@@ -41,15 +41,13 @@ from app.decimal_text import DecimalFloat, DecimalInt
 from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.shown import shown, shown_repr
-from offload.wire.endpoints import (
-    Family,
+from offload.wire.endpoint_host import (
     connect_reaches,
-    connect_target,
-    endpoint_refusal,
     interface_refusal,
     resolved_families,
     source_refusal,
 )
+from offload.wire.endpoints import Family, connect_target, endpoint_refusal
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
 
 MAX_PAGE_LIMIT: Final = 1000

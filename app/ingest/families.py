@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
-from offload.wire.endpoints import Family, resolved_families
+from offload.wire.endpoint_host import resolved_families
+from offload.wire.endpoints import Family
 
 RECHECK_S: Final = 5.0
 """How often the names of unheard publishers' endpoints are looked up again: a publisher

@@ -26,7 +26,8 @@ from offload.transfer.host_tier import size_text
 from offload.unknown_keys import unknown_keys
 from offload.vllm.host_memory import CGROUP_ROOT, PROC_ROOT, memory_bound
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
-from offload.wire.endpoints import endpoint_refusal, offset_endpoint, ports_overlap
+from offload.wire.endpoints import endpoint_refusal
+from offload.wire.rank_offsets import offset_endpoint, ports_overlap
 from offload.wire.sample_frame import MIN_SAMPLE_RATE, is_worker_rate
 
 KVSCOPE_KEYS = frozenset(

@@ -27,7 +27,7 @@ from offload.vllm.manager import KVScopeManager
 from offload.vllm.settings import read_settings, read_store_threshold
 from offload.vllm.stats import metric_definitions
 from offload.vllm.worker import KVScopeWorker, build_backend
-from offload.wire.endpoints import interface_refusal
+from offload.wire.endpoint_host import interface_refusal
 from offload.wire.publisher import BindError, EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
 

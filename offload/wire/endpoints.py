@@ -8,21 +8,16 @@ frame. Worse, a connect to a host name that can never resolve (``a..b``,
 for ever. So an endpoint is checked here, as text, against what ZMQ
 binds or connects to for the transports that reach another process (a sidecar
 never shares a process with its workers, so ``inproc`` is refused too); the
-tests try the accepted forms on real sockets. Where the host that checks an
-endpoint is the one that uses it, ``interface_refusal`` also refuses a zone
-naming an interface that host does not have, and ``source_refusal`` a source
-it cannot leave from, or one of another family than all the target name
-resolves to there (``resolved_families``: each name looked up once, its answer
-passed on to whatever else needs it).
+tests try the accepted forms on real sockets. What only the host that uses an
+endpoint can tell (its interfaces, its addresses, what a name resolves to
+there) is checked in offload/wire/endpoint_host.py, by the rules read here.
 """
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable
 from typing import Final, Literal
 
 import zmq
@@ -52,7 +47,9 @@ _INTERFACE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,14}")
 with a letter (as a number else), Linux's names hold at most 15 characters, and ZMQ's
 connect refuses characters other than these."""
 
-_ZONE_NUMBER: Final = re.compile(r"[0-9]+")
+ZONE_NUMBER: Final = re.compile(r"[0-9]+")
+"""A zone written as an interface's number, not its name: the shape check bounds the number,
+the host's check looks the interface up by it."""
 
 _MAX_ZONE_NUMBER: Final = 2**31 - 1
 """The highest interface number: ZMQ reads a zone's number as a C int."""
@@ -122,7 +119,7 @@ def _tcp_problem(address: str, *, bind: bool) -> str | None:
     return _target_problem(target, bind=False) or _source_problem(source, target)
 
 
-def _host_and_port(address: str) -> tuple[str, str | None]:
+def host_and_port(address: str) -> tuple[str, str | None]:
     """HOST and PORT where ZMQ parts them, at the last ':' (a bracketed host kept whole);
     None for no ``:PORT``."""
     if address.startswith("[") and "]" in address:
@@ -133,7 +130,7 @@ def _host_and_port(address: str) -> tuple[str, str | None]:
 
 
 def _target_problem(address: str, *, bind: bool) -> str | None:
-    host, port = _host_and_port(address)
+    host, port = host_and_port(address)
     if port is None:
         return "no :PORT after the host"
     return _host_problem(host, bind=bind) or _port_problem(port, bind=bind)
@@ -143,7 +140,7 @@ def _source_problem(source: str, target: str) -> str | None:
     """``SOURCE:PORT``, where a connect leaves from: an interface's name or an IP address (ZMQ
     looks no name up in DNS for it) of the target's family, and a port, ``0`` or ``*`` for a
     free one. ZMQ takes any other source and then never connects."""
-    host, port = _host_and_port(source)
+    host, port = host_and_port(source)
     if not source:
         problem = "nothing before ';', where an interface's name or an IP address and a port go"
     elif port is None:
@@ -152,8 +149,8 @@ def _source_problem(source: str, target: str) -> str | None:
         problem = (
             _source_host_problem(host)
             or _port_problem(port, bind=True)
-            or _families_problem(host, _host_and_port(target)[0])
-            or _zones_problem(host, _host_and_port(target)[0])
+            or _families_problem(host, host_and_port(target)[0])
+            or _zones_problem(host, host_and_port(target)[0])
         )
     return None if problem is None else f"the source address {shown_repr(source)}: {problem}"
 
@@ -161,7 +158,7 @@ def _source_problem(source: str, target: str) -> str | None:
 def _source_host_problem(host: str) -> str | None:
     if host.startswith("["):
         return _bracketed_problem(host)
-    if _INTERFACE.fullmatch(host) or (_IPV4.fullmatch(host) and _is_ipv4_text(host)):
+    if _INTERFACE.fullmatch(host) or (_IPV4.fullmatch(host) and is_ipv4_text(host)):
         return None
     return (
         f"{shown_repr(host)} is not an interface name or IP address (an IPv6 one in brackets; "
@@ -171,7 +168,7 @@ def _source_host_problem(host: str) -> str | None:
 
 def _families_problem(source: str, target: str) -> str | None:
     """A source and a target of two address families: the connect could never be made."""
-    ours, theirs = _family(source), _family(target)
+    ours, theirs = host_family(source), host_family(target)
     if ours is None or theirs is None or ours == theirs:
         return None
     return (
@@ -199,17 +196,17 @@ def _zones_problem(source: str, target: str) -> str | None:
 def _link_zone(host: str) -> str | None:
     """The zone of a bracketed link-local IPv6 address (which has one); None for any other
     host."""
-    address = _address(host)
+    address = host_address(host)
     if not host.startswith("[") or address is None or address.version == 4:
         return None
     return host[1:-1].partition("%")[2] if address.is_link_local else None
 
 
-def _family(host: str) -> Family | None:
+def host_family(host: str) -> Family | None:
     """The IP version of an address (an IPv4-mapped one's is 4); None for a name."""
-    if _is_ipv4_text(host):
+    if is_ipv4_text(host):
         return 4
-    address = _address(host)
+    address = host_address(host)
     if address is None:
         return None
     return 4 if address.version == 4 else 6
@@ -235,7 +232,7 @@ def _host_problem(host: str, *, bind: bool) -> str | None:
                 f"{shown_repr(host)} is not a host name or IP address: its part "
                 f"{shown_repr(label)} is not 1 to 63 letters, digits, underscores or inner hyphens"
             )
-    if labels[-1].isdigit() and not _is_ipv4_text(name):
+    if labels[-1].isdigit() and not is_ipv4_text(name):
         return f"{shown_repr(host)} is not an IPv4 address, and a host name cannot end in a number"
     return None
 
@@ -266,7 +263,7 @@ def _zone_problem(host: str, zone: str) -> str | None:
     """An interface's name (starting with a letter) or its number, 1 or more."""
     if not zone:
         return f"{shown_repr(host)} names no interface after its '%'"
-    if _ZONE_NUMBER.fullmatch(zone):
+    if ZONE_NUMBER.fullmatch(zone):
         if 1 <= int(zone) <= _MAX_ZONE_NUMBER:
             return None
         return (
@@ -288,7 +285,7 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
-def _is_ipv4_text(text: str) -> bool:
+def is_ipv4_text(text: str) -> bool:
     """IPv4 address text as the system's resolver reads it, which ZMQ uses: ``10.0.0.5``, and
     the shorter forms it also takes (``127.1``)."""
     try:
@@ -304,72 +301,17 @@ def _port_problem(port: str, *, bind: bool) -> str | None:
     if port == "*":
         return None if bind else "port '*' (a free one) is for binding; a connect needs a number"
     lowest = 0 if bind else 1
-    if _PORT.fullmatch(port) is None or not lowest <= _port_number(port) <= 65535:
+    if _PORT.fullmatch(port) is None or not lowest <= port_number(port) <= 65535:
         return f"the port {shown_repr(port)} is not a number from {lowest} to 65535"
-    if _port_number(port) == 0 and port != "0":  # ZMQ takes 00001 for port 1, but 0 only as "0"
+    if port_number(port) == 0 and port != "0":  # ZMQ takes 00001 for port 1, but 0 only as "0"
         return f"the port {shown_repr(port)}: a free port is written 0 (ZMQ refuses it else)"
     return None
 
 
-def _port_number(port: str) -> int:
+def port_number(port: str) -> int:
     """The port ZMQ reads of digits ``_PORT`` matches: its leading zeros dropped first, as
     ``int`` refuses text of more than 4,300 digits."""
     return int(port.lstrip("0") or "0")
-
-
-def interface_refusal(endpoint: str) -> str | None:
-    """Why this host cannot use ``endpoint``, one ``endpoint_refusal`` takes, for a zone (the
-    host's or a connect source's) that names no interface here, as the rest of a sentence
-    that starts with the endpoint; None where it names one, or none.
-
-    The shape check takes any interface name as a zone. ZMQ refuses a bind to a zone
-    naming no interface, but takes such a connect and retries it in silence for ever. So
-    where an endpoint is checked on the host that uses it (the sidecar's settings, the
-    connector's scheduler as it binds), each zone must name an interface of this host;
-    not where vLLM reads the connector's endpoints in every worker process, on every node.
-    Neither DNS nor a socket is used: a connect's source is ``source_refusal``'s.
-    """
-    if not endpoint.startswith("tcp://"):
-        return None
-    source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
-    source_host = _host_and_port(source)[0] if source else None
-    for host in (_host_and_port(target)[0], source_host):
-        problem = None if host is None else _zone_absent(host)
-        if problem is not None:
-            return f"cannot be used on this host: {problem}"
-    return None
-
-
-def source_refusal(endpoint: str, family: Family | None) -> str | None:
-    """Why this host cannot leave from the source address of ``endpoint``, a connect
-    ``interface_refusal`` takes, as the rest of a sentence that starts with the endpoint;
-    None where it can, or the connect has no source. ``family``: what its host resolved to
-    (``resolved_families``), so that a name is looked up once however many checks and
-    sockets use the answer.
-
-    The shape check takes any source. ZMQ takes a connect leaving from an interface this
-    host lacks, or one with no address of the connect's family, from an address this host
-    does not have, or from a port another socket holds, and retries it in silence for
-    ever; so a source is bound here as ZMQ binds it for the connect
-    (``_source_bind_problem``). From an interface's name ZMQ leaves from its address of the
-    connect's family (``connects_ipv6``); from an address, of its own family, it never
-    reaches a name that resolves to the other family alone (``family_mismatch``). Call it
-    at start-up: it binds a socket.
-    """
-    if not endpoint.startswith("tcp://"):
-        return None
-    source = endpoint.removeprefix("tcp://").rpartition(";")[0]
-    if not source:
-        return None
-    if _family(_host_and_port(source)[0]) is None:  # an interface's name
-        problem = _source_bind_problem(source, ipv6=connects_ipv6(endpoint, family))
-    else:
-        problem = family_mismatch(endpoint, family) or _source_bind_problem(
-            source, ipv6=source.startswith("[")
-        )
-    if problem is None:
-        return None
-    return f"cannot be used on this host: the source address {shown_repr(source)}: {problem}"
 
 
 def family_mismatch(endpoint: str, family: Family | None) -> str | None:
@@ -379,83 +321,14 @@ def family_mismatch(endpoint: str, family: Family | None) -> str | None:
     a connect in silence; None where it can be made, or nothing resolved. The shape check
     compares a source with a host's address; a name's family only a look-up tells."""
     source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
-    ours = _family(_host_and_port(source)[0]) if source else None
-    host = _host_and_port(target)[0]
-    if ours is None or family is None or family == ours or _family(host) is not None:
+    ours = host_family(host_and_port(source)[0]) if source else None
+    host = host_and_port(target)[0]
+    if ours is None or family is None or family == ours or host_family(host) is not None:
         return None  # no source address, no answer, one family, or an address (its shape checked)
     return (
         f"it is IPv{ours} and the host {shown_repr(host)} resolves here to IPv{family} "
         "addresses alone, and ZMQ connects within one family"
     )
-
-
-_LISTED_INTERFACES: Final = 8
-"""Most of this host's interfaces a refusal names: a node may have hundreds (a veth a pod)."""
-
-
-def _zone_absent(host: str) -> str | None:
-    """Why the zone of a bracketed ``host`` names no interface of this host; None where it
-    names one, or ``host`` has none."""
-    if not host.startswith("[") or "%" not in host:
-        return None
-    zone = host[1:-1].partition("%")[2]
-    try:
-        if _ZONE_NUMBER.fullmatch(zone):
-            socket.if_indextoname(int(zone))
-        else:
-            socket.if_nametoindex(zone)
-    except OSError:
-        return (
-            f"the zone of {shown_repr(host)} names no interface of this host "
-            f"(its interfaces: {_interfaces()})"
-        )
-    return None
-
-
-def _source_bind_problem(source: str, *, ipv6: bool) -> str | None:
-    """Why ZMQ cannot leave from ``source``, ``SOURCE:PORT`` (an interface's name or an IP
-    address); None where it can.
-
-    ZMQ resolves a source as it does the address of a bind (no DNS, an interface's name
-    looked up among this host's, the connect's IPv6 option choosing the family), and
-    binds the connecting socket to it, at its port: so a bind of the same source fails
-    where the connect would, and for the same reason (a port another socket holds too)."""
-    host, port = _host_and_port(source)
-    family = 6 if ipv6 else 4
-    is_name = not host.startswith("[") and not _is_ipv4_text(host)
-    if is_name:
-        try:
-            socket.if_nametoindex(host)
-        except OSError:
-            return (
-                f"{shown_repr(host)} is no interface of this host (its interfaces: {_interfaces()})"
-            )
-    with zmq.Context() as context, context.socket(zmq.PULL) as sock:
-        sock.linger = 0
-        sock.ipv6 = ipv6
-        try:
-            sock.bind(f"tcp://{source}")
-        except zmq.ZMQError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return f"its port {port} is in use on this host (0 leaves from a free one)"
-            if is_name:
-                return (
-                    f"the interface {shown_repr(host)} has no IPv{family} address, which ZMQ "
-                    "leaves from for this connect"
-                )
-            return (
-                f"ZMQ cannot leave from {shown_repr(host)} (IPv{family}): "
-                f"{zmq.strerror(exc.errno)}; it must be an address of this host"
-            )
-    return None
-
-
-def _interfaces() -> str:
-    """This host's interfaces by name and number, at most ``_LISTED_INTERFACES`` of them."""
-    named = [f"{name} ({index})" for index, name in socket.if_nameindex()]
-    more = len(named) - _LISTED_INTERFACES
-    listed = ", ".join(named[:_LISTED_INTERFACES])
-    return f"{listed} and {more} more" if more > 0 else listed
 
 
 def binds_ipv6(endpoint: str) -> bool:
@@ -474,7 +347,7 @@ def connect_target(endpoint: str) -> str:
     if not endpoint.startswith("tcp://"):
         return endpoint
     host, _, port = endpoint.rpartition(";")[2].removeprefix("tcp://").rpartition(":")
-    return f"tcp://{host}:{_port_number(port)}"
+    return f"tcp://{host}:{port_number(port)}"
 
 
 def connects_ipv6(endpoint: str, family: Family | None) -> bool:
@@ -499,166 +372,12 @@ def connects_ipv6(endpoint: str, family: Family | None) -> bool:
     if "[" in endpoint:  # the host's address, or the source's
         return True
     source = endpoint.removeprefix("tcp://").rpartition(";")[0]
-    if source and _family(_host_and_port(source)[0]) == 4:
+    if source and host_family(host_and_port(source)[0]) == 4:
         return False
     return family == 6
 
 
-def resolved_families(endpoints: Iterable[str]) -> dict[str, Family | None]:
-    """The family each connect endpoint's host resolves to now: an address's own, and a
-    name's, that of its source address first where it has one (else IPv4 first: a name of
-    both families is reached over IPv4, ``connects_ipv6``), the other where the name has
-    addresses of it alone; None for a name with no address now (its service not up yet),
-    whose answer is still to come (the sidecar looks such a name up again while its
-    publisher is unheard: app/ingest/families.py), and for ipc.
-
-    Each host name is looked up once for all the endpoints that name it from sources of
-    one family (a publisher's live and replay endpoints), one family at a time as ZMQ
-    looks it up. May
-    wait on DNS: call it where a start may wait, not on a path that must not stall; and
-    pass its answer on (``connects_ipv6``, ``source_refusal``) rather than look up again.
-    """
-    looked_up: dict[tuple[str, Family], Family | None] = {}
-    found: dict[str, Family | None] = {}
-    for endpoint in endpoints:
-        if not endpoint.startswith("tcp://"):
-            found[endpoint] = None
-            continue
-        source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
-        host = _host_and_port(target)[0]
-        address = _family(host)
-        if address is not None:
-            found[endpoint] = address
-            continue
-        first = (_family(_host_and_port(source)[0]) if source else None) or 4
-        if (host, first) not in looked_up:
-            looked_up[host, first] = _name_family(host, first)
-        found[endpoint] = looked_up[host, first]
-    return found
-
-
-def _name_family(host: str, first: Family) -> Family | None:
-    """``first`` where the name ``host`` has an address of it now, else the other family where
-    it has one of that, else None."""
-    other: Family = 6 if first == 4 else 4
-    for family in (first, other):
-        if _resolves(host, socket.AF_INET if family == 4 else socket.AF_INET6):
-            return family
-    return None
-
-
-def _resolves(host: str, family: socket.AddressFamily) -> bool:
-    """Whether ``host`` has an address of ``family`` now (an IPv4 literal has none in IPv6)."""
-    try:
-        return bool(socket.getaddrinfo(host, None, family, socket.SOCK_STREAM))
-    except (socket.gaierror, UnicodeError):
-        return False
-
-
-def offset_endpoint(endpoint: str, rank: int) -> str:
-    """The endpoint that data-parallel rank ``rank`` binds, so that ranks sharing one
-    configuration do not collide.
-
-    vLLM's rule for its own KV-event publisher: a TCP port moves up by the
-    rank, a wildcard or 0 port is left to the OS. vLLM leaves an ipc path as
-    it is, but ZMQ lets a second socket take over a bound path without an
-    error, so here an ipc path gets ``_dp<rank>`` appended, as vLLM names its
-    inproc endpoints. A moved port may pass 65535, and a longer path a unix
-    socket's limit: check the result with ``endpoint_refusal``.
-    """
-    if not rank:
-        return endpoint
-    if endpoint.startswith("ipc://"):
-        return f"{endpoint}_dp{rank}"
-    tcp = _fixed_port(endpoint)
-    return endpoint if tcp is None else f"tcp://{tcp[0]}:{tcp[1] + rank}"
-
-
-def ports_overlap(first: str, second: str, ranks: int) -> bool:
-    """Whether ``ranks`` data-parallel ranks, each moving both ports up by its rank, would
-    bind one port twice: fixed TCP ports fewer than ``ranks`` apart on addresses that
-    overlap (``_addresses_overlap``)."""
-    a, b = _fixed_port(first), _fixed_port(second)
-    if a is None or b is None or not _addresses_overlap(a[0], b[0]):
-        return False
-    return abs(a[1] - b[1]) < ranks
-
-
-def _addresses_overlap(first: str, second: str) -> bool:
-    """Whether binding one port on both hosts can collide.
-
-    A wildcard binds the port on every address it covers, so the bind of
-    another address there fails: ``*`` covers every address, ``0.0.0.0``
-    every IPv4 one, and ``[::]`` every address (IPv6, and IPv4 too, as ZMQ
-    binds it dual-stack). A host name or interface may be any address, so it
-    overlaps every wildcard; two specific addresses overlap when they are one
-    address however written (``127.0.0.1``, ``[::ffff:127.0.0.1]``).
-    """
-    if first == second or "*" in (first, second):
-        return True
-    a, b = _address(first), _address(second)
-    if a is not None and b is not None:
-        return a == b or any(
-            address.is_unspecified and (address.version == 6 or other.version == 4)
-            for address, other in ((a, b), (b, a))
-        )
-    known = a if a is not None else b
-    return known is not None and known.is_unspecified
-
-
-def connect_reaches(connect: str, bound: str) -> bool:
-    """Whether a connect to ``connect`` (one ``endpoint_refusal`` takes to connect to) reaches
-    the socket this host binds at ``bound`` (one it takes to bind).
-
-    Endpoints are compared as ZMQ reads them, not as written: a port's leading zeros
-    and a connect's source address aside, an address however written (``127.0.0.1``,
-    ``[::ffff:127.0.0.1]``). A wildcard binds every address of its family on this host
-    (``*`` and ``0.0.0.0`` every IPv4 one, ``[::]`` every one of both families, as ZMQ
-    binds it dual-stack), so it is reached by a connect to any address this host has
-    there, loopback or an interface's, and by no other: a worker elsewhere at the same
-    port is not the sidecar itself. A host name is compared as a name (case and a
-    trailing dot aside); which address it stands for, only a look-up would say.
-    """
-    if not (connect.startswith("tcp://") and bound.startswith("tcp://")):
-        return connect == bound
-    host, _, port = connect_target(connect).removeprefix("tcp://").rpartition(":")
-    fixed = _fixed_port(bound)
-    if fixed is None or fixed[1] != int(port):  # a free port is none a connect names
-        return False
-    listened = fixed[0]
-    bound_address = ipaddress.IPv4Address(0) if listened == "*" else _address(listened)
-    address = _address(host)
-    if bound_address is not None and bound_address.is_unspecified:  # a wildcard
-        return (
-            address is not None
-            and (bound_address.version == 6 or address.version == 4)
-            and _is_this_hosts(address)
-        )
-    if bound_address is not None or address is not None:
-        return bound_address == address
-    return _name(host) == _name(listened)
-
-
-def _is_this_hosts(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether ``address`` is one of this host's: a loopback one, or one a socket can be
-    bound to (the kernel binds none it does not have)."""
-    if address.is_loopback or address.is_unspecified:
-        return True
-    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((str(address), 0))
-        except OSError:
-            return False
-    return True
-
-
-def _name(host: str) -> str:
-    """A host name as DNS compares it: case and a fully qualified name's trailing dot aside."""
-    return host.lower().removesuffix(".")
-
-
-def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def host_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """A host's IP address without its zone (an IPv4-mapped IPv6 one as its IPv4 address);
     None for a name."""
     address = _ip(host.removeprefix("[").removesuffix("]").partition("%")[0])
@@ -667,7 +386,7 @@ def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
-def _fixed_port(endpoint: str) -> tuple[str, int] | None:
+def fixed_port(endpoint: str) -> tuple[str, int] | None:
     """A bindable TCP endpoint's host and port; None for ipc, a wildcard port or port 0.
 
     Only for an endpoint ``endpoint_refusal`` takes to bind: its port is last, after the
@@ -676,6 +395,6 @@ def _fixed_port(endpoint: str) -> tuple[str, int] | None:
     if not endpoint.startswith("tcp://"):
         return None
     host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
-    if port == "*" or _port_number(port) == 0:
+    if port == "*" or port_number(port) == 0:
         return None
-    return host, _port_number(port)
+    return host, port_number(port)

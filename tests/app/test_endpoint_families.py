@@ -31,7 +31,8 @@ from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
 from app.ingest.ingestor import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
-from offload.wire.endpoints import binds_ipv6, endpoint_refusal, resolved_families
+from offload.wire.endpoint_host import resolved_families
+from offload.wire.endpoints import binds_ipv6, endpoint_refusal
 from offload.wire.publisher import EventPublisher
 from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, stored
 from tests.support.http_app import served_views

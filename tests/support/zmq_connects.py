@@ -11,7 +11,8 @@ import zmq
 from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
 from zmq.utils.monitor import recv_monitor_message
 
-from offload.wire.endpoints import connects_ipv6, resolved_families
+from offload.wire.endpoint_host import resolved_families
+from offload.wire.endpoints import connects_ipv6
 
 
 def first_connect_event(form: str) -> tuple[str, int]:

@@ -25,8 +25,8 @@ from offload.cpu.config import ConfigError
 from offload.cpu.policies import registry
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.manager import KVScopeManager
-from offload.wire.endpoints import ports_overlap
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
+from offload.wire.rank_offsets import ports_overlap
 from offload.wire.stats_frame import decode_stats_frame
 from tests.support.polling import wait_until
 from tests.support.ports import held_tcp_ports

@@ -1,0 +1,262 @@
+"""ZMQ endpoints checked against the host that uses them.
+
+``endpoint_refusal`` (offload/wire/endpoints.py) reads an endpoint as text,
+the same on every host. Where the host that checks an endpoint is the one that
+uses it, ``interface_refusal`` also refuses a zone naming an interface that
+host does not have, and ``source_refusal`` a source it cannot leave from, or
+one of another family than all the target name resolves to there
+(``resolved_families``: each name looked up once, its answer passed on to
+whatever else needs it); ``connect_reaches`` tells whether a connect reaches a
+socket this host binds.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+from collections.abc import Iterable
+from typing import Final
+
+import zmq
+
+from offload.shown import shown_repr
+from offload.wire.endpoints import (
+    ZONE_NUMBER,
+    Family,
+    connect_target,
+    connects_ipv6,
+    family_mismatch,
+    fixed_port,
+    host_address,
+    host_and_port,
+    host_family,
+    is_ipv4_text,
+)
+
+
+def interface_refusal(endpoint: str) -> str | None:
+    """Why this host cannot use ``endpoint``, one ``endpoint_refusal`` takes, for a zone (the
+    host's or a connect source's) that names no interface here, as the rest of a sentence
+    that starts with the endpoint; None where it names one, or none.
+
+    The shape check takes any interface name as a zone. ZMQ refuses a bind to a zone
+    naming no interface, but takes such a connect and retries it in silence for ever. So
+    where an endpoint is checked on the host that uses it (the sidecar's settings, the
+    connector's scheduler as it binds), each zone must name an interface of this host;
+    not where vLLM reads the connector's endpoints in every worker process, on every node.
+    Neither DNS nor a socket is used: a connect's source is ``source_refusal``'s.
+    """
+    if not endpoint.startswith("tcp://"):
+        return None
+    source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
+    source_host = host_and_port(source)[0] if source else None
+    for host in (host_and_port(target)[0], source_host):
+        problem = None if host is None else _zone_absent(host)
+        if problem is not None:
+            return f"cannot be used on this host: {problem}"
+    return None
+
+
+def source_refusal(endpoint: str, family: Family | None) -> str | None:
+    """Why this host cannot leave from the source address of ``endpoint``, a connect
+    ``interface_refusal`` takes, as the rest of a sentence that starts with the endpoint;
+    None where it can, or the connect has no source. ``family``: what its host resolved to
+    (``resolved_families``), so that a name is looked up once however many checks and
+    sockets use the answer.
+
+    The shape check takes any source. ZMQ takes a connect leaving from an interface this
+    host lacks, or one with no address of the connect's family, from an address this host
+    does not have, or from a port another socket holds, and retries it in silence for
+    ever; so a source is bound here as ZMQ binds it for the connect
+    (``_source_bind_problem``). From an interface's name ZMQ leaves from its address of the
+    connect's family (``connects_ipv6``); from an address, of its own family, it never
+    reaches a name that resolves to the other family alone (``family_mismatch``). Call it
+    at start-up: it binds a socket.
+    """
+    if not endpoint.startswith("tcp://"):
+        return None
+    source = endpoint.removeprefix("tcp://").rpartition(";")[0]
+    if not source:
+        return None
+    if host_family(host_and_port(source)[0]) is None:  # an interface's name
+        problem = _source_bind_problem(source, ipv6=connects_ipv6(endpoint, family))
+    else:
+        problem = family_mismatch(endpoint, family) or _source_bind_problem(
+            source, ipv6=source.startswith("[")
+        )
+    if problem is None:
+        return None
+    return f"cannot be used on this host: the source address {shown_repr(source)}: {problem}"
+
+
+_LISTED_INTERFACES: Final = 8
+"""Most of this host's interfaces a refusal names: a node may have hundreds (a veth a pod)."""
+
+
+def _zone_absent(host: str) -> str | None:
+    """Why the zone of a bracketed ``host`` names no interface of this host; None where it
+    names one, or ``host`` has none."""
+    if not host.startswith("[") or "%" not in host:
+        return None
+    zone = host[1:-1].partition("%")[2]
+    try:
+        if ZONE_NUMBER.fullmatch(zone):
+            socket.if_indextoname(int(zone))
+        else:
+            socket.if_nametoindex(zone)
+    except OSError:
+        return (
+            f"the zone of {shown_repr(host)} names no interface of this host "
+            f"(its interfaces: {_interfaces()})"
+        )
+    return None
+
+
+def _source_bind_problem(source: str, *, ipv6: bool) -> str | None:
+    """Why ZMQ cannot leave from ``source``, ``SOURCE:PORT`` (an interface's name or an IP
+    address); None where it can.
+
+    ZMQ resolves a source as it does the address of a bind (no DNS, an interface's name
+    looked up among this host's, the connect's IPv6 option choosing the family), and
+    binds the connecting socket to it, at its port: so a bind of the same source fails
+    where the connect would, and for the same reason (a port another socket holds too)."""
+    host, port = host_and_port(source)
+    family = 6 if ipv6 else 4
+    is_name = not host.startswith("[") and not is_ipv4_text(host)
+    if is_name:
+        try:
+            socket.if_nametoindex(host)
+        except OSError:
+            return (
+                f"{shown_repr(host)} is no interface of this host (its interfaces: {_interfaces()})"
+            )
+    with zmq.Context() as context, context.socket(zmq.PULL) as sock:
+        sock.linger = 0
+        sock.ipv6 = ipv6
+        try:
+            sock.bind(f"tcp://{source}")
+        except zmq.ZMQError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"its port {port} is in use on this host (0 leaves from a free one)"
+            if is_name:
+                return (
+                    f"the interface {shown_repr(host)} has no IPv{family} address, which ZMQ "
+                    "leaves from for this connect"
+                )
+            return (
+                f"ZMQ cannot leave from {shown_repr(host)} (IPv{family}): "
+                f"{zmq.strerror(exc.errno)}; it must be an address of this host"
+            )
+    return None
+
+
+def _interfaces() -> str:
+    """This host's interfaces by name and number, at most ``_LISTED_INTERFACES`` of them."""
+    named = [f"{name} ({index})" for index, name in socket.if_nameindex()]
+    more = len(named) - _LISTED_INTERFACES
+    listed = ", ".join(named[:_LISTED_INTERFACES])
+    return f"{listed} and {more} more" if more > 0 else listed
+
+
+def resolved_families(endpoints: Iterable[str]) -> dict[str, Family | None]:
+    """The family each connect endpoint's host resolves to now: an address's own, and a
+    name's, that of its source address first where it has one (else IPv4 first: a name of
+    both families is reached over IPv4, ``connects_ipv6``), the other where the name has
+    addresses of it alone; None for a name with no address now (its service not up yet),
+    whose answer is still to come (the sidecar looks such a name up again while its
+    publisher is unheard: app/ingest/families.py), and for ipc.
+
+    Each host name is looked up once for all the endpoints that name it from sources of
+    one family (a publisher's live and replay endpoints), one family at a time as ZMQ
+    looks it up. May
+    wait on DNS: call it where a start may wait, not on a path that must not stall; and
+    pass its answer on (``connects_ipv6``, ``source_refusal``) rather than look up again.
+    """
+    looked_up: dict[tuple[str, Family], Family | None] = {}
+    found: dict[str, Family | None] = {}
+    for endpoint in endpoints:
+        if not endpoint.startswith("tcp://"):
+            found[endpoint] = None
+            continue
+        source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
+        host = host_and_port(target)[0]
+        address = host_family(host)
+        if address is not None:
+            found[endpoint] = address
+            continue
+        first = (host_family(host_and_port(source)[0]) if source else None) or 4
+        if (host, first) not in looked_up:
+            looked_up[host, first] = _name_family(host, first)
+        found[endpoint] = looked_up[host, first]
+    return found
+
+
+def _name_family(host: str, first: Family) -> Family | None:
+    """``first`` where the name ``host`` has an address of it now, else the other family where
+    it has one of that, else None."""
+    other: Family = 6 if first == 4 else 4
+    for family in (first, other):
+        if _resolves(host, socket.AF_INET if family == 4 else socket.AF_INET6):
+            return family
+    return None
+
+
+def _resolves(host: str, family: socket.AddressFamily) -> bool:
+    """Whether ``host`` has an address of ``family`` now (an IPv4 literal has none in IPv6)."""
+    try:
+        return bool(socket.getaddrinfo(host, None, family, socket.SOCK_STREAM))
+    except (socket.gaierror, UnicodeError):
+        return False
+
+
+def connect_reaches(connect: str, bound: str) -> bool:
+    """Whether a connect to ``connect`` (one ``endpoint_refusal`` takes to connect to) reaches
+    the socket this host binds at ``bound`` (one it takes to bind).
+
+    Endpoints are compared as ZMQ reads them, not as written: a port's leading zeros
+    and a connect's source address aside, an address however written (``127.0.0.1``,
+    ``[::ffff:127.0.0.1]``). A wildcard binds every address of its family on this host
+    (``*`` and ``0.0.0.0`` every IPv4 one, ``[::]`` every one of both families, as ZMQ
+    binds it dual-stack), so it is reached by a connect to any address this host has
+    there, loopback or an interface's, and by no other: a worker elsewhere at the same
+    port is not the sidecar itself. A host name is compared as a name (case and a
+    trailing dot aside); which address it stands for, only a look-up would say.
+    """
+    if not (connect.startswith("tcp://") and bound.startswith("tcp://")):
+        return connect == bound
+    host, _, port = connect_target(connect).removeprefix("tcp://").rpartition(":")
+    fixed = fixed_port(bound)
+    if fixed is None or fixed[1] != int(port):  # a free port is none a connect names
+        return False
+    listened = fixed[0]
+    bound_address = ipaddress.IPv4Address(0) if listened == "*" else host_address(listened)
+    address = host_address(host)
+    if bound_address is not None and bound_address.is_unspecified:  # a wildcard
+        return (
+            address is not None
+            and (bound_address.version == 6 or address.version == 4)
+            and _is_this_hosts(address)
+        )
+    if bound_address is not None or address is not None:
+        return bound_address == address
+    return _name(host) == _name(listened)
+
+
+def _is_this_hosts(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``address`` is one of this host's: a loopback one, or one a socket can be
+    bound to (the kernel binds none it does not have)."""
+    if address.is_loopback or address.is_unspecified:
+        return True
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(address), 0))
+        except OSError:
+            return False
+    return True
+
+
+def _name(host: str) -> str:
+    """A host name as DNS compares it: case and a fully qualified name's trailing dot aside."""
+    return host.lower().removesuffix(".")
