@@ -1,10 +1,10 @@
 // Insight: why the tier hits what it hits, from /api/v1/insight every two seconds while
-// open. Per publisher: the tier's efficiency against a clairvoyant cache of its size (over
-// the optimum's window, which the view tells apart from the curve's whole sample), the
-// hit-ratio curve (what the tier would hit at 1/8x to 8x its capacity, one line per
-// simulated policy, the current capacity marked, the optimum a point on it), the
-// sidecar's verdicts in words, lost blocks by reason over time (from the history),
-// stranded blocks per medium, the dead-write ratio and the sampled stream's health. The
+// open. Per publisher: the tier's efficiency against a clairvoyant cache of its size, with
+// the optimum's window as a figure of its own (the optimum beside the tier's policy over
+// the same references, never on the curve), the hit-ratio curve (what the tier would hit at
+// 1/8x to 8x its capacity over the whole sample, one line per simulated policy, the current
+// capacity marked), the sidecar's verdicts in words, lost blocks by reason over time (from
+// the history), stranded blocks per medium, the dead-write ratio and the sampled stream's health. The
 // page draws what the API computed; it computes no finding itself.
 import { get } from "../api.js";
 import { Backoff } from "../backoff.js";
@@ -78,8 +78,7 @@ class CurveChart {
       + "or its first sample frame has not arrived." });
     this.element = h("figure", { class: "chart", "data-chart": "hit-ratio-curve", "data-empty": "true" },
       h("figcaption", { text: "Hit ratio at other capacities, over the whole sample (dashed: "
-        + "the tier's own; the large point: the optimum, over its window only; a line without "
-        + "a point: a rough guess, too few sampled blocks there)" }),
+        + "the tier's own; a line without a point: a rough guess, too few sampled blocks there)" }),
       this.empty, this.plotArea);
     container.append(this.element);
     this.plot = null;
@@ -93,8 +92,8 @@ class CurveChart {
     return Math.max(240, this.plotArea.clientWidth);
   }
 
-  /** Draw `curve`, and `optimum` (the API's, or null) as a point at the current capacity. */
-  update(curve, optimum) {
+  /** Draw `curve`: the whole sample's lines only (the optimum's window: WindowFigure). */
+  update(curve) {
     const dataset = this.element.dataset;
     dataset.empty = String(!curve);
     this.empty.hidden = Boolean(curve);
@@ -106,11 +105,8 @@ class CurveChart {
     dataset.curve = JSON.stringify({ capacities: curve.capacities, hit_ratios: curve.hit_ratios });
     this.pointsAt = Object.fromEntries(policies.map((p) => [p, resolvedIndices(curve, p)]));
     dataset.points = JSON.stringify(this.pointsAt);
-    dataset.optimum = optimum ? JSON.stringify(optimum.hit_ratio) : "";
-    const reference = optimum
-      ? [curve.capacities.map((_, i) => (i === curve.current_index ? optimum.hit_ratio : null))] : [];
-    const data = [curve.capacities, ...policies.map((p) => curve.hit_ratios[p]), ...reference];
-    const shape = `${policies.join("|")}@${curve.capacities.join(",")}${optimum ? "+optimum" : ""}`;
+    const data = [curve.capacities, ...policies.map((p) => curve.hit_ratios[p])];
+    const shape = `${policies.join("|")}@${curve.capacities.join(",")}`;
     if (shape === this.shape && this.plot) {
       this.plot.setData(data);
       return;
@@ -150,32 +146,51 @@ class CurveChart {
           value: (u, v, _, at) => (v === null || this.pointsAt[policy].includes(at) ? percent(v) : `${percent(v)} (rough)`),
           points: { show: true, size: 5, filter: () => this.pointsAt[policy] },
         })),
-        ...reference.map(() => ({
-          label: "optimum (window)", stroke: colour(policies.length), width: 0, value: (u, v) => percent(v),
-          points: { show: true, size: 11, width: 2, fill: colour(policies.length) },
-        })),
       ],
     }, data, this.plotArea);
   }
 }
 
-/** The optimum's window against the curve. Both figures for the tier's policy are the API's,
- * of different stretches of the same sample: the window's (its last references, replayed from
- * an empty tier) wanders around the curve's (every reference since the stream began). Said
- * side by side, so the window's figure never sits over a curve that reads another with
- * nothing to say why. */
-function windowText(p) {
-  const { optimum, curve, stream } = p;
-  const text = `Over the last ${counted(optimum.window_refs, "sampled reference")} (the `
-    + "optimum's window), both replayed from an empty tier of the same size: "
-    + `${optimum.policy} hits ${withUnit(optimum.tier_hit_ratio, "ratio")}, the optimum `
-    + `${withUnit(optimum.hit_ratio, "ratio")}.`;
-  if (!curve || !Object.hasOwn(curve.hit_ratios, optimum.policy)) return text;
-  const since = stream?.since ? `since ${clock(stream.since)}` : "since the stream began";
-  const whole = curve.hit_ratios[optimum.policy][curve.current_index];
-  return `${text} The curve below covers every sampled reference ${since}: there `
-    + `${optimum.policy} hits ${withUnit(whole, "ratio")} at the tier's `
-    + `${withUnit(curve.current_blocks, "blocks")}; a window this short wanders around that.`;
+/** The optimum's window as a figure of its own: the clairvoyant cache beside the tier's
+ * policy, both replayed over the window's references from an empty tier of the same size, so
+ * each figure stands next to the one it compares with. The curve's figure for the policy
+ * (every reference since the stream began) is of another stretch, which a window this short
+ * wanders around: the note names it with its own figure, and the curve never shows the
+ * window (its point there sat below the tier's own line, an "optimum" under the tier). */
+class WindowFigure {
+  constructor() {
+    this.caption = h("figcaption");
+    this.pair = h("dl", { class: "window-pair" });
+    this.note = h("p", { class: "detail" });
+    this.element = h("figure", { class: "window", id: "insight-window", hidden: true },
+      this.caption, this.pair, this.note);
+  }
+
+  /** Show publisher `p`'s window (hidden while it has none). */
+  update(p) {
+    const { optimum, curve, stream } = p;
+    this.element.hidden = !optimum;
+    if (!optimum) return;
+    this.caption.textContent = `Over the last ${counted(optimum.window_refs, "sampled reference")}, `
+      + `each replayed from an empty tier of the tier's ${withUnit(p.capacity_blocks, "blocks")}`;
+    const policy = optimum.policy === p.policy ? `${optimum.policy}, the tier's policy`
+      : `${optimum.policy}, standing in for ${p.policy}`;
+    const scale = Math.max(optimum.hit_ratio, optimum.tier_hit_ratio) || 1;
+    this.pair.replaceChildren(...[["policy", policy, optimum.tier_hit_ratio],
+      ["optimum", "the optimum", optimum.hit_ratio]].flatMap(([series, label, ratio]) => [
+      h("dt", { text: label }),
+      h("dd", { "data-series": series, "data-ratio": JSON.stringify(ratio) },
+        h("meter", { min: 0, max: scale, value: ratio, "aria-label": label }),
+        ` ${withUnit(ratio, "ratio")}`),
+    ]));
+    const since = stream?.since ? `since ${clock(stream.since)}` : "since the stream began";
+    const atTier = curve?.hit_ratios[optimum.policy]?.[curve.current_index];
+    const whole = atTier === undefined ? "" : ` (there ${optimum.policy} hits `
+      + `${withUnit(atTier, "ratio")} at the tier's ${withUnit(curve.current_blocks, "blocks")})`;
+    this.note.textContent = "These two compare with each other only. The curve below covers every "
+      + `sampled reference ${since}${whole}: a window this short, replayed from empty, wanders `
+      + "around that.";
+  }
 }
 
 /** The capacity axis' labels: every tick's where they fit side by side, else every second's
@@ -210,7 +225,7 @@ function mount(panel, context) {
   const shareGap = document.createTextNode(" ");
   const shareUnit = h("span", { class: "unit" });
   const efficiency = h("p", { class: "big", id: "insight-efficiency" }, share, shareGap, shareUnit);
-  const windowNote = h("p", { class: "detail", id: "insight-window" });
+  const windowFigure = new WindowFigure();
   const grid = h("div", { class: "charts" });
   const chart = new CurveChart(grid);
   const misses = new TimeChart(grid, {
@@ -222,8 +237,8 @@ function mount(panel, context) {
   panel.append(
     h("h2", { class: "visually-hidden", text: "Insight" }),
     h("div", { class: "toolbar" }, h("label", { for: "insight-publisher", text: "Publisher: " }), picker),
-    h("section", { class: "card" }, h("h2", { text: "What the numbers say" }), efficiency, windowNote, verdicts,
-      status),
+    h("section", { class: "card" }, h("h2", { text: "What the numbers say" }), efficiency,
+      windowFigure.element, verdicts, status),
     grid,
     h("section", { class: "card" }, h("h2", { text: "Stranded blocks, dead writes, the sample" }), facts),
   );
@@ -240,7 +255,7 @@ function mount(panel, context) {
   function showEfficiency(p) {
     const optimum = p.optimum;
     efficiency.dataset.efficiency = p.efficiency === null ? "" : JSON.stringify(p.efficiency);
-    windowNote.textContent = optimum ? windowText(p) : "";
+    windowFigure.update(p);
     if (p.efficiency === null) {
       share.textContent = "–";
       shareGap.textContent = " ";
@@ -272,7 +287,7 @@ function mount(panel, context) {
     panel.dataset.publisher = p.publisher;
     if (switched && context.history.times.length) showMisses(context.history);
     showEfficiency(p);
-    chart.update(p.curve, p.optimum);
+    chart.update(p.curve);
     // The optimum's verdict says the headline's figure again: the headline alone says it.
     const said = p.verdicts.filter((v) => v.kind !== "optimum");
     verdicts.replaceChildren(...said.map((v) => h("li", {
