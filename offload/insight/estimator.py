@@ -15,7 +15,9 @@ and its sampled curve must be checked against a sweep before it is trusted.
 
 Prefix hits survive the sampling because a tier keeps a chain's head at
 least as long as its tail (an LRU touch, vLLM's hash chains): a sampled
-block's leading run on the sample stands for the chain's.
+block's leading run on the sample stands for the chain's. On a stream whose
+blocks do not form chains it does not, and the curve reads above the tier;
+``prefix_check`` (prefix_check.py) tells, beside the stack.
 
 The sample's size is itself random: one hot block (every conversation's
 first block) in or out of it moves the sampled references far from
@@ -33,6 +35,7 @@ from collections.abc import Sequence
 from offload.base import BlockHash
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import DEFAULT_MULTIPLES, HitRatioCurve, scaled_capacities
+from offload.insight.prefix_check import PrefixCheck
 from offload.insight.sampling import DEFAULT_RATE, check_rate
 from offload.insight.shadow import ShadowTiers
 from offload.insight.stack_distance import LRUStackCurve
@@ -79,6 +82,11 @@ class CurveEstimator:
             if STACK_POLICY in self.policies
             else None
         )
+        self.prefix_check = (
+            PrefixCheck(max(1, self._stack.capacities[-1])) if self._stack is not None else None
+        )
+        """Whether the sample keeps the premise of its prefix hits (prefix_check.py), checked
+        beside the stack, within its memory; None without one."""
         self._shadows = ShadowTiers(
             [p for p in self.policies if p != STACK_POLICY],
             [scaled_blocks(self.rate, c, stacked=False) for c in self.capacities],
@@ -133,6 +141,8 @@ class CurveEstimator:
         self.sampled_refs += sampled_refs
         if self._stack is not None:
             self._stack.add_many(requests)
+        if self.prefix_check is not None:
+            self.prefix_check.add_many(requests)
         if self._shadows.policies:
             add = self._shadows.add
             for sampled in requests:

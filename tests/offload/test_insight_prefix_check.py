@@ -1,0 +1,73 @@
+"""The sample's check of its prefix-hit premise, and the curve it guards."""
+
+from __future__ import annotations
+
+import pytest
+
+from offload.insight.estimator import CurveEstimator
+from offload.insight.prefix_check import PrefixCheck
+from offload.insight.sampling import SpatialSampler
+from offload.insight.sweep import replay_point
+from tests.support.traces import conversations, unchained
+
+CURRENT = 1000
+RATE = 0.1
+
+
+def test_a_block_behind_the_same_predecessor_is_checked_and_unchanged() -> None:
+    check = PrefixCheck(100)
+    check.add_many([[1, 2, 3], [1, 2, 3, 4], [2, 3]])
+    # 2 and 3 met again behind 1 and 2; a request's first sampled block has no predecessor.
+    assert (check.checked, check.changed) == (3, 0)
+
+
+def test_a_block_behind_another_predecessor_is_a_change() -> None:
+    check = PrefixCheck(100)
+    check.add_many([[1, 2, 3], [4, 3], [4, 3], [2, 3]])
+    assert (check.checked, check.changed) == (3, 2)
+    assert check.changed_share == pytest.approx(2 / 3)
+
+
+def test_the_check_holds_no_more_than_its_bound_plus_a_request() -> None:
+    check = PrefixCheck(4)
+    check.add_many([[1, 2, 3, 4, 5], [6, 7, 8], [1, 2]])
+    assert check.held_blocks <= 4 + 2
+    with pytest.raises(ValueError):
+        PrefixCheck(0)
+
+
+def sampled(trace: list[list[int]]) -> CurveEstimator:
+    sampler = SpatialSampler(RATE)
+    estimator = CurveEstimator(CURRENT, RATE, ["lru"])
+    for request in trace:
+        estimator.record(sampler.sample(request), len(request))
+    return estimator
+
+
+@pytest.fixture(scope="module")
+def chained() -> list[list[int]]:
+    return conversations(3000, 500)
+
+
+def test_a_chained_trace_never_changes_a_predecessor(chained) -> None:
+    estimator = sampled(chained)
+    assert estimator.prefix_check is not None
+    assert estimator.prefix_check.checked >= 100
+    assert estimator.prefix_check.changed == 0
+
+
+def test_on_an_unchained_trace_the_curve_reads_above_the_tier_and_the_check_tells(
+    chained,
+) -> None:
+    """The same references with each request's ids shuffled: a sampled block resident from
+    another request counts as hit behind unsampled blocks the tier's lookup stopped at."""
+    trace = unchained(chained)
+    estimator = sampled(trace)
+    measured = replay_point(trace, "lru", CURRENT).hit_ratio
+    assert estimator.curve().at("lru", CURRENT) > measured + 0.1
+    assert estimator.prefix_check is not None
+    assert estimator.prefix_check.changed_share > 0.5
+
+
+def test_without_the_stack_there_is_no_check() -> None:
+    assert CurveEstimator(CURRENT, RATE, ["arc"]).prefix_check is None
