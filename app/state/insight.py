@@ -46,6 +46,7 @@ from offload.base import BlockHash
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
 from offload.insight.estimator import STACK_POLICY, CurveEstimator, scaled_blocks
+from offload.insight.prefix_check import PrefixCheck
 from offload.insight.sampling import SpatialSampler
 from offload.insight.shadow import max_bytes
 from offload.insight.window_optimum import (
@@ -56,8 +57,9 @@ from offload.insight.window_optimum import (
 from offload.wire.sample_frame import MIN_SAMPLE_RATE, SampleFrame
 
 STACK_BYTES_PER_BLOCK: Final = 256
-"""Estimated memory of one hash on the LRU stack (two dict entries and the hash),
-measured with tracemalloc; rounded up."""
+"""Estimated memory of one hash on the LRU stack (two dict entries and the hash) and its
+predecessor in the stack's prefix check (one dict entry), measured with tracemalloc;
+rounded up."""
 WINDOW_BYTES_PER_REF: Final = 512
 """Estimated memory of one sampled reference in the optimum's window, with its share of a
 recomputation's tables and tier, measured with tracemalloc; rounded up."""
@@ -466,6 +468,7 @@ class PublisherInsight:
                 stack.touched_blocks,
                 True,
                 self._longest_stacked,
+                *_prefix_counts(stack.prefix_check),
             )
         if rates.shadows is not None:
             shadows = self._shadows
@@ -495,6 +498,11 @@ class PublisherInsight:
             window = self._window.refs if self._window is not None else 0
         size = stack * STACK_BYTES_PER_BLOCK + shadow_bytes
         return stack + shadows, size + window * WINDOW_BYTES_PER_REF
+
+
+def _prefix_counts(check: PrefixCheck | None) -> tuple[int, int]:
+    """A stack's prefix check as (checked, changed); none counted without one."""
+    return (0, 0) if check is None else (check.checked, check.changed)
 
 
 def _window_policy(policy: str, simulated: Sequence[str]) -> str:

@@ -24,6 +24,7 @@ VerdictKind = Literal[
     "not_simulated",
     "shed",
     "long_requests",
+    "unchained",
     "capacity",
     "policy",
     "optimum",
@@ -88,12 +89,26 @@ class Simulation:
     touched_blocks: int
     stacked: bool
     longest_request: int = 0
+    prefix_checked: int = 0
+    prefix_changed: int = 0
 
     @property
     def covered_block_refs(self) -> int:
         """The stream's block references it has dealt with, replayed or shed: rate-free, so
         two simulations at different rates compare on it (the one behind has frames queued)."""
         return self.block_refs + self.shed_block_refs
+
+    @property
+    def unchained(self) -> bool:
+        """Whether its sample shows a stream whose blocks do not form prefix chains: over
+        ``MIN_SAMPLED_REFS`` references checked, a share of changed predecessors the curve
+        would resolve (each such reference may be counted as a hit the tier does not get),
+        below rate 1 (a replay of every block follows every prefix, as the tier does)."""
+        return (
+            self.rate < 1.0
+            and self.prefix_checked >= MIN_SAMPLED_REFS
+            and self.prefix_changed >= SAMPLED_RESOLUTION_POINTS / 100 * self.prefix_checked
+        )
 
     def too_small(self, capacity: int) -> bool:
         """Whether a tier of ``capacity`` blocks is too few sampled blocks here (never at
@@ -306,6 +321,25 @@ def _fits(policy: str, held: int, simulation: Simulation) -> Verdict:
     )
 
 
+def _unchained(policy: str, simulation: Simulation) -> Verdict:
+    """The sample's prefix hits do not stand for the tier's (offload/insight/prefix_check.py):
+    the curve may read far above the tier, by an amount the sample cannot measure."""
+    share = simulation.prefix_changed / simulation.prefix_checked
+    return Verdict(
+        "unchained",
+        f"the curve does not predict this tier: in {policy}'s simulation "
+        f"{simulation.prefix_changed:,} of {simulation.prefix_checked:,} sampled blocks met "
+        f"again ({_percent(share)}) came behind another sampled block than at their last "
+        "use, so the stream's blocks do not form prefix chains (block ids reused behind "
+        "other prefixes, as vLLM's chained hashes never are); a lookup stops at a request's "
+        "first miss, which a sample of some of its blocks cannot follow, so the curve may "
+        "read far above what the tier hits: no verdict on the tier's size or policy (at a "
+        "sample_rate of 1 the simulations replay every block, as the tier looks them up)",
+        policy=policy,
+        share=share,
+    )
+
+
 def _nothing_sampled(basis: CurveBasis) -> list[Verdict]:
     """Why there is no curve where every simulation has replayed the whole stream and none
     has sampled a reference (a tiny rate, a tier narrowed far, or a stream of few distinct
@@ -341,6 +375,9 @@ def curve_verdicts(
         return []
     simulations = basis.simulations
     current = curve.current
+    unchained = [(p, s) for p, s in simulations.items() if s.unchained]
+    if unchained:
+        return [_unchained(*unchained[0])]
     if policy not in basis.policies:
         simulated = ", ".join(basis.policies)
         return [

@@ -45,6 +45,7 @@ from offload.wire.sample_frame import (
 )
 from offload.wire.stats_frame import StatsFrame, WorkerConfig
 from tests.support.polling import wait_until
+from tests.support.traces import conversations, unchained
 from tests.support.zmq_peers import RawPublisher, wait_connected
 
 pytestmark = pytest.mark.timeout(120)
@@ -391,6 +392,26 @@ def test_the_optimum_is_the_librarys_over_the_window_and_the_api_and_metrics_sho
     assert tier_hits / optimum_hits == pytest.approx(result.efficiency)
     assert value("kvscope_sidecar_window_optimum_runs") == insight.optimum_runs
     assert insight.memory()[1] <= insight.config.max_bytes
+
+
+@pytest.mark.parametrize("chained", [True, False])
+def test_a_stream_whose_blocks_do_not_form_chains_is_said_not_to_predict_the_tier(
+    chained: bool,
+) -> None:
+    """Random block ids reused at other positions (a Mooncake trace need not chain them):
+    the sampled curve read far above the tier and its verdicts went out as if it did not."""
+    trace = conversations(3000, 500)
+    requests = trace if chained else unchained(trace)
+    insight = InsightState().new_publisher()
+    for seq, frame in enumerate(sample_frames(requests, capacity=1000)):
+        insight.receive(seq, frame)
+    reading = insight.reading()
+    verdicts = curve_verdicts(reading.curve, "lru", reading.basis)
+    said = [v.kind for v in verdicts]
+    if chained:
+        assert "unchained" not in said and "capacity" in said
+    else:
+        assert said == ["unchained"]
 
 
 def test_a_publisher_without_a_sample_has_no_curve_and_no_curve_verdicts() -> None:

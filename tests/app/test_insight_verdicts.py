@@ -4,6 +4,8 @@ simulate, a tier not yet full, a lagging shadow, no reachable hit at all)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.state.insight_verdicts import (
@@ -358,3 +360,36 @@ def test_a_tier_the_stream_has_not_filled_is_judged_at_its_simulations_own_size(
     verdicts = curve_verdicts(curve, "lru", basis(0.05, refs=150, touched=100))
     assert kinds(verdicts)[-1] == "warming_up" and "the 101 it holds" in verdicts[-1].text
     assert kinds(verdicts)[:2] == ["capacity", "capacity"], "the stack's 100 are full"
+
+
+def with_prefix_counts(base: CurveBasis, checked: int, changed: int) -> CurveBasis:
+    """``base`` with its stack's prefix check at ``checked`` references, ``changed`` of them."""
+    stack = replace(base.simulations["lru"], prefix_checked=checked, prefix_changed=changed)
+    return replace(base, simulations={**base.simulations, "lru": stack})
+
+
+def test_a_sample_whose_blocks_change_predecessor_says_the_curve_does_not_predict_the_tier() -> (
+    None
+):
+    curve = curve_around(2_000, 0.3, 0.35)
+    (verdict,) = curve_verdicts(curve, "arc", with_prefix_counts(basis(0.05), 400, 100))
+    assert verdict.kind == "unchained" and verdict.policy == "lru" and verdict.share == 0.25
+    assert "100 of 400 sampled blocks met again (25%)" in verdict.text
+    assert "no verdict on the tier's size or policy" in verdict.text
+
+
+@pytest.mark.parametrize(
+    ("rate", "checked", "changed"),
+    [
+        (0.05, 400, 0),  # a chained stream
+        (0.05, 400, 3),  # under the point the curve resolves
+        (0.05, 99, 99),  # too few checked to tell
+        (1.0, 400, 400),  # every block replayed: the stack follows every prefix
+    ],
+)
+def test_no_unchained_verdict_where_the_check_cannot_or_need_not_say_it(
+    rate: float, checked: int, changed: int
+) -> None:
+    curve = curve_around(2_000, 0.3, 0.35, exact=rate == 1.0)
+    verdicts = curve_verdicts(curve, "lru", with_prefix_counts(basis(rate), checked, changed))
+    assert "unchained" not in kinds(verdicts) and "capacity" in kinds(verdicts)
