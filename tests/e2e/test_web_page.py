@@ -581,15 +581,19 @@ def test_the_tabs_follow_the_aria_pattern_with_arrow_keys_and_visible_focus(
 
 
 CONTRAST = """([text, back]) => {
-  const lum = (el, prop) => {
-    const [r, g, b] = getComputedStyle(el)[prop].match(/[\\d.]+/g).map(Number).map(v => v / 255)
+  const lum = (selector, prop) => {
+    const [element, pseudo] = selector.split(/(?=::)/);
+    const style = getComputedStyle(document.querySelector(element), pseudo ?? null);
+    const [r, g, b] = style[prop].match(/[\\d.]+/g).map(Number).map(v => v / 255)
       .map(c => c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
     return 0.2126 * r + 0.7152 * g + 0.0722 * b;
   };
-  const a = lum(document.querySelector(text), 'color');
-  const b = lum(document.querySelector(back), 'backgroundColor');
+  const a = lum(text, 'color');
+  const b = lum(back, 'backgroundColor');
   return [(Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05), b];
 }"""
+"""The contrast of ``text``'s colour on ``back``'s background (selectors; ``text`` may name a
+pseudo-element, "#block-query::placeholder"), and the background's luminance."""
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -611,6 +615,10 @@ def test_the_page_reads_in_the_light_and_the_dark_scheme(
         assert ratio >= 4.5, f"{text} on {back} in the {scheme} scheme: {ratio:.2f}:1"
         if back == "body":
             assert (background < 0.1) == (scheme == "dark"), background
+    open_view(page, demo, "blocks")  # the placeholders say what a field takes
+    for field in ("#block-query", "#lookup-hashes"):
+        ratio, _ = page.evaluate(CONTRAST, [f"{field}::placeholder", field])
+        assert ratio >= 4.5, f"{field}'s placeholder in the {scheme} scheme: {ratio:.2f}:1"
 
 
 def test_a_screenshot_of_each_view_is_saved(
