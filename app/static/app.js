@@ -7,7 +7,7 @@ import { Router } from "./js/router.js";
 import { StatsPoller } from "./js/stats.js";
 import { VIEWS } from "./js/views/index.js";
 
-const stats = new StatsPoller(document.getElementById("updated"));
+const stats = new StatsPoller(document.getElementById("updated"), document.getElementById("connection"));
 const router = new Router(VIEWS, document.getElementById("tabs"), document.getElementById("views"), {
   stats,
   history: new HistoryStore(stats.firstRead),

@@ -596,6 +596,50 @@ CONTRAST = """([text, back]) => {
 pseudo-element, "#block-query::placeholder"), and the background's luminance."""
 
 
+LIVE_REGIONS = "[role=status], [role=alert], [role=log], [aria-live]:not([aria-live=off])"
+LISTEN = """([view, live]) => {
+  window.__spoken = [];
+  window.__moved = { header: 0, view: 0 };
+  new MutationObserver((records) => {
+    const moved = new Set();
+    for (const record of records) {
+      const node = record.target.nodeType === Node.ELEMENT_NODE
+        ? record.target : record.target.parentElement;
+      const region = node.closest(live);
+      if (region) window.__spoken.push(`${region.id || region.className}: ${region.textContent}`);
+      if (node.closest('#updated')) moved.add('header');
+      if (node.closest(`#view-${view}`)) moved.add('view');
+    }
+    moved.forEach((part) => { window.__moved[part] += 1; });
+  }).observe(document.body, { subtree: true, childList: true, characterData: true });
+}"""
+"""Records each write into a live region (what a screen reader reads out), and counts the
+turns in which the header's clock and the view moved."""
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_live_regions_speak_only_when_what_they_say_changes(
+    page: sync_api.Page, demo: str, view: str
+) -> None:
+    """The header's clock was a live region, rewritten each second, and so were the events
+    view's counts (with every event), the insight view's sample counts and the publishers'
+    summary (the same words each second): a screen reader read the page out without end.
+    With the sidecar healthy and the view settled, the page moves and no region speaks."""
+    settled = {
+        "overview": RENDERED,
+        "blocks": f"() => document.querySelectorAll('{ROWS}').length > 0",
+        "publishers": "() => document.querySelectorAll('#publishers tbody tr').length > 0",
+        "events": "() => document.getElementById('feed-state').textContent.startsWith('live')",
+        "insight": "() => document.getElementById('view-insight').dataset.rendered === 'true'",
+    }
+    open_view(page, demo, view)
+    page.wait_for_function(UPDATED)
+    page.wait_for_function(settled[view])
+    page.evaluate(LISTEN, [view, LIVE_REGIONS])
+    page.wait_for_function("() => window.__moved.header >= 3 && window.__moved.view >= 3")
+    assert page.evaluate("() => window.__spoken") == []
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_page_reads_in_the_light_and_the_dark_scheme(
     page: sync_api.Page, demo: str, scheme: str

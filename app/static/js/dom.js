@@ -15,6 +15,13 @@ export function h(tag, attributes = {}, ...children) {
   return element;
 }
 
+/** Write `text` into a live region (role="status") only where it says something else: a
+screen reader reads out every write, the same words again too, and regions rewritten on each
+poll read out the clock, the counts and the same summary every second. */
+export function say(region, text) {
+  if (region.textContent !== text) region.textContent = text;
+}
+
 /** A table with a header row; returns the table and its body. */
 export function table(headers, attributes = {}) {
   const body = h("tbody");

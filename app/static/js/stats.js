@@ -1,15 +1,19 @@
 // /api/v1/stats, read every second (one request at a time) and handed to every view
 // that listens; the header says when the page last heard from the sidecar, or why it
-// did not and when it asks again (later after each failure: js/backoff.js).
+// did not and when it asks again (later after each failure: js/backoff.js). A screen
+// reader hears only the state: the stats arriving, or why not, once each time it changes.
 import { get } from "./api.js";
 import { Backoff } from "./backoff.js";
+import { say } from "./dom.js";
 import { STATS_PHASE_MS, untilPhase } from "./schedule.js";
 
 const PERIOD_MS = 1000;
 
 export class StatsPoller {
-  constructor(status) {
+  /** `status`: the header's words, rewritten each read; `announcer`: a live region. */
+  constructor(status, announcer) {
     this.status = status;
+    this.announcer = announcer;
     this.latest = null;
     this.listeners = new Set();
     this.backoff = new Backoff(PERIOD_MS);
@@ -35,8 +39,10 @@ export class StatsPoller {
     }
   }
 
+  /** `text` in the header (with when the page asks again, `retryS`); the state aloud. */
   show(state, text, retryS = "") {
-    this.status.textContent = text;
+    this.status.textContent = retryS ? `${text}; trying again in ${retryS} s` : text;
+    say(this.announcer, state === "ok" ? "stats arriving" : text);
     Object.assign(this.status.dataset, { state, retryS, failures: String(this.backoff.failures) });
   }
 
@@ -53,7 +59,7 @@ export class StatsPoller {
       } catch (error) {
         wait = this.backoff.failed(error);
         const seconds = String(Math.ceil(wait / 1000));
-        this.show("error", `stats unavailable: ${error.message}; trying again in ${seconds} s`, seconds);
+        this.show("error", `stats unavailable: ${error.message}`, seconds);
       }
       this.settleFirstRead();
       setTimeout(tick, wait);

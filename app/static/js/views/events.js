@@ -4,7 +4,7 @@
 // also drops any id it already holds, so nothing shows twice. Pause freezes the list
 // (events keep arriving, and show on resume); kind and medium filters are in the URL.
 import { Backoff } from "../backoff.js";
-import { fillSelect, h } from "../dom.js";
+import { fillSelect, h, say } from "../dom.js";
 import { count, counted } from "../format.js";
 import { mediaOf } from "../stats.js";
 
@@ -113,7 +113,11 @@ function mount(panel, { stats, navigate }) {
   const medium = h("select", { id: "filter-event-medium", onchange: () => navigate({ ...params, medium: medium.value }) });
   const pause = h("button", { id: "pause", type: "button", "aria-pressed": "false", text: "Pause",
     onclick: () => setPaused(!paused) });
-  const state = h("span", { id: "feed-state", class: "detail", role: "status" });
+  // The feed's state aloud (live, reconnecting, paused), its counts, which move with every
+  // event, only on the page.
+  const mode = h("span", { role: "status" });
+  const counts = h("span");
+  const state = h("span", { id: "feed-state", class: "detail" }, mode, counts);
   panel.append(h("section", { class: "card" }, h("h2", { text: "Live events" }),
     h("div", { class: "toolbar" }, pause,
       h("label", { class: "field" }, h("span", { text: "Kind" }), kind),
@@ -137,13 +141,13 @@ function mount(panel, { stats, navigate }) {
     const f = follower;
     Object.assign(feed.dataset, { lastId: f.lastId ?? "", reconnects: String(Math.max(0, f.opened - 1)),
       duplicates: String(f.duplicates), unheld: String(f.unheld), malformed: String(f.malformed) });
-    const notes = [paused ? `paused: ${counted(waiting, "new event")} since` : f.state,
-      `${count(f.held.length)} held`];
+    const notes = [paused ? `: ${counted(waiting, "new event")} since` : "", `${count(f.held.length)} held`];
     if (f.opened > 1) notes.push(counted(f.opened - 1, "reconnection"));
     if (f.unheld) notes.push(`${counted(f.unheld, "event")} no longer held on reconnection`);
     if (f.restarts) notes.push("the sidecar restarted");
     if (f.malformed) notes.push(`${counted(f.malformed, "message")} left out: not events`);
-    state.textContent = notes.join(" · ");
+    say(mode, paused ? "paused" : f.state);
+    counts.textContent = notes.join(" · ");
     if (paused) return;
     const fresh = pending.slice(-SHOWN).reverse().map(item);
     pending = [];

@@ -9,7 +9,7 @@
 import { get } from "../api.js";
 import { Backoff } from "../backoff.js";
 import { TimeChart } from "../charts.js";
-import { h, fillSelect } from "../dom.js";
+import { h, fillSelect, say } from "../dom.js";
 import { clock, count, counted, parts, unitGap, withUnit } from "../format.js";
 import { counterRates } from "../history.js";
 
@@ -219,7 +219,9 @@ function resolvedIndices(curve, policy) {
 function mount(panel, context) {
   const picker = h("select", { id: "insight-publisher", "aria-label": "Publisher",
     onchange: () => context.navigate({ publisher: picker.value }) });
-  const status = h("p", { class: "detail", id: "insight-status", role: "status" });
+  // The sample's counts, which move with every read, only on the page; a failed read aloud.
+  const status = h("p", { class: "detail", id: "insight-status" });
+  const problem = h("p", { class: "problem", id: "insight-problem", role: "status" });
   const verdicts = h("ul", { id: "insight-verdicts", class: "verdicts" });
   const share = h("span", { class: "value", text: "–" });
   const shareGap = document.createTextNode(" ");
@@ -238,7 +240,7 @@ function mount(panel, context) {
     h("h2", { class: "visually-hidden", text: "Insight" }),
     h("div", { class: "toolbar" }, h("label", { for: "insight-publisher", text: "Publisher: " }), picker),
     h("section", { class: "card" }, h("h2", { text: "What the numbers say" }), efficiency,
-      windowFigure.element, verdicts, status),
+      windowFigure.element, verdicts, status, problem),
     grid,
     h("section", { class: "card" }, h("h2", { text: "Stranded blocks, dead writes, the sample" }), facts),
   );
@@ -322,10 +324,10 @@ function mount(panel, context) {
     try {
       render(await get("insight"));
       backoff.succeeded();
+      say(problem, "");
     } catch (error) {
       wait = backoff.failed(error);
-      status.textContent = `insight unavailable: ${error.message}; trying again in `
-        + `${Math.ceil(wait / 1000)} s`;
+      say(problem, `insight unavailable: ${error.message}; trying again in ${Math.ceil(wait / 1000)} s`);
     }
     if (mine === generation) timer = setTimeout(() => tick(mine), wait);
   }

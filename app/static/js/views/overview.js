@@ -3,7 +3,7 @@
 // did, then extended each point): hit ratio, occupancy per medium, stores, loads and
 // evictions by reason, dead writes, transfer bandwidth and latency per direction.
 import { TimeChart } from "../charts.js";
-import { h, fillSelect } from "../dom.js";
+import { h, fillSelect, say } from "../dom.js";
 import { count, counted, parts, unitGap, withUnit } from "../format.js";
 import { RANGES, byLabel, counterRates, gaugeTotals, increases, max, sum } from "../history.js";
 import { mediaOf } from "../stats.js";
@@ -150,8 +150,8 @@ function mount(panel, context) {
 
   function showHistory(store) {
     const { problem } = store;
-    historyState.textContent = problem
-      ? `history unavailable: ${problem.message}; trying again in ${problem.retryS} s` : "";
+    say(historyState, problem
+      ? `history unavailable: ${problem.message}; trying again in ${problem.retryS} s` : "");
     for (const { spec, chart } of charts) chart.update(store.times, spec.lines(store));
     drawnCharts = true;
     firstRender();

@@ -6,7 +6,7 @@
 // something went wrong is marked, in words as well as colour; one of what the sidecar did
 // to keep up with its publisher (batches replayed, sockets made again for another address
 // family) is not.
-import { h, table } from "../dom.js";
+import { h, say, table } from "../dom.js";
 import { age, count, counted } from "../format.js";
 
 const HEALTH = ["gaps", "missed", "malformed", "held_dropped", "source_family_mismatches", "dropped"];
@@ -58,8 +58,8 @@ function mount(panel, { stats }) {
     configBody.replaceChildren(...s.publishers.map(configRow));
     const up = s.publishers.filter((p) => p.connected).length;
     const troubled = s.publishers.filter((p) => HEALTH.some((k) => p[k] > 0)).length;
-    summary.textContent = `${up} of ${s.publishers.length} connected; ${troubled} with gaps, `
-      + "missed batches, malformed frames, drops or a source address its host cannot be reached from.";
+    say(summary, `${up} of ${s.publishers.length} connected; ${troubled} with gaps, `
+      + "missed batches, malformed frames, drops or a source address its host cannot be reached from.");
     const l = s.listener;
     listener.textContent = l ? `Listening on ${l.endpoints.join(", ")}: ${counted(l.frames, "frame")}, `
       + `${count(l.malformed)} malformed, ${count(l.refused)} refused; ${count(l.publishers)} of at most `
