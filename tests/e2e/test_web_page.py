@@ -580,6 +580,37 @@ def test_the_tabs_follow_the_aria_pattern_with_arrow_keys_and_visible_focus(
     assert outline != "none", "the focused tab shows its focus"
 
 
+def test_a_line_is_hidden_and_shown_again_from_its_legend_by_keyboard(
+    page: sync_api.Page, demo: str
+) -> None:
+    """uPlot hides a chart's line when its name in the legend is clicked, a listener on a
+    table cell no key reached: each name is a button that Tab reaches, with a visible focus,
+    that Enter and Space press, and that says whether its line is shown."""
+    page.goto(f"{demo}/")
+    page.wait_for_function(RENDERED)
+    page.wait_for_function(
+        "() => document.querySelector(\"[data-chart='occupancy']\").dataset.series === 'GPU|CPU'"
+    )
+    cpu = page.locator("[data-chart='occupancy']").get_by_role("button", name="CPU", exact=True)
+    row = cpu.locator("xpath=ancestor::tr")
+    page.focus("#range")
+    for _ in range(20):  # past the hit-ratio chart's and the GPU's names
+        page.keyboard.press("Tab")
+        if cpu.evaluate("button => button === document.activeElement"):
+            break
+    else:
+        pytest.fail("Tab never reached the CPU line's name")
+    outline = cpu.evaluate("button => getComputedStyle(button).outlineStyle")
+    assert outline != "none", "the focused name shows its focus"
+    sync_api.expect(cpu).to_have_attribute("aria-pressed", "true")
+    page.keyboard.press("Enter")
+    sync_api.expect(cpu).to_have_attribute("aria-pressed", "false")
+    sync_api.expect(row).to_have_class(re.compile(r"\bu-off\b"))  # uPlot's hidden line
+    page.keyboard.press("Space")
+    sync_api.expect(cpu).to_have_attribute("aria-pressed", "true")
+    sync_api.expect(row).not_to_have_class(re.compile(r"\bu-off\b"))
+
+
 CONTRAST = """([text, back]) => {
   const lum = (selector, prop) => {
     const [element, pseudo] = selector.split(/(?=::)/);

@@ -1,10 +1,12 @@
 // Time-series charts drawn by uPlot (vendored: static/vendor/uPlot.iife.min.js defines the
 // global `uPlot`): time axes, values with units on the axis, in the legend and under the
-// cursor, drag to zoom (double-click to zoom out), cursors in step across charts, and one
-// colour per series name on every chart and every load. Colours and lines come from the
-// stylesheet's custom properties, so light and dark schemes both read.
+// cursor, drag to zoom (double-click to zoom out), a line's name a button that hides or shows
+// the line (js/legend_toggles.js), cursors in step across charts, and one colour per series
+// name on every chart and every load. Colours and lines come from the stylesheet's custom
+// properties, so light and dark schemes both read.
 import { h } from "./dom.js";
 import { withUnit, clock, short, unitName } from "./format.js";
+import { legendToggles } from "./legend_toggles.js";
 
 const PALETTE_SIZE = 8;
 /** Series names with a fixed colour (distinct within each chart); any other gets one from a
@@ -269,6 +271,7 @@ export class TimeChart {
       hooks: {
         init: [spaceTimeTicks], draw: [showLatest, keepTimeAxis(this.element)], setCursor: [showLatest],
       },
+      plugins: [legendToggles()],
       series: [
         { label: "time", value: (u, ts) => (ts === null ? "–" : clock(ts)) },
         ...names.map((name) => ({

@@ -12,6 +12,7 @@ import { TimeChart } from "../charts.js";
 import { h, fillSelect, say } from "../dom.js";
 import { clock, count, counted, parts, unitGap, withUnit } from "../format.js";
 import { counterRates } from "../history.js";
+import { legendToggles } from "../legend_toggles.js";
 
 const PERIOD_MS = 2000;
 /** Miss reasons in the order the chart lists them (any other after, by its own name): the
@@ -139,6 +140,7 @@ class CurveChart {
         draw: [markCurrent(curve.current_blocks), showCurrent(curve.current_index)],
         setCursor: [showCurrent(curve.current_index)],
       },
+      plugins: [legendToggles()],
       series: [
         { label: "capacity", value: (u, v) => (v === null ? "–" : withUnit(v, "blocks")) },
         ...policies.map((policy, i) => ({

@@ -109,7 +109,8 @@ function mount(panel, context) {
   panel.append(
     h("h2", { class: "visually-hidden", text: "Overview" }), cards,
     h("div", { class: "toolbar" }, h("label", { for: "range", text: "Charts: " }), range,
-      h("span", { class: "hint", text: "drag across a chart to zoom, double-click to zoom out" }),
+      h("span", { class: "hint",
+        text: "drag across a chart to zoom, double-click to zoom out, press a line's name to hide or show it" }),
       historyState),
     grid,
   );
