@@ -497,8 +497,10 @@ def test_the_live_feed_filters_pauses_and_resumes(page: sync_api.Page, demo: str
         "() => /paused: [1-9]/.test(document.getElementById('feed-state').textContent)"
     )
     assert page.evaluate(FEED_IDS) == frozen, "a paused feed stays as it was"
-    assert page.get_attribute("#pause", "aria-pressed") == "true"
+    # A toggle keeps its name: renamed "Resume" as it was pressed, it read "Resume, pressed".
+    sync_api.expect(page.get_by_role("button", name="Pause", pressed=True)).to_have_id("pause")
     page.click("#pause")
+    sync_api.expect(page.get_by_role("button", name="Pause", pressed=False)).to_have_id("pause")
     page.wait_for_function(f"top => ({FEED_IDS})()[0] > top", arg=max(frozen))
 
 

@@ -164,8 +164,9 @@ function mount(panel, { stats, navigate }) {
   function setPaused(value) {
     paused = value;
     waiting = 0;
+    // A toggle keeps its name ("Pause", pressed while paused): one renamed "Resume" as it
+    // was pressed read "Resume, pressed", as though the feed ran.
     pause.setAttribute("aria-pressed", String(paused));
-    pause.textContent = paused ? "Resume" : "Pause";
     feed.dataset.paused = String(paused);
     if (!paused) rebuild();
     else render();
