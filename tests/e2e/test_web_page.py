@@ -629,6 +629,31 @@ CONTRAST = """([text, back]) => {
 pseudo-element, "#block-query::placeholder"), and the background's luminance."""
 
 
+LABELLED = """(view) => [...document.querySelectorAll(`#view-${view} label`)].map((label) => {
+  const words = label.cloneNode(true);
+  words.querySelectorAll('input, select, textarea').forEach((control) => control.remove());
+  const control = label.control;
+  const role = control.tagName === 'SELECT' ? 'combobox'
+    : control.type === 'search' ? 'searchbox' : 'textbox';
+  return [control.id, role, words.textContent.replace(/[\\s:]+$/, '')];
+})"""
+"""Each label of a view: its control's id and role, and the words it shows."""
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_every_control_is_named_by_the_label_it_shows(
+    page: sync_api.Page, demo: str, view: str
+) -> None:
+    """A voice command names a control by the words beside it: the overview's range, shown
+    as "Charts:", was named "Chart range" by an aria-label over its label, and "Charts"
+    reached nothing."""
+    open_view(page, demo, view)
+    page.wait_for_function(UPDATED)
+    for control, role, words in page.evaluate(LABELLED, view):
+        named = page.get_by_role(role, name=words)
+        assert named.evaluate_all("found => found.map((e) => e.id)") == [control], words
+
+
 LIVE_REGIONS = "[role=status], [role=alert], [role=log], [aria-live]:not([aria-live=off])"
 LISTEN = """([view, live]) => {
   window.__spoken = [];

@@ -219,7 +219,7 @@ function resolvedIndices(curve, policy) {
 }
 
 function mount(panel, context) {
-  const picker = h("select", { id: "insight-publisher", "aria-label": "Publisher",
+  const picker = h("select", { id: "insight-publisher",
     onchange: () => context.navigate({ publisher: picker.value }) });
   // The sample's counts, which move with every read, only on the page; a failed read aloud.
   const status = h("p", { class: "detail", id: "insight-status" });

@@ -101,7 +101,8 @@ function mount(panel, context) {
     events: card("events-rate", "Block events"),
   };
   const mediumCards = new Map();
-  const range = h("select", { id: "range", "aria-label": "Chart range",
+  // Named by its label (the words a voice command says), not an aria-label over it.
+  const range = h("select", { id: "range",
     onchange: () => context.navigate({ range: range.value }) });
   fillSelect(range, Object.entries(RANGES).map(([key, r]) => [key, r.label]), "15m");
   const grid = h("div", { class: "charts" });
