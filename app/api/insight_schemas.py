@@ -274,9 +274,10 @@ class PublisherInsightInfo(BaseModel):
         default=None,
         description="The tier's policy's hit ratio over the optimum's, on the same window "
         "(0..1: the share of the reachable hits it gets); null without an optimum, when lru "
-        "stood in for a policy the curve does not simulate, when the optimum hits nothing, or "
+        "stood in for a policy the curve does not simulate, when the optimum hits nothing, "
         "when the tier is too few sampled blocks at the window's rate (a sample_small "
-        "verdict says so).",
+        "verdict says so), or when the stream's blocks do not form prefix chains (an "
+        "unchained verdict says so: both replays then count hits the tier does not get).",
     )
     miss_reasons: dict[str, int] | None = Field(
         default=None,
@@ -317,11 +318,13 @@ class PublisherInsightInfo(BaseModel):
             memory = InsightMemory(held_blocks=held, bytes=size, max_bytes=max_bytes)
         computed = None if reading is None else reading.optimum
         result = None if computed is None else computed.result
-        efficiency = window_efficiency(result, policy, capacity)
+        efficiency = window_efficiency(result, policy, capacity, basis)
         verdicts = [
             *(_stale(state, stream, now) if insight is not None else []),
             *curve_verdicts(curve, policy, basis),
-            *optimum_verdict(result, policy, capacity, None if stream is None else stream.rate),
+            *optimum_verdict(
+                result, policy, capacity, None if stream is None else stream.rate, basis
+            ),
             *admission_verdict(dead_ratio, efficiency),
             *(
                 candidate_verdict(worker.admission_hit_ratios, worker.admission_followed)

@@ -315,7 +315,8 @@ def _optimum_families(
         "Estimated hits of the tier's policy over the same window, from empty at the same "
         "size; over window_optimum_hits: the efficiency against the optimum (absent where "
         "the API's efficiency is null: the curve does not simulate the tier's policy, the "
-        "optimum hit nothing, or the tier is too few sampled blocks).",
+        "optimum hit nothing, the tier is too few sampled blocks, or the stream's blocks do "
+        "not form prefix chains).",
         labels=["publisher"],
     )
     runs = CounterMetricFamily(
@@ -333,7 +334,9 @@ def _optimum_families(
         optimum.add_metric([name], result.optimum_ratio * result.block_refs)
         stream = reading.stream
         efficiency = (
-            None if stream is None else window_efficiency(result, stream.policy, stream.capacity)
+            None
+            if stream is None
+            else window_efficiency(result, stream.policy, stream.capacity, reading.basis)
         )
         if efficiency is not None:
             tier.add_metric([name], result.tier_ratio * result.block_refs)

@@ -167,6 +167,13 @@ class CurveBasis:
         """The share of the stream ``simulation`` lost to a full shadow queue so far."""
         return simulation.shed_block_refs / self.block_refs if self.block_refs else 0.0
 
+    @property
+    def unchained(self) -> tuple[str, Simulation] | None:
+        """The first simulation (and its policy) whose sample shows the stream's blocks do
+        not form prefix chains (``Simulation.unchained``): the stream's, not the
+        simulation's, so it holds back every figure that counts prefix hits on the sample."""
+        return next(((p, s) for p, s in self.simulations.items() if s.unchained), None)
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -333,8 +340,10 @@ def _unchained(policy: str, simulation: Simulation) -> Verdict:
         "use, so the stream's blocks do not form prefix chains (block ids reused behind "
         "other prefixes, as vLLM's chained hashes never are); a lookup stops at a request's "
         "first miss, which a sample of some of its blocks cannot follow, so the curve may "
-        "read far above what the tier hits: no verdict on the tier's size or policy (at a "
-        "sample_rate of 1 the simulations replay every block, as the tier looks them up)",
+        "read far above what the tier hits: no verdict on the tier's size or policy, nor on "
+        "its distance to the optimum, whose replays over the window count hits the same way "
+        "(at a sample_rate of 1 the simulations replay every block, as the tier looks them "
+        "up)",
         policy=policy,
         share=share,
     )
@@ -375,9 +384,9 @@ def curve_verdicts(
         return []
     simulations = basis.simulations
     current = curve.current
-    unchained = [(p, s) for p, s in simulations.items() if s.unchained]
-    if unchained:
-        return [_unchained(*unchained[0])]
+    unchained = basis.unchained
+    if unchained is not None:
+        return [_unchained(*unchained)]
     if policy not in basis.policies:
         simulated = ", ".join(basis.policies)
         return [
@@ -504,13 +513,22 @@ def _policy_verdict(
 
 
 def window_efficiency(
-    result: WindowResult | None, policy: str | None, capacity: int | None
+    result: WindowResult | None,
+    policy: str | None,
+    capacity: int | None,
+    basis: CurveBasis | None,
 ) -> float | None:
     """The tier's share of the optimum's hits over the window, where it can be told: None
     without a result, where the window replayed another policy than the tier's (one the
-    curve does not simulate: ``curve_verdicts`` says so), where the optimum hit nothing, or
-    where the tier of ``capacity`` blocks is too few sampled blocks at the window's rate."""
+    curve does not simulate: ``curve_verdicts`` says so), where the optimum hit nothing,
+    where the tier of ``capacity`` blocks is too few sampled blocks at the window's rate, or
+    where the curve's ``basis`` shows a stream whose blocks do not form prefix chains (the
+    unchained verdict says so): both replays then count a sampled block as hit behind
+    unsampled blocks the tier's lookup stopped at, each by its own amount, so their
+    quotient is off too (README, "Why the hit ratio is what it is")."""
     if result is None or result.policy != policy or capacity is None:
+        return None
+    if basis is not None and basis.unchained is not None:
         return None
     return None if _too_few_sampled(result.rate, capacity) else result.efficiency
 
@@ -520,12 +538,16 @@ def optimum_verdict(
     policy: str | None,
     capacity: int | None,
     worker_rate: float | None,
+    basis: CurveBasis | None,
 ) -> list[Verdict]:
     """The tier's policy (on a tier of ``capacity`` blocks) against a clairvoyant cache of the
     same size, over the window; a sample_small verdict where that is too few sampled blocks
     (the window may run below the worker's ``worker_rate``), none where
-    ``window_efficiency`` is None for another reason."""
+    ``window_efficiency`` is None for another reason (an unchained stream: the unchained
+    verdict says why)."""
     if result is None or result.policy != policy or capacity is None:
+        return []
+    if basis is not None and basis.unchained is not None:
         return []
     if _too_few_sampled(result.rate, capacity):
         return [_too_small("the distance to the optimum", capacity, result.rate, worker_rate)]

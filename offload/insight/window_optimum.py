@@ -9,7 +9,11 @@ tier's hits over the optimum's say how much of the reachable hit ratio its
 policy gets. Both start empty, so the comparison is fair: on a prefix-closed
 stream (vLLM's hash chains; a spatial sample of one keeps each sampled
 block's nearest sampled ancestor fixed, so it is prefix-closed too) no
-policy replayed from empty beats the optimum from empty.
+policy replayed from empty beats the optimum from empty. A stream whose
+block ids recur behind other prefixes breaks more than that: both replays
+then count a sampled block as hit behind unsampled blocks a lookup stopped
+at, each by its own amount, so the sidecar withholds their quotient where
+the sample shows it (prefix_check.py).
 
 Why the window is ``WINDOW_CAPACITIES`` times the scaled capacity: a window
 cut out of a running stream starts cold, where the live tier was full.

@@ -414,6 +414,35 @@ def test_a_stream_whose_blocks_do_not_form_chains_is_said_not_to_predict_the_tie
         assert said == ["unchained"]
 
 
+@pytest.mark.parametrize("chained", [True, False])
+def test_on_a_stream_whose_blocks_do_not_form_chains_the_distance_to_the_optimum_is_withheld(
+    sidecar, chained: bool
+) -> None:
+    """Both replays over the window count a sampled block as hit behind unsampled blocks the
+    tier's lookup stopped at: on shuffled conversations the window read the optimum and lru
+    at about three times a full replay's hit ratios, and their quotient tens of points off
+    on a trace of ids drawn from a pool, while the API gave it as the tier's efficiency."""
+    _, ingestor, settings = sidecar
+    trace = conversations(3000, 500)
+    insight = optimum_ran(sidecar, trace if chained else unchained(trace), "lru")
+    computed = insight.optimum
+    assert computed is not None
+    with TestClient(create_app(settings, ingestor.state), base_url="http://localhost") as http:
+        (publisher,) = http.get("/api/v1/insight").json()["publishers"]
+        metrics = http.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    said = {v["kind"]: v["text"] for v in publisher["verdicts"]}
+    tier_hits = families["kvscope_sidecar_window_tier_hits"].samples
+    assert publisher["optimum"]["hit_ratio"] == computed.result.optimum_ratio, "still shown"
+    if chained:
+        assert publisher["efficiency"] == computed.result.efficiency is not None
+        assert "optimum" in said and "unchained" not in said and len(tier_hits) == 1
+    else:
+        assert publisher["efficiency"] is None
+        assert "optimum" not in said and tier_hits == []
+        assert "nor on its distance to the optimum" in said["unchained"]
+
+
 def test_a_publisher_without_a_sample_has_no_curve_and_no_curve_verdicts() -> None:
     settings = SidecarSettings(connect=["tcp://127.0.0.1:1"])
     state = SidecarState.from_settings(settings)

@@ -229,13 +229,13 @@ def test_a_policy_at_a_rate_too_low_for_the_tier_is_not_compared() -> None:
 
 
 def test_a_window_narrowed_to_fit_the_memory_bound_names_the_bound_first() -> None:
-    (narrowed,) = optimum_verdict(window("lru", 310, 500, 400, rate=0.02), "lru", 310, 0.1)
+    (narrowed,) = optimum_verdict(window("lru", 310, 500, 400, rate=0.02), "lru", 310, 0.1, None)
     assert "(KVSCOPE_INSIGHT_MAX_BYTES: the sidecar runs" in narrowed.text
-    (both,) = optimum_verdict(window("lru", 1_000, 500, 400, rate=0.006), "lru", 1_000, 0.01)
+    (both,) = optimum_verdict(window("lru", 1_000, 500, 400, rate=0.006), "lru", 1_000, 0.01, None)
     assert "a rate of at least 0.016 would do (the worker's sample_rate, now 0.01, and " in (
         both.text
     ), "the bound alone lifts the window to 0.01: 10 sampled blocks, still too few"
-    (worker,) = optimum_verdict(window("lru", 310, 500, 400), "lru", 310, 0.05)
+    (worker,) = optimum_verdict(window("lru", 310, 500, 400), "lru", 310, 0.05, None)
     assert "(the worker's sample_rate, within" in worker.text
 
 
@@ -260,16 +260,18 @@ def window(
 
 
 def test_the_optimum_verdict_speaks_only_of_the_tiers_own_policy_on_enough_blocks() -> None:
-    assert kinds(optimum_verdict(window("arc", 2_000, 500, 400), "arc", 2_000, 0.05)) == ["optimum"]
-    assert window_efficiency(window("arc", 2_000, 500, 400), "arc", 2_000) is not None
+    assert kinds(optimum_verdict(window("arc", 2_000, 500, 400), "arc", 2_000, 0.05, None)) == [
+        "optimum"
+    ]
+    assert window_efficiency(window("arc", 2_000, 500, 400), "arc", 2_000, None) is not None
     stood_in = window("lru", 2_000, 500, 400)
-    assert optimum_verdict(stood_in, "gated", 2_000, 0.05) == [], "lru stood in for it"
-    assert window_efficiency(stood_in, "gated", 2_000) is None
-    (small,) = optimum_verdict(window("lru", 20, 500, 400), "lru", 20, 0.05)
+    assert optimum_verdict(stood_in, "gated", 2_000, 0.05, None) == [], "lru stood in for it"
+    assert window_efficiency(stood_in, "gated", 2_000, None) is None
+    (small,) = optimum_verdict(window("lru", 20, 500, 400), "lru", 20, 0.05, None)
     assert small.kind == "sample_small" and small.blocks == 20
     nothing = window("lru", 2_000, 0, 0)
-    assert optimum_verdict(nothing, "lru", 2_000, 0.05) == [], "no reachable hit"
-    assert window_efficiency(nothing, "lru", 2_000) is None
+    assert optimum_verdict(nothing, "lru", 2_000, 0.05, None) == [], "no reachable hit"
+    assert window_efficiency(nothing, "lru", 2_000, None) is None
 
 
 def test_the_optimum_is_withheld_on_the_tiers_own_size_and_its_efficiency_with_it() -> None:
@@ -277,12 +279,14 @@ def test_the_optimum_is_withheld_on_the_tiers_own_size_and_its_efficiency_with_i
     enough for a 310-block tier at 0.05), and the API gave the efficiency the verdict
     withheld."""
     small = window("lru", 310, 500, 400)
-    (verdict,) = optimum_verdict(small, "lru", 310, 0.05)
+    (verdict,) = optimum_verdict(small, "lru", 310, 0.05, None)
     assert verdict.kind == "sample_small" and verdict.blocks == 310
-    assert window_efficiency(small, "lru", 310) is None
+    assert window_efficiency(small, "lru", 310, None) is None
     exact = window("lru", 8, 50, 40, rate=1.0)
-    assert kinds(optimum_verdict(exact, "lru", 8, 1.0)) == ["optimum"], "rate 1: the tier's own"
-    assert window_efficiency(exact, "lru", 8) == pytest.approx(0.8)
+    assert kinds(optimum_verdict(exact, "lru", 8, 1.0, None)) == ["optimum"], (
+        "rate 1: the tier's own"
+    )
+    assert window_efficiency(exact, "lru", 8, None) == pytest.approx(0.8)
 
 
 def test_admission_is_said_to_save_writes_and_to_win_hits_only_where_there_are_some() -> None:
@@ -304,7 +308,7 @@ def test_a_verdicts_percent_is_rounded_as_the_page_rounds_the_figure_beside_it()
     assert "already gets 97.3% of the optimum's hits" in verdict.text
     (whole,) = admission_verdict(0.5, 0.999999)
     assert whole.text.startswith("50% of stores") and "already gets 100% of" in whole.text
-    (optimum,) = optimum_verdict(window("lru", 8, 47, 40, rate=1.0), "lru", 8, 1.0)
+    (optimum,) = optimum_verdict(window("lru", 8, 47, 40, rate=1.0), "lru", 8, 1.0, None)
     assert optimum.text.startswith("this tier gets 85.1% of the hits"), optimum.text
 
 
@@ -376,6 +380,21 @@ def test_a_sample_whose_blocks_change_predecessor_says_the_curve_does_not_predic
     assert verdict.kind == "unchained" and verdict.policy == "lru" and verdict.share == 0.25
     assert "100 of 400 sampled blocks met again (25%)" in verdict.text
     assert "no verdict on the tier's size or policy" in verdict.text
+
+
+def test_on_an_unchained_stream_the_optimum_is_withheld_with_the_curves_verdicts() -> None:
+    """The window's replays count prefix hits on the sample as the curve does: on a stream
+    whose blocks change predecessor, its efficiency is off by what the sample cannot measure."""
+    result = window("lru", 2_000, 500, 400)
+    for checked, changed, kept in [(400, 100, False), (400, 0, True), (400, 3, True)]:
+        counted = with_prefix_counts(basis(0.05), checked, changed)
+        assert kinds(optimum_verdict(result, "lru", 2_000, 0.05, counted)) == (
+            ["optimum"] if kept else []
+        )
+        assert (window_efficiency(result, "lru", 2_000, counted) is not None) == kept
+    unchained = with_prefix_counts(basis(0.05), 400, 100)
+    (verdict,) = curve_verdicts(curve_around(2_000, 0.3, 0.3), "lru", unchained)
+    assert "nor on its distance to the optimum" in verdict.text
 
 
 @pytest.mark.parametrize(
