@@ -189,10 +189,19 @@ class WindowFigure {
     const atTier = curve?.hit_ratios[optimum.policy]?.[curve.current_index];
     const whole = atTier === undefined ? "" : ` (there ${optimum.policy} hits `
       + `${withUnit(atTier, "ratio")} at the tier's ${withUnit(curve.current_blocks, "blocks")})`;
-    this.note.textContent = "These two compare with each other only. The curve below covers every "
+    this.note.textContent = (unchained(p) ? "Both read above what the tier hits, each by its own "
+      + "amount: the stream's blocks do not form prefix chains (the verdict below). " : "")
+      + "These two compare with each other only. The curve below covers every "
       + `sampled reference ${since}${whole}: a window this short, replayed from empty, wanders `
       + "around that.";
   }
+}
+
+/** Whether the sidecar says publisher `p`'s stream does not form prefix chains: its sampled
+ * hit ratios, the window's too, then read above the tier's by an amount the sample cannot
+ * measure, and the API withholds the efficiency. */
+function unchained(p) {
+  return p.verdicts.some((v) => v.kind === "unchained");
 }
 
 /** The capacity axis' labels: every tick's where they fit side by side, else every second's
@@ -265,7 +274,9 @@ function mount(panel, context) {
       shareGap.textContent = " ";
       shareUnit.textContent = !optimum ? "of the optimum's hits: its window is still filling"
         : optimum.policy !== p.policy ? `of the optimum's hits: the curve does not simulate ${p.policy}`
-          : "the optimum hits no sampled block in its window";
+          : unchained(p) ? "of the optimum's hits: the sample cannot tell it on a stream whose "
+            + "blocks do not form prefix chains"
+            : "the optimum hits no sampled block in its window";
       return;
     }
     const [number, unit] = parts(p.efficiency, "ratio");
