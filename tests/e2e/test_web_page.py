@@ -1177,3 +1177,53 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     screenshot = artefacts / "web-page-insight.png"
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000, f"an empty-looking page at {screenshot}"
+
+
+def _unchained(publisher: dict[str, Any]) -> dict[str, Any]:
+    verdict = {**publisher["verdicts"][0], "kind": "unchained", "text": "the sample's blocks"}
+    return {**publisher, "verdicts": [verdict, *publisher["verdicts"]]}
+
+
+@pytest.mark.parametrize(
+    ("case", "changed", "says"),
+    [
+        ("window filling", lambda p: {**p, "optimum": None}, "its window is still filling"),
+        (
+            "optimum hit nothing",
+            lambda p: {**p, "optimum": {**p["optimum"], "hit_ratio": 0.0}},
+            "the optimum hits no sampled block in its window",
+        ),
+        ("too few sampled blocks", lambda p: p, "too few sampled blocks to tell"),
+        ("unchained", _unchained, "do not form prefix chains"),
+    ],
+)
+def test_the_insight_view_says_why_it_shows_no_efficiency(
+    page: sync_api.Page,
+    demo: str,
+    case: str,
+    changed: Callable[[dict[str, Any]], dict[str, Any]],
+    says: str,
+) -> None:
+    """The API answers efficiency null for several reasons; the headline names the one that
+    holds, read off the rest of the answer. The demo's real answer is given the reason by the
+    browser's network layer: the page's words are what is tested, not the sidecar's reasons
+    (tests/app/test_insight*.py hold those). Before, an efficiency withheld because the tier's
+    size was too few sampled blocks read "the optimum hits no sampled block"."""
+
+    def ready(body: dict[str, Any]) -> bool:
+        (publisher,) = body["publishers"]
+        return publisher["optimum"] is not None and publisher["optimum"]["hit_ratio"] > 0
+
+    wait_for(lambda: api(page, demo, "insight"), ready, "an optimum that hits", 2 * WAIT_S)
+
+    def withheld(route: sync_api.Route) -> None:
+        body = route.fetch().json()
+        body["publishers"] = [{**changed(p), "efficiency": None} for p in body["publishers"]]
+        route.fulfill(json=body)
+
+    page.route("**/api/v1/insight", withheld)
+    open_view(page, demo, "insight")
+    page.wait_for_function("() => document.getElementById('view-insight').dataset.rendered")
+    headline = page.locator("#insight-efficiency")
+    sync_api.expect(headline).to_contain_text(says)
+    assert headline.get_attribute("data-efficiency") == "", case

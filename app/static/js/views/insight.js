@@ -276,7 +276,9 @@ function mount(panel, context) {
         : optimum.policy !== p.policy ? `of the optimum's hits: the curve does not simulate ${p.policy}`
           : unchained(p) ? "of the optimum's hits: the sample cannot tell it on a stream whose "
             + "blocks do not form prefix chains"
-            : "the optimum hits no sampled block in its window";
+            : optimum.hit_ratio === 0 ? "the optimum hits no sampled block in its window"
+              : "of the optimum's hits: the tier's size is too few sampled blocks to tell (the "
+                + "verdicts below say what rate would do)";
       return;
     }
     const [number, unit] = parts(p.efficiency, "ratio");
