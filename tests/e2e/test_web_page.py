@@ -563,6 +563,9 @@ def test_the_tabs_follow_the_aria_pattern_with_arrow_keys_and_visible_focus(
     page.goto(f"{demo}/")
     page.wait_for_function(UPDATED)
     assert page.get_attribute("#tabs", "role") == "tablist"
+    # A screen reader read "Views" twice, the navigation landmark's name and then the tab list's.
+    sync_api.expect(page.get_by_role("tablist")).to_have_accessible_name("Views")
+    sync_api.expect(page.get_by_role("navigation")).not_to_have_accessible_name("Views")
     page.focus("#tab-overview")
     steps = [("ArrowRight", "blocks"), ("ArrowRight", "publishers"), ("End", "insight")]
     steps += [("ArrowRight", "overview"), ("ArrowLeft", "insight"), ("Home", "overview")]
