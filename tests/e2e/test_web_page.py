@@ -270,7 +270,13 @@ def test_the_cards_show_the_numbers_the_api_returns_with_units_and_they_move(
     assert unit == "blocks" and 0 < number(blocks_cpu) <= capacity
     # A medium counts copies, the index distinct blocks: each card says which it shows.
     assert held.startswith("copies held, ") and held.endswith("B"), held
-    assert "KV cache groups" in (page.get_attribute("[data-card='blocks:CPU'] h2", "title") or "")
+    # What copies are is said under the cards, where a keyboard or a touch reaches it (a
+    # tooltip reached neither), and each medium's heading is described by it.
+    note = page.locator("#copies-note")
+    sync_api.expect(note).to_be_visible()
+    sync_api.expect(note).to_contain_text("KV cache groups")
+    heading = page.locator("[data-card='blocks:CPU'] h2")
+    sync_api.expect(heading).to_have_accessible_description(note.text_content() or "")
     tracked, most = tracked_detail.split(" distinct blocks tracked, at most ")
     assert 0 < number(tracked) <= number(most) == stats["max_blocks"], tracked_detail
     hits, looked_up = map(number, hit_detail.removesuffix(" blocks looked up").split(" of "))

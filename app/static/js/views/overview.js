@@ -71,17 +71,20 @@ const CHARTS = [
 ];
 
 // A medium's card counts copies, as vLLM announces them; the index tracks distinct hashes,
-// so a hybrid model's GPU card can read more blocks than the index tracks.
-const COPIES = "Copies held: a block held by two workers, or by two KV cache groups of one "
-  + "worker, counts twice";
+// so a hybrid model's GPU card can read more blocks than the index tracks. Said in a line
+// under the cards, not a tooltip that a keyboard or a touch never opens.
+const COPIES = "Blocks per medium count copies held: a block held by two workers, or by two KV "
+  + "cache groups of one worker, counts twice.";
 
-function card(id, title, hint) {
+/** A card headed `title`; `describedBy` names the id of a visible note on what it counts. */
+function card(id, title, describedBy) {
   const value = h("span", { class: "value", text: "–" });
   const gap = document.createTextNode(" ");
   const unit = h("span", { class: "unit" });
   const detail = h("p", { class: "detail" });
   const element = h("div", { class: "card", "data-card": id },
-    h("h2", { text: title, title: hint }), h("p", { class: "big" }, value, gap, unit), detail);
+    h("h2", { text: title, "aria-describedby": describedBy }),
+    h("p", { class: "big" }, value, gap, unit), detail);
   return { element, show(number, unitText, detailText = "") {
     value.textContent = number;
     gap.textContent = unitGap(unitText);
@@ -106,9 +109,10 @@ function mount(panel, context) {
     onchange: () => context.navigate({ range: range.value }) });
   fillSelect(range, Object.entries(RANGES).map(([key, r]) => [key, r.label]), "15m");
   const grid = h("div", { class: "charts" });
+  const copiesNote = h("p", { id: "copies-note", class: "detail", text: COPIES, hidden: true });
   const historyState = h("span", { id: "history-state", class: "problem", role: "status" });
   panel.append(
-    h("h2", { class: "visually-hidden", text: "Overview" }), cards,
+    h("h2", { class: "visually-hidden", text: "Overview" }), cards, copiesNote,
     h("div", { class: "toolbar" }, h("label", { for: "range", text: "Charts: " }), range,
       h("span", { class: "hint",
         text: "drag across a chart to zoom, double-click to zoom out, press a line's name to hide or show it" }),
@@ -130,7 +134,8 @@ function mount(panel, context) {
     const media = mediaOf(s);
     for (const medium of media) {
       if (!mediumCards.has(medium)) {
-        const made = card(`blocks:${medium}`, `${medium} blocks`, COPIES);
+        const made = card(`blocks:${medium}`, `${medium} blocks`, copiesNote.id);
+        copiesNote.hidden = false;
         mediumCards.set(medium, made);
         cards.insertBefore(made.element, cards.children[mediumCards.size - 1] ?? null);
       }
