@@ -887,6 +887,32 @@ def test_a_publisher_named_at_length_by_its_peer_never_widens_the_page_and_its_p
     assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
 
 
+def test_a_count_that_went_wrong_is_described_by_a_key_on_the_page(
+    browser: sync_api.Browser,
+) -> None:
+    """A marked count's meaning, "not zero", was a tooltip that no keyboard, touch or screen
+    reader reached: a key under the health table says it, and describes each marked count.
+    Batch 1 of the stream never comes: its gap and the batch it missed are marked."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        raw = RawPublisher(connect=bound, topic=b"engine")
+        try:
+            probed_until(http, raw, listing("engine@0"), "engine@0")
+            applied(http, raw, 0)
+            applied(http, raw, 2)
+            with sized_page(browser, 1280, 900) as page:
+                open_view(page, sidecar.url, "publishers")
+                marked = page.locator("#publishers td.problem")
+                sync_api.expect(marked).to_have_count(2)
+                key = page.locator("#problem-key")
+                sync_api.expect(key).to_be_visible()
+                for cell in marked.all():
+                    sync_api.expect(cell).to_have_accessible_description(key.text_content() or "")
+        finally:
+            raw.close()
+
+
 def test_the_blocks_view_asks_past_a_stretch_of_the_index_its_filter_finds_nothing_in(
     browser: sync_api.Browser,
 ) -> None:

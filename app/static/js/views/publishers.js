@@ -3,9 +3,10 @@
 // frames, drops, address family changes, sources of the other family than their host)
 // and its configuration, from /api/v1/stats each
 // second, and in listen mode the listen socket's counts in a sentence. A count that says
-// something went wrong is marked, in words as well as colour; one of what the sidecar did
-// to keep up with its publisher (batches replayed, sockets made again for another address
-// family) is not.
+// something went wrong is marked in bold as well as colour, and described by a key under the
+// table that a keyboard, a touch and a screen reader reach (a tooltip reached none of them);
+// one of what the sidecar did to keep up with its publisher (batches replayed, sockets made
+// again for another address family) is not.
 import { h, say, table } from "../dom.js";
 import { age, count, counted } from "../format.js";
 
@@ -15,8 +16,11 @@ const HEALTH_COLUMNS = ["status", "publisher", "last frame", "stats lag", "frame
   "source family mismatches", "dropped"];
 const CONFIG_COLUMNS = ["publisher", "mode", "engine", "rank", "policy", "capacity", "block size"];
 
+const PROBLEM_KEY = "problem-key";
+
 function cell(text, problem = false) {
-  return h("td", { text: text ?? "–", class: problem ? "problem" : null, title: problem ? "not zero" : null });
+  return h("td", { text: text ?? "–", class: problem ? "problem" : null,
+    "aria-describedby": problem ? PROBLEM_KEY : null });
 }
 
 function healthRow(p, now) {
@@ -48,7 +52,10 @@ function mount(panel, { stats }) {
   const listener = h("p", { class: "detail" });
   panel.append(
     h("section", { class: "card" }, h("h2", { text: "Publishers: health" }), summary,
-      h("div", { class: "scroll" }, publishers), listener),
+      h("div", { class: "scroll" }, publishers),
+      h("p", { id: PROBLEM_KEY, class: "detail" },
+        h("span", { class: "problem", text: "Bold red" }), ": a count that should be zero and is not."),
+      listener),
     h("section", { class: "card" }, h("h2", { text: "Publishers: configuration" }),
       h("div", { class: "scroll" }, configs)));
 
