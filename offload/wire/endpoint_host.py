@@ -24,6 +24,7 @@ from offload.shown import shown_repr
 from offload.wire.endpoints import (
     ZONE_NUMBER,
     Family,
+    bound_address,
     connect_target,
     connects_ipv6,
     family_mismatch,
@@ -230,16 +231,16 @@ def connect_reaches(connect: str, bound: str) -> bool:
     if fixed is None or fixed[1] != int(port):  # a free port is none a connect names
         return False
     listened = fixed[0]
-    bound_address = ipaddress.IPv4Address(0) if listened == "*" else host_address(listened)
+    listened_address = bound_address(listened)
     address = host_address(host)
-    if bound_address is not None and bound_address.is_unspecified:  # a wildcard
+    if listened_address is not None and listened_address.is_unspecified:  # a wildcard
         return (
             address is not None
-            and (bound_address.version == 6 or address.version == 4)
+            and (listened_address.version == 6 or address.version == 4)
             and _is_this_hosts(address)
         )
-    if bound_address is not None or address is not None:
-        return bound_address == address
+    if listened_address is not None or address is not None:
+        return listened_address == address
     return _name(host) == _name(listened)
 
 

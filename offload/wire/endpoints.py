@@ -386,6 +386,13 @@ def host_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | N
     return address
 
 
+def bound_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a bind's ``host`` covers, as ``host_address`` gives it, ``*`` being
+    ``0.0.0.0``: a socket binding it is left without ZMQ's IPv6 option (``binds_ipv6``), so
+    it listens on every IPv4 address of this host and no IPv6 one."""
+    return ipaddress.IPv4Address(0) if host == "*" else host_address(host)
+
+
 def fixed_port(endpoint: str) -> tuple[str, int] | None:
     """A bindable TCP endpoint's host and port; None for ipc, a wildcard port or port 0.
 

@@ -7,7 +7,7 @@ endpoints, and ranks whose moved ports would meet are refused before any binds.
 
 from __future__ import annotations
 
-from offload.wire.endpoints import fixed_port, host_address
+from offload.wire.endpoints import bound_address, fixed_port
 
 
 def offset_endpoint(endpoint: str, rank: int) -> str:
@@ -43,15 +43,16 @@ def _addresses_overlap(first: str, second: str) -> bool:
     """Whether binding one port on both hosts can collide.
 
     A wildcard binds the port on every address it covers, so the bind of
-    another address there fails: ``*`` covers every address, ``0.0.0.0``
-    every IPv4 one, and ``[::]`` every address (IPv6, and IPv4 too, as ZMQ
-    binds it dual-stack). A host name or interface may be any address, so it
-    overlaps every wildcard; two specific addresses overlap when they are one
-    address however written (``127.0.0.1``, ``[::ffff:127.0.0.1]``).
+    another address there fails: ``*`` and ``0.0.0.0`` cover every IPv4
+    address (``*`` is bound without ZMQ's IPv6 option: ``binds_ipv6``), and
+    ``[::]`` every address (IPv6, and IPv4 too, as ZMQ binds it dual-stack).
+    A host name or interface may be any address, so it overlaps every
+    wildcard; two specific addresses overlap when they are one address
+    however written (``127.0.0.1``, ``[::ffff:127.0.0.1]``).
     """
-    if first == second or "*" in (first, second):
+    if first == second:
         return True
-    a, b = host_address(first), host_address(second)
+    a, b = bound_address(first), bound_address(second)
     if a is not None and b is not None:
         return a == b or any(
             address.is_unspecified and (address.version == 6 or other.version == 4)

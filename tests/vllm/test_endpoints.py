@@ -26,8 +26,10 @@ from offload.cpu.policies import registry
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.manager import KVScopeManager
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
+from offload.wire.publisher import EventPublisher
 from offload.wire.rank_offsets import ports_overlap
 from offload.wire.stats_frame import decode_stats_frame
+from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
 from tests.support.ports import held_tcp_ports
 
@@ -216,7 +218,9 @@ def test_endpoints_two_ranks_or_sockets_would_share_are_refused_naming_the_key(
         ("[::]", "[::1]", True),
         ("[::]", "127.0.0.1", True),  # ZMQ binds [::] dual-stack
         ("[0:0::0]", "10.1.2.3", True),  # [::] written another way
-        ("*", "[::1]", True),
+        ("*", "127.0.0.1", True),
+        ("*", "[::]", True),  # [::] binds IPv4 too
+        ("*", "[::1]", False),  # * is bound IPv4 only, as 0.0.0.0 is
         ("[::ffff:127.0.0.1]", "127.0.0.1", True),  # one address, written two ways
         ("0.0.0.0", "[::1]", False),  # an IPv4 wildcard covers no IPv6 address
         ("127.0.0.1", "127.0.0.2", False),
@@ -228,6 +232,18 @@ def test_a_wildcard_address_overlaps_every_address_it_binds(
 ) -> None:
     assert ports_overlap(f"tcp://{first}:5557", f"tcp://{second}:5558", 2) is overlap
     assert ports_overlap(f"tcp://{second}:5557", f"tcp://{first}:5558", 2) is overlap
+
+
+@needs_ipv6_loopback
+def test_a_star_bind_leaves_an_ipv6_address_its_port() -> None:
+    """What the check above rests on for ``*``: a publisher binding ``tcp://*`` listens on
+    IPv4 alone (``binds_ipv6``), so another binds the same port at ``[::1]``. The check
+    took ``*`` for every address and refused two ranks there that bind."""
+    with EventPublisher("tcp://*:0") as star:
+        port = star.endpoint.rpartition(":")[2]
+        with EventPublisher(f"tcp://[::1]:{port}") as ipv6:
+            assert ipv6.endpoint == f"tcp://[::1]:{port}"
+    assert not ports_overlap("tcp://*:5557", "tcp://[::1]:5557", 1)
 
 
 def test_ports_far_enough_apart_serve_every_rank(base: int) -> None:
