@@ -770,7 +770,7 @@ static PyGetSetDef Attribution_getset[] = {
     {"tokens", (getter)Attribution_tokens, NULL, "Tokens of the blocks lost to each reason.",
      NULL},
     {"remembered", (getter)Attribution_remembered, NULL,
-     "Hashes held to tell evicted and refused blocks from cold ones.", NULL},
+     "Hashes held to tell evicted, refused and no-room blocks from cold ones.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -168,7 +168,8 @@ class PyMissAttribution:
 
     @property
     def remembered(self) -> int:
-        """Hashes held to tell evicted and refused blocks from cold ones (the memory cost)."""
+        """Hashes held to tell evicted, refused and no-room blocks from cold ones (the memory
+        cost)."""
         return len(self.evicted) + len(self.refused) + len(self.no_room)
 
     def miss(
@@ -226,11 +227,12 @@ class PyMissAttribution:
         refused: Iterable[BlockHash],
         evicted: Iterable[BlockHash],
         no_room: Iterable[BlockHash] = (),
+        /,
     ) -> None:
         """A store of ``requested`` (a chain's blocks, in order) found ``held`` of them
         already held; admission refused ``refused``, ``evicted`` left for room, and
         ``no_room`` were admitted but not stored, the tier unable to make room (the
-        manager's one call per store).
+        manager's one call per store). Positional only, as the C form's arguments are.
 
         When it starts at the last miss's break, those held blocks are the ones
         that miss lost behind it: ``prefix_lost``; the rest go to its reason.

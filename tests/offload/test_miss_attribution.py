@@ -521,6 +521,18 @@ def test_a_reason_judged_at_the_lookup_is_the_one_charged_later(form: type) -> N
 
 
 @pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
+def test_both_forms_take_a_stores_arguments_by_position_only(form: type) -> None:
+    """The C form reads ``stored``'s arguments by position; the Python form took them by
+    name too (``no_room=``), so a call one form took the other refused."""
+    attribution = form(4, 1)
+    attribution.stored([], 0, [], [], [5])
+    with pytest.raises(TypeError):
+        attribution.stored([], 0, [], [], no_room=[6])
+    assert attribution.reason(5) == "no_room"
+    assert attribution.reason(6) == "cold"
+
+
+@pytest.mark.parametrize("form", [MissAttribution, PyMissAttribution])
 @pytest.mark.parametrize(
     ("reason", "in_flight"),
     [("in_flight", False), ("prefix_lost", False), ("warm", False), (1, False), ("cold", True)],
