@@ -182,10 +182,11 @@ class Verdict:
     ``points``: hit-ratio points gained (negative: lost); ``multiple``: the
     capacity it speaks of over the current one (the curve's multiple at that
     capacity: whole blocks, so an odd tier's half is not 0.5); ``share``: a
-    ratio in 0..1 (dead writes, the tier's hits over the optimum's, or the share of the
-    tier a stream that fits it touched);
-    ``blocks``: a block count (stranded blocks, or the capacity a multiple
-    stands for).
+    ratio in 0..1 (dead writes, the tier's hits over the optimum's, the stream's share a
+    simulation shed, the share of the tier a stream that fits it touched, or the share of
+    sampled blocks met again behind another predecessor on an unchained stream);
+    ``blocks``: a block count (stranded blocks, the capacity a multiple stands for, or
+    the tier size a long_requests verdict speaks of).
     """
 
     kind: VerdictKind
