@@ -56,10 +56,11 @@ from offload.insight.window_optimum import (
 )
 from offload.wire.sample_frame import MIN_SAMPLE_RATE, SampleFrame
 
-STACK_BYTES_PER_BLOCK: Final = 256
-"""Estimated memory of one hash on the LRU stack (two dict entries and the hash) and its
-predecessor in the stack's prefix check (one dict entry), measured with tracemalloc;
-rounded up."""
+STACK_BYTES_PER_BLOCK: Final = 512
+"""Estimated memory of one hash on the LRU stack (its segment's ordered-dict entry, a set
+entry and the hash, 64 bytes at the longest) and its predecessor in the stack's prefix check
+(a dict entry), each table at its emptiest between resizes: measured with tracemalloc, at
+most 470 bytes, rounded up (tests/app/test_insight_memory.py)."""
 WINDOW_BYTES_PER_REF: Final = 512
 """Estimated memory of one sampled reference in the optimum's window, with its share of a
 recomputation's tables and tier, measured with tracemalloc; rounded up."""

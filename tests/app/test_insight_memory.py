@@ -1,0 +1,41 @@
+"""The LRU stack's memory against the estimate the insight memory bound rests on."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from itertools import count
+
+import pytest
+
+from app.state.insight import STACK_BYTES_PER_BLOCK
+from offload.insight.estimator import STACK_POLICY, CurveEstimator
+from offload.wire.labels import MAX_HASH_BYTES
+
+
+@pytest.mark.parametrize("request_blocks", [3, 37])
+def test_a_full_stack_and_its_prefix_check_keep_at_most_the_estimate_per_hash(
+    request_blocks: int,
+) -> None:
+    """Every request new, of the longest hashes a frame carries, so that the stack stays full
+    of hashes nothing else keeps alive while its tables churn: the estimate of 256 bytes a
+    hash was under the stack alone (about 367) before the prefix check added its entry (up
+    to about 100 more), and ``KVSCOPE_INSIGHT_MAX_BYTES`` was passed by as much."""
+    numbers = count()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        stack = CurveEstimator(1_500, 1.0, [STACK_POLICY])
+        largest = max(stack.capacities)
+        worst = 0.0
+        for _ in range(3 * largest // request_blocks):
+            request = [next(numbers).to_bytes(MAX_HASH_BYTES, "big") for _ in range(request_blocks)]
+            stack.record(request, request_blocks)
+            if stack.held_blocks == largest:
+                held = tracemalloc.get_traced_memory()[0] - before
+                worst = max(worst, held / largest)
+    finally:
+        tracemalloc.stop()
+    assert worst > 0, "the stack never filled"
+    assert worst <= STACK_BYTES_PER_BLOCK
