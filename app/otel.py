@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry import trace
 
@@ -35,7 +35,7 @@ _BSP_VARIABLES = {
 }
 """The variables behind the batch span processor's arguments, which its errors name."""
 
-MAX_BSP_VALUE = 2**31 - 1
+MAX_BSP_VALUE: Final = 2**31 - 1
 """The largest ``OTEL_BSP_*`` value taken: the SDK takes any integer, but a queue size past
 a C ``ssize_t`` raised OverflowError as it was set up (a traceback), and a delay past
 what ``threading`` waits stopped its export thread, every span then dropped. This is 24

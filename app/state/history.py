@@ -80,8 +80,9 @@ DEFAULT_TIERS: Final = (TierSpec(1, 900), TierSpec(10, 2160))
 """1 s for the last 15 minutes, 10 s for the last 6 hours."""
 
 DEFAULT_MAX_SERIES: Final = SidecarSettings.model_fields["history_max_series"].default
-"""Enough for 12 kvscope publishers' every series (about 40 each, by medium, reason, direction
-and replay outcome) beside the sidecar's own; more publishers need a larger setting."""
+"""Enough for 11 kvscope publishers' every series (about 40 each, 45 with both GPU and CPU, by
+medium, reason, direction and replay outcome) beside the sidecar's own; more publishers need a
+larger setting."""
 
 DEFAULT_MAX_LABEL_SETS: Final = SidecarSettings.model_fields["max_media"].default
 """Series one publisher's metric may have at least: one per medium the index tracks (its

@@ -51,12 +51,9 @@ class PrefixCheck:
 
     @property
     def held_blocks(self) -> int:
+        """Blocks whose predecessor is remembered: at most ``max_blocks``, the check's bound
+        on its memory (the stack's largest capacity), which its tests hold it to."""
         return len(self._before)
-
-    @property
-    def changed_share(self) -> float:
-        """The share of checked references whose predecessor changed (0 before any)."""
-        return self.changed / self.checked if self.checked else 0.0
 
     def add_many(self, requests: Iterable[Sequence[BlockHash]]) -> None:
         """Requests in order, each its sampled blocks in prompt order."""
