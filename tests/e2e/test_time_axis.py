@@ -306,3 +306,50 @@ def test_a_chart_whose_first_point_is_on_a_whole_minute_shows_its_label_whole(
             }"""
         )
     assert ink == 0, f"{ink} pixels drawn at the left edge: a label cut off"
+
+
+LEGEND_VALUES = ".u-legend .u-series .u-value"
+"""A chart's legend's values: the time's, then each line's."""
+
+
+def test_a_chart_reads_its_earlier_values_by_keyboard(
+    browser: sync_api.Browser, sidecar: str
+) -> None:
+    """Reading a past value took a mouse: hovering moves uPlot's cursor, and the legend then
+    shows that instant's values. The plot is a tab stop, named for its keys, with a visible
+    focus; Left and Right move the cursor a point (900 points stand closer than a pixel
+    apart here, and each key still moves one), Home and End to the first and last, Escape
+    back to the newest values, and the legend, on this chart and on the charts in step with
+    it, reads the history's point at that index."""
+    start, step, points, _ = HISTORIES["a quarter hour of an afternoon"]
+    with overview(browser, sidecar, history(start, step, points), 900, "hit-ratio") as chart:
+        page = chart.page
+        plot = chart.get_by_role(
+            "group",
+            name="Hit ratio (lookups): use left and right arrow keys to read earlier values",
+        )
+        page.focus("#range")
+        for _ in range(10):
+            page.keyboard.press("Tab")
+            if plot.evaluate("plot => plot === document.activeElement"):
+                break
+        else:
+            pytest.fail("Tab never reached the hit-ratio chart's plot")
+        outline = plot.evaluate("plot => getComputedStyle(plot).outlineStyle")
+        assert outline != "none", "the focused plot shows its focus"
+        occupancy = page.locator("[data-chart='occupancy']").locator(LEGEND_VALUES)
+
+        def shows(index: int) -> None:
+            at = datetime.fromtimestamp(start + step * index, ZoneInfo("UTC"))
+            time = f"{clock_time(at, seconds=True)} {at:%p}"
+            # 100 blocks looked up a second, index % 5 of them hits (no ratio at the first).
+            ratio = f"{index % 5}%" if index else "\u2013"
+            sync_api.expect(chart.locator(LEGEND_VALUES)).to_have_text([time, ratio])
+            sync_api.expect(occupancy).to_have_text([time, "27,447 blocks", "127,447 blocks"])
+
+        keys = [("ArrowLeft", 898), ("ArrowLeft", 897), ("ArrowLeft", 896), ("Home", 0)]
+        keys += [("ArrowLeft", 0), ("ArrowRight", 1), ("End", 899), ("ArrowLeft", 898)]
+        keys += [("Escape", 899), ("ArrowLeft", 898)]  # from the newest again, not from 898
+        for key, index in keys:
+            page.keyboard.press(key)
+            shows(index)

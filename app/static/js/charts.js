@@ -1,12 +1,14 @@
 // Time-series charts drawn by uPlot (vendored: static/vendor/uPlot.iife.min.js defines the
 // global `uPlot`): time axes, values with units on the axis, in the legend and under the
 // cursor, drag to zoom (double-click to zoom out), a line's name a button that hides or shows
-// the line (js/legend_toggles.js), cursors in step across charts, and one colour per series
+// the line (js/legend_toggles.js), a plot whose cursor the arrow keys move too
+// (js/keyboard_cursor.js), cursors in step across charts, and one colour per series
 // name on every chart and every load. Colours and lines come from the stylesheet's custom
 // properties, so light and dark schemes both read.
 import { h } from "./dom.js";
 import { withUnit, clock, short, unitName } from "./format.js";
 import { legendToggles } from "./legend_toggles.js";
+import { keyboardCursor } from "./keyboard_cursor.js";
 
 const PALETTE_SIZE = 8;
 /** Series names with a fixed colour (distinct within each chart); any other gets one from a
@@ -206,6 +208,7 @@ export class TimeChart {
   /** A chart in `container` ({title, unit, empty}: its heading, unit and no-data text); the
   heading names the unit, which short y-axis labels leave out. */
   constructor(container, { id, title, unit, empty }) {
+    this.title = title;
     this.unit = unit;
     this.empty = h("p", { class: "empty", text: empty });
     this.plotArea = h("div", { class: "plot" });
@@ -251,6 +254,9 @@ export class TimeChart {
 
   rebuild(names = this.names.split("\u0000")) {
     if (!this.data || !names[0]) return;
+    // A new plot replaces the focused one (a line added, the colour scheme changed): the
+    // keyboard's place moves to it, not back to the top of the page.
+    const focused = this.plot?.over === document.activeElement;
     this.plot?.destroy();
     const colours = theme();
     const format = (value) => (value === null ? "–" : withUnit(value, this.unit));
@@ -271,7 +277,7 @@ export class TimeChart {
       hooks: {
         init: [spaceTimeTicks], draw: [showLatest, keepTimeAxis(this.element)], setCursor: [showLatest],
       },
-      plugins: [legendToggles()],
+      plugins: [legendToggles(), keyboardCursor(this.title)],
       series: [
         { label: "time", value: (u, ts) => (ts === null ? "–" : clock(ts)) },
         ...names.map((name) => ({
@@ -281,6 +287,7 @@ export class TimeChart {
       ],
     };
     this.plot = new uPlot(options, this.data, this.plotArea);
+    if (focused) this.plot.over.focus();
   }
 
   resize() {

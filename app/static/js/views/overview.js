@@ -115,7 +115,8 @@ function mount(panel, context) {
     h("h2", { class: "visually-hidden", text: "Overview" }), cards, copiesNote,
     h("div", { class: "toolbar" }, h("label", { for: "range", text: "Charts: " }), range,
       h("span", { class: "hint",
-        text: "drag across a chart to zoom, double-click to zoom out, press a line's name to hide or show it" }),
+        text: "drag across a chart to zoom, double-click to zoom out, press a line's name to hide or show it, "
+          + "arrow keys on a focused chart read earlier values" }),
       historyState),
     grid,
   );
