@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -104,6 +104,15 @@ def history(start: int, step: int, points: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def points(answer: dict[str, Any], first: int, end: int) -> dict[str, Any]:
+    """``answer`` (of /api/v1/history) cut to its points from index ``first`` to ``end``."""
+    return {
+        **answer,
+        "times": answer["times"][first:end],
+        "series": [{**one, "values": one["values"][first:end]} for one in answer["series"]],
+    }
+
+
 @contextmanager
 def overview(
     browser: sync_api.Browser,
@@ -112,10 +121,11 @@ def overview(
     width: int,
     name: str,
     zone: str = "UTC",
+    later: Sequence[dict[str, Any]] = (),
 ) -> Iterator[sync_api.Locator]:
     """The overview in a window ``width`` px wide, in time zone ``zone``, its history
-    ``answer``: chart ``name`` once it has drawn every point. Fails on any script error of
-    the page."""
+    ``answer`` and then the points of each of ``later``, one a read: chart ``name`` once it
+    has drawn every point. Fails on any script error of the page."""
     context = browser.new_context(
         viewport={"width": width, "height": 900}, timezone_id=zone, locale="en-US"
     )
@@ -125,15 +135,20 @@ def overview(
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
         none_after = {**answer, "times": [], "series": []}
+        extensions = list(later)
 
         def answer_history(route: sync_api.Route) -> None:
-            body = none_after if "since=" in route.request.url else answer
+            if "since=" not in route.request.url:
+                body = answer
+            else:
+                body = extensions.pop(0) if extensions else none_after
             route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
 
         page.route("**/api/v1/history*", answer_history)
         page.goto(sidecar)
         chart = page.locator(f"[data-chart='{name}']")
-        sync_api.expect(chart).to_have_attribute("data-points", str(len(answer["times"])))
+        points = sum(len(part["times"]) for part in (answer, *later))
+        sync_api.expect(chart).to_have_attribute("data-points", str(points))
         sync_api.expect(chart).to_have_attribute("data-time-axis", re.compile("."))
         yield chart
         assert not errors, errors
@@ -353,3 +368,21 @@ def test_a_chart_reads_its_earlier_values_by_keyboard(
         for key, index in keys:
             page.keyboard.press(key)
             shows(index)
+
+
+def test_a_chart_follows_the_points_read_after_it_is_drawn(
+    browser: sync_api.Browser, sidecar: str
+) -> None:
+    """The history store extends its times in place, and a chart handed uPlot that same
+    array: it grew under the plot before the chart compared the plot's time scale with it,
+    so every chart read as zoomed in and kept the range it was first drawn with. The history
+    comes in two reads, and End on the plot reads the second's last point."""
+    start, step, _, _ = HISTORIES["a quarter hour of an afternoon"]
+    whole = history(start, step, 63)
+    first, second = points(whole, 0, 60), points(whole, 60, 63)
+    with overview(browser, sidecar, first, 900, "hit-ratio", later=[second]) as chart:
+        chart.get_by_role("group", name=re.compile("arrow keys")).focus()
+        chart.page.keyboard.press("End")
+        at = datetime.fromtimestamp(start + step * 62, ZoneInfo("UTC"))
+        time = f"{clock_time(at, seconds=True)} {at:%p}"
+        sync_api.expect(chart.locator(LEGEND_VALUES)).to_have_text([time, "2%"])

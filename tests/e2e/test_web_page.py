@@ -622,6 +622,37 @@ def test_a_line_is_hidden_and_shown_again_from_its_legend_by_keyboard(
     sync_api.expect(row).not_to_have_class(re.compile(r"\bu-off\b"))
 
 
+def test_a_point_read_by_keyboard_stays_under_the_cursor_as_points_arrive(
+    page: sync_api.Page, demo: str
+) -> None:
+    """uPlot's cursor stands at a place on the plot, and each new point moves the plot under
+    it: a point the arrow keys chose gave way to a later one within a second. The point the
+    keys chose stays in the legend while new ones are drawn."""
+    page.goto(f"{demo}/")
+    page.wait_for_function(RENDERED)
+    chart = page.locator("[data-chart='occupancy']")
+    # Both lines drawn (a line added rebuilds the plot), and a few points.
+    page.wait_for_function(
+        """() => {
+          const chart = document.querySelector("[data-chart='occupancy']");
+          return chart.dataset.series === 'GPU|CPU' && Number(chart.dataset.points) >= 5;
+        }"""
+    )
+    keys = re.compile(r"^Occupancy per medium: use left and right arrow keys")
+    chart.get_by_role("group", name=keys).focus()
+    # The point before the newest: in the plot's right half, where a new point moves the
+    # plot under the cursor by more than half a point's width.
+    page.keyboard.press("ArrowLeft")
+    legend_time = chart.locator(".u-legend .u-series .u-value").first
+    read = legend_time.text_content()
+    last = chart.get_attribute("data-last-ts")
+    page.wait_for_function(
+        "last => document.querySelector(\"[data-chart='occupancy']\").dataset.lastTs !== last",
+        arg=last,
+    )
+    assert legend_time.text_content() == read
+
+
 CONTRAST = """([text, back]) => {
   const lum = (selector, prop) => {
     const [element, pseudo] = selector.split(/(?=::)/);

@@ -235,7 +235,10 @@ export class TimeChart {
     dataset.lastTs = times.length ? String(times.at(-1)) : "";
     this.empty.hidden = shown.length > 0;
     this.plotArea.hidden = !shown.length;
-    this.data = [times, ...shown.map((line) => line.values)];
+    // A copy: the history store extends its times in place, which grew the plot's own
+    // before zoomed() compared its scale with them, so every chart read as zoomed in and kept
+    // the time range it was built with as new points came.
+    this.data = [times.slice(), ...shown.map((line) => line.values)];
     const names = shown.map((line) => line.name).join("\u0000");
     if (!shown.length) return;
     if (names !== this.names || !this.plot) {
