@@ -386,3 +386,23 @@ def test_a_chart_follows_the_points_read_after_it_is_drawn(
         at = datetime.fromtimestamp(start + step * 62, ZoneInfo("UTC"))
         time = f"{clock_time(at, seconds=True)} {at:%p}"
         sync_api.expect(chart.locator(LEGEND_VALUES)).to_have_text([time, "2%"])
+
+
+def test_a_focused_plot_keeps_the_focus_when_its_chart_is_drawn_anew(
+    browser: sync_api.Browser, sidecar: str
+) -> None:
+    """A chart is drawn anew, its plot replaced, when a line is added or the reader's colour
+    scheme changes: the focus went with the old plot, to the top of the page. The new plot
+    takes it."""
+    start, step, points, _ = HISTORIES["two minutes across midnight"]
+    with overview(browser, sidecar, history(start, step, points), 900, "hit-ratio") as chart:
+        chart.get_by_role("group", name=re.compile("arrow keys")).focus()
+        chart.locator(".u-over").evaluate("plot => { plot.dataset.replaced = 'no'; }")
+        chart.page.emulate_media(color_scheme="dark")
+        chart.page.wait_for_function(
+            """chart => {
+              const plot = chart.querySelector('.u-over');
+              return plot.dataset.replaced === undefined && plot === document.activeElement;
+            }""",
+            arg=chart.element_handle(),
+        )
