@@ -22,7 +22,7 @@ from vllm.v1.kv_offload.cpu.common import CPUOffloadingInfo
 from offload.cpu.config import ConfigError
 from offload.cpu.manager import CPUOffloadingManager
 from offload.insight.sampling import SpatialSampler
-from offload.shown import shown_repr
+from offload.shown import shown, shown_repr
 from offload.vllm.manager import KVScopeManager
 from offload.vllm.settings import read_settings, read_store_threshold
 from offload.vllm.stats import metric_definitions
@@ -144,9 +144,10 @@ class KVScopeOffloadingSpec(OffloadingSpec):
             return EventPublisher(endpoint, replay, data_parallel_rank=rank)
         except BindError as exc:
             key = "kvscope_endpoint" if exc.endpoint == endpoint else "kvscope_replay_endpoint"
+            # ZMQ's reason quotes an ipc path raw, and a path may hold a newline or an escape.
             raise ConfigError(
                 f"{key}: cannot bind {shown_repr(exc.endpoint)} (data-parallel rank {rank}) "
-                f"on this host: {exc.strerror}"
+                f"on this host: {shown(exc.strerror)}"
             ) from exc
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:

@@ -277,6 +277,22 @@ def test_an_endpoint_that_cannot_be_bound_is_a_clear_error_naming_its_key(
                 spec.get_manager()
 
 
+def test_an_ipc_path_that_cannot_be_bound_is_named_on_one_line_escaped(tmp_path: Path) -> None:
+    """A file name may hold a newline or a terminal escape, which the endpoint's shape check
+    lets through; ZMQ's reason for refusing the bind quotes the path raw, and the error put
+    that reason in whole, so it forged a second log line and recoloured the reader's screen."""
+    endpoint = f"ipc://{tmp_path}/no such\n[FAKE] ERROR\x1b[31m/kvscope"
+    spec = KVScopeOffloadingSpec(
+        offloading_config({"num_cpu_blocks": 4, "kvscope_endpoint": endpoint})
+    )
+    with pytest.raises(ConfigError, match=re.escape(f"cannot bind {endpoint!r}")) as refused:
+        spec.get_manager()
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "\x1b" not in message
+    assert "No such file or directory" in message
+
+
 @pytest.mark.parametrize("key", ["kvscope_endpoint", "kvscope_replay_endpoint"])
 def test_a_zone_naming_no_interface_is_refused_where_the_scheduler_binds_not_on_every_node(
     key: str,
