@@ -193,12 +193,21 @@ def _num_chunks(extra_config: Mapping[str, Any], bytes_per_chunk: int) -> tuple[
             "cpu_bytes_to_use cannot size the tier: vLLM reports 0 KV bytes per block; "
             "give num_cpu_blocks instead"
         )
+    # The chunk's bytes shown bounded: vLLM reads blocks_per_chunk with int() and passes
+    # it on unbounded, so a chunk may be past what an int prints.
     if cpu_bytes < bytes_per_chunk:
         raise ConfigError(
             f"cpu_bytes_to_use={shown_repr(given)} is smaller than one offloaded chunk "
-            f"({bytes_per_chunk} bytes across all workers)"
+            f"({shown_repr(bytes_per_chunk)} bytes across all workers)"
         )
-    return cpu_bytes // bytes_per_chunk, "cpu_bytes_to_use"
+    count = cpu_bytes // bytes_per_chunk
+    if count > MAX_NUM_BLOCKS:  # as num_cpu_blocks is bounded, whatever the host's memory
+        raise ConfigError(
+            f"kv_connector_extra_config cpu_bytes_to_use={shown_repr(given)} makes more than "
+            f"{MAX_NUM_BLOCKS} chunks of {shown_repr(bytes_per_chunk)} bytes, the most "
+            "chunks a kvscope tier holds"
+        )
+    return count, "cpu_bytes_to_use"
 
 
 def records_bytes(policy: str, num_chunks: int) -> int:
@@ -231,11 +240,11 @@ def _check_fits_host(
         return
     records = records_bytes(policy, num_chunks)
     tier_bytes = num_chunks * bytes_per_chunk + records
-    if tier_bytes > bound.num_bytes:
+    if tier_bytes > bound.num_bytes:  # the chunk's bytes, and so the tier's, unbounded
         raise ConfigError(
-            f"the CPU tier would take {tier_bytes} bytes ({num_chunks} chunks of "
-            f"{bytes_per_chunk} bytes, and {records} bytes of kvscope's records at most, "
-            f"{records // num_chunks} a chunk, with eviction_policy {policy!r:.80}), more "
+            f"the CPU tier would take {shown_repr(tier_bytes)} bytes ({num_chunks} chunks of "
+            f"{shown_repr(bytes_per_chunk)} bytes, and {records} bytes of kvscope's records at "
+            f"most, {records // num_chunks} a chunk, with eviction_policy {policy!r:.80}), more "
             f"than {bound.what}, {size_text(bound.num_bytes)} ({bound.num_bytes} bytes); "
             f"lower {size_key}"
         )

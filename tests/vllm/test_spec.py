@@ -64,7 +64,7 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"cpu_bytes_to_use": 0.5}, "cpu_bytes_to_use=0.5 must be at least 1"),
         ({"cpu_bytes_to_use": 100.7}, "cpu_bytes_to_use=100.7 is smaller than one offloaded"),
         ({"cpu_bytes_to_use": "100"}, "cpu_bytes_to_use='100' is smaller than one offloaded"),
-        ({"cpu_bytes_to_use": 8 << 50}, f"more than {_MEMORY}"),  # 8 PiB
+        ({"cpu_bytes_to_use": 8 << 40}, f"more than {_MEMORY}"),  # 8 TiB: 2**31 chunks
         ({"num_cpu_blocks": 2**50}, "num_cpu_blocks=1125899906842624 must be at most 4294967296"),
         ({"cpu_bytes_to_use": 2**30, "num_cpu_blocks": 4}, "num_cpu_blocks"),
         ({}, "cpu_bytes_to_use"),
@@ -160,6 +160,50 @@ def test_a_value_too_large_to_print_is_named_in_one_short_line(extra: dict, name
     message = str(caught.value)
     assert len(message) < 2000
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("extra", "blocks_per_chunk", "named"),
+    [
+        (
+            {"cpu_bytes_to_use": 10**5000},
+            1,
+            "kv_connector_extra_config cpu_bytes_to_use=<an integer of more than 19 digits> "
+            "makes more than 4294967296 chunks of 4096 bytes, the most chunks a kvscope tier "
+            "holds",
+        ),
+        # The most digits vLLM's JSON reader takes: a tier of 10**4299 bytes named its size
+        # and its records whole, a line of 13,000 characters.
+        ({"cpu_bytes_to_use": 10**4299}, 1, "cpu_bytes_to_use=<an integer of more than 19"),
+        # vLLM reads blocks_per_chunk with int() and passes it on unbounded: a chunk past
+        # 4,300 digits failed to print, in a ValueError naming no key.
+        (
+            {"num_cpu_blocks": 8},
+            10**4299,
+            "(8 chunks of <an integer of more than 19 digits> bytes, ",
+        ),
+        (
+            {"cpu_bytes_to_use": 2**40},
+            10**4299,
+            "cpu_bytes_to_use=1099511627776 is smaller than one offloaded chunk "
+            "(<an integer of more than 19 digits> bytes across all workers)",
+        ),
+    ],
+    ids=[
+        "bytes beyond int printing",
+        "bytes at vLLM's limit",
+        "chunks of 10**4299 blocks",
+        "bytes for chunks of 10**4299 blocks",
+    ],
+)
+def test_a_tier_sized_past_printing_is_refused_in_one_short_line(
+    extra: dict, blocks_per_chunk: int, named: str
+) -> None:
+    """The sizing errors print what they computed from the keys, not only what was given."""
+    config = offloading_config(extra, blocks_per_chunk=blocks_per_chunk)
+    with pytest.raises(ConfigError, match=re.escape(named)) as caught:
+        KVScopeOffloadingSpec(config)
+    assert len(str(caught.value)) < 400
 
 
 def test_every_misspelt_key_is_named_with_the_key_it_is_closest_to() -> None:
