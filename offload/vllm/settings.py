@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import importlib
 import mmap
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from offload.cpu.config import ConfigError, positive_int
-from offload.cpu.manager import MAX_NUM_BLOCKS
+from offload.cpu.manager import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from offload.cpu.miss_attribution import attribution_bytes
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import metadata_bound, policy_names, register_policy
@@ -142,6 +142,25 @@ def read_store_threshold(extra_config: Mapping[str, Any]) -> int:
         "the most offers kvscope asks before storing a chunk",
         minimum=0,
     )
+
+
+def check_chunk_tokens(extra_config: Mapping[str, Any], chunk_tokens: Iterable[int]) -> None:
+    """Refuse chunks of more tokens than the manager holds (``MAX_BLOCK_SIZE``, what every
+    KV event carries), naming the key that sized them.
+
+    vLLM reads ``block_size`` and ``blocks_per_chunk`` with ``int()``, unbounded, and a
+    chunk of 0 bytes (a GPU cache of 0 blocks), or a host with memory for one, passes the
+    tier's memory check; the manager then refused the chunk as vLLM asked for it, naming
+    its own ``block_size``, which to vLLM is another key.
+    """
+    most = max(chunk_tokens)
+    if most > MAX_BLOCK_SIZE:
+        key = "block_size" if extra_config.get("block_size") is not None else "blocks_per_chunk"
+        raise ConfigError(
+            f"kv_connector_extra_config {key}={shown_repr(extra_config.get(key, 1))} makes "
+            f"chunks of {shown_repr(most)} tokens, more than {MAX_BLOCK_SIZE}, the most "
+            "tokens a kvscope chunk holds"
+        )
 
 
 def _bounded(key: str, given: Any, maximum: int, why: str, *, minimum: int = 1) -> int:

@@ -24,7 +24,7 @@ from offload.cpu.manager import CPUOffloadingManager
 from offload.insight.sampling import SpatialSampler
 from offload.shown import shown, shown_repr
 from offload.vllm.manager import KVScopeManager
-from offload.vllm.settings import read_settings, read_store_threshold
+from offload.vllm.settings import check_chunk_tokens, read_settings, read_store_threshold
 from offload.vllm.stats import metric_definitions
 from offload.vllm.worker import KVScopeWorker, build_backend
 from offload.wire.endpoint_host import interface_refusal
@@ -71,6 +71,7 @@ class KVScopeOffloadingSpec(OffloadingSpec):
         tokens = self.tokens_per_block[0] if self.tokens_per_block else 1
         self.tokens_per_chunk = tokens * self.blocks_per_chunk
         """The first group's, the tier's unit for its token counts."""
+        check_chunk_tokens(self.extra_config, (self.tokens_per_chunk, *self.chunk_tokens.values()))
         self._manager: KVScopeManager | None = None
         self._worker: KVScopeWorker | None = None
 

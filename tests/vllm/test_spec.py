@@ -206,6 +206,46 @@ def test_a_tier_sized_past_printing_is_refused_in_one_short_line(
     assert len(str(caught.value)) < 400
 
 
+@pytest.mark.parametrize(
+    ("extra", "blocks_per_chunk", "named"),
+    [
+        (
+            {"blocks_per_chunk": 2**27},
+            2**27,
+            "kv_connector_extra_config blocks_per_chunk=134217728 makes chunks of 2147483648 "
+            "tokens, more than 2147483647, the most tokens a kvscope chunk holds",
+        ),
+        # vLLM's block_size is a chunk's tokens, which it divides by the GPU block's.
+        (
+            {"block_size": 2**31},
+            2**27,
+            "kv_connector_extra_config block_size=2147483648 makes chunks of 2147483648 tokens",
+        ),
+        (
+            {"blocks_per_chunk": 10**4299},
+            10**4299,
+            "blocks_per_chunk=<an integer of more than 19 digits> makes chunks of <an integer",
+        ),
+    ],
+    ids=["blocks_per_chunk", "block_size", "blocks_per_chunk beyond int printing"],
+)
+def test_a_chunk_of_more_tokens_than_events_carry_is_refused_naming_its_key(
+    extra: dict, blocks_per_chunk: int, named: str
+) -> None:
+    """The manager holds a chunk's tokens to what every KV event carries; with chunks of 0
+    bytes (vLLM's GPU cache of 0 blocks) or memory to fit them, the spec was built, and
+    the manager refused them as vLLM asked for it, in a ValueError naming its own argument
+    (``block_size``, which to vLLM is another key), or failing to print the number."""
+    config = offloading_config(
+        {"num_cpu_blocks": 8, **extra},
+        worker_kv_bytes_per_block=0,
+        blocks_per_chunk=blocks_per_chunk,
+    )
+    with pytest.raises(ConfigError, match=re.escape(named)) as caught:
+        KVScopeOffloadingSpec(config)
+    assert len(str(caught.value)) < 400
+
+
 def test_every_misspelt_key_is_named_with_the_key_it_is_closest_to() -> None:
     """vLLM's own CPU spec ignores a key it does not read, so a typo left the option unset."""
     extra = {"num_cpu_blocks": 8, "evictionpolicy": "arc", "cpu_byte_to_use": 2**30, "zzz": 1}
