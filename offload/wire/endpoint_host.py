@@ -33,6 +33,7 @@ from offload.wire.endpoints import (
     host_and_port,
     host_family,
     is_ipv4_text,
+    link_zone,
 )
 
 
@@ -217,12 +218,15 @@ def connect_reaches(connect: str, bound: str) -> bool:
 
     Endpoints are compared as ZMQ reads them, not as written: a port's leading zeros
     and a connect's source address aside, an address however written (``127.0.0.1``,
-    ``[::ffff:127.0.0.1]``). A wildcard binds every address of its family on this host
-    (``*`` and ``0.0.0.0`` every IPv4 one, ``[::]`` every one of both families, as ZMQ
-    binds it dual-stack), so it is reached by a connect to any address this host has
-    there, loopback or an interface's, and by no other: a worker elsewhere at the same
-    port is not the sidecar itself. A host name is compared as a name (case and a
-    trailing dot aside); which address it stands for, only a look-up would say.
+    ``[::ffff:127.0.0.1]``). A link-local address is one per link: its zone is part of
+    it, compared by the interface it names (``%2`` is ``%eth0`` where eth0 is interface
+    2), while the kernel ignores any other address's zone. A wildcard binds every address
+    of its family on this host (``*`` and ``0.0.0.0`` every IPv4 one, ``[::]`` every one
+    of both families, as ZMQ binds it dual-stack), so it is reached by a connect to any
+    address this host has there, loopback, an interface's or a link-local one on its own
+    link, and by no other: a worker elsewhere at the same port is not the sidecar itself.
+    A host name is compared as a name (case and a trailing dot aside); which address it
+    stands for, only a look-up would say.
     """
     if not (connect.startswith("tcp://") and bound.startswith("tcp://")):
         return connect == bound
@@ -233,26 +237,46 @@ def connect_reaches(connect: str, bound: str) -> bool:
     listened = fixed[0]
     listened_address = bound_address(listened)
     address = host_address(host)
+    link = _link_index(host)
+    if link is None:  # a zone naming no interface here: ZMQ reaches nothing through it
+        return False
     if listened_address is not None and listened_address.is_unspecified:  # a wildcard
         return (
             address is not None
             and (listened_address.version == 6 or address.version == 4)
-            and _is_this_hosts(address)
+            and _is_this_hosts(address, link)
         )
     if listened_address is not None or address is not None:
-        return listened_address == address
+        return listened_address == address and link == _link_index(listened)
     return _name(host) == _name(listened)
 
 
-def _is_this_hosts(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether ``address`` is one of this host's: a loopback one, or one a socket can be
-    bound to (the kernel binds none it does not have)."""
+def _link_index(host: str) -> int | None:
+    """The number of the interface a link-local IPv6 ``host``'s zone names, as the kernel
+    reads it (the ``scope_id`` of its socket address); 0 for any other host, whose zone,
+    if any, the kernel ignores; None for a zone naming no interface of this host."""
+    zone = link_zone(host)
+    if zone is None:
+        return 0
+    if ZONE_NUMBER.fullmatch(zone):
+        return int(zone)
+    try:
+        return socket.if_nametoindex(zone)
+    except OSError:
+        return None
+
+
+def _is_this_hosts(address: ipaddress.IPv4Address | ipaddress.IPv6Address, link: int) -> bool:
+    """Whether ``address``, on the interface numbered ``link`` where it is link-local, is one
+    of this host's: a loopback one, or one a socket can be bound to (the kernel binds none
+    it does not have, and a link-local one only on its own link)."""
     if address.is_loopback or address.is_unspecified:
         return True
     family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    where = (str(address), 0) if address.version == 4 else (str(address), 0, 0, link)
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         try:
-            probe.bind((str(address), 0))
+            probe.bind(where)
         except OSError:
             return False
     return True

@@ -182,7 +182,7 @@ def _zones_problem(source: str, target: str) -> str | None:
     bound on one link to an address on another, and ZMQ retries it in silence. Zones are
     compared only when written alike, both names or both numbers: which interface a number
     is, only the host the connect runs on knows."""
-    ours, theirs = _link_zone(source), _link_zone(target)
+    ours, theirs = link_zone(source), link_zone(target)
     if ours is None or theirs is None or ours.isdigit() != theirs.isdigit():
         return None
     if (int(ours) == int(theirs)) if ours.isdigit() else ours == theirs:
@@ -193,7 +193,7 @@ def _zones_problem(source: str, target: str) -> str | None:
     )
 
 
-def _link_zone(host: str) -> str | None:
+def link_zone(host: str) -> str | None:
     """The zone of a bracketed link-local IPv6 address (which has one); None for any other
     host."""
     address = host_address(host)

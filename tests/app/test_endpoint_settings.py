@@ -24,7 +24,7 @@ from zmq import EVENT_CONNECT_RETRIED
 from app.settings import SidecarSettings
 from offload.shown import shown_repr
 from offload.wire.endpoints import endpoint_refusal
-from tests.support.ipv6 import needs_ipv6_loopback
+from tests.support.ipv6 import link_local, needs_ipv6_loopback, needs_link_local, other_interface
 from tests.support.ports import held_tcp_ports
 from tests.support.zmq_connects import first_connect_event, reached
 
@@ -513,3 +513,56 @@ def test_an_ipv4_wildcard_is_not_reached_over_ipv6() -> None:
     connect to ``[::1]`` reaches the second only."""
     assert SidecarSettings(connect=["tcp://[::1]:5557"], listen=["tcp://*:5557"]).connect
     assert refusal({"connect": ["tcp://[::1]:5557"], "listen": ["tcp://[::]:5557"]})[0] == ()
+
+
+@needs_link_local
+def test_a_link_local_connect_reaches_a_listen_endpoint_on_its_own_link_only() -> None:
+    """A link-local address is one per link, its zone part of it: the listen endpoint's
+    address on its interface, by name or by number, is the socket it binds (a real connect
+    reaches it, and is refused); the same address on another interface is another
+    socket's, and taken."""
+    ours = link_local()
+    assert ours is not None
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.ipv6 = True
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.bind(f"tcp://[{ours.address}%{ours.interface}]:*")
+        port = pull.last_endpoint.decode().rpartition(":")[2]
+        listen = f"tcp://[{ours.address}%{ours.interface}]:{port}"
+        numbered = f"tcp://[{ours.address}%{ours.index}]:{port}"
+        assert reached(context, pull, numbered).bytes == b"reached"
+        loc, message = refusal({"connect": [numbered], "listen": [listen]})
+        assert loc == ()
+        assert f"{numbered} (KVSCOPE_CONNECT) reaches {listen} (KVSCOPE_LISTEN): " in message
+    other = other_interface(ours.interface)
+    if other is None:
+        pytest.skip(f"no interface on this machine but {ours.interface}, to zone another link")
+    elsewhere = f"tcp://[{ours.address}%{other}]:5557"
+    listen = f"tcp://[{ours.address}%{ours.interface}]:5557"
+    assert SidecarSettings(connect=[elsewhere], listen=[listen]).connect == [elsewhere]
+
+
+@needs_link_local
+def test_a_link_local_connect_reaches_the_dual_stack_wildcard_on_its_own_link() -> None:
+    """``[::]`` binds every address of this host, link-local ones on their links included:
+    a connect to one with its own interface as zone reaches it and is refused; the same
+    address zoned on another interface reaches nothing (ZMQ retries it), and ``*`` (IPv4
+    alone) is reached by neither, so both are taken."""
+    ours = link_local()
+    assert ours is not None
+    form = f"tcp://[{ours.address}%{ours.interface}]:{{port}}"
+    connect, event = first_connect_event(form)
+    assert event == zmq.EVENT_CONNECTED
+    port = connect.rpartition(":")[2]
+    loc, message = refusal({"connect": [connect], "listen": [f"tcp://[::]:{port}"]})
+    assert loc == ()
+    assert f"{connect} (KVSCOPE_CONNECT) reaches tcp://[::]:{port} (KVSCOPE_LISTEN)" in message
+    assert SidecarSettings(connect=[connect], listen=[f"tcp://*:{port}"]).connect == [connect]
+    other = other_interface(ours.interface)
+    if other is None:
+        pytest.skip(f"no interface on this machine but {ours.interface}, to zone another link")
+    connect, event = first_connect_event(f"tcp://[{ours.address}%{other}]:{{port}}")
+    assert event == EVENT_CONNECT_RETRIED
+    port = connect.rpartition(":")[2]
+    assert SidecarSettings(connect=[connect], listen=[f"tcp://[::]:{port}"]).connect == [connect]
