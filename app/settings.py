@@ -42,9 +42,11 @@ from app.streams import MAX_TOPIC_BYTES, ListenStream, parse_stream_name
 from offload.cpu.policies.registry import policy_names
 from offload.shown import shown, shown_repr
 from offload.wire.endpoint_host import (
+    Address,
     connect_reaches,
+    families_of,
     interface_refusal,
-    resolved_families,
+    resolved_addresses,
     source_refusal,
 )
 from offload.wire.endpoints import Family, connect_target, endpoint_refusal
@@ -161,10 +163,13 @@ class SidecarSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="KVSCOPE_", extra="forbid")
 
-    _families: dict[str, Family | None] = PrivateAttr(default_factory=dict)
+    _addresses: dict[str, Address | None] = PrivateAttr(default_factory=dict)
     """What each endpoint the sidecar connects to (``connect``, ``replay``, the endpoints of
-    ``listen_replay``) resolved to as the settings were read (``_sources_can_connect``);
-    ``publishers`` and ``listen_streams`` pass it on."""
+    ``listen_replay``) stood for as the settings were read (``_sources_can_connect``), the
+    address ZMQ connects to; ``_listen_is_not_connect`` compares it."""
+    _families: dict[str, Family | None] = PrivateAttr(default_factory=dict)
+    """The family of each of ``_addresses`` (``families_of``); ``publishers`` and
+    ``listen_streams`` pass it on."""
 
     connect: EndpointList = Field(
         default_factory=list,
@@ -616,20 +621,6 @@ class SidecarSettings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _listen_is_not_connect(self) -> SidecarSettings:
-        """Compared as ZMQ reads them (``connect_reaches``): ``tcp://*:5557`` is reached by
-        ``tcp://127.0.0.1:05557`` as surely as by its own text."""
-        for connect in self.connect:
-            for listen in self.listen:
-                if connect_reaches(connect, listen):
-                    raise ValueError(  # two values shown: a line of at most 500 characters
-                        f"{shown(connect, 100)} (KVSCOPE_CONNECT) reaches {shown(listen, 100)}"
-                        " (KVSCOPE_LISTEN): the sidecar would read its own socket; connect "
-                        "names a worker's endpoint, listen one the sidecar binds for publishers"
-                    )
-        return self
-
-    @model_validator(mode="after")
     def _allow_can_guard_listen(self) -> SidecarSettings:
         """An abstract ipc socket (``ipc://@name``) has no file whose permissions say who
         connects, and its peers no IP address for ``listen_allow`` to match: with both set,
@@ -676,16 +667,19 @@ class SidecarSettings(BaseSettings):
     def _sources_can_connect(self) -> SidecarSettings:
         """Each host the sidecar connects to looked up once, as it starts, and the answer
         kept for the ingest thread (``publishers``, ``listen_streams``), which looks no name
-        up as it starts: a DNS server that does not answer holds up the start once, not once
-        per check. A source address is checked against it here (``source_refusal``), last,
-        after the checks that need no look-up, and refused at its setting as a field's
-        validator would refuse it."""
+        up as it starts, and for ``_listen_is_not_connect``, next: a DNS server that does not
+        answer holds up the start once, not once per check. A source address is checked
+        against it here (``source_refusal``), after the checks that need no look-up, and
+        refused at its setting as a field's validator would refuse it."""
         connected = {
             "connect": self.connect,
             "replay": self.replay,
             "listen_replay": [pair.partition("=")[2] for pair in self.listen_replay],
         }
-        self._families = resolved_families(e for endpoints in connected.values() for e in endpoints)
+        self._addresses = resolved_addresses(
+            e for endpoints in connected.values() for e in endpoints
+        )
+        self._families = families_of(self._addresses)
         refused: list[InitErrorDetails] = []
         for setting, endpoints in connected.items():
             for endpoint in endpoints:
@@ -701,6 +695,23 @@ class SidecarSettings(BaseSettings):
                     break
         if refused:
             raise ValidationError.from_exception_data(type(self).__name__, refused)
+        return self
+
+    @model_validator(mode="after")
+    def _listen_is_not_connect(self) -> SidecarSettings:
+        """Compared as ZMQ reads them (``connect_reaches``): ``tcp://*:5557`` is reached by
+        ``tcp://127.0.0.1:05557`` as surely as by its own text, and by
+        ``tcp://localhost:5557``. After the look-up (``_sources_can_connect``), whose
+        answer for each name it compares: a DNS server that does not answer holds up the
+        start once, not a second time here."""
+        for connect in self.connect:
+            for listen in self.listen:
+                if connect_reaches(connect, self._addresses[connect], listen):
+                    raise ValueError(  # two values shown: a line of at most 500 characters
+                        f"{shown(connect, 100)} (KVSCOPE_CONNECT) reaches {shown(listen, 100)}"
+                        " (KVSCOPE_LISTEN): the sidecar would read its own socket; connect "
+                        "names a worker's endpoint, listen one the sidecar binds for publishers"
+                    )
         return self
 
     def publishers(self) -> list[PublisherEndpoints]:

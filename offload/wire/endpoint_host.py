@@ -5,9 +5,9 @@ the same on every host. Where the host that checks an endpoint is the one that
 uses it, ``interface_refusal`` also refuses a zone naming an interface that
 host does not have, and ``source_refusal`` a source it cannot leave from, or
 one of another family than all the target name resolves to there
-(``resolved_families``: each name looked up once, its answer passed on to
-whatever else needs it); ``connect_reaches`` tells whether a connect reaches a
-socket this host binds.
+(``resolved_addresses``, ``resolved_families``: each name looked up once, its
+answer passed on to whatever else needs it); ``connect_reaches`` tells whether a
+connect reaches a socket this host binds, by that answer.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import zmq
@@ -161,72 +161,102 @@ def _interfaces() -> str:
     return f"{listed} and {more} more" if more > 0 else listed
 
 
-def resolved_families(endpoints: Iterable[str]) -> dict[str, Family | None]:
-    """The family each connect endpoint's host resolves to now: an address's own, and a
-    name's, that of its source address first where it has one (else IPv4 first: a name of
-    both families is reached over IPv4, ``connects_ipv6``), the other where the name has
-    addresses of it alone; None for a name with no address now (its service not up yet),
-    whose answer is still to come (the sidecar looks such a name up again while its
-    publisher is unheard: app/ingest/families.py), and for ipc.
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+"""An IP address as a look-up or an endpoint's text gives it (its zone aside)."""
+
+
+def resolved_addresses(endpoints: Iterable[str]) -> dict[str, Address | None]:
+    """The address each connect endpoint's host stands for now, the one ZMQ connects to: an
+    address's own, and a name's first of the family it is looked up in, that of its source
+    address first where it has one (else IPv4 first: a name of both families is reached
+    over IPv4, ``connects_ipv6``), the other where the name has addresses of it alone;
+    None for a name with no address now (its service not up yet), whose answer is still
+    to come (the sidecar looks such a name up again while its publisher is unheard:
+    app/ingest/families.py), and for ipc.
 
     Each host name is looked up once for all the endpoints that name it from sources of
     one family (a publisher's live and replay endpoints), one family at a time as ZMQ
-    looks it up. May
-    wait on DNS: call it where a start may wait, not on a path that must not stall; and
-    pass its answer on (``connects_ipv6``, ``source_refusal``) rather than look up again.
+    looks it up. May wait on DNS: call it where a start may wait, not on a path that must
+    not stall; and pass its answer on (``families_of``, ``connect_reaches``) rather than
+    look up again.
     """
-    looked_up: dict[tuple[str, Family], Family | None] = {}
-    found: dict[str, Family | None] = {}
+    looked_up: dict[tuple[str, Family], Address | None] = {}
+    found: dict[str, Address | None] = {}
     for endpoint in endpoints:
         if not endpoint.startswith("tcp://"):
             found[endpoint] = None
             continue
         source, _, target = endpoint.removeprefix("tcp://").rpartition(";")
         host = host_and_port(target)[0]
-        address = host_family(host)
-        if address is not None:
-            found[endpoint] = address
+        if host_family(host) is not None:
+            found[endpoint] = _literal_address(host)
             continue
         first = (host_family(host_and_port(source)[0]) if source else None) or 4
         if (host, first) not in looked_up:
-            looked_up[host, first] = _name_family(host, first)
+            looked_up[host, first] = _name_address(host, first)
         found[endpoint] = looked_up[host, first]
     return found
 
 
-def _name_family(host: str, first: Family) -> Family | None:
-    """``first`` where the name ``host`` has an address of it now, else the other family where
-    it has one of that, else None."""
+def resolved_families(endpoints: Iterable[str]) -> dict[str, Family | None]:
+    """The family each connect endpoint's host resolves to now (``resolved_addresses``, whose
+    look-up and terms it shares)."""
+    return families_of(resolved_addresses(endpoints))
+
+
+def families_of(addresses: Mapping[str, Address | None]) -> dict[str, Family | None]:
+    """The family of each endpoint's address (an IPv4-mapped one's is 4), as
+    ``resolved_addresses`` found it; None where it found none."""
+    return {
+        endpoint: None if address is None else (4 if address.version == 4 else 6)
+        for endpoint, address in addresses.items()
+    }
+
+
+def _literal_address(host: str) -> Address:
+    """The address ``host``, an IP address (``host_family`` has one), stands for, the short
+    IPv4 forms the resolver reads (``127.1``) included."""
+    return host_address(host) or ipaddress.IPv4Address(socket.inet_aton(host))
+
+
+def _name_address(host: str, first: Family) -> Address | None:
+    """The first address of ``first`` the name ``host`` has now, else the first of the other
+    family, else None."""
     other: Family = 6 if first == 4 else 4
     for family in (first, other):
-        if _resolves(host, socket.AF_INET if family == 4 else socket.AF_INET6):
-            return family
+        address = _first_address(host, socket.AF_INET if family == 4 else socket.AF_INET6)
+        if address is not None:
+            return address
     return None
 
 
-def _resolves(host: str, family: socket.AddressFamily) -> bool:
-    """Whether ``host`` has an address of ``family`` now (an IPv4 literal has none in IPv6)."""
+def _first_address(host: str, family: socket.AddressFamily) -> Address | None:
+    """The first address of ``family`` ``host`` has now, as ZMQ takes it (an IPv4 literal
+    has none in IPv6); None for none."""
     try:
-        return bool(socket.getaddrinfo(host, None, family, socket.SOCK_STREAM))
+        found = socket.getaddrinfo(host, None, family, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
-        return False
+        return None
+    return host_address(str(found[0][4][0])) if found else None
 
 
-def connect_reaches(connect: str, bound: str) -> bool:
-    """Whether a connect to ``connect`` (one ``endpoint_refusal`` takes to connect to) reaches
-    the socket this host binds at ``bound`` (one it takes to bind).
+def connect_reaches(connect: str, resolved: Address | None, bound: str) -> bool:
+    """Whether a connect to ``connect`` (one ``endpoint_refusal`` takes to connect to), whose
+    host stood for ``resolved`` (``resolved_addresses``), reaches the socket this host binds
+    at ``bound`` (one it takes to bind).
 
     Endpoints are compared as ZMQ reads them, not as written: a port's leading zeros
     and a connect's source address aside, an address however written (``127.0.0.1``,
-    ``[::ffff:127.0.0.1]``). A link-local address is one per link: its zone is part of
-    it, compared by the interface it names (``%2`` is ``%eth0`` where eth0 is interface
-    2), while the kernel ignores any other address's zone. A wildcard binds every address
-    of its family on this host (``*`` and ``0.0.0.0`` every IPv4 one, ``[::]`` every one
-    of both families, as ZMQ binds it dual-stack), so it is reached by a connect to any
-    address this host has there, loopback, an interface's or a link-local one on its own
-    link, and by no other: a worker elsewhere at the same port is not the sidecar itself.
-    A host name is compared as a name (case and a trailing dot aside); which address it
-    stands for, only a look-up would say.
+    ``[::ffff:127.0.0.1]``, ``127.1``), and a host name as the address it resolved to,
+    the one ZMQ connects to (``localhost`` is 127.0.0.1). A link-local address is one per
+    link: its zone is part of it, compared by the interface it names (``%2`` is ``%eth0``
+    where eth0 is interface 2), while the kernel ignores any other address's zone. A
+    wildcard binds every address of its family on this host (``*`` and ``0.0.0.0`` every
+    IPv4 one, ``[::]`` every one of both families, as ZMQ binds it dual-stack), so it is
+    reached by a connect to any address this host has there, loopback, an interface's or
+    a link-local one on its own link, and by no other: a worker elsewhere at the same port
+    is not the sidecar itself. A bind's host name (an interface's, to ZMQ) is compared as
+    a name (case and a trailing dot aside).
     """
     if not (connect.startswith("tcp://") and bound.startswith("tcp://")):
         return connect == bound
@@ -236,19 +266,16 @@ def connect_reaches(connect: str, bound: str) -> bool:
         return False
     listened = fixed[0]
     listened_address = bound_address(listened)
-    address = host_address(host)
+    if listened_address is None:
+        return _name(host) == _name(listened)
     link = _link_index(host)
-    if link is None:  # a zone naming no interface here: ZMQ reaches nothing through it
+    if resolved is None or link is None:  # no address, or a zone naming no interface here
         return False
-    if listened_address is not None and listened_address.is_unspecified:  # a wildcard
-        return (
-            address is not None
-            and (listened_address.version == 6 or address.version == 4)
-            and _is_this_hosts(address, link)
+    if listened_address.is_unspecified:  # a wildcard
+        return (listened_address.version == 6 or resolved.version == 4) and _is_this_hosts(
+            resolved, link
         )
-    if listened_address is not None or address is not None:
-        return listened_address == address and link == _link_index(listened)
-    return _name(host) == _name(listened)
+    return listened_address == resolved and link == _link_index(listened)
 
 
 def _link_index(host: str) -> int | None:
@@ -266,7 +293,7 @@ def _link_index(host: str) -> int | None:
         return None
 
 
-def _is_this_hosts(address: ipaddress.IPv4Address | ipaddress.IPv6Address, link: int) -> bool:
+def _is_this_hosts(address: Address, link: int) -> bool:
     """Whether ``address``, on the interface numbered ``link`` where it is link-local, is one
     of this host's: a loopback one, or one a socket can be bound to (the kernel binds none
     it does not have, and a link-local one only on its own link)."""

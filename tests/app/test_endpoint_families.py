@@ -231,6 +231,56 @@ def test_the_sidecar_looks_each_host_name_up_once_as_it_starts() -> None:
     ]
 
 
+def refusal_lookups(connect: list[str], listen: list[str]) -> None:
+    """Prints, as JSON, the refusal of settings with ``connect`` and ``listen`` and each
+    look-up (host, family) Python's resolver was asked for while they were read; run in a
+    fresh interpreter, as ``start_lookups``."""
+    lookups: list[tuple[str, int]] = []
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "socket.getaddrinfo":
+            lookups.append((args[0], int(args[2])))
+
+    sys.addaudithook(hook)
+    with pytest.raises(ValidationError) as refused:
+        SidecarSettings(connect=connect, listen=listen)
+    print(json.dumps([refused.value.errors()[0]["msg"], lookups]))
+
+
+def test_a_connect_by_a_name_of_this_host_reaches_a_listen_endpoint_and_is_refused() -> None:
+    """ZMQ connects to the address a name resolves to: ``localhost`` reaches the sidecar's
+    own listen socket as 127.0.0.1 does (a real connect shows it), and so does 127.0.0.1
+    in the short form the resolver reads, ``127.1``. Each is refused, by the answer of the
+    one look-up the settings make of a name as the sidecar starts: comparing adds none,
+    so a DNS server that does not answer holds up the start once."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.bind("tcp://*:*")
+        port = pull.last_endpoint.decode().rpartition(":")[2]
+        for listen, connect in [
+            (f"tcp://*:{port}", f"tcp://localhost:{port}"),
+            (f"tcp://127.0.0.1:{port}", f"tcp://LocalHost:{port}"),
+            (f"tcp://*:{port}", f"tcp://127.1:{port}"),
+        ]:
+            assert reached(context, pull, connect).bytes == b"reached"
+            run = (
+                "from tests.app.test_endpoint_families import refusal_lookups; "
+                f"refusal_lookups({[connect]!r}, {[listen]!r})"
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", run], capture_output=True, text=True, timeout=90, check=True
+            )
+            message, lookups = json.loads(done.stdout)
+            assert f"{connect} (KVSCOPE_CONNECT) reaches {listen} (KVSCOPE_LISTEN): " in message
+            name = connect.removeprefix("tcp://").rpartition(":")[0]
+            assert lookups == ([] if name == "127.1" else [[name, socket.AF_INET]])
+    assert SidecarSettings(connect=["tcp://localhost:5557"], listen=["tcp://*:5558"]).connect
+    assert SidecarSettings(
+        connect=["tcp://no-such-name.invalid:5557"], listen=["tcp://*:5557"]
+    ).connect  # no address now: none of this host's
+
+
 def test_a_publisher_on_ipv4_loopback_is_reached_by_localhost() -> None:
     reach_by_name("127.0.0.1", "localhost")
 
