@@ -38,7 +38,12 @@ from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, store
 from tests.support.http_app import served_views
 from tests.support.ipv6 import needs_ipv6_loopback
 from tests.support.polling import wait_until
-from tests.support.zmq_connects import first_connect_event, ipv6, reached
+from tests.support.zmq_connects import (
+    first_connect_event,
+    ipv6,
+    pull_on_every_ipv4_address,
+    reached,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -253,11 +258,7 @@ def test_a_connect_by_a_name_of_this_host_reaches_a_listen_endpoint_and_is_refus
     in the short form the resolver reads, ``127.1``. Each is refused, by the answer of the
     one look-up the settings make of a name as the sidecar starts: comparing adds none,
     so a DNS server that does not answer holds up the start once."""
-    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
-        pull.linger = 0
-        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
-        pull.bind("tcp://*:*")
-        port = pull.last_endpoint.decode().rpartition(":")[2]
+    with pull_on_every_ipv4_address() as (context, pull, port):
         for listen, connect in [
             (f"tcp://*:{port}", f"tcp://localhost:{port}"),
             (f"tcp://127.0.0.1:{port}", f"tcp://LocalHost:{port}"),

@@ -26,7 +26,7 @@ from offload.shown import shown_repr
 from offload.wire.endpoints import endpoint_refusal
 from tests.support.ipv6 import link_local, needs_ipv6_loopback, needs_link_local, other_interface
 from tests.support.ports import held_tcp_ports
-from tests.support.zmq_connects import first_connect_event, reached
+from tests.support.zmq_connects import first_connect_event, pull_on_every_ipv4_address, reached
 
 LISTEN = "tcp://127.0.0.1:5557"
 IPC_MAX = zmq.IPC_PATH_MAX_LEN
@@ -472,11 +472,7 @@ def test_a_connect_that_reaches_a_listen_endpoint_however_written_is_refused() -
     leading zero, another address the wildcard binds, an IPv4 one written as IPv6 or a
     connect from a source passed; each reaches the socket the listen endpoint binds, as a
     real one shows, and each is refused, naming both."""
-    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
-        pull.linger = 0
-        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
-        pull.bind("tcp://*:*")
-        port = pull.last_endpoint.decode().rpartition(":")[2]
+    with pull_on_every_ipv4_address() as (context, pull, port):
         for listen, connect in [
             (f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:0{port}"),
             (f"tcp://*:{port}", f"tcp://127.0.0.1:{port}"),

@@ -7,6 +7,9 @@ such endpoints, and the tests show ZMQ's side with a real connect.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import zmq
 from zmq import EVENT_CONNECT_RETRIED, EVENT_CONNECTED
 from zmq.utils.monitor import recv_monitor_message
@@ -34,6 +37,17 @@ def first_connect_event(form: str) -> tuple[str, int]:
                 event = recv_monitor_message(monitor)["event"]
                 push.disable_monitor()
     return endpoint, event
+
+
+@contextmanager
+def pull_on_every_ipv4_address() -> Iterator[tuple[zmq.Context, zmq.Socket, str]]:
+    """A context, a PULL socket bound on every IPv4 address (``tcp://*:*``, as a listen
+    endpoint of ``*`` binds) and its port, for ``reached``."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.bind("tcp://*:*")
+        yield context, pull, pull.last_endpoint.decode().rpartition(":")[2]
 
 
 def reached(context: zmq.Context, pull: zmq.Socket, endpoint: str) -> zmq.Frame:
