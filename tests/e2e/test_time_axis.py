@@ -24,6 +24,7 @@ import pytest
 from playwright import sync_api
 
 from tests.e2e.conftest import CHROMIUM, WAIT_MS
+from tests.support.keyboard import tab_to
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} absent")
 
@@ -343,15 +344,7 @@ def test_a_chart_reads_its_earlier_values_by_keyboard(
             "group",
             name="Hit ratio (lookups): use left and right arrow keys to read earlier values",
         )
-        page.focus("#range")
-        for _ in range(10):
-            page.keyboard.press("Tab")
-            if plot.evaluate("plot => plot === document.activeElement"):
-                break
-        else:
-            pytest.fail("Tab never reached the hit-ratio chart's plot")
-        outline = plot.evaluate("plot => getComputedStyle(plot).outlineStyle")
-        assert outline != "none", "the focused plot shows its focus"
+        tab_to(page, "#range", plot, 10, "the hit-ratio chart's plot")
         occupancy = page.locator("[data-chart='occupancy']").locator(LEGEND_VALUES)
 
         def shows(index: int) -> None:

@@ -34,6 +34,7 @@ from offload.base import OffloadingEvent
 from offload.wire.framing import DEFAULT_STATS_TOPIC
 from tests.e2e.conftest import CHROMIUM, WAIT_MS
 from tests.support.demo_process import running_demo
+from tests.support.keyboard import tab_to
 from tests.support.polling import wait_for
 from tests.support.tcp_relay import TcpRelay
 from tests.support.zmq_peers import RawPublisher, kv_payload, stats_probe
@@ -604,15 +605,8 @@ def test_a_line_is_hidden_and_shown_again_from_its_legend_by_keyboard(
     )
     cpu = page.locator("[data-chart='occupancy']").get_by_role("button", name="CPU", exact=True)
     row = cpu.locator("xpath=ancestor::tr")
-    page.focus("#range")
-    for _ in range(20):  # past the hit-ratio chart's and the GPU's names
-        page.keyboard.press("Tab")
-        if cpu.evaluate("button => button === document.activeElement"):
-            break
-    else:
-        pytest.fail("Tab never reached the CPU line's name")
-    outline = cpu.evaluate("button => getComputedStyle(button).outlineStyle")
-    assert outline != "none", "the focused name shows its focus"
+    # Past the hit-ratio chart's plot and names, and the GPU's name.
+    tab_to(page, "#range", cpu, 20, "the CPU line's name")
     sync_api.expect(cpu).to_have_attribute("aria-pressed", "true")
     page.keyboard.press("Enter")
     sync_api.expect(cpu).to_have_attribute("aria-pressed", "false")
