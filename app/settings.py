@@ -166,10 +166,8 @@ class SidecarSettings(BaseSettings):
     _addresses: dict[str, Address | None] = PrivateAttr(default_factory=dict)
     """What each endpoint the sidecar connects to (``connect``, ``replay``, the endpoints of
     ``listen_replay``) stood for as the settings were read (``_sources_can_connect``), the
-    address ZMQ connects to; ``_listen_is_not_connect`` compares it."""
-    _families: dict[str, Family | None] = PrivateAttr(default_factory=dict)
-    """The family of each of ``_addresses`` (``families_of``); ``publishers`` and
-    ``listen_streams`` pass it on."""
+    address ZMQ connects to; ``_listen_is_not_connect`` compares it, and ``publishers`` and
+    ``listen_streams`` pass on its family (``families_of``)."""
 
     connect: EndpointList = Field(
         default_factory=list,
@@ -679,11 +677,11 @@ class SidecarSettings(BaseSettings):
         self._addresses = resolved_addresses(
             e for endpoints in connected.values() for e in endpoints
         )
-        self._families = families_of(self._addresses)
+        families = families_of(self._addresses)
         refused: list[InitErrorDetails] = []
         for setting, endpoints in connected.items():
             for endpoint in endpoints:
-                refusal = source_refusal(endpoint, self._families[endpoint])
+                refusal = source_refusal(endpoint, families[endpoint])
                 if refusal is not None:
                     problem = ValueError(f"{shown_repr(endpoint)} {refusal}")
                     value = getattr(self, setting)
@@ -718,7 +716,7 @@ class SidecarSettings(BaseSettings):
         """Each PUB endpoint paired with its replay endpoint, where one was given, and what
         each resolved to as the settings were read."""
         replays = self.replay + [None] * (len(self.connect) - len(self.replay))
-        families = self._families
+        families = families_of(self._addresses)
         return [
             PublisherEndpoints(
                 endpoint,
@@ -756,7 +754,8 @@ class SidecarSettings(BaseSettings):
     def listen_streams(self) -> list[ListenStream]:
         """The listen-mode streams declared with a replay endpoint, and what it resolved to as
         the settings were read; others appear as they send."""
-        return [_declared_stream(pair, self._families) for pair in self.listen_replay]
+        families = families_of(self._addresses)
+        return [_declared_stream(pair, families) for pair in self.listen_replay]
 
 
 def _allowed_network(text: str) -> str:
