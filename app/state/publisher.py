@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from app.settings import PublisherEndpoints
 from app.state.insight import PublisherInsight
@@ -16,14 +16,7 @@ PublisherSource = PublisherEndpoints | ListenStream
 connects to the sidecar's listen socket; either way it has a name and maybe a replay socket."""
 
 ReplayOutcome = Literal["complete", "timeout", "deadline", "oversize", "malformed", "unstarted"]
-REPLAY_OUTCOMES: Final[tuple[ReplayOutcome, ...]] = (
-    "complete",
-    "timeout",
-    "deadline",
-    "oversize",
-    "malformed",
-    "unstarted",
-)
+REPLAY_OUTCOMES: Final[tuple[ReplayOutcome, ...]] = get_args(ReplayOutcome)
 """How a replay ended: its answer ended (end marker, or the gap's last batch arrived);
 nothing arrived for ``replay_timeout_s``; it was still answering at ``replay_deadline_s``;
 its answers passed ``replay_max_bytes``; an answer broke the protocol (not four frames,

@@ -49,19 +49,12 @@ times the cost; tests hold both forms to the same sequences.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from offload.base import BlockHash
 
 Reason = Literal["cold", "evicted", "not_admitted", "no_room", "in_flight", "prefix_lost"]
-REASONS: Final[tuple[Reason, ...]] = (
-    "cold",
-    "evicted",
-    "not_admitted",
-    "no_room",
-    "in_flight",
-    "prefix_lost",
-)
+REASONS: Final[tuple[Reason, ...]] = get_args(Reason)
 _MISS_HITS = "a missed lookup needs 0 <= hits < len(block_hashes), got {hits} of {length}"
 JUDGED: Final[tuple[Reason, ...]] = ("cold", "evicted", "not_admitted", "no_room")
 """The reasons ``reason`` judges and a later ``miss`` accepts (in_flight is the caller's own
