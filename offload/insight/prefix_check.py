@@ -21,9 +21,10 @@ The share of reused predecessor pairs that changed is a lower bound on the
 share of references whose prefix changed, each of which the curve may count
 as a hit the tier does not get.
 
-Memory: one predecessor per sampled block, at most ``max_blocks`` of them
-(the stack's largest capacity: reuses farther apart change no point of the
-curve); past that it starts over, forgetting predecessors, which at worst
+Memory: one predecessor per sampled block, ``max_blocks`` of them (the
+stack's largest capacity: reuses farther apart change no point of the
+curve) and one request's more at most, as the bound is checked between
+requests; past it the check starts over, forgetting predecessors, which at worst
 misses the change at each block's next use.
 """
 
@@ -51,8 +52,8 @@ class PrefixCheck:
 
     @property
     def held_blocks(self) -> int:
-        """Blocks whose predecessor is remembered: at most ``max_blocks``, the check's bound
-        on its memory (the stack's largest capacity), which its tests hold it to."""
+        """Blocks whose predecessor is remembered: at most ``max_blocks`` and one request's
+        sampled blocks more, the check's bound on its memory, which its tests hold it to."""
         return len(self._before)
 
     def add_many(self, requests: Iterable[Sequence[BlockHash]]) -> None:
