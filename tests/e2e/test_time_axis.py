@@ -363,6 +363,76 @@ def test_a_chart_reads_its_earlier_values_by_keyboard(
             shows(index)
 
 
+SAID = """region => {
+  window.__said = [];
+  new MutationObserver(() => window.__said.push(region.textContent.replaceAll("\u202f", " ")))
+    .observe(region, { childList: true, characterData: true, subtree: true });
+}"""
+"""Records each write into a live region (what a screen reader reads out), in ``__said``."""
+SHOWN = """([chart, span]) => {
+  const [min, max] = JSON.parse(chart.dataset.timeAxis).shown;
+  return min === span[0] && max === span[1];
+}"""
+"""Whether ``chart`` has drawn the time span ``span`` ([min, max], unix seconds)."""
+
+
+def test_a_chart_zooms_by_keyboard_around_the_point_it_reads(
+    browser: sync_api.Browser, sidecar: str
+) -> None:
+    """Zooming took a mouse: a drag narrows a chart's time range, a double-click shows every
+    point again. On the plot, reached by Tab, + (Shift and =, as a US keyboard types it, or
+    = alone) shows half the points in view, - twice as many and 0 every point, the point the
+    legend reads (the newest, with no cursor) standing where it stood: a zoom in narrows the
+    range around it, never past ten points. The chart's live region says each range a key
+    shows, once: not the cursor's moves, not a key that changes nothing."""
+    start, step, points, _ = HISTORIES["a quarter hour of an afternoon"]
+    with overview(browser, sidecar, history(start, step, points), 900, "hit-ratio") as chart:
+        page = chart.page
+        plot = chart.get_by_role("group", name=re.compile(r"plus and minus to zoom, zero to"))
+        tab_to(page, "#range", plot, 10, "the hit-ratio chart's plot")
+        chart.get_by_role("status").evaluate(SAID)
+        time = chart.locator(LEGEND_VALUES).first
+
+        def at(index: int) -> str:
+            clock = datetime.fromtimestamp(start + step * index, ZoneInfo("UTC"))
+            return f"{clock_time(clock, seconds=True)} {clock:%p}"
+
+        def shows(first: int, last: int) -> str:
+            """Waits for the chart to show points ``first`` to ``last``; what is said then."""
+            span = [start + step * first, start + step * last]
+            page.wait_for_function(SHOWN, arg=[chart.element_handle(), span])
+            return f"showing {at(first)} to {at(last)}"
+
+        said = []
+        page.keyboard.press("Shift+Equal")  # no cursor: around the newest, at the right edge
+        said.append(shows(450, 899))
+        page.keyboard.press("Home")  # the first point in view, and 150 points on
+        for _ in range(150):
+            page.keyboard.press("ArrowRight")
+        sync_api.expect(time).to_have_text(at(600))
+        page.keyboard.press("Equal")  # 600 stays a third of the way across
+        said.append(shows(525, 749))
+        sync_api.expect(time).to_have_text(at(600))
+        page.keyboard.press("Minus")
+        said.append(shows(450, 899))
+        page.keyboard.press("Digit0")
+        said.append(shows(0, 899).replace("showing", "showing all:"))
+        page.keyboard.press("Digit0")  # all shown already: nothing to say
+        page.keyboard.press("ArrowLeft")  # the cursor's move: the legend says it
+        sync_api.expect(time).to_have_text(at(599))
+        closer = [(300, 749), (450, 674), (524, 636), (561, 617), (580, 608), (589, 603)]
+        closer += [(593, 602)]  # ten points, the closest
+        for first, last in closer:
+            page.keyboard.press("Shift+Equal")
+            said.append(shows(first, last))
+        page.keyboard.press("Shift+Equal")  # no closer
+        page.keyboard.press("Minus")
+        said.append(shows(586, 605))
+        sync_api.expect(time).to_have_text(at(599))
+        page.wait_for_function("length => window.__said.length >= length", arg=len(said))
+        assert page.evaluate("() => window.__said") == said
+
+
 def test_a_chart_follows_the_points_read_after_it_is_drawn(
     browser: sync_api.Browser, sidecar: str
 ) -> None:

@@ -2,13 +2,15 @@
 // global `uPlot`): time axes, values with units on the axis, in the legend and under the
 // cursor, drag to zoom (double-click to zoom out), a line's name a button that hides or shows
 // the line (js/legend_toggles.js), a plot whose cursor the arrow keys move too
-// (js/keyboard_cursor.js), cursors in step across charts, and one colour per series
-// name on every chart and every load. Colours and lines come from the stylesheet's custom
-// properties, so light and dark schemes both read.
+// (js/keyboard_cursor.js) and whose keys zoom as a drag does (js/keyboard_zoom.js), cursors
+// in step across charts, and one colour per series name on every chart and every load.
+// Colours and lines come from the stylesheet's custom properties, so light and dark schemes
+// both read.
 import { h } from "./dom.js";
 import { withUnit, clock, short, unitName } from "./format.js";
 import { legendToggles } from "./legend_toggles.js";
 import { keyboardCursor } from "./keyboard_cursor.js";
+import { keyboardZoom } from "./keyboard_zoom.js";
 
 const PALETTE_SIZE = 8;
 /** Series names with a fixed colour (distinct within each chart); any other gets one from a
@@ -181,15 +183,15 @@ function timeRange(u, min, max) {
 }
 
 /** The time axis as drawn, on the chart's element: its font, the room ticks keep
-(LABEL_SPACE), ticks (unix seconds), their places (CSS pixels from the canvas's left edge),
-labels and the canvas's width, so that a test measures the labels where the browser drew
-them. */
+(LABEL_SPACE), the span shown (unix seconds, zoomed or not), ticks (unix seconds), their
+places (CSS pixels from the canvas's left edge), labels and the canvas's width, so that a
+test reads the span a zoom left and measures the labels where the browser drew them. */
 function keepTimeAxis(element) {
   return (u) => {
     const { _splits: ticks, _values: labels } = u.axes[0];
     element.dataset.timeAxis = JSON.stringify({
-      font: AXIS_FONT, room: LABEL_SPACE, ticks, labels, width: u.width,
-      at: ticks.map((tick) => u.valToPos(tick, "x", true) / uPlot.pxRatio),
+      font: AXIS_FONT, room: LABEL_SPACE, shown: [u.scales.x.min, u.scales.x.max], ticks, labels,
+      width: u.width, at: ticks.map((tick) => u.valToPos(tick, "x", true) / uPlot.pxRatio),
     });
   };
 }
@@ -280,7 +282,7 @@ export class TimeChart {
       hooks: {
         init: [spaceTimeTicks], draw: [showLatest, keepTimeAxis(this.element)], setCursor: [showLatest],
       },
-      plugins: [legendToggles(), keyboardCursor(this.title)],
+      plugins: [legendToggles(), keyboardCursor(this.title), keyboardZoom()],
       series: [
         { label: "time", value: (u, ts) => (ts === null ? "–" : clock(ts)) },
         ...names.map((name) => ({

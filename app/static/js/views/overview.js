@@ -116,7 +116,7 @@ function mount(panel, context) {
     h("div", { class: "toolbar" }, h("label", { for: "range", text: "Charts: " }), range,
       h("span", { class: "hint",
         text: "drag across a chart to zoom, double-click to zoom out, press a line's name to hide or show it, "
-          + "arrow keys on a focused chart read earlier values" }),
+          + "arrow keys on a focused chart read earlier values, + and - zoom it, 0 shows all" }),
       historyState),
     grid,
   );
