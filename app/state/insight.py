@@ -61,6 +61,11 @@ STACK_BYTES_PER_BLOCK: Final = 512
 entry and the hash, 64 bytes at the longest) and its predecessor in the stack's prefix check
 (a dict entry), each table at its emptiest between resizes: measured with tracemalloc, at
 most 470 bytes, rounded up (tests/app/test_insight_memory.py)."""
+PREFIX_CHECK_BYTES_PER_BLOCK: Final = 320
+"""Estimated memory of the prefix check alone (where no stack runs it, the shadow tiers'
+estimator does) per block of its bound: a dict entry and, with nothing else keeping them,
+the hash and its predecessor, 64 bytes each at the longest, measured with tracemalloc at
+most 260 bytes, rounded up (tests/app/test_insight_memory.py)."""
 WINDOW_BYTES_PER_REF: Final = 512
 """Estimated memory of one sampled reference in the optimum's window, with its share of a
 recomputation's tables and tier, measured with tracemalloc; rounded up."""
@@ -312,11 +317,18 @@ class PublisherInsight:
             else None
         )
         shadow_bytes = curve_bytes - (stack_bytes if stacked else 0.0)
-        shadow = self._shadow_rate(stream, capacities, shadow_bytes) if shadows else None
+        # Without a stack the shadow tiers' estimator checks the prefixes, in their room.
+        check_bytes = 0 if stacked else PREFIX_CHECK_BYTES_PER_BLOCK
+        shadow = (
+            self._shadow_rate(stream, capacities, shadow_bytes, check_bytes) if shadows else None
+        )
         return Rates(stack, shadow, window)
 
-    def _shadow_rate(self, stream: SampledStream, capacities: Sequence[int], room: float) -> float:
-        """The highest rate, at most the worker's, whose shadow tiers fit ``room`` bytes full.
+    def _shadow_rate(
+        self, stream: SampledStream, capacities: Sequence[int], room: float, check_bytes: int
+    ) -> float:
+        """The highest rate, at most the worker's, whose shadow tiers fit ``room`` bytes full,
+        with ``check_bytes`` per block of their largest tier for a prefix check.
 
         A policy's bound grows with its tier's capacity, and a shadow tier's capacity
         with the rate (``scaled_blocks``), so the rate is found by halving the range
@@ -329,7 +341,7 @@ class PublisherInsight:
 
         def fits(rate: float) -> bool:
             tiers = [scaled_blocks(rate, c, stacked=False) for c in capacities]
-            return max_bytes(policies, tiers) <= room
+            return max_bytes(policies, tiers) + check_bytes * tiers[-1] <= room
 
         if not fits(0.0):
             return min(stream.rate, MIN_SAMPLE_RATE)
@@ -396,7 +408,12 @@ class PublisherInsight:
             if generation != self.generation or stream is None or rate is None:
                 return
             if self._shadows is None:
-                self._shadows = CurveEstimator(stream.capacity, rate, self._shadow_policies)
+                self._shadows = CurveEstimator(
+                    stream.capacity,
+                    rate,
+                    self._shadow_policies,
+                    check_prefixes=self.rates.stack is None,  # else the stack checks them
+                )
             shadows = self._shadows
         for hashes, block_refs in chain(zip(sampled, refs, strict=True), [((), unsampled)]):
             with self.lock:
@@ -483,6 +500,8 @@ class PublisherInsight:
                     self._shadows_shed,
                     shadows.touched_blocks,
                     False,
+                    0,
+                    *_prefix_counts(shadows.prefix_check),
                 )
             )
             simulations.update(dict.fromkeys(self._shadow_policies, simulation))
@@ -495,15 +514,25 @@ class PublisherInsight:
         with self.lock:
             stack = self._stack.held_blocks if self._stack is not None else 0
             shadows = self._shadows.held_blocks if self._shadows is not None else 0
-            shadow_bytes = self._shadows.shadow_bytes if self._shadows is not None else 0
+            shadow_bytes = _shadow_bytes(self._shadows)
             window = self._window.refs if self._window is not None else 0
         size = stack * STACK_BYTES_PER_BLOCK + shadow_bytes
         return stack + shadows, size + window * WINDOW_BYTES_PER_REF
 
 
 def _prefix_counts(check: PrefixCheck | None) -> tuple[int, int]:
-    """A stack's prefix check as (checked, changed); none counted without one."""
+    """An estimator's prefix check as (checked, changed); none counted without one."""
     return (0, 0) if check is None else (check.checked, check.changed)
+
+
+def _shadow_bytes(shadows: CurveEstimator | None) -> int:
+    """The shadow tiers' estimator's memory now: its tiers', and its prefix check's where it
+    runs one (no stack)."""
+    if shadows is None:
+        return 0
+    check = shadows.prefix_check
+    checked = 0 if check is None else check.held_blocks * PREFIX_CHECK_BYTES_PER_BLOCK
+    return shadows.shadow_bytes + checked
 
 
 def _window_policy(policy: str, simulated: Sequence[str]) -> str:

@@ -16,8 +16,9 @@ and its sampled curve must be checked against a sweep before it is trusted.
 Prefix hits survive the sampling because a tier keeps a chain's head at
 least as long as its tail (an LRU touch, vLLM's hash chains): a sampled
 block's leading run on the sample stands for the chain's. On a stream whose
-blocks do not form chains it does not, and the curve reads above the tier;
-``prefix_check`` (prefix_check.py) tells, beside the stack.
+blocks do not form chains it does not, and the curve reads above the tier, under
+every policy; ``prefix_check`` (prefix_check.py) tells, on the estimator's sample
+whichever policies it simulates.
 
 The sample's size is itself random: one hot block (every conversation's
 first block) in or out of it moves the sampled references far from
@@ -60,6 +61,8 @@ class CurveEstimator:
     of history, bounded by the policy at that capacity: ARC's ghost lists);
     ``held_blocks`` reads it, ``max_held_blocks`` is the bound, and
     ``shadow_bytes`` the shadows' bytes at what each policy states per slot.
+    The prefix check keeps a predecessor per block, as many as the largest
+    tier holds (and one request's more: prefix_check.py).
     """
 
     def __init__(
@@ -68,6 +71,8 @@ class CurveEstimator:
         rate: float = DEFAULT_RATE,
         policies: Sequence[str] | None = None,
         multiples: Sequence[float] = DEFAULT_MULTIPLES,
+        *,
+        check_prefixes: bool = True,
     ) -> None:
         self.rate = check_rate(rate)
         self.capacities = scaled_capacities(current, multiples)
@@ -82,15 +87,15 @@ class CurveEstimator:
             if STACK_POLICY in self.policies
             else None
         )
-        self.prefix_check = (
-            PrefixCheck(max(1, self._stack.capacities[-1])) if self._stack is not None else None
-        )
-        """Whether the sample keeps the premise of its prefix hits (prefix_check.py), checked
-        beside the stack, within its memory; None without one."""
         self._shadows = ShadowTiers(
             [p for p in self.policies if p != STACK_POLICY],
             [scaled_blocks(self.rate, c, stacked=False) for c in self.capacities],
         )
+        largest = (self._shadows if self._stack is None else self._stack).capacities[-1]
+        self.prefix_check = PrefixCheck(max(1, largest)) if check_prefixes else None
+        """Whether the sample keeps the premise of its prefix hits (prefix_check.py), as many
+        blocks as the largest simulated tier holds; None where ``check_prefixes`` is off
+        (another estimator checks the same stream)."""
         self.block_refs = 0
         self.sampled_refs = 0
 

@@ -22,7 +22,7 @@ share of references whose prefix changed, each of which the curve may count
 as a hit the tier does not get.
 
 Memory: one predecessor per sampled block, ``max_blocks`` of them (the
-stack's largest capacity: reuses farther apart change no point of the
+largest simulated tier's capacity: reuses farther apart change no point of the
 curve) and one request's more at most, as the bound is checked between
 requests; past it the check starts over, forgetting predecessors, which at worst
 misses the change at each block's next use.

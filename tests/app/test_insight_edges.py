@@ -24,7 +24,13 @@ import pytest
 
 from app.api.insight_schemas import PublisherInsightInfo
 from app.settings import InsightConfig, MiB, PublisherEndpoints
-from app.state.insight import STACK_SHARE, WINDOW_SHARE, InsightState, PublisherInsight
+from app.state.insight import (
+    PREFIX_CHECK_BYTES_PER_BLOCK,
+    STACK_SHARE,
+    WINDOW_SHARE,
+    InsightState,
+    PublisherInsight,
+)
 from app.state.publisher import CONNECTED_WITHIN_S, PublisherState
 from offload.cpu.manager import CPUOffloadingManager
 from offload.insight.curve import scaled_capacities
@@ -375,6 +381,30 @@ def test_the_shadows_rate_is_the_highest_whose_tiers_fit_their_share_of_the_boun
         return max_bytes(["gated"], [scaled_blocks(at, c, stacked=False) for c in capacities])
 
     assert held(rate) <= room < held(rate * 1.01)
+
+
+def test_without_a_stack_the_shadows_rate_leaves_room_for_their_prefix_check() -> None:
+    """With lru not simulated the shadow tiers' estimator runs the prefix check: its entries
+    are counted in their share of the bound, at the rate that fits both, and the memory
+    read stays within the bound."""
+    config = InsightConfig(max_bytes=MiB, policies=("arc",))
+    requests = [[40 * r + b for b in range(40)] for r in range(REQUESTS)]  # each new
+    insight = fed(requests, 1_000, 0.5, config)
+    rate = insight.rates.shadows
+    assert insight.rates.stack is None and rate is not None and rate < 0.5
+    room = config.max_bytes * (1 - WINDOW_SHARE)
+    capacities = scaled_capacities(1_000)
+
+    def held(at: float) -> int:
+        tiers = [scaled_blocks(at, c, stacked=False) for c in capacities]
+        return max_bytes(["arc"], tiers) + PREFIX_CHECK_BYTES_PER_BLOCK * tiers[-1]
+
+    assert held(rate) <= room < held(rate * 1.01)
+    shadows = insight._shadows
+    assert shadows is not None and shadows.prefix_check is not None
+    # Every block new: more distinct sampled blocks came to the check than its bound.
+    assert shadows.sampled_refs > shadows.prefix_check.max_blocks
+    assert 0 < insight.memory()[1] <= config.max_bytes
 
 
 @pytest.mark.parametrize("workload", list(WORKLOADS))

@@ -36,9 +36,9 @@ def test_the_check_holds_no_more_than_its_bound_plus_a_request() -> None:
         PrefixCheck(0)
 
 
-def sampled(trace: list[list[int]]) -> CurveEstimator:
+def sampled(trace: list[list[int]], policy: str) -> CurveEstimator:
     sampler = SpatialSampler(RATE)
-    estimator = CurveEstimator(CURRENT, RATE, ["lru"])
+    estimator = CurveEstimator(CURRENT, RATE, [policy])
     for request in trace:
         estimator.record(sampler.sample(request), len(request))
     return estimator
@@ -49,25 +49,33 @@ def chained() -> list[list[int]]:
     return conversations(3000, 500)
 
 
-def test_a_chained_trace_never_changes_a_predecessor(chained) -> None:
-    estimator = sampled(chained)
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+def test_a_chained_trace_never_changes_a_predecessor(chained, policy: str) -> None:
+    estimator = sampled(chained, policy)
     assert estimator.prefix_check is not None
     assert estimator.prefix_check.checked >= 100
     assert estimator.prefix_check.changed == 0
 
 
+@pytest.mark.parametrize("policy", ["lru", "arc"])
 def test_on_an_unchained_trace_the_curve_reads_above_the_tier_and_the_check_tells(
-    chained,
+    chained, policy: str
 ) -> None:
     """The same references with each request's ids shuffled: a sampled block resident from
-    another request counts as hit behind unsampled blocks the tier's lookup stopped at."""
+    another request counts as hit behind unsampled blocks the tier's lookup stopped at. The
+    check ran beside the LRU stack only, so an estimator of shadow tiers alone, whose curve
+    reads as far above, never told."""
     trace = unchained(chained)
-    estimator = sampled(trace)
-    measured = replay_point(trace, "lru", CURRENT).hit_ratio
-    assert estimator.curve().at("lru", CURRENT) > measured + 0.1
+    estimator = sampled(trace, policy)
+    measured = replay_point(trace, policy, CURRENT).hit_ratio
+    assert estimator.curve().at(policy, CURRENT) > measured + 0.1
     assert estimator.prefix_check is not None
     assert estimator.prefix_check.changed > 0.5 * estimator.prefix_check.checked
 
 
-def test_without_the_stack_there_is_no_check() -> None:
-    assert CurveEstimator(CURRENT, RATE, ["arc"]).prefix_check is None
+def test_the_check_holds_as_many_blocks_as_the_largest_simulated_tier() -> None:
+    for policies in (["lru"], ["arc"], ["lru", "arc"]):
+        estimator = CurveEstimator(CURRENT, RATE, policies)
+        assert estimator.prefix_check is not None
+        assert estimator.prefix_check.max_blocks == 800, "8x a tier of 1,000 at rate 0.1"
+    assert CurveEstimator(CURRENT, RATE, ["arc"], check_prefixes=False).prefix_check is None
