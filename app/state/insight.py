@@ -256,8 +256,11 @@ class PublisherInsight:
         unsampled = frame.unsampled_block_refs
         if self._stack is not None:
             stack, stacked = self._stack, _narrowed(sampled, self._stack_sampler)
-            longest = max(self._longest_stacked, max(compress(refs, stacked), default=0))
-            for part, part_refs in _holds(stacked, refs, block_refs):
+            longest = self._longest_stacked
+            for part, lengths, part_refs in _holds(stacked, refs, block_refs):
+                # Of the requests on the stack once this hold ends: a reader between two
+                # holds reads no request the stack has not replayed yet.
+                longest = max(longest, max(compress(lengths, part), default=0))
                 with self.lock:
                     stack.record_many(part, part_refs)
                     self._longest_stacked = longest
@@ -552,15 +555,15 @@ def _sampler(stream: SampledStream, rate: float | None) -> SpatialSampler | None
 
 def _holds(
     sampled: list[Sequence[BlockHash]], refs: list[int], block_refs: int
-) -> Iterator[tuple[list[Sequence[BlockHash]], int]]:
+) -> Iterator[tuple[list[Sequence[BlockHash]], list[int], int]]:
     """A frame's requests (their sampled blocks, their block counts) in consecutive parts of
-    at most ``STACK_HOLD_REFS`` sampled references (a longer request alone), each with the
-    block references it stands for, of the frame's ``block_refs``: the last part takes what
-    the others leave, the requests with none sampled included, as a whole frame counts them
-    after its requests."""
+    at most ``STACK_HOLD_REFS`` sampled references (a longer request alone), each with its
+    requests' block counts and the block references it stands for, of the frame's
+    ``block_refs``: the last part takes what the others leave, the requests with none
+    sampled included, as a whole frame counts them after its requests."""
     ends = list(accumulate(map(len, sampled)))
     if not ends or ends[-1] <= STACK_HOLD_REFS:
-        yield sampled, block_refs
+        yield sampled, refs, block_refs
         return
     start, left = 0, block_refs
     while start < len(sampled):
@@ -568,7 +571,7 @@ def _holds(
         stop = max(start + 1, bisect_right(ends, done + STACK_HOLD_REFS))
         part_refs = left if stop == len(sampled) else sum(refs[start:stop])
         left -= part_refs
-        yield sampled[start:stop], part_refs
+        yield sampled[start:stop], refs[start:stop], part_refs
         start = stop
 
 

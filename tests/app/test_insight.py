@@ -11,6 +11,7 @@ counters (tests/support/polling.py); nothing asserts on time.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
 import msgspec
 import pytest
@@ -824,13 +825,15 @@ def test_a_restarted_workers_shed_counts_are_all_new(trace) -> None:
 
 
 class StackRefsPerHold:
-    """``insight``'s lock, noting the sampled references the stack gained in each hold."""
+    """``insight``'s lock, noting the sampled references the stack gained in each hold, and
+    at its end the stack's sampled references and the longest request a reader reads."""
 
     def __init__(self, insight: PublisherInsight) -> None:
         self.insight = insight
         self.lock = insight.lock
         self.before = 0
         self.gained: list[int] = []
+        self.longest: list[tuple[int, int]] = []
 
     def _refs(self) -> int:
         stack = self.insight._stack
@@ -842,13 +845,16 @@ class StackRefsPerHold:
 
     def __exit__(self, *_: object) -> None:
         self.gained.append(self._refs() - self.before)
+        self.longest.append((self._refs(), self.insight._longest_stacked))
         self.lock.release()
 
 
 def test_a_huge_frame_holds_the_lock_a_part_at_a_time_and_makes_the_same_curve() -> None:
     """A frame of max_message_bytes carries over a million sampled references: the stack
     replayed it in one hold of the lock (over a second), and every reader of the curve
-    (the API, /metrics) waited it out, frame after frame under a flood of them."""
+    (the API, /metrics) waited it out, frame after frame under a flood of them. Between
+    holds a reader reads the longest request of those on the stack: it read the frame's
+    (a long_requests verdict on a curve not yet holding it) from the first hold on."""
     config = WorkerConfig(policy="lru", capacity_blocks=40, block_size=16)
     chains = [[chain * 10_000 + block for block in range(300)] for chain in range(8)]
     # Requests of 300 blocks, one longer than a hold alone, and some with none sampled.
@@ -868,6 +874,12 @@ def test_a_huge_frame_holds_the_lock_a_part_at_a_time_and_makes_the_same_curve()
     assert len(holds) > 2 and sum(holds) == frame.sampled_refs
     assert STACK_HOLD_REFS + 5 in holds, "the long request alone"
     assert max(h for h in holds if h != STACK_HOLD_REFS + 5) <= STACK_HOLD_REFS
+    # Once the stack holds a request's sampled references, the longest of those before it.
+    ends = accumulate(map(len, requests))
+    longest_so_far = accumulate((r.block_refs for r in sampled), max)
+    on_stack = {0: 0} | dict(zip(ends, longest_so_far, strict=True))
+    assert all(longest == on_stack[refs] for refs, longest in watched.longest)
+    assert len({longest for _, longest in watched.longest}) > 2
     whole = CurveEstimator(40, 1.0, ["lru"])
     whole.record_many(requests, frame.block_refs)  # the frame in one call
     reading = insight.reading()
