@@ -24,7 +24,7 @@ from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
 from offload.transfer.host_tier import size_text
 from offload.unknown_keys import unknown_keys
-from offload.vllm.host_memory import CGROUP_ROOT, PROC_ROOT, memory_bound
+from offload.vllm.host_memory import CGROUP_ROOT, PROC_ROOT, MemoryBound, memory_bound
 from offload.vllm.vllm_keys import VLLM_KEYS, check_vllm_keys
 from offload.wire.endpoints import endpoint_refusal
 from offload.wire.rank_offsets import offset_endpoint, ports_overlap
@@ -125,8 +125,15 @@ def read_settings(
         -(-worker_kv_bytes_per_block * world_size * blocks_per_chunk // CHUNK_ALIGNMENT)
         * CHUNK_ALIGNMENT
     )
+    bound = memory_bound(cgroup_root, proc_root)
+    if bound is not None:  # else nothing to compare with
+        _check_chunk_fits(extra_config, chunk, blocks_per_chunk, world_size, policy, bound)
     num_chunks, size_key = _num_chunks(extra_config, chunk)
-    _check_fits_host(num_chunks, chunk, size_key, policy, cgroup_root, proc_root)
+    if bound is not None:
+        lower = size_key
+        if size_key == "num_cpu_blocks" and blocks_per_chunk > 1:  # fewer, or smaller, chunks
+            lower += f" or {_chunk_size_key(extra_config)}"
+        _check_fits_host(num_chunks, chunk, lower, policy, bound)
     return SpecSettings(
         num_chunks, chunk, policy, store_threshold, max_tracker_size, endpoint, replay, sample_rate
     )
@@ -155,12 +162,18 @@ def check_chunk_tokens(extra_config: Mapping[str, Any], chunk_tokens: Iterable[i
     """
     most = max(chunk_tokens)
     if most > MAX_BLOCK_SIZE:
-        key = "block_size" if extra_config.get("block_size") is not None else "blocks_per_chunk"
+        key = _chunk_size_key(extra_config)
         raise ConfigError(
             f"kv_connector_extra_config {key}={shown_repr(extra_config.get(key, 1))} makes "
             f"chunks of {shown_repr(most)} tokens, more than {MAX_BLOCK_SIZE}, the most "
             "tokens a kvscope chunk holds"
         )
+
+
+def _chunk_size_key(extra_config: Mapping[str, Any]) -> str:
+    """vLLM's key that sized the chunk: ``block_size`` (tokens) when given, else
+    ``blocks_per_chunk``, vLLM's default of 1 when neither is."""
+    return "block_size" if extra_config.get("block_size") is not None else "blocks_per_chunk"
 
 
 def _bounded(key: str, given: Any, maximum: int, why: str, *, minimum: int = 1) -> int:
@@ -238,34 +251,66 @@ def records_bytes(policy: str, num_chunks: int) -> int:
     return metadata_bound(policy).at(num_chunks) + attribution_bytes(num_chunks)
 
 
+def _check_chunk_fits(
+    extra_config: Mapping[str, Any],
+    bytes_per_chunk: int,
+    blocks_per_chunk: int,
+    world_size: int,
+    policy: str,
+    bound: MemoryBound,
+) -> None:
+    """Refuse a chunk that alone, with its records, is more than ``bound``: then no tier
+    fits, and the key to change is the chunk size, not the tier's.
+
+    Checked before the tier is sized: the memory check named the tier's key
+    (``num_cpu_blocks`` or ``cpu_bytes_to_use``), which cannot help, and for a
+    ``cpu_bytes_to_use`` below one chunk the error asked for more bytes, which the
+    memory check then refused.
+    """
+    tier_bytes = bytes_per_chunk + records_bytes(policy, 1)
+    if tier_bytes <= bound.num_bytes:
+        return
+    if blocks_per_chunk > 1:
+        key = _chunk_size_key(extra_config)
+        given = extra_config.get(key, blocks_per_chunk)
+        fix = f"lower {key} (given {key}={shown_repr(given)})"
+    else:
+        fix = "a chunk of one GPU block cannot be smaller: this host cannot hold the tier"
+    raise ConfigError(
+        f"one offloaded chunk takes {shown_repr(tier_bytes)} bytes with kvscope's records "
+        f"for it ({shown_repr(blocks_per_chunk)} GPU block(s) on each of {world_size} "
+        f"worker(s)), more than {bound.what}, {size_text(bound.num_bytes)} "
+        f"({bound.num_bytes} bytes): no tier fits, whatever cpu_bytes_to_use or "
+        f"num_cpu_blocks; {fix}"
+    )
+
+
 def _check_fits_host(
     num_chunks: int,
     bytes_per_chunk: int,
-    size_key: str,
+    lower: str,
     policy: str,
-    cgroup_root: Path,
-    proc_root: Path,
+    bound: MemoryBound,
 ) -> None:
-    """Refuse a tier larger than the host's memory, or the cgroup's limit where lower,
-    before allocating any of it: past either, the worker is killed during its zero-fill.
+    """Refuse a tier larger than ``bound`` (the host's memory, or the cgroup's limit where
+    lower) before allocating any of it: past either, the worker is killed during its
+    zero-fill. One chunk fits (``_check_chunk_fits``), so ``lower`` names the tier's key,
+    and with ``num_cpu_blocks`` the chunk's too when it is more than one GPU block.
 
     The manager's records count too (``records_bytes``): with vLLM reporting 0 KV bytes per
     block (a GPU cache of 0 blocks), a tier of 2**31 empty chunks otherwise passed, and
     building its manager failed with a MemoryError naming no key; and with gated, whose
     offer histories keep 64 hashes a slot, they are tens of KiB a chunk.
     """
-    bound = memory_bound(cgroup_root, proc_root)
-    if bound is None:  # nothing to compare with
-        return
     records = records_bytes(policy, num_chunks)
     tier_bytes = num_chunks * bytes_per_chunk + records
-    if tier_bytes > bound.num_bytes:  # the chunk's bytes, and so the tier's, unbounded
+    if tier_bytes > bound.num_bytes:
         raise ConfigError(
             f"the CPU tier would take {shown_repr(tier_bytes)} bytes ({num_chunks} chunks of "
             f"{shown_repr(bytes_per_chunk)} bytes, and {records} bytes of kvscope's records at "
             f"most, {records // num_chunks} a chunk, with eviction_policy {policy!r:.80}), more "
             f"than {bound.what}, {size_text(bound.num_bytes)} ({bound.num_bytes} bytes); "
-            f"lower {size_key}"
+            f"lower {lower}"
         )
 
 

@@ -180,13 +180,14 @@ def test_a_value_too_large_to_print_is_named_in_one_short_line(extra: dict, name
         (
             {"num_cpu_blocks": 8},
             10**4299,
-            "(8 chunks of <an integer of more than 19 digits> bytes, ",
+            "one offloaded chunk takes <an integer of more than 19 digits> bytes with "
+            "kvscope's records for it (<an integer of more than 19 digits> GPU block(s) on each ",
         ),
         (
             {"cpu_bytes_to_use": 2**40},
             10**4299,
-            "cpu_bytes_to_use=1099511627776 is smaller than one offloaded chunk "
-            "(<an integer of more than 19 digits> bytes across all workers)",
+            "whatever cpu_bytes_to_use or num_cpu_blocks; lower blocks_per_chunk "
+            "(given blocks_per_chunk=<an integer of more than 19 digits>)",
         ),
     ],
     ids=[
@@ -359,6 +360,74 @@ def test_a_tier_above_the_containers_memory_limit_is_refused_naming_it(tmp_path:
     assert settings(1 << 28).num_chunks == 65536  # a quarter of the limit, and its records: fits
     limit.write_text("max\n")
     assert settings(1 << 30).num_chunks == 262144
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"num_cpu_blocks": 1, "blocks_per_chunk": 2**24}, "blocks_per_chunk=16777216"),
+        ({"cpu_bytes_to_use": 2**30, "blocks_per_chunk": 2**24}, "blocks_per_chunk=16777216"),
+        (
+            {"cpu_bytes_to_use": 2**50, "blocks_per_chunk": "16777216"},
+            "blocks_per_chunk='16777216'",
+        ),
+        # vLLM divides block_size (tokens) by the GPU block's 16 tokens: 2**24 blocks.
+        ({"num_cpu_blocks": 1, "block_size": 2**28}, "block_size=268435456"),
+    ],
+    ids=["num_cpu_blocks", "cpu_bytes_to_use below a chunk", "bytes above it", "block_size"],
+)
+def test_a_chunk_larger_than_memory_is_refused_naming_the_chunk_size(
+    extra: dict, named: str
+) -> None:
+    """One chunk of 2**24 GPU blocks of 2 MiB (32 TiB) fits no host: the error told the user
+    to lower num_cpu_blocks, already 1, or, for cpu_bytes_to_use below the chunk, to give
+    more bytes, which the memory check then refused."""
+    config = offloading_config(extra, worker_kv_bytes_per_block=2**21, blocks_per_chunk=2**24)
+    with pytest.raises(
+        ConfigError,
+        match=f"more than {_MEMORY}.*: no tier fits, whatever cpu_bytes_to_use or "
+        f"num_cpu_blocks; lower {named.split('=')[0]} \\(given {re.escape(named)}\\)$",
+    ):
+        KVScopeOffloadingSpec(config)
+
+
+def test_the_memory_error_names_the_key_that_can_make_the_tier_fit(tmp_path: Path) -> None:
+    """Under a 1 GiB limit: a chunk of 2 GiB is the chunk size's fault; eight chunks of
+    256 MiB, either key's; a chunk of one 2 GiB GPU block, no key's."""
+    (tmp_path / "memory.max").write_text(f"{1 << 30}\n")
+
+    def settings(extra: dict, blocks_per_chunk: int, block_bytes: int = 2**21) -> SpecSettings:
+        return read_settings(
+            extra,
+            worker_kv_bytes_per_block=block_bytes,
+            world_size=1,
+            blocks_per_chunk=blocks_per_chunk,
+            cgroup_root=tmp_path,
+            proc_root=tmp_path,
+        )
+
+    with pytest.raises(
+        ConfigError,
+        match=r"\(1024 GPU block\(s\) on each of 1 worker\(s\).*"
+        r"; lower blocks_per_chunk \(given blocks_per_chunk=1024\)$",
+    ):
+        settings({"num_cpu_blocks": 1, "blocks_per_chunk": 1024}, 1024)
+    with pytest.raises(
+        ConfigError,
+        match=r"\(8 chunks of 268435456 bytes, .*; "
+        r"lower num_cpu_blocks or blocks_per_chunk$",
+    ):
+        settings({"num_cpu_blocks": 8, "blocks_per_chunk": 128}, 128)
+    with pytest.raises(ConfigError, match=r"; lower cpu_bytes_to_use$"):
+        settings({"cpu_bytes_to_use": 2**31, "blocks_per_chunk": 128}, 128)
+    with pytest.raises(ConfigError, match=r"; lower num_cpu_blocks$"):
+        settings({"num_cpu_blocks": 8}, 1, 2**28)
+    with pytest.raises(
+        ConfigError,
+        match=r"a chunk of one GPU block cannot be smaller: this host cannot hold the tier$",
+    ):
+        settings({"num_cpu_blocks": 1}, 1, 2**31)
+    assert settings({"num_cpu_blocks": 3, "blocks_per_chunk": 128}, 128).num_chunks == 3
 
 
 def test_the_memory_check_counts_what_the_eviction_policy_keeps(tmp_path: Path) -> None:
