@@ -3,7 +3,8 @@
 They pass through to vLLM, but vLLM reads its flags with ``bool()``: the JSON string
 ``"false"`` (or ``null``) silently turned ``offload_prompt_only`` on (or off), whatever
 the user meant; it reads ``sync_load_budget_bytes`` with ``int()`` in its scheduler,
-after the spec is built, in an error naming no key; and it reads the chunk size
+after the spec is built, so text or ``null`` failed there in an error naming no key and
+8.5 was 8; and it reads the chunk size
 (``block_size`` or ``blocks_per_chunk``) with ``int()``, so a fraction was cut off and
 ``true`` was 1, and it checks no ``block_size`` for a sign, so 0 or -16 made chunks of
 0 or -1 blocks. So they are checked here, where the config enters, with kvscope's own
@@ -63,6 +64,8 @@ def check_vllm_keys(extra_config: Mapping[str, Any]) -> None:
             "KVScopeOffloadingSpec: kvscope keeps each worker's pages as they lie on its "
             "GPU, not vLLM's topology-free canonical pages; leave canonical_layout out"
         )
-    budget = extra_config.get("sync_load_budget_bytes")
-    if budget is not None:
-        positive_int("sync_load_budget_bytes", budget, minimum=0, floor=True)
+    if "sync_load_budget_bytes" in extra_config:
+        # Not floored as cpu_bytes_to_use is: vLLM writes float bytes there itself
+        # (--kv-offloading-size), never here, so a fraction is a typo, refused as a chunk
+        # size's is. null is refused too: given, it is no default, and int(None) fails.
+        positive_int("sync_load_budget_bytes", extra_config["sync_load_budget_bytes"], minimum=0)

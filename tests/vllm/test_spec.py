@@ -91,9 +91,14 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
         ({"num_cpu_blocks": 8, "sync_load_budget_bytes": "lots"}, "sync_load_budget_bytes"),
         ({"num_cpu_blocks": 8, "sync_load_budget_bytes": "01"}, "sync_load_budget_bytes='01'"),
         ({"num_cpu_blocks": 8, "sync_load_budget_bytes": -5}, "sync_load_budget_bytes=-5"),
+        # vLLM cuts a fraction off (8.5 bytes is 8) and fails on null in int().
         (
-            {"num_cpu_blocks": 8, "sync_load_budget_bytes": -0.5},
-            "sync_load_budget_bytes=-0.5 must be at least 0",
+            {"num_cpu_blocks": 8, "sync_load_budget_bytes": 8.5},
+            "sync_load_budget_bytes=8.5 is not a whole number",
+        ),
+        (
+            {"num_cpu_blocks": 8, "sync_load_budget_bytes": None},
+            "sync_load_budget_bytes=None is not a whole number",
         ),
         (
             {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": "..x"},
@@ -274,6 +279,11 @@ def test_vllms_own_keys_reach_vllm_as_given() -> None:
     assert spec.offload_prompt_only is False
     assert spec.kv_events_config.self_describing_kv_events is True
     assert spec.extra_config["sync_load_budget_bytes"] == 2**20
+    # A whole number written as a JSON float (1e9) is that number, as for every count.
+    whole = KVScopeOffloadingSpec(
+        offloading_config({"num_cpu_blocks": 8, "sync_load_budget_bytes": 1e9})
+    )
+    assert whole.extra_config["sync_load_budget_bytes"] == 10**9
 
 
 @pytest.mark.parametrize(
