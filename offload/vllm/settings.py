@@ -324,11 +324,13 @@ def _policy(extra_config: Mapping[str, Any]) -> str:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"eviction_policy={shown_repr(name)} must be a policy name")
     module_path = extra_config.get("cache_policy_module_path")
+    # Checked whatever the name: beside a registered one the path is not read, and a
+    # number or a list there passed unnoticed.
+    if module_path is not None and not isinstance(module_path, str):
+        raise ConfigError(
+            f"cache_policy_module_path={shown_repr(module_path)} must be a module path"
+        )
     if module_path is not None and name not in policy_names():  # vLLM's order: registry first
-        if not isinstance(module_path, str):
-            raise ConfigError(
-                f"cache_policy_module_path={shown_repr(module_path)} must be a module path"
-            )
         try:
             module = importlib.import_module(module_path)
         except Exception as exc:  # a missing module, "" or "..x", or one failing as it runs

@@ -112,6 +112,11 @@ def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
             {"num_cpu_blocks": 8, "eviction_policy": "x", "cache_policy_module_path": "no.such"},
             "cache_policy_module_path",
         ),
+        # Not read beside a registered policy's name (vLLM's order), but never a module path.
+        (
+            {"num_cpu_blocks": 8, "eviction_policy": "lru", "cache_policy_module_path": 5},
+            "cache_policy_module_path=5 must be a module path",
+        ),
     ],
 )
 def test_each_bad_key_is_a_clear_error_naming_it(extra: dict, named: str) -> None:
