@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import sys
 import textwrap
@@ -16,15 +17,18 @@ from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 from bench.tooling.vllm_config import SPEC, offloading_config
 from offload import policy_names
 from offload.cpu.config import ConfigError
+from offload.shown import shown_repr
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.settings import (
     CHUNK_ALIGNMENT,
+    KVSCOPE_KEYS,
     MAX_STORE_THRESHOLD,
     MAX_TRACKER_SIZE,
     SpecSettings,
     read_settings,
     records_bytes,
 )
+from offload.vllm.vllm_keys import VLLM_KEYS
 
 _MEMORY = "(this host's memory|the cgroup memory limit)"
 """The bound a tier too large for this machine passes: the host's, or a container's."""
@@ -255,6 +259,67 @@ def test_a_chunk_of_more_tokens_than_events_carry_is_refused_naming_its_key(
     with pytest.raises(ConfigError, match=re.escape(named)) as caught:
         KVScopeOffloadingSpec(config)
     assert len(str(caught.value)) < 400
+
+
+HOSTILE = (-1, 0, -0.5, 8.5, math.nan, math.inf, True, "8\n[FAKE]", {"a": 1}, [1], 2**70, None)
+"""Values a loosely typed extra config may hold where each key wants something else."""
+
+TAKEN: dict[str, tuple[object, ...]] = {
+    # 0: store at the first offer, no sample; a budget of 0 loads nothing within a step,
+    # and one past any step's loads (vLLM bounds it by nothing) loads every hit within it.
+    "store_threshold": (0,),
+    "sync_load_budget_bytes": (0, 2**70),
+    "sample_rate": (0, None),
+    "offload_prompt_only": (True,),
+    "self_describing_kv_events": (True,),
+    # Beside a registered policy's name (lru here) the module is not read, as in vLLM.
+    "cache_policy_module_path": (None, "8\n[FAKE]"),
+    # null is a key left out: no publisher, vLLM's own default chunk.
+    **dict.fromkeys(
+        ("kvscope_endpoint", "kvscope_replay_endpoint", "block_size", "blocks_per_chunk"),
+        (None,),
+    ),
+}
+"""The hostile values a key takes, as the README documents them; every other is refused."""
+
+
+def _vllm_blocks_per_chunk(key: str, value: object) -> int:
+    """The blocks per chunk vLLM's ``build_offloading_config`` passes on for ``key``'s
+    ``value`` (16-token GPU blocks), where it takes the value at all."""
+    if type(value) is not int or value <= 0:
+        return 1
+    return {"blocks_per_chunk": value, "block_size": value // 16}.get(key, 1)
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+@pytest.mark.parametrize(
+    "key", sorted(KVSCOPE_KEYS | VLLM_KEYS - {"spec_name", "spec_module_path"})
+)
+def test_every_key_takes_a_hostile_value_as_documented_or_refuses_it_naming_it(
+    key: str, value: object
+) -> None:
+    """Negative, zero, a fraction, NaN, inf, a bool, text forging a log line, a nested
+    object, 2**70, null: each key takes what the README says it takes, and any other value
+    is one ConfigError at start-up naming the key, on one short line."""
+    base: dict[str, object] = {"num_cpu_blocks": 8}
+    if key in ("cpu_bytes_to_use", "num_cpu_blocks"):
+        base = {}
+    if key == "kvscope_replay_endpoint":
+        base["kvscope_endpoint"] = "tcp://127.0.0.1:*"
+    config = offloading_config(
+        {**base, key: value}, blocks_per_chunk=_vllm_blocks_per_chunk(key, value)
+    )
+    if value in TAKEN.get(key, ()):
+        KVScopeOffloadingSpec(config)
+        return
+    with pytest.raises(ConfigError) as caught:
+        KVScopeOffloadingSpec(config)
+    message = str(caught.value)
+    # null for a tier key is the key left out: then neither was given, as the error says.
+    left_out = value is None and not base
+    assert ("needs cpu_bytes_to_use" if left_out else f"{key}={shown_repr(value)}") in message
+    assert "\n" not in message
+    assert len(message) < 400
 
 
 def test_every_misspelt_key_is_named_with_the_key_it_is_closest_to() -> None:
