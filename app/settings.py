@@ -46,6 +46,8 @@ from offload.wire.endpoint_host import (
     connect_reaches,
     families_of,
     interface_refusal,
+    interfaces,
+    listened_addresses,
     resolved_addresses,
     source_refusal,
 )
@@ -683,13 +685,7 @@ class SidecarSettings(BaseSettings):
             for endpoint in endpoints:
                 refusal = source_refusal(endpoint, families[endpoint])
                 if refusal is not None:
-                    problem = ValueError(f"{shown_repr(endpoint)} {refusal}")
-                    value = getattr(self, setting)
-                    refused.append(
-                        InitErrorDetails(
-                            type="value_error", loc=(setting,), input=value, ctx={"error": problem}
-                        )
-                    )
+                    refused.append(self._refused(setting, f"{shown_repr(endpoint)} {refusal}"))
                     break
         if refused:
             raise ValidationError.from_exception_data(type(self).__name__, refused)
@@ -699,18 +695,44 @@ class SidecarSettings(BaseSettings):
     def _listen_is_not_connect(self) -> SidecarSettings:
         """Compared as ZMQ reads them (``connect_reaches``): ``tcp://*:5557`` is reached by
         ``tcp://127.0.0.1:05557`` as surely as by its own text, and by
-        ``tcp://localhost:5557``. After the look-up (``_sources_can_connect``), whose
-        answer for each name it compares: a DNS server that does not answer holds up the
-        start once, not a second time here."""
+        ``tcp://localhost:5557``; ``tcp://lo:5557`` by ``tcp://127.0.0.1:5557``. After the
+        look-up (``_sources_can_connect``), whose answer for each name it compares: a DNS
+        server that does not answer holds up the start once, not a second time here. A
+        listen host ZMQ binds nothing for (``listened_addresses``) is refused at its setting,
+        in ZMQ's words, rather than as the sidecar binds it."""
+        listened: dict[str, Address] = {}
+        for listen, found in listened_addresses(self.listen).items():
+            if isinstance(found, str):
+                problem = (
+                    f"{shown_repr(listen)} cannot be bound on this host: ZMQ binds no address "
+                    f"for its host ({found}); a name to bind is one of this host's interfaces "
+                    f"or a host name of one of its IPv4 addresses (its interfaces: {interfaces()})"
+                )
+                refused = [self._refused("listen", problem)]
+                raise ValidationError.from_exception_data(type(self).__name__, refused)
+            listened[listen] = found
         for connect in self.connect:
             for listen in self.listen:
-                if connect_reaches(connect, self._addresses[connect], listen):
+                reaches = connect_reaches(
+                    connect, self._addresses[connect], listen, listened.get(listen)
+                )
+                if reaches:
                     raise ValueError(  # two values shown: a line of at most 500 characters
                         f"{shown(connect, 100)} (KVSCOPE_CONNECT) reaches {shown(listen, 100)}"
                         " (KVSCOPE_LISTEN): the sidecar would read its own socket; connect "
                         "names a worker's endpoint, listen one the sidecar binds for publishers"
                     )
         return self
+
+    def _refused(self, setting: str, problem: str) -> InitErrorDetails:
+        """A refusal of ``setting`` found by a model validator, reported at the setting as a
+        field's validator reports one (the command line names its flag and variable)."""
+        return InitErrorDetails(
+            type="value_error",
+            loc=(setting,),
+            input=getattr(self, setting),
+            ctx={"error": ValueError(problem)},
+        )
 
     def publishers(self) -> list[PublisherEndpoints]:
         """Each PUB endpoint paired with its replay endpoint, where one was given, and what

@@ -6,8 +6,9 @@ uses it, ``interface_refusal`` also refuses a zone naming an interface that
 host does not have, and ``source_refusal`` a source it cannot leave from, or
 one of another family than all the target name resolves to there
 (``resolved_addresses``, ``resolved_families``: each name looked up once, its
-answer passed on to whatever else needs it); ``connect_reaches`` tells whether a
-connect reaches a socket this host binds, by that answer.
+answer passed on to whatever else needs it); ``listened_addresses`` finds where
+ZMQ binds each host the sidecar listens on, and ``connect_reaches`` tells whether
+a connect reaches a socket this host binds, by those answers.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _zone_absent(host: str) -> str | None:
     except OSError:
         return (
             f"the zone of {shown_repr(host)} names no interface of this host "
-            f"(its interfaces: {_interfaces()})"
+            f"(its interfaces: {interfaces()})"
         )
     return None
 
@@ -131,7 +132,7 @@ def _source_bind_problem(source: str, *, ipv6: bool) -> str | None:
             socket.if_nametoindex(host)
         except OSError:
             return (
-                f"{shown_repr(host)} is no interface of this host (its interfaces: {_interfaces()})"
+                f"{shown_repr(host)} is no interface of this host (its interfaces: {interfaces()})"
             )
     with zmq.Context() as context, context.socket(zmq.PULL) as sock:
         sock.linger = 0
@@ -153,7 +154,7 @@ def _source_bind_problem(source: str, *, ipv6: bool) -> str | None:
     return None
 
 
-def _interfaces() -> str:
+def interfaces() -> str:
     """This host's interfaces by name and number, at most ``_LISTED_INTERFACES`` of them."""
     named = [f"{name} ({index})" for index, name in socket.if_nameindex()]
     more = len(named) - _LISTED_INTERFACES
@@ -237,26 +238,76 @@ def _first_address(host: str, family: socket.AddressFamily) -> Address | None:
         found = socket.getaddrinfo(host, None, family, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
         return None
-    return host_address(str(found[0][4][0])) if found else None
+    return answer_address(found[0][4]) if found else None
 
 
-def connect_reaches(connect: str, resolved: Address | None, bound: str) -> bool:
+def answer_address(sockaddr: tuple[str, int] | tuple[str, int, int, int]) -> Address:
+    """The address of a socket address ``getaddrinfo`` answers, as ZMQ connects to it: a
+    link-local IPv6 one with its zone, the number of the interface it is on (the answer's
+    ``scope_id``: a resolver that knows the link, mDNS's, gives one), which makes it one
+    address per link as a zone written in an endpoint does; any other without one, as the
+    kernel ignores it."""
+    address = _literal_address(sockaddr[0])
+    if address.version == 6 and address.is_link_local and len(sockaddr) == 4 and sockaddr[3]:
+        return ipaddress.IPv6Address(f"{address}%{sockaddr[3]}")
+    return address
+
+
+def listened_addresses(endpoints: Iterable[str]) -> dict[str, Address | str]:
+    """What each endpoint the sidecar binds (one ``endpoint_refusal`` takes to bind) binds
+    its host at, as ZMQ binds it: an address's own, ``*`` 0.0.0.0 (``bound_address``), and a
+    name's the address ZMQ binds for it; for a name ZMQ binds nothing for, why, as ZMQ says
+    it; ipc:// endpoints are left out.
+
+    ZMQ binds a name as an interface's, at its first IPv4 address (``tcp://eth0:5557``; the
+    sidecar binds a name without the IPv6 option, ``binds_ipv6``), else as a host name
+    looked up, at its first IPv4 address (``localhost`` is 127.0.0.1), case and a trailing
+    dot included (``LO`` and ``lo.`` name no interface). Rather than follow that here, each
+    name is bound as ZMQ binds it, at a free port, and its ``LAST_ENDPOINT`` read. Call it
+    at start-up: it binds a socket for each name, and may wait on DNS.
+    """
+    found: dict[str, Address | str] = {}
+    for endpoint in endpoints:
+        if not endpoint.startswith("tcp://"):
+            continue
+        host = host_and_port(endpoint.removeprefix("tcp://"))[0]
+        found[endpoint] = bound_address(host) or _bind_name(host)
+    return found
+
+
+def _bind_name(host: str) -> Address | str:
+    """The address ZMQ binds for the name ``host`` (``listened_addresses``), or ZMQ's reason
+    for binding nothing there."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as sock:
+        sock.linger = 0
+        try:
+            sock.bind(f"tcp://{host}:0")
+        except zmq.ZMQError as exc:
+            return zmq.strerror(exc.errno)
+        bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    return _literal_address(host_and_port(bound.removeprefix("tcp://"))[0])
+
+
+def connect_reaches(
+    connect: str, resolved: Address | None, bound: str, listened: Address | None
+) -> bool:
     """Whether a connect to ``connect`` (one ``endpoint_refusal`` takes to connect to), whose
     host stood for ``resolved`` (``resolved_addresses``), reaches the socket this host binds
-    at ``bound`` (one it takes to bind).
+    at ``bound`` (one it takes to bind), whose host ZMQ binds at ``listened``
+    (``listened_addresses``; None: nothing, or ipc).
 
     Endpoints are compared as ZMQ reads them, not as written: a port's leading zeros
     and a connect's source address aside, an address however written (``127.0.0.1``,
-    ``[::ffff:127.0.0.1]``, ``127.1``), and a host name as the address it resolved to,
-    the one ZMQ connects to (``localhost`` is 127.0.0.1). A link-local address is one per
-    link: its zone is part of it, compared by the interface it names (``%2`` is ``%eth0``
-    where eth0 is interface 2), while the kernel ignores any other address's zone. A
-    wildcard binds every address of its family on this host (``*`` and ``0.0.0.0`` every
-    IPv4 one, ``[::]`` every one of both families, as ZMQ binds it dual-stack), so it is
-    reached by a connect to any address this host has there, loopback, an interface's or
-    a link-local one on its own link, and by no other: a worker elsewhere at the same port
-    is not the sidecar itself. A bind's host name (an interface's, to ZMQ) is compared as
-    a name (case and a trailing dot aside).
+    ``[::ffff:127.0.0.1]``, ``127.1``), a connect's host name as the address it resolved
+    to, the one ZMQ connects to (``localhost`` is 127.0.0.1), and a bind's as the address
+    ZMQ binds for it (``lo`` is 127.0.0.1). A link-local address is one per link: its zone
+    is part of it, compared by the interface it names (``%2`` is ``%eth0`` where eth0 is
+    interface 2; a name's, by the interface its answer gave, ``answer_address``), while
+    the kernel ignores any other address's zone. A wildcard binds every address of its
+    family on this host (``*`` and ``0.0.0.0`` every IPv4 one, ``[::]`` every one of both
+    families, as ZMQ binds it dual-stack), so it is reached by a connect to any address
+    this host has there, loopback, an interface's or a link-local one on its own link,
+    and by no other: a worker elsewhere at the same port is not the sidecar itself.
     """
     if not (connect.startswith("tcp://") and bound.startswith("tcp://")):
         return connect == bound
@@ -264,18 +315,31 @@ def connect_reaches(connect: str, resolved: Address | None, bound: str) -> bool:
     fixed = fixed_port(bound)
     if fixed is None or fixed[1] != int(port):  # a free port is none a connect names
         return False
-    listened = fixed[0]
-    listened_address = bound_address(listened)
-    if listened_address is None:
-        return _name(host) == _name(listened)
-    link = _link_index(host)
-    if resolved is None or link is None:  # no address, or a zone naming no interface here
-        return False
-    if listened_address.is_unspecified:  # a wildcard
-        return (listened_address.version == 6 or resolved.version == 4) and _is_this_hosts(
-            resolved, link
-        )
-    return listened_address == resolved and link == _link_index(listened)
+    link = _link_index(host) if host_family(host) is not None else _answer_link(resolved)
+    if resolved is None or listened is None or link is None:
+        return False  # no address, or a zone naming no interface here
+    address = _unzoned(resolved)
+    if listened.is_unspecified:  # a wildcard
+        return (listened.version == 6 or address.version == 4) and _is_this_hosts(address, link)
+    return listened == address and link == _link_index(fixed[0])
+
+
+def _answer_link(resolved: Address | None) -> int | None:
+    """The number of the interface a link-local address a name resolved to is on, as the
+    look-up gave it (``answer_address``); 0 for any other address, whose zone the kernel
+    ignores; None for a link-local one without a zone, which the kernel reaches on no
+    link, or no address."""
+    if not isinstance(resolved, ipaddress.IPv6Address) or not resolved.is_link_local:
+        return None if resolved is None else 0
+    return int(resolved.scope_id) if resolved.scope_id else None
+
+
+def _unzoned(address: Address) -> Address:
+    """``address`` without its zone (which ``_answer_link`` reads), as an endpoint's text
+    without its zone gives it."""
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+        return ipaddress.IPv6Address(int(address))
+    return address
 
 
 def _link_index(host: str) -> int | None:
@@ -307,8 +371,3 @@ def _is_this_hosts(address: Address, link: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _name(host: str) -> str:
-    """A host name as DNS compares it: case and a fully qualified name's trailing dot aside."""
-    return host.lower().removesuffix(".")

@@ -556,6 +556,16 @@ def test_serve_names_a_listen_endpoint_it_cannot_bind() -> None:
     )
 
 
+def test_serve_refuses_a_listen_name_zmq_binds_nothing_for_as_it_starts() -> None:
+    endpoint = "tcp://no-such-host.invalid:5557"
+    result = serve("--listen", endpoint, "--port", "0")
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"kvscope: error: --listen / KVSCOPE_LISTEN: '{endpoint}' cannot be bound on this host: "
+        "ZMQ binds no address for its host ("
+    )
+
+
 NOT_A_NUMBER = "must be a decimal number such as 2, 0.5 or 1e-05"
 
 

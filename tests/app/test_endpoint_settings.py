@@ -15,6 +15,7 @@ import socket
 import struct
 import uuid
 from collections.abc import Iterator
+from ipaddress import IPv6Address
 
 import pytest
 import zmq
@@ -23,6 +24,12 @@ from zmq import EVENT_CONNECT_RETRIED
 
 from app.settings import SidecarSettings
 from offload.shown import shown_repr
+from offload.wire.endpoint_host import (
+    answer_address,
+    connect_reaches,
+    interfaces,
+    listened_addresses,
+)
 from offload.wire.endpoints import endpoint_refusal
 from tests.support.ipv6 import link_local, needs_ipv6_loopback, needs_link_local, other_interface
 from tests.support.ports import held_tcp_ports
@@ -484,8 +491,57 @@ def test_a_connect_that_reaches_a_listen_endpoint_however_written_is_refused() -
             loc, message = refusal({"connect": [connect], "listen": [listen]})
             assert loc == ()
             assert f"{connect} (KVSCOPE_CONNECT) reaches {listen} (KVSCOPE_LISTEN): " in message
-    loc, message = refusal({"connect": ["tcp://Engine.:5557"], "listen": ["tcp://engine:5557"]})
-    assert "reaches tcp://engine:5557 (KVSCOPE_LISTEN): the sidecar would read its own" in message
+
+
+@pytest.mark.skipif(
+    "lo" not in [name for _, name in socket.if_nameindex()], reason="no interface named lo"
+)
+@pytest.mark.parametrize("name", ["lo", "localhost"])
+def test_a_listen_name_is_compared_as_the_address_zmq_binds_for_it(name: str) -> None:
+    """ZMQ binds a name as an interface's first IPv4 address, else as a host name's: ``lo``
+    and ``localhost`` bind 127.0.0.1. Compared as text, a connect to 127.0.0.1 passed
+    (``tcp://lo:P`` is not ``tcp://127.0.0.1:P``) though it reaches the socket, as a real
+    one shows; it is refused, and a connect to another address at that port is taken."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        pull.rcvtimeo = 60_000  # a bound on a failure, not a measured time
+        pull.bind(f"tcp://{name}:*")
+        port = pull.last_endpoint.decode().rpartition(":")[2]
+        listen = f"tcp://{name}:{port}"
+        for connect in (f"tcp://127.0.0.1:{port}", f"tcp://localhost:0{port}"):
+            assert reached(context, pull, connect).bytes == b"reached"
+            loc, message = refusal({"connect": [connect], "listen": [listen]})
+            assert loc == ()
+            assert f"{connect} (KVSCOPE_CONNECT) reaches {listen} (KVSCOPE_LISTEN): " in message
+    elsewhere = f"tcp://127.0.0.2:{port}"
+    assert SidecarSettings(connect=[elsewhere], listen=[listen]).connect == [elsewhere]
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "no-such-host.invalid",  # no interface, and no host name (RFC 6761)
+        "LO",  # an interface's name is compared as it is written, case and all
+        "lo.",
+    ],
+)
+def test_a_listen_name_zmq_binds_nothing_for_is_refused_naming_the_interfaces(host: str) -> None:
+    """Where ZMQ binds no address for a listen host, the settings say so at start-up, in
+    ZMQ's words, naming this host's interfaces, rather than the sidecar failing as it binds
+    (or, compared as names, ``Engine.`` being judged to reach ``engine``)."""
+    endpoint = f"tcp://{host}:5557"
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.linger = 0
+        with pytest.raises(zmq.ZMQError) as zmq_refused:
+            pull.bind(endpoint)
+    loc, message = refusal({"connect": ["tcp://127.0.0.1:5557"], "listen": [endpoint]})
+    assert loc == ("listen",)
+    assert message.endswith(
+        f"{shown_repr(endpoint)} cannot be bound on this host: ZMQ binds no address for its "
+        f"host ({zmq.strerror(zmq_refused.value.errno)}); a name to bind is one of this "
+        "host's interfaces or a host name of one of its IPv4 addresses (its interfaces: "
+        f"{interfaces()})"
+    )
 
 
 @pytest.mark.parametrize(
@@ -537,6 +593,34 @@ def test_a_link_local_connect_reaches_a_listen_endpoint_on_its_own_link_only() -
     elsewhere = f"tcp://[{ours.address}%{other}]:5557"
     listen = f"tcp://[{ours.address}%{ours.interface}]:5557"
     assert SidecarSettings(connect=[elsewhere], listen=[listen]).connect == [elsewhere]
+
+
+@needs_link_local
+def test_a_name_answered_with_a_link_local_address_is_compared_on_the_answers_link() -> None:
+    """A resolver that knows the link (mDNS's) answers a name with a link-local address and
+    the interface it is on, its ``scope_id``, and ZMQ connects there. That zone was
+    dropped, so a name standing for the sidecar's own link-local listen address was judged
+    on no link, and taken. No resolver here answers a name so: a zoned address's look-up
+    gives the same answer. On another link, or with no zone (ZMQ retries a link-local
+    connect without one), it reaches neither the address nor ``[::]``."""
+    ours = link_local()
+    assert ours is not None
+    sockaddr = socket.getaddrinfo(
+        f"{ours.address}%{ours.interface}", None, socket.AF_INET6, socket.SOCK_STREAM
+    )[0][4]
+    answer = answer_address(sockaddr)
+    assert answer == IPv6Address(f"{ours.address}%{ours.index}")
+    other = other_interface(ours.interface)
+    elsewhere = [answer_address((ours.address, 0, 0, 0))]  # no zone
+    if other is not None:
+        elsewhere.append(IPv6Address(f"{ours.address}%{socket.if_nametoindex(other)}"))
+    connect = "tcp://engine.local:5557"
+    for listen in (f"tcp://[{ours.address}%{ours.interface}]:5557", "tcp://[::]:5557"):
+        listened = listened_addresses([listen])[listen]
+        assert not isinstance(listened, str)
+        assert connect_reaches(connect, answer, listen, listened), listen
+        for address in elsewhere:
+            assert not connect_reaches(connect, address, listen, listened), (listen, address)
 
 
 @needs_link_local
