@@ -8,7 +8,9 @@ one (``resolved_families``, ``connects_ipv6``). A name that did not resolve then
 good, and once it resolved to IPv6 alone ZMQ retried it in silence for ever. So while a
 publisher is unheard, its endpoints' names are looked up again every
 ``RECHECK_S``, and the ingest thread re-makes a socket whose family the answer
-changes. A lookup may wait on DNS for seconds, which the ingest thread must
+changes; so is a replay endpoint's name that has had no address yet, heard or not
+(a listen-mode stream is heard on the sidecar's own socket, which says nothing of
+its replay endpoint). A lookup may wait on DNS for seconds, which the ingest thread must
 not: it runs on a thread of its own, one check at a time, and the ingest
 thread takes its answer on a later turn.
 """
@@ -26,7 +28,8 @@ from offload.wire.endpoints import Family
 RECHECK_S: Final = 5.0
 """How often the names of unheard publishers' endpoints are looked up again: a publisher
 whose service came up is followed within seconds of it. A check waiting on a slow DNS
-delays the next, so they never pile up."""
+delays the next, so they never pile up. Fixed, not a setting: a check looks each name up
+once, off the ingest thread, and only names that may have changed family."""
 
 
 class FamilyCheck:

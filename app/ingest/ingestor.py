@@ -138,6 +138,16 @@ class Ingestor:
                 ipv6 = connects_ipv6(source.endpoint, source.family)
                 self._sockets[self._subscriber(source.endpoint, ipv6)] = publisher
         self._families = FamilyCheck()
+        # the replay endpoints whose name had no address as the settings were read, and has
+        # had none since: looked up again whether their publisher is heard or not
+        # (``_endpoints_to_recheck``)
+        self._unresolved_replays = {
+            endpoint
+            for publisher in state.publishers.values()
+            if (endpoint := publisher.source.replay_endpoint) is not None
+            and endpoint.startswith("tcp://")
+            and publisher.source.replay_family is None
+        }
         # endpoints whose host, looked up again, resolved to the other family alone than their
         # source address (``_check_source``)
         self._mismatched: set[str] = set()
@@ -273,9 +283,10 @@ class Ingestor:
         replay endpoint's option likewise for the replays to come; each change counted. A
         connect from a source address keeps its family (``connects_ipv6``), and one whose
         host now resolves to the other family alone is reported (``_check_source``)."""
-        found = self._families.poll(self._unheard_endpoints)
+        found = self._families.poll(self._endpoints_to_recheck)
         if not found:
             return
+        self._unresolved_replays.difference_update(found)
         for sock, state in list(self._sockets.items()):
             endpoint = state.source.endpoint
             if endpoint in found:
@@ -315,17 +326,26 @@ class Ingestor:
             "it is retried until the host resolves to the source's family again",
         )
 
-    def _unheard_endpoints(self) -> list[str]:
+    def _endpoints_to_recheck(self) -> list[str]:
         """The endpoints the sidecar connects to (live and replay) of the publishers unheard
         for ``CONNECTED_WITHIN_S``: one whose name resolved late may be connected over the
         wrong family. A publisher heard since its source was found of the other family
-        connected: should its name turn again, that is reported anew."""
+        connected: should its name turn again, that is reported anew.
+
+        And, heard or not, each replay endpoint whose name has had no address yet: hearing a
+        publisher proves its live socket's family, not its replay socket's. A listen-mode
+        stream is heard on the sidecar's own socket, so an engine that published before its
+        name resolved, and kept publishing, had each replay asked over IPv4 of a name that
+        came to resolve to IPv6 alone. These are replay endpoints a check of publishers all
+        unheard (as at start-up) looks up anyway: they add no look-up to the most a check
+        makes."""
         now = time.time()
         unheard = [state for state in self.state.publishers.values() if not state.connected(now)]
         live = [s.source.endpoint for s in unheard if isinstance(s.source, PublisherEndpoints)]
-        replays = [s.source.replay_endpoint for s in unheard if s.source.replay_endpoint]
-        self._mismatched.intersection_update(live + replays)
-        return live + replays
+        replays = {s.source.replay_endpoint for s in unheard if s.source.replay_endpoint}
+        endpoints = [*live, *(replays | self._unresolved_replays)]
+        self._mismatched.intersection_update(endpoints)
+        return endpoints
 
     def _remake(self, sock: zmq.Socket, state: PublisherState, ipv6: bool) -> None:
         """Put a new SUB socket, connecting with ``ipv6``, in the place of ``sock``; the

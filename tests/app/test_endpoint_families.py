@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
 from offload.wire.endpoint_host import resolved_families
 from offload.wire.endpoints import binds_ipv6, endpoint_refusal
+from offload.wire.framing import DEFAULT_STATS_TOPIC, encode_seq
 from offload.wire.publisher import EventPublisher
 from tests.app.test_ingest import a_stats_frame, cpu_blocks, start_ingest, stored
 from tests.support.http_app import served_views
@@ -44,6 +46,7 @@ from tests.support.zmq_connects import (
     pull_on_every_ipv4_address,
     reached,
 )
+from tests.support.zmq_peers import RawPublisher, kv_payload, stats_probe
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -335,6 +338,62 @@ def test_a_name_that_resolves_only_once_the_sidecar_runs_is_reached_over_ipv6(
     the sidecar connects over IPv4; once the name resolves to an IPv6 address alone, the
     sidecar's next look-up finds it and connects over IPv6, where the publisher listens."""
     in_namespaces(tmp_path, "127.0.0.1 localhost\n", f"[{_ADDRESS}]", "late.test", later=True)
+
+
+def replay_by_a_late_name(hosts: str) -> None:
+    """A listen-mode stream heard all along, whose replay endpoint's name resolves to nothing
+    as the sidecar starts, then to an IPv6 address alone, where the engine's replay socket
+    is: the sidecar switches its replays to IPv6 while the stream is heard, and a gap is
+    then filled by replay; run in the namespaces, ``hosts`` standing over /etc/hosts."""
+    raw = RawPublisher(topic=b"late", bind=False, replay=f"tcp://[{_ADDRESS}]:*")
+    try:
+        port = raw.router.getsockopt_string(zmq.LAST_ENDPOINT).rpartition(":")[2]
+        settings = SidecarSettings(
+            listen=["tcp://127.0.0.1:*"], listen_replay=[f"late@0=tcp://late.test:{port}"]
+        )
+        ingestor = Ingestor(SidecarState.from_settings(settings))
+        ingestor.start()
+        try:
+            assert ingestor.state.listener is not None
+            raw.pub.connect(ingestor.state.listener.bound[0])
+            state = ingestor.state.publishers["late@0"]
+
+            def heard() -> bool:  # a stats frame names its stream, and carries no seq
+                raw.pub.send_multipart([DEFAULT_STATS_TOPIC, encode_seq(0), stats_probe("late")])
+                return state.stats_frames > 0 and state.connected(time.time())
+
+            wait_until(heard, "the stream is heard on the listen socket")
+            with open(hosts, "a") as file:
+                file.write(f"{_ADDRESS} late.test\n")
+            wait_until(
+                lambda: heard() and state.family_changes == 1,
+                "the replays of a stream heard all along switched to IPv6",
+                wait_s=60,
+            )
+            raw.send(0, kv_payload(stored(100), rank=0))
+            raw.send(1, kv_payload(stored(101), rank=0), lose=True)
+            raw.send(2, kv_payload(stored(102), rank=0))
+            wait_until(lambda: state.replays["complete"] == 1, "the gap replayed over IPv6")
+            assert (state.gaps, state.missed, state.replayed) == (1, 0, 1)
+        finally:
+            ingestor.close()
+    finally:
+        raw.close()
+
+
+@pytest.mark.skipif(not _namespaces_work(), reason="no network and mount namespaces to make")
+def test_a_heard_listen_streams_replay_endpoint_follows_its_late_name(tmp_path: Path) -> None:
+    """A listen-mode stream is heard on the sidecar's own socket, which proves nothing of its
+    replay endpoint: an engine that publishes before its name resolves (a headless
+    service's, before its pod is ready) had that name looked up only while unheard, so
+    while it kept publishing each replay was asked over IPv4 of a name that came to
+    resolve to IPv6 alone, and timed out."""
+    hosts = tmp_path / "hosts"
+    run = (
+        "from tests.app.test_endpoint_families import replay_by_a_late_name; "
+        f"replay_by_a_late_name({str(hosts)!r})"
+    )
+    run_in_namespaces(hosts, "127.0.0.1 localhost\n", run)
 
 
 class _Warnings(logging.Handler):

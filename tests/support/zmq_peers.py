@@ -25,6 +25,7 @@ from app.state.event_log import EventLog
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
+from offload.wire.endpoints import binds_ipv6
 from offload.wire.framing import END_OF_REPLAY_SEQ
 from offload.wire.kv_events import KVEventBatch, encode_batch, to_kv_events
 from offload.wire.stats_frame import StatsFrame, WorkerConfig, encode_stats_frame
@@ -61,7 +62,9 @@ class RawPublisher:
     without it the PUB socket binds a free port, or with ``bind=False`` is left for the
     test to connect (``pub.connect``): for a peer whose replay socket the sidecar must be
     told of before it binds the listen socket the peer connects to. ``topic`` is the KV
-    topic. ``answerer`` answers replay requests (default: honestly, ``honest_answer``).
+    topic. ``answerer`` answers replay requests (default: honestly, ``honest_answer``)
+    on the replay socket, which binds ``replay`` (an IPv6 address in brackets with ZMQ's
+    IPv6 option).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class RawPublisher:
         answerer: Answerer = honest_answer,
         *,
         bind: bool = True,
+        replay: str = "tcp://127.0.0.1:*",
     ) -> None:
         self.ctx = zmq.Context()
         self.topic = topic
@@ -81,7 +85,8 @@ class RawPublisher:
         elif bind:
             self.pub.bind("tcp://127.0.0.1:*")
         self.router = self.ctx.socket(zmq.ROUTER)
-        self.router.bind("tcp://127.0.0.1:*")
+        self.router.ipv6 = binds_ipv6(replay)
+        self.router.bind(replay)
         self.buffer: list[tuple[int, bytes]] = []
         self.replay_requests = 0
         self._stop = threading.Event()
