@@ -34,7 +34,11 @@ ENCODED: Final = "the body has a content encoding; send it uncompressed, as plai
 
 
 def _encoded(request: Request) -> bool:
-    return request.headers.get("content-encoding", "identity").strip().lower() != "identity"
+    """Whether a ``Content-Encoding`` field says other than ``identity``: each field is read
+    (the first alone was, so ``identity`` ahead of ``gzip`` passed a body labelled compressed
+    as plain)."""
+    fields = request.headers.getlist("content-encoding")
+    return any(value.strip().lower() != "identity" for value in fields)
 
 
 class _RepeatedKey(Exception):

@@ -194,6 +194,22 @@ def test_a_json_body_that_cannot_be_read_is_a_400_naming_why(
         assert http.get("/api/v1/blocks/12345").status_code == 404  # other errors as before
 
 
+def test_a_content_encoding_in_any_of_its_fields_refuses_the_body() -> None:
+    """Only the first ``Content-Encoding`` field was read: ``identity`` ahead of ``gzip``
+    took a body labelled compressed for plain JSON."""
+    app, _ = sidecar_app()
+    body = b'{"block_hashes": ["1"]}'
+    with in_process(app) as http:
+        for codings in (["identity", "gzip"], ["gzip", "identity"], ["identity", ""]):
+            fields = [("Content-Type", "application/json")]
+            fields += [("Content-Encoding", coding) for coding in codings]
+            answer = http.post(LOOKUP, content=body, headers=fields)
+            assert answer.status_code == 400, codings
+            assert "uncompressed" in answer.json()["detail"]
+        plain = [("Content-Type", "application/json"), *[("Content-Encoding", "identity")] * 2]
+        assert http.post(LOOKUP, content=body, headers=plain).status_code == 200
+
+
 @pytest.mark.parametrize(
     ("body", "key"),
     [
