@@ -46,7 +46,9 @@ in JSON because 64-bit hashes exceed what JavaScript numbers hold exactly.
 `Last-Event-ID`) are ASCII digits 0-9 with no sign, space, underscore or
 leading zero, at most 20 of them; anything else is a 400 whose `detail`
 names the parameter (`loc`) and the problem (`msg`), as a 422's does. A
-number so written but out of its bounds is a 422.
+number so written but out of its bounds is a 422. A query parameter or
+header that an operation reads, given more than once, is a 400 too
+(`repeated_parameter`): which value counts would be a guess.
 
 **Authentication.** When the sidecar is started with a token, every route
 except the probes (`/healthz`, `/readyz`) needs `Authorization: Bearer

@@ -14,7 +14,8 @@ Text in the URL or a header that is no number or block hash in the one form
 the sidecar writes (``TEXT_FORM_ERRORS``) is a 400 in the same shape: the
 request is malformed, as a body that is no JSON is (app/api/body_errors.py),
 while a value read well that breaks a bound (a ``limit`` over the page
-limit) stays a 422, as a body's fields are.
+limit) stays a 422, as a body's fields are. So is a parameter given twice
+(app/api/repeated_parameters.py).
 """
 
 from __future__ import annotations
@@ -28,16 +29,22 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.api.hash_text import BLOCK_HASH_PARSING
+from app.api.repeated_parameters import REPEATED_PARAMETER
 from app.decimal_text import FLOAT_PARSING, INT_PARSING
 
 MAX_ECHO_CHARS: Final = 200
 
-TEXT_FORM_ERRORS: Final = frozenset((INT_PARSING, FLOAT_PARSING, BLOCK_HASH_PARSING))
-"""Error types of text that is not in its form: a 400 when the text came in the URL or a
-header."""
+TEXT_FORM_ERRORS: Final = frozenset(
+    (INT_PARSING, FLOAT_PARSING, BLOCK_HASH_PARSING, REPEATED_PARAMETER)
+)
+"""Error types of text that is not in its form, or given twice: a 400 when the text came in
+the URL or a header."""
 
 MALFORMED_TEXT: Final[dict[int | str, dict[str, str]]] = {
-    400: {"description": "A number or block hash in the URL or a header is not in its form."}
+    400: {
+        "description": "A number or block hash in the URL or a header is not in its form, "
+        "or a parameter is given more than once."
+    }
 }
 """The answer every route with such a parameter documents."""
 

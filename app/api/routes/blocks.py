@@ -9,11 +9,16 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from app.api.body_errors import plain_body
 from app.api.deps import UNAUTHORIZED, PageSize, State, require_token
 from app.api.hash_text import BlockHashText
+from app.api.repeated_parameters import refuse_repeated_parameters
 from app.api.schemas import BlockInfo, BlockPage, LookupRequest, LookupResponse
 from app.api.validation_errors import MALFORMED_TEXT
 from app.decimal_text import MAX_DECIMAL, decimal_int
 
-router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
+router = APIRouter(
+    tags=["api"],
+    dependencies=[Depends(require_token), Depends(refuse_repeated_parameters)],
+    responses=UNAUTHORIZED,
+)
 
 _Cursor = decimal_int(0, MAX_DECIMAL)
 

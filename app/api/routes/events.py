@@ -23,13 +23,20 @@ from app.api.deps import (
 )
 from app.api.event_render import page_json, render
 from app.api.event_stream import EventStreamResponse
+from app.api.repeated_parameters import refuse_repeated_parameters
 from app.api.schemas import EventPage
 from app.api.validation_errors import MALFORMED_TEXT
 from app.decimal_text import decimal_int
 
-router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
+router = APIRouter(
+    tags=["api"],
+    dependencies=[Depends(require_token), Depends(refuse_repeated_parameters)],
+    responses=UNAUTHORIZED,
+)
 stream_router = APIRouter(
-    tags=["api"], dependencies=[Depends(require_token_or_query)], responses=UNAUTHORIZED
+    tags=["api"],
+    dependencies=[Depends(require_token_or_query), Depends(refuse_repeated_parameters)],
+    responses=UNAUTHORIZED,
 )
 
 MAX_EVENT_ID: Final = 2**63 - 1

@@ -7,12 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query
 
 from app.api.deps import UNAUTHORIZED, State, require_token
+from app.api.repeated_parameters import refuse_repeated_parameters
 from app.api.schemas import HistoryResponse, HistorySeries
 from app.api.validation_errors import MALFORMED_TEXT, echoable
 from app.decimal_text import MAX_DECIMAL, DecimalFloat, decimal_int
 from app.state.history import DEFAULT_TIERS
 
-router = APIRouter(tags=["api"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
+router = APIRouter(
+    tags=["api"],
+    dependencies=[Depends(require_token), Depends(refuse_repeated_parameters)],
+    responses=UNAUTHORIZED,
+)
 
 _Resolution = decimal_int(0, MAX_DECIMAL)
 """Any number: one no tier keeps is a 422 that lists those kept."""
