@@ -1,4 +1,4 @@
-"""400s that say what was wrong with a body that could not be read as JSON.
+"""400s (and a 415) that say what was wrong with a body that could not be read as JSON.
 
 FastAPI answers every failure to read a JSON body, other than a syntax
 error, with one text ("There was an error parsing the body") and chains the
@@ -13,10 +13,16 @@ label is wrong, and reading them either way would be a guess. So is a body whose
 gives one key twice in an object: JSON leaves which one counts open (Python's reader
 keeps the last, others the first), so a proxy that checked one and the sidecar that
 answered the other would disagree on what was asked.
+
+A body not labelled as JSON (no ``Content-Type``, ``text/plain``, or the
+``application/x-www-form-urlencoded`` that ``curl -d`` sends) is a 415 saying so:
+FastAPI passed its bytes to the model unread, and the 422 said "Input should be a
+valid dictionary or object" of a body that was one.
 """
 
 from __future__ import annotations
 
+import email.message
 import json
 from typing import Final
 
@@ -31,6 +37,25 @@ UNREAD: Final = "There was an error parsing the body"
 """FastAPI's detail for a body it could not read (fastapi/routing.py)."""
 
 ENCODED: Final = "the body has a content encoding; send it uncompressed, as plain JSON"
+
+NOT_JSON: Final = (
+    "the body is not labelled as JSON (its Content-Type is missing or another type); "
+    "send it with Content-Type: application/json"
+)
+
+
+def _labelled_json(request: Request) -> bool:
+    """Whether the ``Content-Type`` is one FastAPI reads a body as JSON by (fastapi/routing.py):
+    ``application/json`` or ``application/*+json``."""
+    value = request.headers.get("content-type")
+    if not value:
+        return False
+    message = email.message.Message()
+    message["content-type"] = value
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
 
 
 def _encoded(request: Request) -> bool:
@@ -75,11 +100,16 @@ def repeated_key(body: bytes) -> str | None:
 
 
 async def plain_body(request: Request) -> None:
-    """A route's dependency: a 400 for a body with a content encoding that read as JSON
-    (one that did not is ``why_unread``'s), or whose JSON gives a key twice in one object."""
+    """A route's dependency: a 415 for a body not labelled as JSON (an empty one is left to
+    the model, which names the body missing); a 400 for a body with a content encoding that
+    read as JSON (one that did not is ``why_unread``'s), or whose JSON gives a key twice in
+    one object."""
+    body = await request.body()
+    if body and not _labelled_json(request):
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, NOT_JSON)
     if _encoded(request):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, ENCODED)
-    key = repeated_key(await request.body())
+    key = repeated_key(body)
     if key is not None:
         raise HTTPException(
             status.HTTP_400_BAD_REQUEST,

@@ -7,8 +7,7 @@ input may be a whole list of thousands of hashes. So an input that is not
 plain finite JSON, or whose JSON is over ``MAX_ECHO_CHARS``, is echoed as a
 short string instead. JSON's ``\\ud800`` escapes decode to lone surrogates,
 which UTF-8 cannot write either: in an input, or in a location (a body's
-own keys), they are echoed escaped; so are the bytes of a body sent as
-another type than JSON that are not UTF-8 (FastAPI's encoder failed on them).
+own keys), they are echoed escaped.
 
 Text in the URL or a header that is no number or block hash in the one form
 the sidecar writes (``TEXT_FORM_ERRORS``) is a 400 in the same shape: the
@@ -52,12 +51,7 @@ MALFORMED_TEXT: Final[dict[int | str, dict[str, str]]] = {
 def echoable(value: Any) -> Any:
     """``value`` if it writes as strict UTF-8 JSON within ``MAX_ECHO_CHARS``, else a short
     text of it."""
-    if isinstance(value, bytes):  # a body that is not JSON, whatever its bytes
-        value = value.decode("utf-8", "backslashreplace")
-    try:
-        plain = jsonable_encoder(value)
-    except ValueError:  # bytes further in that are not UTF-8
-        return _cut(ascii(value))
+    plain = jsonable_encoder(value)
     if isinstance(plain, str):
         return _cut(plain.encode("utf-8", "backslashreplace").decode())
     try:

@@ -69,6 +69,7 @@ async def block(state: State, block_hash: Annotated[BlockHashText, Path()]) -> B
             "key twice in one object."
         },
         413: {"description": "The body is over the sidecar's limit."},
+        415: {"description": "The body is not labelled `Content-Type: application/json`."},
     },
 )
 async def lookup(state: State, request: LookupRequest) -> LookupResponse:
