@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, Query
+from fastapi.exceptions import RequestValidationError
 
 from app.api.deps import UNAUTHORIZED, State, require_token
 from app.api.repeated_parameters import refuse_repeated_parameters
 from app.api.schemas import HistoryResponse, HistorySeries
-from app.api.validation_errors import MALFORMED_TEXT, echoable
+from app.api.validation_errors import MALFORMED_TEXT
 from app.decimal_text import MAX_DECIMAL, DecimalFloat, decimal_int
-from app.state.history import DEFAULT_TIERS
+from app.state.history import DEFAULT_TIERS, TierSpec
 
 router = APIRouter(
     tags=["api"],
@@ -56,8 +58,8 @@ async def history(
     kept = state.history
     try:
         window = kept.window(since, resolution, publisher)
-    except ValueError as exc:
-        raise HTTPException(422, echoable(str(exc))) from None
+    except ValueError:  # a resolution no tier keeps: a 422 in the shape of every other
+        raise RequestValidationError([_unkept(resolution, kept.tiers)]) from None
     return HistoryResponse(
         resolution_s=window.resolution_s,
         resolutions_s=[t.resolution_s for t in kept.tiers],
@@ -67,3 +69,15 @@ async def history(
         max_series=kept.max_series,
         refused=kept.refused,
     )
+
+
+def _unkept(resolution: int | None, tiers: Sequence[TierSpec]) -> dict[str, object]:
+    """The error of a ``resolution`` no tier keeps, naming those kept."""
+    kept = ", ".join(str(tier.resolution_s) for tier in tiers)
+    return {
+        "type": "enum",
+        "loc": ("query", "resolution"),
+        "msg": f"Input should be one of the resolutions kept, in seconds: {kept}",
+        "input": resolution,
+        "ctx": {"expected": kept},
+    }
