@@ -377,6 +377,22 @@ def test_head_answers_every_get_route_with_its_headers_and_no_body() -> None:
         assert http.post("/healthz").status_code == 405  # HEAD, not every method
 
 
+def test_a_405_names_head_among_the_methods_of_a_route_that_serves_get() -> None:
+    """A 405's ``Allow`` must list every method served (RFC 9110, 15.5.6): it said ``GET``
+    alone where HEAD is answered too."""
+    app, _ = sidecar_app(token=TOKEN)
+    with in_process(app) as http:
+        for path in ("/", "/api/v1/stats", "/api/v1/events/stream", "/metrics", "/healthz"):
+            for method in ("OPTIONS", "PATCH", "DELETE", "TRACE"):
+                answer = http.request(method, path, headers=AUTH)
+                assert answer.status_code == 405, (method, path)
+                assert answer.headers["allow"] == "GET, HEAD", (method, path)
+                assert http.head(path, headers=AUTH).status_code == 200, path
+        refused = http.request("PATCH", LOOKUP, headers=AUTH)
+        assert (refused.status_code, refused.headers["allow"]) == (405, "POST")
+        assert http.head(LOOKUP, headers=AUTH).headers["allow"] == "POST"
+
+
 def test_no_documentation_page_loads_anything_from_elsewhere() -> None:
     app, _ = sidecar_app(token=TOKEN)
     with in_process(app) as http:
