@@ -10,6 +10,7 @@ already imported everything would hide.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,109 @@ def test_imports_point_down_the_layers(module: str) -> None:
         and target[1] > importer[1]
     ]
     assert upward == [], f"{module} (layer {importer}) imports higher layers: {upward}"
+
+
+ARCHITECTURE = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+
+
+def _tree_entries() -> dict[str, str]:
+    """docs/ARCHITECTURE.md's tree ("The tree"): each path it lists, with its line's text
+    and the lines that continue it. An entry sits at two spaces a level; a description
+    starts at column 25, and a line indented that far continues the one before."""
+    block = ARCHITECTURE.split("## The tree", 1)[1].split("```")[1]
+    entries: dict[str, str] = {}
+    parents: list[str] = []
+    last = ""
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if not line.strip():
+            continue
+        if indent >= 25:
+            entries[last] += " " + line.strip()
+            continue
+        name = line.split()[0]
+        parents = parents[: indent // 2]
+        last = "/".join([*parents, name.rstrip("/")])
+        entries[last] = line[indent + len(name) :].strip()
+        if name.endswith("/"):
+            parents.append(name.rstrip("/"))
+    return entries
+
+
+def _source_files(package: str) -> list[str]:
+    return sorted(
+        str(path.relative_to(ROOT))
+        for suffix in ("*.py", "*.c", "*.h")
+        for path in (ROOT / package).rglob(suffix)
+        if path.name != "__init__.py" and "vendor" not in path.parts
+    )
+
+
+def test_the_architecture_tree_names_every_module_and_only_modules_that_exist() -> None:
+    """Each source file under offload/ and app/ has a line of its own in the tree, or is
+    named in its folder's line (app/api/guards/ lists its middlewares so); each file the
+    tree lists there exists."""
+    entries = _tree_entries()
+    unlisted = [
+        path
+        for path in _source_files("offload") + _source_files("app")
+        if path not in entries
+        and Path(path).stem not in re.findall(r"\w+", entries.get(str(Path(path).parent), ""))
+    ]
+    assert not unlisted, f"docs/ARCHITECTURE.md's tree leaves out {unlisted}"
+    listed = [
+        path
+        for path in entries
+        if path.startswith(("offload/", "app/")) and not (ROOT / path).exists()
+    ]
+    assert not listed, f"docs/ARCHITECTURE.md's tree lists what is not there: {listed}"
+    assert len(entries) > 150, "the tree's parser no longer finds its entries"
+
+
+def _chain(text: str) -> dict[str, int]:
+    return {
+        name.strip(): layer
+        for layer, names in enumerate(text.split("->"))
+        for name in names.split(",")
+    }
+
+
+def test_the_architecture_layer_chains_are_the_layers_checked_here() -> None:
+    """The two orders docs/ARCHITECTURE.md writes out ("Layers") are LAYERS above."""
+    offload_chain, app_chain = (
+        re.search(rf"^`({first}, [^`]*)`$", ARCHITECTURE, re.MULTILINE)
+        for first in ("base", "settings")
+    )
+    assert offload_chain and app_chain, "docs/ARCHITECTURE.md's layer chains moved"
+    assert _chain(offload_chain.group(1)) == LAYERS["offload"]
+    assert _chain(app_chain.group(1)) == LAYERS["app"]
+
+
+def _offload_names_imported(path: Path) -> set[str]:
+    """What a module takes from offload/, each as module.name (``from m import n``) or
+    module (``import m``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "offload")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "offload":
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_sidecar_takes_from_offload_only_what_the_architecture_says() -> None:
+    """docs/ARCHITECTURE.md: "`app/` imports `offload/` only for ..." names each part
+    (the command line, app/cli.py, composes both sides and is left out)."""
+    bullet = ARCHITECTURE.split("- `app/` imports `offload/` only for", 1)[1].split("\n- ", 1)[0]
+    allowed = {span.removesuffix(".*") for span in re.findall(r"`(offload\.[\w.*]+)`", bullet)}
+    assert "offload.insight" in allowed, "the bullet's names are no longer read"
+    taken = {
+        name
+        for path in (ROOT / "app").rglob("*.py")
+        if path != ROOT / "app" / "cli.py"
+        for name in _offload_names_imported(path)
+    }
+    beyond = sorted(
+        name for name in taken if not any(name == a or name.startswith(a + ".") for a in allowed)
+    )
+    assert not beyond, f"app/ takes from offload/ what docs/ARCHITECTURE.md leaves out: {beyond}"
