@@ -1,7 +1,7 @@
 """The README's reference tables say what the code does: the sidecar's settings, their
-defaults and flags, the worker's metrics, the sidecar's own metrics, the HTTP routes and their
-query parameters, the keys kvscope reads from vLLM's ``kv_connector_extra_config``, and the
-alerts.
+defaults, flags and stated ranges, the worker's metrics, the sidecar's own metrics, the HTTP
+routes and their query parameters, the keys kvscope reads from vLLM's
+``kv_connector_extra_config``, and the alerts (their severities and durations).
 
 Each table is read from README.md and compared with the definitions themselves
 (``SidecarSettings``, ``offload.telemetry.metrics``, what ``/metrics`` serves, the app's
@@ -32,7 +32,7 @@ from offload.telemetry import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "s": 1}
+UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "s": 1}
 
 
 def table(header: str) -> list[list[str]]:
@@ -82,6 +82,36 @@ def test_every_setting_the_tables_name_has_the_default_they_give() -> None:
             default = ",".join(default) if default else None
         expected = readme_default(default_cell)
         assert default == expected, f"{variable}: README says {default_cell}, the code {default!r}"
+
+
+BOUND = r"[\d.,]+(?: [KMGT]iB| s)?(?: less one byte)?"
+RANGE = re.compile(rf"\((?:at least ({BOUND})|({BOUND}) to ({BOUND}))[);]")
+
+
+def readme_bound(text: str) -> float:
+    """A bound as the settings tables write it: 0.001 / 3,600 s / 1 TiB / 2 GiB less one byte."""
+    value, less, _ = text.partition(" less one byte")
+    return readme_default(value) - (1 if less else 0)
+
+
+def test_the_ranges_the_settings_tables_give_are_the_settings_bounds() -> None:
+    """A setting's range written "(LOW to HIGH)" or "(at least LOW)" is what the setting
+    accepts: pydantic's ge and le on its field (and no upper bound for "at least")."""
+    fields = SidecarSettings.model_fields
+    checked = 0
+    for name_cell, *_, bounds_cell in table("| setting | default |"):
+        (variable,) = code_spans(name_cell)
+        field = fields[variable.removeprefix("KVSCOPE_").lower()]
+        given = {type(m).__name__: m for m in field.metadata}
+        for found in RANGE.finditer(bounds_cell):
+            at_least, low, high = found.groups()
+            assert given["Ge"].ge == readme_bound(at_least or low), variable
+            if at_least:
+                assert "Le" not in given, f"{variable} has an upper bound the README leaves out"
+            else:
+                assert given["Le"].le == readme_bound(high), variable
+            checked += 1
+    assert checked >= 5, f"only {checked} ranges read: the tables' wording moved"
 
 
 def test_every_flag_the_settings_table_names_sets_its_setting() -> None:
@@ -237,3 +267,14 @@ def test_the_alert_table_is_the_alerting_rules() -> None:
         name, _, severity = name_cell.partition(" ")
         listed[name] = "critical" if severity == "(critical)" else "warning"
     assert listed == defined
+
+
+def test_the_alert_table_gives_each_rule_its_for() -> None:
+    """ "for N min" in a row is the rule's ``for:``; a row without one is a rule without."""
+    rules = yaml.safe_load((ROOT / "docker/prometheus/rules/kvscope-alerts.yml").read_text())
+    held = {rule["alert"]: rule.get("for") for group in rules["groups"] for rule in group["rules"]}
+    for name_cell, fires_when, _ in table("| alert | fires when |"):
+        name = name_cell.partition(" ")[0]
+        minutes = re.search(r"\bfor (\d+) min\b", fires_when)
+        assert held[name] == (f"{minutes.group(1)}m" if minutes else None), name
+    assert any(held.values()), "no rule holds a for: the check reads nothing"
