@@ -5,7 +5,8 @@ routes and their query parameters, the keys kvscope reads from vLLM's
 
 Each table is read from README.md and compared with the definitions themselves
 (``SidecarSettings``, ``offload.telemetry.metrics``, what ``/metrics`` serves, the app's
-OpenAPI schema, ``KVSCOPE_KEYS``, the alerting rules), so a renamed setting, a changed
+OpenAPI schema, ``KVSCOPE_KEYS``, the alerting rules), as are docs/PROTOCOL.md's tables of
+each wire message's fields (the ``offload.wire`` structs), so a renamed setting, a changed
 default or a new route fails here rather than leaving the README to drift.
 ``offload/vllm/settings.py`` is read as source, not imported: importing ``offload.vllm``
 loads vLLM.
@@ -29,9 +30,11 @@ from app.state.block_index import PAGE_SCAN
 from app.state.sidecar import SidecarState
 from offload.cpu.policies.registry import BUILT_IN
 from offload.telemetry import metrics
+from offload.wire import kv_events, sample_frame, stats_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+PROTOCOL = (ROOT / "docs" / "PROTOCOL.md").read_text()
 UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "s": 1}
 
 
@@ -278,3 +281,45 @@ def test_the_alert_table_gives_each_rule_its_for() -> None:
         minutes = re.search(r"\bfor (\d+) min\b", fires_when)
         assert held[name] == (f"{minutes.group(1)}m" if minutes else None), name
     assert any(held.values()), "no rule holds a for: the check reads nothing"
+
+
+def first_table_after(text: str, marker: str) -> list[list[str]]:
+    """The rows (cells stripped, header and rule left out) of the first table after the
+    line that starts with ``marker``."""
+    found = re.search(rf"^{re.escape(marker)}", text, re.MULTILINE)
+    assert found, f"no line starts {marker!r}"
+    lines = text[found.end() :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("marker", "struct"),
+    [
+        pytest.param(marker, struct, id=struct.__name__)
+        for marker, struct in [
+            ("`BlockStored`:", kv_events.BlockStored),
+            ("`BlockRemoved`:", kv_events.BlockRemoved),
+            ("`StatsFrame`:", stats_frame.StatsFrame),
+            ("`WorkerConfig`:", stats_frame.WorkerConfig),
+            ("`Sample` (", stats_frame.Sample),
+            ("`HistogramSnapshot` (", stats_frame.HistogramSnapshot),
+            ("## Sample frames", sample_frame.SampleFrame),
+        ]
+    ],
+)
+def test_the_protocol_schema_tables_are_the_wire_structs(marker: str, struct: type) -> None:
+    """docs/PROTOCOL.md's table of each message names its struct's fields, every one
+    (an event's ``type`` is its tag, no field)."""
+    listed = {
+        name
+        for row in first_table_after(PROTOCOL, marker)
+        for name in code_spans(row[0])
+        if name != "type"
+    }
+    assert listed == set(struct.__struct_fields__), struct.__name__
