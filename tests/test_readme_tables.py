@@ -6,8 +6,9 @@ routes and their query parameters, the keys kvscope reads from vLLM's
 Each table is read from README.md and compared with the definitions themselves
 (``SidecarSettings``, ``offload.telemetry.metrics``, what ``/metrics`` serves, the app's
 OpenAPI schema, ``KVSCOPE_KEYS``, the alerting rules), as are docs/PROTOCOL.md's tables of
-each wire message's fields (the ``offload.wire`` structs), so a renamed setting, a changed
-default or a new route fails here rather than leaving the README to drift.
+each wire message's fields (the ``offload.wire`` structs); the values of the labels and
+verdict kinds the code declares as ``Literal`` types must each be named. So a renamed
+setting, a changed default or a new route fails here rather than leaving the README to drift.
 ``offload/vllm/settings.py`` is read as source, not imported: importing ``offload.vllm``
 loads vLLM.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
@@ -24,10 +26,14 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.api import create_app
+from app.api.http_counts import Refusal
 from app.cli import build_parser
 from app.settings import SidecarSettings
-from app.state.block_index import PAGE_SCAN
+from app.state.block_index import PAGE_SCAN, MediaRefusal
+from app.state.insight_verdicts import VerdictKind
+from app.state.publisher import ReplayOutcome
 from app.state.sidecar import SidecarState
+from offload.cpu.miss_attribution import Reason
 from offload.cpu.policies.registry import BUILT_IN
 from offload.telemetry import metrics
 from offload.wire import kv_events, sample_frame, stats_frame
@@ -189,6 +195,24 @@ def test_every_kvscope_name_the_docs_write_is_a_metric_or_a_vllm_key() -> None:
         assert written <= known, (
             f"{page.name} names what kvscope does not export: {written - known}"
         )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param(Reason, id="miss reasons"),
+        pytest.param(ReplayOutcome, id="replay outcomes"),
+        pytest.param(Refusal, id="HTTP refusals"),
+        pytest.param(MediaRefusal, id="media refusals"),
+        pytest.param(VerdictKind, id="verdict kinds"),
+    ],
+)
+def test_every_label_value_and_verdict_kind_is_in_the_readme(values: object) -> None:
+    """The values a label (a miss's reason, a replay's outcome, an HTTP refusal's reason, a
+    refused medium's reason) or a verdict's ``kind`` takes, each as code in the README: a new
+    one is said there as it is exported."""
+    missing = [value for value in get_args(values) if f"`{value}`" not in README]
+    assert get_args(values) and not missing, f"the README never names {missing}"
 
 
 def test_the_shadow_memory_table_is_what_each_policy_states() -> None:
