@@ -215,6 +215,18 @@ def test_every_label_value_and_verdict_kind_is_in_the_readme(values: object) -> 
     assert get_args(values) and not missing, f"the README never names {missing}"
 
 
+def test_every_recorded_name_the_docs_write_is_a_recording_rule() -> None:
+    """``kvscope:...`` names in README.md and docs/ are the recording rules' (the page's
+    ``kvscope:first-render`` mark aside): a renamed rule must not live on there."""
+    rules = yaml.safe_load((ROOT / "docker/prometheus/rules/kvscope-recording.yml").read_text())
+    recorded = {rule["record"] for group in rules["groups"] for rule in group["rules"]}
+    written: set[str] = set()
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        written |= set(re.findall(r"\bkvscope:[a-z0-9_:]*[a-z0-9]\b(?!-)", page.read_text()))
+    assert written, "the docs name no recorded series: the pattern no longer matches"
+    assert written <= recorded, f"the docs name what no rule records: {written - recorded}"
+
+
 def test_the_shadow_memory_table_is_what_each_policy_states() -> None:
     """The built-in policies' (tests may register more); the capped part stops at 511 slots,
     as the header says, for every policy with one."""
