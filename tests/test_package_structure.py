@@ -218,3 +218,32 @@ def test_the_sidecar_takes_from_offload_only_what_the_architecture_says() -> Non
         name for name in taken if not any(name == a or name.startswith(a + ".") for a in allowed)
     )
     assert not beyond, f"app/ takes from offload/ what docs/ARCHITECTURE.md leaves out: {beyond}"
+
+
+CODE_NAME = re.compile(
+    r"\b(?:[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+"  # CamelCase
+    r"|[a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b"  # snake_case
+)
+"""A CamelCase or snake_case word: a class, function or field, as the tree's lines name them."""
+
+
+def test_the_names_the_architecture_tree_gives_a_module_are_in_the_code() -> None:
+    """Each class or function a module's line in the tree names (``ZmqHeld``,
+    ``set_heartbeat``) is in that module, or, for a line that points elsewhere
+    (``KVLayout.from_canonical``, a setting), somewhere under offload/ or app/."""
+    sources = {path: (ROOT / path).read_text() for path in _source_files("offload")}
+    sources |= {path: (ROOT / path).read_text() for path in _source_files("app")}
+    everywhere = "\n".join(sources.values())
+    stale = {
+        path: missing
+        for path, text in _tree_entries().items()
+        if path in sources
+        and (
+            missing := sorted(
+                name
+                for name in set(CODE_NAME.findall(text))
+                if name not in sources[path] and name not in everywhere
+            )
+        )
+    }
+    assert not stale, f"docs/ARCHITECTURE.md's tree names what the code does not: {stale}"
