@@ -58,14 +58,15 @@ from offload.wire.sample_frame import MIN_SAMPLE_RATE, SampleFrame
 
 STACK_BYTES_PER_BLOCK: Final = 512
 """Estimated memory of one hash on the LRU stack (its segment's ordered-dict entry, a set
-entry and the hash, 64 bytes at the longest) and its predecessor in the stack's prefix check
-(a dict entry), each table at its emptiest between resizes: measured with tracemalloc, at
-most 470 bytes, rounded up (tests/app/test_insight_memory.py)."""
+entry and the hash, 64 bytes at the longest) and its predecessor and last use in the stack's
+prefix check (a dict entry and a pair), each table at its emptiest between resizes: measured
+with tracemalloc, at most 476 bytes, rounded up (tests/app/test_insight_memory.py)."""
 PREFIX_CHECK_BYTES_PER_BLOCK: Final = 320
 """Estimated memory of the prefix check alone (where no stack runs it, the shadow tiers'
 estimator does) per block of its bound: a dict entry and, with nothing else keeping them,
-the hash and its predecessor, 64 bytes each at the longest, measured with tracemalloc at
-most 260 bytes, rounded up (tests/app/test_insight_memory.py)."""
+the hash and its predecessor, 64 bytes each at the longest, and the pair of it and its last
+use: measured with tracemalloc at most 220 bytes, rounded up with room for other Python
+builds' layouts (tests/app/test_insight_memory.py)."""
 WINDOW_BYTES_PER_REF: Final = 512
 """Estimated memory of one sampled reference in the optimum's window, with its share of a
 recomputation's tables and tier, measured with tracemalloc; rounded up."""
@@ -524,8 +525,8 @@ class PublisherInsight:
 
 
 def _prefix_counts(check: PrefixCheck | None) -> tuple[int, int]:
-    """An estimator's prefix check as (checked, changed); none counted without one."""
-    return (0, 0) if check is None else (check.checked, check.changed)
+    """An estimator's prefix check as (checked, broken); none counted without one."""
+    return (0, 0) if check is None else (check.checked, check.broken)
 
 
 def _shadow_bytes(shadows: CurveEstimator | None) -> int:

@@ -90,7 +90,7 @@ class Simulation:
     stacked: bool
     longest_request: int = 0
     prefix_checked: int = 0
-    prefix_changed: int = 0
+    prefix_broken: int = 0
 
     @property
     def covered_block_refs(self) -> int:
@@ -101,13 +101,14 @@ class Simulation:
     @property
     def unchained(self) -> bool:
         """Whether its sample shows a stream whose blocks do not form prefix chains: over
-        ``MIN_SAMPLED_REFS`` references checked, a share of changed predecessors the curve
-        would resolve (each such reference may be counted as a hit the tier does not get),
-        below rate 1 (a replay of every block follows every prefix, as the tier does)."""
+        ``MIN_SAMPLED_REFS`` references checked, a share the curve would resolve of
+        predecessors changed to a less recent block (``PrefixCheck.broken``: each such
+        reference may be counted as a hit the tier does not get), below rate 1 (a replay
+        of every block follows every prefix, as the tier does)."""
         return (
             self.rate < 1.0
             and self.prefix_checked >= MIN_SAMPLED_REFS
-            and self.prefix_changed >= SAMPLED_RESOLUTION_POINTS / 100 * self.prefix_checked
+            and self.prefix_broken >= SAMPLED_RESOLUTION_POINTS / 100 * self.prefix_checked
         )
 
     def too_small(self, capacity: int) -> bool:
@@ -184,7 +185,7 @@ class Verdict:
     capacity: whole blocks, so an odd tier's half is not 0.5); ``share``: a
     ratio in 0..1 (dead writes, the tier's hits over the optimum's, the stream's share a
     simulation shed, the share of the tier a stream that fits it touched, or the share of
-    sampled blocks met again behind another predecessor on an unchained stream);
+    sampled blocks met again behind another, less recent predecessor on an unchained stream);
     ``blocks``: a block count (stranded blocks, the capacity a multiple stands for, or
     the tier size a long_requests verdict speaks of).
     """
@@ -332,14 +333,15 @@ def _fits(policy: str, held: int, simulation: Simulation) -> Verdict:
 def _unchained(policy: str, simulation: Simulation) -> Verdict:
     """The sample's prefix hits do not stand for the tier's (offload/insight/prefix_check.py):
     the curve may read far above the tier, by an amount the sample cannot measure."""
-    share = simulation.prefix_changed / simulation.prefix_checked
+    share = simulation.prefix_broken / simulation.prefix_checked
     return Verdict(
         "unchained",
         f"the curve does not predict this tier: in {policy}'s simulation "
-        f"{simulation.prefix_changed:,} of {simulation.prefix_checked:,} sampled blocks met "
+        f"{simulation.prefix_broken:,} of {simulation.prefix_checked:,} sampled blocks met "
         f"again ({_percent(share)}) came behind another sampled block than at their last "
-        "use, so the stream's blocks do not form prefix chains (block ids reused behind "
-        "other prefixes, as vLLM's chained hashes never are); a lookup stops at a request's "
+        "use, one used less recently than they were, so the stream's blocks do not form "
+        "prefix chains (block ids reused behind other prefixes, as vLLM's chained hashes "
+        "never are); a lookup stops at a request's "
         "first miss, which a sample of some of its blocks cannot follow, so the curve may "
         "read far above what the tier hits: no verdict on the tier's size or policy, nor on "
         "its distance to the optimum, whose replays over the window count hits the same way "

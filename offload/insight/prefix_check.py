@@ -16,16 +16,23 @@ measure.
 What the sample can see is the same relation among its own blocks: on a
 chained stream a sampled block's sampled predecessor in a request is always
 the same block (or none, where the request's sample starts after it: a GPU
-prefix hit shortens the head), so any change of it is the premise failing.
-The share of reused predecessor pairs that changed is a lower bound on the
-share of references whose prefix changed, each of which the curve may count
-as a hit the tier does not get.
+prefix hit shortens the head), so a change of it is the premise failing. A
+change costs the curve a hit only where the tier may hold the block without
+its new prefix: where the new predecessor was used less recently than the
+block (or never), so that a recency order keeps the block longer. A block
+shared behind several prefixes that are each used more often than it (one
+document behind a few hot system prompts) changes predecessor without that:
+wherever the block is held its prefix is too, and the curve counts what the
+tier hits. So the check counts the changes whose new predecessor is the
+less recent (``broken``); their share of the reused predecessor pairs is
+the sample's estimate of the share of references the curve may count as hits
+the tier does not get.
 
-Memory: one predecessor per sampled block, ``max_blocks`` of them (the
-largest simulated tier's capacity: reuses farther apart change no point of the
-curve) and one request's more at most, as the bound is checked between
-requests; past it the check starts over, forgetting predecessors, which at worst
-misses the change at each block's next use.
+Memory: one predecessor and the number of its last use per sampled block,
+``max_blocks`` of them (the largest simulated tier's capacity: reuses farther
+apart change no point of the curve) and one request's more at most, as the bound
+is checked between requests; past it the check starts over, forgetting
+predecessors, which at worst misses the change at each block's next use.
 """
 
 from __future__ import annotations
@@ -36,19 +43,25 @@ from offload.base import BlockHash
 
 
 class PrefixCheck:
-    """Counts sampled references whose sampled predecessor differs from their last use's."""
+    """Counts sampled references whose sampled predecessor differs from their last use's and
+    was used less recently than they were."""
 
-    __slots__ = ("_before", "changed", "checked", "max_blocks")
+    __slots__ = ("_before", "_uses", "broken", "checked", "max_blocks")
 
     def __init__(self, max_blocks: int) -> None:
         if max_blocks < 1:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
         self.max_blocks = max_blocks
-        self._before: dict[BlockHash, BlockHash] = {}
+        self._before: dict[BlockHash, tuple[BlockHash | None, int]] = {}
+        """Each block's sampled predecessor at its last use as one (None: none yet) and the
+        number of the request of that use (a request's head is the more recent of two
+        blocks of one request, as the tier's order has it)."""
+        self._uses = 0
         self.checked = 0
         """Sampled references with a sampled predecessor that had one at their last use."""
-        self.changed = 0
-        """Of those, the ones whose predecessor was another block."""
+        self.broken = 0
+        """Of those, the ones whose predecessor was another block, used less recently than
+        they were (or never)."""
 
     @property
     def held_blocks(self) -> int:
@@ -59,20 +72,25 @@ class PrefixCheck:
     def add_many(self, requests: Iterable[Sequence[BlockHash]]) -> None:
         """Requests in order, each its sampled blocks in prompt order."""
         before = self._before
-        checked = changed = 0
+        checked = broken = 0
         for sampled in requests:
-            if len(sampled) < 2:
+            if not sampled:
                 continue
             if len(before) >= self.max_blocks:
                 before.clear()
-            previous = sampled[0]
-            for block_hash in sampled[1:]:
-                last = before.get(block_hash)
-                if last is not None:
+            self._uses += 1
+            use = self._uses
+            # A request's first sampled block keeps the predecessor it had: its own may be
+            # in the GPU prefix cache, out of the sample's sight.
+            previous: BlockHash | None = None
+            previous_use = 0  # a block never used is older than any
+            for block_hash in sampled:
+                last, last_use = before.get(block_hash, (None, 0))
+                if previous is not None and last is not None:
                     checked += 1
-                    if last != previous:
-                        changed += 1
-                before[block_hash] = previous
-                previous = block_hash
+                    if last != previous and previous_use < last_use:
+                        broken += 1
+                before[block_hash] = (last if previous is None else previous, use)
+                previous, previous_use = block_hash, last_use
         self.checked += checked
-        self.changed += changed
+        self.broken += broken

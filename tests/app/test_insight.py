@@ -25,14 +25,17 @@ from app.state.insight import STACK_HOLD_REFS, InsightState, PublisherInsight, S
 from app.state.insight_verdicts import SAMPLED_RESOLUTION_POINTS, curve_verdicts
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
+from bench.tooling.trace_gen import PROFILES, generate
 from offload import CPUOffloadingManager
 from offload.cpu.manager_metrics import manager_snapshot
 from offload.cpu.policies.miniature import CANDIDATES
 from offload.insight.curve import DEFAULT_MULTIPLES
 from offload.insight.estimator import CurveEstimator
-from offload.insight.sampling import SpatialSampler
+from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
+from offload.insight.sweep import replay_point
 from offload.insight.window_optimum import MIN_WINDOW_REFS, WINDOW_CAPACITIES, WindowOptimum
 from offload.sim.mooncake import bundled_trace_path, load_trace
+from offload.sim.optimum import prefix_conflict
 from offload.sim.workload import run_request
 from offload.telemetry import metrics as m
 from offload.wire.framing import DEFAULT_SAMPLE_TOPIC
@@ -696,6 +699,35 @@ def test_shadows_at_a_lower_rate_that_shed_frames_are_caught_up_with_the_stack(t
     (shed,) = [v for v in curve_verdicts(curve, "lru", basis) if v.policy == "arc"]
     assert shed.kind == "shed" and shed.share == pytest.approx(basis.shed_share(arc))
     assert shed.share == pytest.approx(insight.shadow_shed_block_refs / insight.block_refs)
+
+
+def test_documents_behind_several_hot_system_prompts_keep_the_curves_verdicts() -> None:
+    """bench.tooling.trace_gen opens a session with a shared document behind any of a few
+    system prompts: its block ids are not prefix-closed, and a document's first sampled
+    block may follow another sampled block than at its last use; but each system prompt is
+    used more recently than the document, so the tier holds the document's new prefix
+    wherever it holds the document, and the sampled curve counts what the tier hits. On
+    this trace over 1% of the sampled blocks met again had changed predecessor (none to a
+    less recent one), and the stream was taken for unchained: every size and policy
+    verdict withheld, while the curve was within a point of full replays."""
+    trace = list(generate(PROFILES["repeat"], 3_000, 3))
+    assert prefix_conflict(trace) is not None
+    capacity = 1_750
+    state = InsightState()
+    insight = state.new_publisher()
+    for seq, frame in enumerate(sample_frames(trace, capacity, rate=DEFAULT_RATE)):
+        insight.receive(seq, frame)
+        while (work := state.queue.get(0)) is not None:
+            work.apply(lambda: None)
+    reading = insight.reading()
+    assert reading.curve is not None
+    verdicts = curve_verdicts(reading.curve, "lru", reading.basis)
+    assert [v.kind for v in verdicts] == ["capacity", "capacity", "policy"]
+    for policy in ("lru", "arc"):
+        for blocks in (capacity, 2 * capacity):
+            replayed = replay_point(trace, policy, blocks).hit_ratio
+            error = 100 * abs(reading.curve.at(policy, blocks) - replayed)
+            assert error < SAMPLED_RESOLUTION_POINTS, (policy, blocks)
 
 
 def test_a_curve_replayed_whole_at_rate_one_is_exact(trace) -> None:

@@ -368,7 +368,7 @@ def test_a_tier_the_stream_has_not_filled_is_judged_at_its_simulations_own_size(
 
 def with_prefix_counts(base: CurveBasis, checked: int, changed: int) -> CurveBasis:
     """``base`` with its stack's prefix check at ``checked`` references, ``changed`` of them."""
-    stack = replace(base.simulations["lru"], prefix_checked=checked, prefix_changed=changed)
+    stack = replace(base.simulations["lru"], prefix_checked=checked, prefix_broken=changed)
     return replace(base, simulations={**base.simulations, "lru": stack})
 
 
