@@ -198,6 +198,10 @@ place_waiting(Generations *self)
 static int
 generations_add_all(Generations *self, PyObject *block_hashes)
 {
+    /* Most stores refuse nothing and find room: their empty tuple or list is passed over here. */
+    if ((PyTuple_CheckExact(block_hashes) && PyTuple_GET_SIZE(block_hashes) == 0) ||
+        (PyList_CheckExact(block_hashes) && PyList_GET_SIZE(block_hashes) == 0))
+        return 0;
     PyObject *seq = PySequence_Fast(block_hashes, "block hashes must be iterable");
     if (seq == NULL)
         return -1;
@@ -259,10 +263,22 @@ Generations_clear(Generations *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* Whether any hash is held or waiting, in one test: a memory that stays empty (no_room while
+ * every store finds room, refused under a policy that admits all) then costs a miss only this
+ * test. */
+static inline int
+generations_hold_any(const Generations *generations)
+{
+    return (generations->waiting_count | generations->tables[0].used |
+            generations->tables[1].used) != 0;
+}
+
 /* Ask for the slots a lookup of hash will read, in the tables that hold anything. */
 static void
 generations_prefetch(const Generations *generations, Py_hash_t hash)
 {
+    if (!generations_hold_any(generations))
+        return;
     size_t slot = home_slot(hash, generations->shift);
     for (int t = 0; t < 2; t++)
         if (generations->tables[t].used)
@@ -272,6 +288,8 @@ generations_prefetch(const Generations *generations, Py_hash_t hash)
 static int
 generations_has(Generations *generations, Py_hash_t hash)
 {
+    if (!generations_hold_any(generations))
+        return 0;
     place_waiting(generations);
     const Table *tables = generations->tables;
     return (tables[0].used && table_has(generations, &tables[0], hash)) ||
@@ -443,6 +461,15 @@ attribution_ready(const Attribution *self)
     return -1;
 }
 
+/* Ask for the slots judging this hash will read, in every memory that holds anything. */
+static inline void
+prefetch_memories(const Attribution *self, Py_hash_t hash)
+{
+    generations_prefetch(self->evicted, hash);
+    generations_prefetch(self->refused, hash);
+    generations_prefetch(self->no_room, hash);
+}
+
 /* The reason a lookup of this hash (not being written) is charged, by what is remembered now. */
 static int
 judge(Attribution *self, Py_hash_t hash)
@@ -463,9 +490,7 @@ settle(Attribution *self)
     Py_hash_t hash = self->pending_value;
     /* Its slots again (the work since the miss may have pushed them out of the caches): each
      * probe places its memory's waiting hashes first, while they come. */
-    generations_prefetch(self->evicted, hash);
-    generations_prefetch(self->refused, hash);
-    generations_prefetch(self->no_room, hash);
+    prefetch_memories(self, hash);
     int reason = judge(self, hash);
     self->lookups[reason]++;
     self->pending_reason = reason;
@@ -593,9 +618,7 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     if (given != UNSETTLED) {
         self->lookups[given]++;
     } else {
-        generations_prefetch(self->evicted, hash);
-        generations_prefetch(self->refused, hash);
-        generations_prefetch(self->no_room, hash);
+        prefetch_memories(self, hash);
     }
     self->pending_hash = block_hash;
     self->pending_value = hash;

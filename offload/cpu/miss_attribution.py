@@ -205,11 +205,14 @@ class PyMissAttribution:
         remembered now: a caller that charges the miss later (vLLM counts a lookup only once
         its request is scheduled) judges it here, at the lookup, before stores in between
         refuse, evict or forget the block."""
-        if block_hash in self.evicted:
+        # An empty memory (refused under a policy that admits all, no_room while every store
+        # finds room) is passed over by its sets' truth, without a call into it.
+        evicted, refused, no_room = self.evicted, self.refused, self.no_room
+        if (evicted.new or evicted.old) and block_hash in evicted:
             return "evicted"
-        if block_hash in self.refused:
+        if (refused.new or refused.old) and block_hash in refused:
             return "not_admitted"
-        if block_hash in self.no_room:
+        if (no_room.new or no_room.old) and block_hash in no_room:
             return "no_room"
         return "cold"
 
@@ -230,9 +233,13 @@ class PyMissAttribution:
         When it starts at the last miss's break, those held blocks are the ones
         that miss lost behind it: ``prefix_lost``; the rest go to its reason.
         """
-        self.refused.add(refused)
-        self.evicted.add(evicted)
-        self.no_room.add(no_room)
+        # Most stores refuse nothing and find room: an empty collection adds nothing.
+        if refused:
+            self.refused.add(refused)
+        if evicted:
+            self.evicted.add(evicted)
+        if no_room:
+            self.no_room.add(no_room)
         pending = self._pending
         if pending is None or not requested or pending[1] != requested[0]:
             return
