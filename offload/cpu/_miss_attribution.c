@@ -524,6 +524,16 @@ take_pending(Attribution *self)
     return charge_pending(self, 0);
 }
 
+/* An int argument's value, read straight from a small exact int (a C API call per miss and per
+ * store costs more than the work done with it), else through PyLong_AsLongLong: -1 with an
+ * exception where that fails. */
+static inline long long
+int_arg(PyObject *object)
+{
+    int64_t value;
+    return small_int(object, &value) ? (long long)value : PyLong_AsLongLong(object);
+}
+
 #define MISS_ARGS "miss() takes (block_hashes, hits, in_flight, block_tokens=1, reason=None)"
 
 /* A reason reason() judged, by name; -1 with a ValueError for anything else (or in_flight). */
@@ -573,12 +583,12 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     }
     if (attribution_ready(self) < 0)
         return NULL;
-    Py_ssize_t hits = PyLong_AsSsize_t(args[1]);
+    long long hits = int_arg(args[1]);
     if (hits == -1 && PyErr_Occurred())
         return NULL;
     long long block_tokens = 1;
     if (block_tokens_arg != NULL) {
-        block_tokens = PyLong_AsLongLong(block_tokens_arg);
+        block_tokens = int_arg(block_tokens_arg);
         if (block_tokens == -1 && PyErr_Occurred())
             return NULL;
         if (block_tokens < 1 || block_tokens > MAX_BLOCK_TOKENS) {
@@ -600,7 +610,7 @@ Attribution_miss(Attribution *self, PyObject *const *args, Py_ssize_t nargs, PyO
     Py_ssize_t length = PySequence_Fast_GET_SIZE(seq);
     if (hits < 0 || hits >= length) {
         PyErr_Format(PyExc_ValueError,
-                     "a missed lookup needs 0 <= hits < len(block_hashes), got %zd of %zd", hits,
+                     "a missed lookup needs 0 <= hits < len(block_hashes), got %lld of %zd", hits,
                      length);
         Py_DECREF(seq);
         return NULL;
@@ -664,7 +674,7 @@ Attribution_stored(Attribution *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (attribution_ready(self) < 0)
         return NULL;
-    long long held = PyLong_AsLongLong(args[1]);
+    long long held = int_arg(args[1]);
     if (held == -1 && PyErr_Occurred())
         return NULL;
     PyObject *requested = PySequence_Fast(args[0], "requested must be a sequence of hashes");
