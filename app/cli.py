@@ -12,7 +12,6 @@ import importlib.metadata
 import json
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from pydantic_core import ErrorDetails
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SettingError, SidecarSettings
+from app.stop_signals import StopSignals
 from offload.cpu.manager import MAX_NUM_BLOCKS
 from offload.cpu.policies.registry import policy_names
 from offload.decimal_text import fractional_number, whole_number
@@ -282,8 +282,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         gpu_cache_blocks=args.gpu_capacity,
         requests_per_s=args.rate,
     )
+    signals = StopSignals()
     stop = threading.Event()
-    _stop_on_signals(stop)
     with EventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*") as publisher:
         sampler = SpatialSampler(args.sample_rate) if args.sample_rate > 0 else None
         try:
@@ -297,7 +297,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             print(f"kvscope demo: open {sidecar.url}/ (metrics at {sidecar.url}/metrics)",
                   flush=True)  # fmt: skip
             try:
-                stop.wait(args.duration)
+                signals.wait(args.duration)
             finally:
                 stop.set()
                 worker.join()
@@ -310,21 +310,6 @@ def _no_memory(policy: str, capacity: int, grows: str) -> int:
     print(f"kvscope: error: not enough memory for {policy} at {capacity} blocks: its "
           f"bookkeeping grows with {grows}", file=sys.stderr)  # fmt: skip
     return 2
-
-
-def _stop_on_signals(stop: threading.Event) -> None:
-    """Ctrl-C and SIGTERM (a container's stop) end the demo cleanly.
-
-    Installed explicitly rather than left to KeyboardInterrupt: a process
-    started in the background of a shell (or under some supervisors) inherits
-    SIGINT ignored, and Python then never raises it.
-    """
-
-    def handle(signum: int, frame: object) -> None:
-        stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, handle)
 
 
 def _run_replay(args: argparse.Namespace) -> int:

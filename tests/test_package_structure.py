@@ -67,6 +67,7 @@ LAYERS = {
         "streams": 0,
         "otel": 0,
         "gc_pauses": 0,
+        "stop_signals": 0,
         "decode": 1,
         "http_socket": 1,
         "state": 2,

@@ -1,0 +1,59 @@
+"""Ctrl-C and SIGTERM as the end of a wait on the main thread, with nothing done in a handler.
+
+A Python signal handler runs on the main thread between two bytecodes, inside another
+handler too. One that takes a lock (setting a ``threading.Event`` does) deadlocks when a
+second signal comes while the first handler holds it: ``timeout`` sends SIGTERM to the
+command and then to its process group, microseconds apart, and ``kvscope demo`` then hung
+for ever. So the handlers here do nothing: the interpreter writes each signal's number to
+a wakeup pipe before it runs them, and the main thread waits on that pipe.
+
+The handlers are installed, not left to KeyboardInterrupt: a process started in the
+background of a shell (or by some supervisors) inherits SIGINT ignored, and Python then
+never raises it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from typing import Final
+
+STOP_SIGNALS: Final = frozenset((signal.SIGINT, signal.SIGTERM))
+
+
+def _noted(signum: int, frame: object) -> None:
+    """The handler: the signal is already in the wakeup pipe, and a handler that did anything
+    more could be re-entered mid-way by the next one."""
+
+
+class StopSignals:
+    """Ctrl-C and SIGTERM, caught from now on for the rest of the process, and waited for.
+
+    Made on the main thread (``signal.set_wakeup_fd`` refuses any other); the pipe is kept
+    as long as the process, since a signal may come at any time up to its exit.
+    """
+
+    def __init__(self) -> None:
+        self._read, write = os.pipe()
+        for fd in (self._read, write):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _noted)
+
+    def wait(self, timeout: float | None = None) -> frozenset[signal.Signals]:
+        """Block until Ctrl-C or SIGTERM comes or ``timeout`` seconds pass (None: no limit);
+        the stop signals that came (every one waiting is read), none if the time passed.
+        Other signals with a Python handler also reach the pipe and are passed over."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self._read], [], [], left)
+            if not readable:
+                return frozenset()
+            numbers = os.read(self._read, 512)
+            stops = frozenset(signal.Signals(n) for n in numbers if n in STOP_SIGNALS)
+            if stops:
+                return stops

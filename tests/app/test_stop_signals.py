@@ -1,0 +1,93 @@
+"""StopSignals in a process of its own, signalled from outside as a shell, `timeout` or a
+container runtime signals it."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+HANG_S = 30.0
+"""How long a line may take before the waiting process is taken for hung."""
+
+ROUNDS = 2_000
+"""Pairs of SIGTERMs sent: a handler that took a lock hung within 300 in 2 runs of 5."""
+
+WAITER = """
+import signal, sys
+from app.stop_signals import StopSignals
+signals = StopSignals()
+print("ready", flush=True)
+timeout = float(sys.argv[1]) if len(sys.argv) > 1 else None
+while signal.SIGINT not in (caught := signals.wait(timeout)):
+    print(" ".join(sorted(s.name for s in caught)) or "timeout", flush=True)
+print("SIGINT", flush=True)
+"""
+
+
+@contextmanager
+def waiter(*args: str, sigint_ignored: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """A process waiting on StopSignals, printing each wait's end, until a SIGINT ends it."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", WAITER, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        if sigint_ignored
+        else None,
+    )
+    try:
+        assert line(process) == "ready"
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def line(process: subprocess.Popen[str]) -> str:
+    """The process's next line; a failure naming the hang when none comes."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], HANG_S)
+    assert ready, f"no line from the waiting process in {HANG_S} s: hung"
+    return process.stdout.readline().strip()
+
+
+def spin(seconds: float) -> None:
+    """Busy-wait ``seconds``: a sleep this short would last far longer."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_two_sigterms_microseconds_apart_end_the_wait_every_time() -> None:
+    """`timeout` signals the command and then its group: a handler that took a lock was
+    re-entered by the second while the first held it, and the demo hung (2 times in 30)."""
+    with waiter() as process:
+        for round_ in range(ROUNDS):
+            os.kill(process.pid, signal.SIGTERM)
+            spin((round_ % 20) * 5e-6)  # 0 to 95 us apart, where the old handler hung
+            os.kill(process.pid, signal.SIGTERM)
+            assert line(process) == "SIGTERM"
+        os.kill(process.pid, signal.SIGINT)
+        seen = [line(process)]
+        while seen[-1] == "SIGTERM":  # a second SIGTERM read by a later wait
+            seen.append(line(process))
+        assert seen[-1] == "SIGINT", seen
+        assert process.wait(timeout=HANG_S) == 0
+
+
+def test_a_wait_ends_alone_at_its_timeout_and_ctrl_c_ends_it_though_sigint_came_ignored() -> None:
+    with waiter("0.05", sigint_ignored=True) as process:
+        assert line(process) == "timeout"
+        os.kill(process.pid, signal.SIGINT)
+        seen = [line(process)]
+        while seen[-1] == "timeout":
+            seen.append(line(process))
+        assert seen[-1] == "SIGINT", seen
+        assert process.wait(timeout=HANG_S) == 0
