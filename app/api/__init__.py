@@ -93,6 +93,11 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         lifespan=_lifespan,
+        # Starlette answered a path with a slash too many or too few with a 307 whose
+        # Location it built from the Host header (and the scheme it was reached by): with
+        # every name allowed (the 0.0.0.0 default), any Host was echoed into it. A path is
+        # answered as written instead; the client has the one spelling it needs.
+        redirect_slashes=False,
     )
     counts = HttpCounts()
     streams = EventStreams(state.event_log, limits, counts)
