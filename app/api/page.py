@@ -27,6 +27,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
 from app.api.deps import login_token, require_token
+from app.api.entity_tags import not_modified
 from app.api.session import set_session
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class Asset:
 
     def response(self, request: Request) -> Response:
         headers = {**REVALIDATE, "ETag": self.etag}
-        if self.etag in request.headers.get("if-none-match", ""):
+        if not_modified(request.headers.getlist("if-none-match"), self.etag):
             return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
         return Response(self.body, media_type=self.media_type, headers=headers)
 
