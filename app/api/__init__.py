@@ -40,7 +40,8 @@ round-trips:
 
 Anything else is a 400 in a path, a 422 in a lookup's body. Ints are strings
 in JSON because 64-bit hashes exceed what JavaScript numbers hold exactly.
-`POST /api/v1/lookup` also takes JSON integers.
+`POST /api/v1/lookup` also takes JSON integers, of at most 20 digits too
+(a longer one is a 422 naming its item).
 
 **Numbers in URLs and headers** (`cursor`, `limit`, `since`, `resolution`,
 `Last-Event-ID`) are ASCII digits 0-9 with no sign, space, underscore or

@@ -4,8 +4,9 @@ FastAPI answers every failure to read a JSON body, other than a syntax
 error, with one text ("There was an error parsing the body") and chains the
 cause, which says what the client got wrong: bytes that are not UTF-8 (a
 compressed body, too: the sidecar decodes no content encoding), JSON nested
-past the interpreter's recursion limit, or a number of more digits than
-Python reads. This handler names it; nothing of the body is echoed.
+past the interpreter's recursion limit, or a key given twice in one object
+(app/api/json_body.py finds it while reading). This handler names it;
+nothing of the body is echoed.
 
 A body labelled with a content encoding is refused whether or not its bytes happen to
 read as JSON (``plain_body``): they are then not what the client meant to send, or the
@@ -23,7 +24,6 @@ valid dictionary or object" of a body that was one.
 from __future__ import annotations
 
 import email.message
-import json
 from typing import Final
 
 from fastapi import FastAPI, Request, Response, status
@@ -31,6 +31,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from app.api.json_body import RepeatedKey
 from offload.shown import shown_repr
 
 UNREAD: Final = "There was an error parsing the body"
@@ -66,56 +67,15 @@ def _encoded(request: Request) -> bool:
     return any(value.strip().lower() != "identity" for value in fields)
 
 
-class _RepeatedKey(Exception):
-    """Raised inside the decoder at an object's second use of ``key``; not a ValueError,
-    which the decoder's own errors are."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    """A JSON object, refusing a key it gives twice."""
-    record = dict(pairs)
-    if len(record) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _RepeatedKey(key)
-            seen.add(key)
-    return record
-
-
-def repeated_key(body: bytes) -> str | None:
-    """The first key an object of the body's JSON gives twice; None when none does, and for
-    a body that is no JSON (the route's own reading of the body refuses that, saying why)."""
-    try:
-        json.loads(body, object_pairs_hook=_object)
-    except _RepeatedKey as repeated:
-        return repeated.key
-    except (ValueError, RecursionError):
-        return None
-    return None
-
-
 async def plain_body(request: Request) -> None:
     """A route's dependency: a 415 for a body not labelled as JSON (an empty one is left to
     the model, which names the body missing); a 400 for a body with a content encoding that
-    read as JSON (one that did not is ``why_unread``'s), or whose JSON gives a key twice in
-    one object."""
+    read as JSON (one that did not is ``why_unread``'s)."""
     body = await request.body()
     if body and not _labelled_json(request):
         raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, NOT_JSON)
     if _encoded(request):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, ENCODED)
-    key = repeated_key(body)
-    if key is not None:
-        raise HTTPException(
-            status.HTTP_400_BAD_REQUEST,
-            f"the body's JSON gives the key {shown_repr(key)} twice in one object; JSON leaves "
-            "which one counts open, so send it once",
-        )
 
 
 def why_unread(request: Request, cause: BaseException | None) -> str:
@@ -126,8 +86,11 @@ def why_unread(request: Request, cause: BaseException | None) -> str:
         return f"the body is not UTF-8 (byte {cause.start} is not)"
     if isinstance(cause, RecursionError):
         return "the body's JSON is nested too deeply"
-    if isinstance(cause, ValueError) and "digits" in str(cause):
-        return "a number in the body has too many digits"
+    if isinstance(cause, RepeatedKey):
+        return (
+            f"the body's JSON gives the key {shown_repr(cause.key)} twice in one object; JSON "
+            "leaves which one counts open, so send it once"
+        )
     return UNREAD
 
 

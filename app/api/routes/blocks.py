@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from app.api.body_errors import plain_body
 from app.api.deps import UNAUTHORIZED, PageSize, State, require_token
 from app.api.hash_text import BlockHashText
+from app.api.json_body import JsonBodyRoute
 from app.api.repeated_parameters import refuse_repeated_parameters
 from app.api.schemas import BlockInfo, BlockPage, LookupRequest, LookupResponse
 from app.api.validation_errors import MALFORMED_TEXT
@@ -18,6 +19,7 @@ router = APIRouter(
     tags=["api"],
     dependencies=[Depends(require_token), Depends(refuse_repeated_parameters)],
     responses=UNAUTHORIZED,
+    route_class=JsonBodyRoute,  # the lookup's body
 )
 
 _Cursor = decimal_int(0, MAX_DECIMAL)
