@@ -3,8 +3,8 @@ converts no integer of more digits than a block hash has.
 
 Python's reader converts every JSON integer, of up to 4,300 digits, though a
 lookup's hash has at most ``MAX_DIGITS`` (the same number as text is refused
-past them): a 2 MiB body of 4,300-digit numbers took about 70 ms to read, and
-it was read twice, by FastAPI and again by the repeated-key check. Here a
+past them): a body of such numbers took many times a normal body's time to read,
+and it was read twice, by FastAPI and again by the repeated-key check. Here a
 longer integer stays its text (``LongInteger``), never converted, and the
 field that gets one refuses it in a 422 whose ``loc`` names it
 (app/api/hash_text.py). A key given twice in one object is found in the same
@@ -65,10 +65,10 @@ def read_json(body: bytes) -> Any:
     """The body's JSON; raises RepeatedKey for a key given twice in one object, and what
     ``json.loads`` raises for a body that is no JSON.
 
-    Calling ``_integer`` for each integer costs a lookup of 16,384 JSON integers about
-    2 ms, so it is called only when the body has a longer run of digits than
-    ``MAX_DIGITS`` at all (a scan in C, a tenth of that): ``json.loads`` reads UTF-16 and
-    UTF-32 too, which the scan sees as UTF-8."""
+    A Python call per integer would cost a full lookup body more than its reading, so
+    ``_integer`` is called only when the body has a longer run of digits than
+    ``MAX_DIGITS`` at all (a scan in C): ``json.loads`` reads UTF-16 and UTF-32 too, which
+    the scan sees as UTF-8."""
     encoding = json.detect_encoding(body)
     utf8 = body
     if not encoding.startswith("utf-8"):
