@@ -40,6 +40,7 @@ from offload.insight.prefix_check import PrefixCheck
 from offload.insight.sampling import DEFAULT_RATE, check_rate
 from offload.insight.shadow import ShadowTiers
 from offload.insight.stack_distance import LRUStackCurve
+from offload.insight.uncertainty import capacity_errors, point_errors
 
 STACK_POLICY = "lru"
 """The policy the stack answers; every other one gets shadow tiers."""
@@ -166,6 +167,28 @@ class CurveEstimator:
                 adjusted_ratio(h, self.sampled_refs, self.block_refs, self.rate) for h in hits
             )
         return HitRatioCurve(self.capacities, ratios, self.current, exact=self.rate == 1.0)
+
+    def errors(self, curve: HitRatioCurve) -> dict[str, tuple[float, ...]]:
+        """Per policy, each of ``curve``'s points' standard error (0..1) from this sample
+        (uncertainty.py): ``curve`` is this estimator's, read at the same moment."""
+        expected = self.rate * self.block_refs
+        return {
+            policy: point_errors(ratios, curve.capacities, self._held(policy), self.rate, expected)
+            for policy, ratios in curve.hit_ratios.items()
+        }
+
+    def capacity_errors(self, curve: HitRatioCurve) -> dict[str, tuple[float, ...]]:
+        """Per policy, the part of each point's error (0..1) from its scaled tier's size, which
+        a difference between two points carries from each (``uncertainty.difference_error``)."""
+        return {
+            policy: capacity_errors(ratios, curve.capacities, self._held(policy), self.rate)
+            for policy, ratios in curve.hit_ratios.items()
+        }
+
+    def _held(self, policy: str) -> list[int]:
+        """The sampled blocks ``policy``'s tier holds at each capacity."""
+        stacked = policy == STACK_POLICY and self._stack is not None
+        return [scaled_blocks(self.rate, c, stacked=stacked) for c in self.capacities]
 
 
 def adjusted_ratio(hits: int, sampled_refs: int, block_refs: int, rate: float) -> float:
