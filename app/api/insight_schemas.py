@@ -52,6 +52,13 @@ class InsightCurve(BaseModel):
         "the real one, the point is a rough guess, and no verdict rests on it."
     )
 
+    errors: dict[str, list[float]] = Field(
+        description="Per policy, each hit ratio's standard error in points, from the sample "
+        "itself: its misses' count and its scaled tier's size against the curve's slope "
+        "there (offload/insight/uncertainty.py); 0 at rate 1. Verdicts hold a difference to "
+        "its own error (their `error`)."
+    )
+
     @classmethod
     def of(cls, curve: HitRatioCurve, basis: CurveBasis) -> InsightCurve:
         assert curve.current is not None
@@ -64,6 +71,10 @@ class InsightCurve(BaseModel):
             exact=curve.exact,
             resolved={
                 policy: [basis.simulations[policy].resolves(c) for c in curve.capacities]
+                for policy in curve.hit_ratios
+            },
+            errors={
+                policy: [100 * e for e in basis.simulations[policy].point_errors(curve, policy)]
                 for policy in curve.hit_ratios
             },
         )
@@ -235,6 +246,12 @@ class VerdictInfo(BaseModel):
     )
     blocks: int | None = None
     medium: str | None = None
+    error: float | None = Field(
+        default=None,
+        description="The standard error of `points` from the sample, in points (capacity and "
+        "policy verdicts on a sampled curve): a change within it is said as such, one wider "
+        "than a point is said with it.",
+    )
 
     @classmethod
     def of(cls, verdict: Verdict) -> VerdictInfo:

@@ -15,6 +15,7 @@ from typing import Final, Literal
 
 from offload.insight.curve import HitRatioCurve
 from offload.insight.estimator import scaled_blocks
+from offload.insight.uncertainty import capacity_errors, difference_error, point_errors
 from offload.insight.window_optimum import WindowResult
 
 VerdictKind = Literal[
@@ -46,8 +47,9 @@ POLICY_POINTS: Final = 0.5
 NO_CHANGE_POINTS: Final = 0.05
 """A change below this shows as 0.0 points: said as no change instead."""
 SAMPLED_RESOLUTION_POINTS: Final = 1.0
-"""What a sampled curve can tell apart: at the default rate its points are within about
-this of a full replay's (README, "The hit-ratio curve"); a smaller change is said as such."""
+"""The least a sampled curve is said to tell apart: where a difference's own error
+(offload/insight/uncertainty.py) is smaller, as on large tiers, the curve is still held
+to this (README, "The hit-ratio curve"); where it is larger, to the error."""
 DEAD_WRITES_WORTH_SAYING: Final = 0.1
 """A share of stores never read from which admission is worth a sentence."""
 MAX_SHED_SHARE: Final = 0.1
@@ -136,6 +138,24 @@ class Simulation:
         """The sampled blocks a tier of ``capacity`` blocks holds here."""
         return scaled_blocks(self.rate, capacity, stacked=self.stacked)
 
+    @property
+    def expected_refs(self) -> float:
+        """The sampled references its replay stands for: ``rate`` times its block references."""
+        return self.rate * self.block_refs
+
+    def capacity_errors(self, curve: HitRatioCurve, policy: str) -> tuple[float, ...]:
+        """Each of ``policy``'s points' error (0..1) from its scaled tier's size here
+        (``uncertainty.capacity_errors``)."""
+        held = [self.held(c) for c in curve.capacities]
+        return capacity_errors(curve.hit_ratios[policy], curve.capacities, held, self.rate)
+
+    def point_errors(self, curve: HitRatioCurve, policy: str) -> tuple[float, ...]:
+        """Each of ``policy``'s points' standard error (0..1) here (``uncertainty.point_errors``;
+        0 at rate 1)."""
+        held = [self.held(c) for c in curve.capacities]
+        ratios = curve.hit_ratios[policy]
+        return point_errors(ratios, curve.capacities, held, self.rate, self.expected_refs)
+
     def unfilled(self, capacity: int) -> int | None:
         """The sampled blocks a tier of ``capacity`` blocks holds here, while the stream has
         touched fewer (the tier has never been full); None once it has been."""
@@ -187,7 +207,8 @@ class Verdict:
     simulation shed, the share of the tier a stream that fits it touched, or the share of
     sampled blocks met again behind another, less recent predecessor on an unchained stream);
     ``blocks``: a block count (stranded blocks, the capacity a multiple stands for, or
-    the tier size a long_requests verdict speaks of).
+    the tier size a long_requests verdict speaks of); ``error``: the standard error of
+    ``points`` from the sample (``uncertainty.difference_error``), on a sampled curve.
     """
 
     kind: VerdictKind
@@ -198,6 +219,7 @@ class Verdict:
     share: float | None = None
     blocks: int | None = None
     medium: str | None = None
+    error: float | None = None
 
 
 def _blocks(count: int) -> str:
@@ -430,12 +452,15 @@ def curve_verdicts(
             found.append(_outgrown(policy, blocks, own, f"{word} the tier"))
             continue
         points = 100 * (curve.at(policy, blocks) - here)
-        if abs(points) >= resolution:
+        at = curve.capacities.index(blocks), curve.capacities.index(current)
+        error = _error(curve, points, own, own, (policy, at[0]), (policy, at[1]))
+        if abs(points) >= max(resolution, error or 0.0):
             change = f"would {'add' if points > 0 else 'lose'} {_points(points)} of hit ratio"
+            change += _widened(error, resolution)
         elif curve.exact:
             change = "would not change its hit ratio"
         else:
-            change = f"would change its hit ratio by less than {resolution:g} point"
+            change = f"would change its hit ratio by less than {_tell(error, resolution)}"
         found.append(
             Verdict(
                 "capacity",
@@ -444,6 +469,7 @@ def curve_verdicts(
                 multiple=blocks / current,
                 points=points,
                 blocks=blocks,
+                error=error,
             )
         )
     found.extend(
@@ -451,6 +477,39 @@ def curve_verdicts(
         for other in others
     )
     return found
+
+
+def _error(
+    curve: HitRatioCurve,
+    points: float,
+    first: Simulation,
+    second: Simulation,
+    a: tuple[str, int],
+    b: tuple[str, int],
+) -> float | None:
+    """The standard error, in points, of ``points``: the difference between the curve's point
+    ``a`` (policy, index) in simulation ``first`` and ``b`` in ``second``; None on an exact
+    curve. Two simulations at different rates count the smaller sample's references."""
+    if curve.exact:
+        return None
+    rate, expected = min((s.rate, s.expected_refs) for s in (first, second))
+    error_a = first.capacity_errors(curve, a[0])[a[1]]
+    error_b = second.capacity_errors(curve, b[0])[b[1]]
+    return 100 * difference_error(points / 100, error_a, error_b, rate, expected)
+
+
+def _widened(error: float | None, resolution: float) -> str:
+    """The error said beside a figure where it is wider than the curve's usual ``resolution``."""
+    if error is None or error <= resolution:
+        return ""
+    return f" (±{error:.1f}, the sample's error at these sizes)"
+
+
+def _tell(error: float | None, resolution: float) -> str:
+    """What a change below ``resolution`` or its ``error`` is said to be under."""
+    if error is None or error <= resolution:
+        return f"{resolution:g} point"
+    return f"the sample's error at these sizes (±{error:.1f} points)"
 
 
 def _unready(
@@ -507,12 +566,17 @@ def _policy_verdict(
     if unready is not None:
         return unready
     points = 100 * (curve.at(other, current) - curve.at(policy, current))
-    if abs(points) < max(POLICY_POINTS, resolution):
+    at = curve.capacities.index(current)
+    error = _error(curve, points, theirs, own, (other, at), (policy, at))
+    floor = max(POLICY_POINTS, resolution)
+    if abs(points) < max(floor, error or 0.0):
         text = f"{other} would hit about as {policy} does at this size"
+        if error is not None and error > floor:
+            text += f", within the sample's error at this size (±{error:.1f} points)"
     else:
         verb = "add" if points > 0 else "lose"
-        text = f"{other} would {verb} {_points(points)} at this size"
-    return Verdict("policy", text, policy=other, multiple=1.0, points=points)
+        text = f"{other} would {verb} {_points(points)} at this size{_widened(error, floor)}"
+    return Verdict("policy", text, policy=other, multiple=1.0, points=points, error=error)
 
 
 def window_efficiency(

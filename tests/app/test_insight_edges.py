@@ -436,3 +436,14 @@ def test_a_stream_fits_the_tier_exactly_where_a_tier_of_its_size_never_evicts(
     assert [v["blocks"] for v in body["verdicts"] if v["kind"] == "capacity"] == [capacity // 2]
     for policy, c in (("lru", 8 * capacity), ("arc", capacity), ("arc", 8 * capacity)):
         assert replayed(policy, c)[0] == tier, (policy, c)
+
+
+def test_the_curve_states_each_points_error_none_at_rate_one() -> None:
+    """Each point comes with its standard error in points: at rate 1 the replay is the
+    stream's own (0 everywhere); sampled, each policy's curve states one."""
+    exact = served(fed(WORKLOADS["chains"], 40, 1.0))["curve"]
+    assert exact["errors"] == {p: [0.0] * len(exact["capacities"]) for p in exact["hit_ratios"]}
+    sampled = served(fed(WORKLOADS["every request new"], 1_000, 0.1))["curve"]
+    for policy, errors in sampled["errors"].items():
+        assert len(errors) == len(sampled["capacities"]) and min(errors) >= 0.0
+        assert max(errors) > 0.0, policy

@@ -250,6 +250,65 @@ def test_a_change_below_what_the_curve_resolves_is_said_as_such(exact: bool, sai
     assert said in doubling.text and doubling.points == pytest.approx(0.7)
 
 
+def knee_curve(current: int, arc_over_lru: float = 0.0) -> HitRatioCurve:
+    """A sampled curve 10 points steep from half the tier to the tier, and 1.2 from the
+    tier to twice it: the points around the tier sit on a steep slope."""
+    capacities = scaled_capacities(current)
+    lru = tuple(
+        0.30 if c < current else 0.40 if c == current else 0.412 + 0.001 * (c // (4 * current))
+        for c in capacities
+    )
+    ratios = {"lru": lru, "arc": tuple(r + arc_over_lru for r in lru)}
+    return HitRatioCurve(capacities, ratios, current, exact=False)
+
+
+def test_a_small_tiers_change_within_the_samples_error_is_withheld() -> None:
+    """400 blocks at rate 0.05 are 20 sampled blocks: their share of the tier's recent
+    blocks wanders by a fifth, which on this slope moves the tier's point by about 2
+    points. The verdict said doubling would add ~1.2 points, a figure the sample cannot
+    tell from none; a tier of 40,000 blocks (2,000 sampled) says it."""
+    many = basis(0.05, refs=10**6)
+    (small,) = [v for v in curve_verdicts(knee_curve(400), "lru", many) if v.multiple == 2.0]
+    assert small.error is not None and small.error > abs(small.points or 0.0) > 1.0
+    assert "would change its hit ratio by less than the sample's error" in small.text
+    assert f"(±{small.error:.1f} points)" in small.text
+    (large,) = [v for v in curve_verdicts(knee_curve(40_000), "lru", many) if v.multiple == 2.0]
+    assert (
+        large.text
+        == "doubling the tier (to 80,000 blocks) would add ~1.2 points of hit ratio under lru"
+    )
+    assert large.error is not None and large.error < 1.0
+
+
+def test_a_change_beyond_the_samples_error_is_said_with_it_where_it_is_over_a_point() -> None:
+    """Halving the small tier loses 10 points: said, with its error, which is over the
+    point the curve resolves elsewhere."""
+    curve = knee_curve(640)  # 32 sampled blocks, halved to 16: the least a verdict rests on
+    (halving,) = [
+        v for v in curve_verdicts(curve, "lru", basis(0.05, refs=10**6)) if v.multiple == 0.5
+    ]
+    assert halving.error is not None and 1.0 < halving.error < 10.0
+    assert halving.text.startswith(
+        "halving the tier (to 320 blocks) would lose ~10.0 points of hit ratio "
+        f"(±{halving.error:.1f}, the sample's error at these sizes)"
+    )
+
+
+def test_policies_closer_than_the_samples_error_hit_about_as_each_other() -> None:
+    """arc 2 points above lru on a steep slope at 20 sampled blocks: each point's error is
+    about 2 points there, so the lead is within chance; on a large tier it is said."""
+    many = basis(0.05, refs=10**6)
+    small = next(
+        v for v in curve_verdicts(knee_curve(400, 0.02), "lru", many) if v.kind == "policy"
+    )
+    assert small.text.startswith("arc would hit about as lru does at this size, within the")
+    assert small.error is not None and small.error > 2.0
+    large = next(
+        v for v in curve_verdicts(knee_curve(40_000, 0.02), "lru", many) if v.kind == "policy"
+    )
+    assert large.text == "arc would add ~2.0 points at this size"
+
+
 def window(
     policy: str, capacity: int, optimum_hits: int, tier_hits: int, rate: float = 0.05
 ) -> WindowResult:

@@ -10,7 +10,7 @@ import { get } from "../api.js";
 import { Backoff } from "../backoff.js";
 import { TimeChart } from "../charts.js";
 import { h, fillSelect, say } from "../dom.js";
-import { clock, count, counted, parts, unitGap, withUnit } from "../format.js";
+import { clock, count, counted, decimal, parts, unitGap, withUnit } from "../format.js";
 import { counterRates } from "../history.js";
 import { legendToggles } from "../legend_toggles.js";
 
@@ -86,6 +86,8 @@ class CurveChart {
     this.shape = "";
     /** Per policy, the capacities' indices the sample resolves: only those get a point. */
     this.pointsAt = {};
+    /** Per policy, each capacity's standard error in points, from the sample (0 at rate 1). */
+    this.errors = {};
     new ResizeObserver(() => this.plot?.setSize({ width: this.width(), height: 240 })).observe(this.plotArea);
   }
 
@@ -106,6 +108,7 @@ class CurveChart {
     dataset.curve = JSON.stringify({ capacities: curve.capacities, hit_ratios: curve.hit_ratios });
     this.pointsAt = Object.fromEntries(policies.map((p) => [p, resolvedIndices(curve, p)]));
     dataset.points = JSON.stringify(this.pointsAt);
+    this.errors = curve.errors ?? {};
     const data = [curve.capacities, ...policies.map((p) => curve.hit_ratios[p])];
     const shape = `${policies.join("|")}@${curve.capacities.join(",")}`;
     if (shape === this.shape && this.plot) {
@@ -145,7 +148,13 @@ class CurveChart {
         { label: "capacity", value: (u, v) => (v === null ? "–" : withUnit(v, "blocks")) },
         ...policies.map((policy, i) => ({
           label: policy, stroke: colour(i), width: 2,
-          value: (u, v, _, at) => (v === null || this.pointsAt[policy].includes(at) ? percent(v) : `${percent(v)} (rough)`),
+          value: (u, v, _, at) => {
+            if (v === null) return percent(v);
+            // The point's standard error from the sample (0 at rate 1: said only where sampled).
+            const error = this.errors[policy]?.[at];
+            const said = error > 0 ? `${percent(v)} ±${decimal(error)} points` : percent(v);
+            return this.pointsAt[policy].includes(at) ? said : `${said} (rough)`;
+          },
           points: { show: true, size: 5, filter: () => this.pointsAt[policy] },
         })),
       ],
