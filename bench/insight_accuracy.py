@@ -1,26 +1,37 @@
 """The sampled hit-ratio curve against the exact sweep, per rate, seed and capacity.
 
 Run from the repository root: .venv/bin/python -m bench.insight_accuracy
-[--rates 0.01,0.02,0.05,0.1,0.2] [--seeds 8] [--current 2000]
-One JSON line per (rate, policy, capacity): the exact hit ratio (a full
-canonical replay), the sampled estimate's worst and mean error over the
-seeds, in points; then one line per rate with its worst error anywhere, and
-the stack model's own gap (rate 1) to the ``lru`` replay. The default rate
-(offload/insight/sampling.py) is the lowest whose worst error stays within
-the 2-point target.
+[--rates 0.01,0.02,0.05,0.1,0.2] [--seeds 8] [--current 2000] [--shares 0.03125,0.25]
+[--policies lru,arc]
+[TRACE ...]
+The bundled trace, then each TRACE, under the policies the sidecar simulates by default
+(``--policies``). One JSON line per (trace, tier, rate, policy,
+capacity): the exact hit ratio (a full canonical replay), the sampled estimate's worst
+and mean error over the seeds, in points, and the share of seeds whose error the
+estimate's own stated error (offload/insight/uncertainty.py) covers; then one line per
+(trace, tier, rate) with the worst error and the share covered over the capacities a
+verdict may rest on (at least ``MIN_SCALED_BLOCKS`` sampled blocks), and the same for
+the doubling and halving differences at the tier; and, on the bundled trace, the stack
+model's own gap (rate 1) to the ``lru`` replay. ``--shares`` sets the tier to each
+share of a trace's distinct blocks instead of ``--current``. The default rate
+(offload/insight/sampling.py) is the lowest whose worst error on the bundled trace stays
+within the 2-point target.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from bench.tooling.common import count, trace
-from offload.cpu.policies.registry import policy_names
-from offload.insight.curve import scaled_capacities
+from app.settings import INSIGHT_POLICIES
+from app.state.insight_verdicts import MIN_SCALED_BLOCKS
+from bench.tooling.common import TRACES_HELP, count, named_traces, trace
+from offload.insight.curve import HitRatioCurve, scaled_capacities
 from offload.insight.estimator import CurveEstimator
 from offload.insight.sampling import SpatialSampler
 from offload.insight.sweep import sweep, sweep_curve
+from offload.insight.uncertainty import difference_error
 
 TARGET_POINTS = 2.0
 
@@ -29,51 +40,121 @@ def _floats(text: str) -> list[float]:
     return [float(part) for part in text.split(",")]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", type=_floats, default=[0.01, 0.02, 0.05, 0.1, 0.2])
-    parser.add_argument("--seeds", type=count, default=8)
-    parser.add_argument("--current", type=count, default=2000)
-    args = parser.parse_args()
-    _, requests = trace()
-    capacities = scaled_capacities(args.current)
-    policies = policy_names()
-    exact = sweep_curve(sweep(requests, policies, capacities))
-    stack = CurveEstimator(args.current, 1.0, ["lru"])
+def _stack_gap(requests: list[list[int]], current: int, exact: HitRatioCurve) -> list[float]:
+    """The LRU stack at rate 1 against the ``lru`` replay, in points per capacity."""
+    stack = CurveEstimator(current, 1.0, ["lru"])
     for request in requests:
         stack.record(request, len(request))
-    gap = [
-        100 * (s - e)
-        for s, e in zip(stack.curve().hit_ratios["lru"], exact.hit_ratios["lru"], strict=True)
-    ]
-    print(json.dumps({"bench": "insight_accuracy", "stack_model_gap_points":
-                      [round(g, 3) for g in gap], "capacities": list(capacities)}))  # fmt: skip
+    pairs = zip(stack.curve().hit_ratios["lru"], exact.hit_ratios["lru"], strict=True)
+    return [round(100 * (s - e), 3) for s, e in pairs]
+
+
+def _differences(
+    estimator: CurveEstimator, estimate: HitRatioCurve, exact: HitRatioCurve, policy: str
+) -> list[tuple[float, float]]:
+    """Halving and doubling the tier under ``policy``: (error, stated error) in points, for
+    each whose both ends hold at least ``MIN_SCALED_BLOCKS`` sampled blocks."""
+    assert estimate.current is not None
+    here = estimate.capacities.index(estimate.current)
+    by_size = estimator.capacity_errors(estimate)[policy]
+    found = []
+    for other in (here - 1, here + 1):
+        if not 0 <= other < len(estimate.capacities):
+            continue
+        if min(estimate.capacities[other], estimate.current) * estimator.rate < MIN_SCALED_BLOCKS:
+            continue
+        guess = estimate.hit_ratios[policy][other] - estimate.hit_ratios[policy][here]
+        truth = exact.hit_ratios[policy][other] - exact.hit_ratios[policy][here]
+        stated = difference_error(
+            guess,
+            by_size[other],
+            by_size[here],
+            estimator.rate,
+            estimator.rate * estimator.block_refs,
+        )
+        found.append((100 * (guess - truth), 100 * stated))
+    return found
+
+
+def _tiers(args: argparse.Namespace, requests: list[list[int]]) -> list[int]:
+    """The tier sizes a trace runs at: ``--current``, or each of ``--shares`` of its distinct
+    blocks."""
+    if not args.shares:
+        return [args.current]
+    distinct = len({block for request in requests for block in request})
+    return [max(1, round(share * distinct)) for share in args.shares]
+
+
+def _run(name: str, requests: list[list[int]], current: int, args: argparse.Namespace) -> None:
+    capacities = scaled_capacities(current)
+    policies = args.policies
+    exact = sweep_curve(sweep(requests, policies, capacities))
+    if name == "bundled":
+        gap = _stack_gap(requests, current, exact)
+        print(json.dumps({"bench": "insight_accuracy", "stack_model_gap_points": gap,
+                          "capacities": list(capacities)}))  # fmt: skip
     for rate in args.rates:
-        errors: dict[str, list[list[float]]] = {p: [[] for _ in capacities] for p in policies}
+        errors = {p: [[] for _ in capacities] for p in policies}
+        covered = {p: [0] * len(capacities) for p in policies}
+        differences: list[tuple[float, float]] = []
         for seed in range(args.seeds):
             sampler = SpatialSampler(rate, seed)
-            estimator = CurveEstimator(args.current, rate, policies)
+            estimator = CurveEstimator(current, rate, policies)
             for request in requests:
                 estimator.record(sampler.sample(request), len(request))
             estimate = estimator.curve()
+            stated = estimator.errors(estimate)
             for policy in policies:
-                pairs = zip(estimate.hit_ratios[policy], exact.hit_ratios[policy], strict=True)
-                for index, (guess, truth) in enumerate(pairs):
-                    errors[policy][index].append(100 * (guess - truth))
-        worst = 0.0
+                for index, truth in enumerate(exact.hit_ratios[policy]):
+                    error = 100 * (estimate.hit_ratios[policy][index] - truth)
+                    errors[policy][index].append(error)
+                    covered[policy][index] += abs(error) <= 100 * stated[policy][index]
+                differences += _differences(estimator, estimate, exact, policy)
+        worst, resolved, resolved_covered = 0.0, 0, 0
         for policy in policies:
             for index, capacity in enumerate(capacities):
                 found = errors[policy][index]
                 worst_here = max(map(abs, found))
-                worst = max(worst, worst_here)
+                if rate * capacity >= MIN_SCALED_BLOCKS:
+                    worst = max(worst, worst_here)
+                    resolved += len(found)
+                    resolved_covered += covered[policy][index]
                 print(json.dumps({
-                    "rate": rate, "policy": policy, "capacity": capacity,
-                    "exact": round(exact.hit_ratios[policy][index], 5),
+                    "trace": name, "current": current, "rate": rate, "policy": policy,
+                    "capacity": capacity, "exact": round(exact.hit_ratios[policy][index], 5),
                     "worst_error_points": round(worst_here, 3),
                     "mean_error_points": round(sum(found) / len(found), 3),
+                    "covered": round(covered[policy][index] / len(found), 3),
                 }))  # fmt: skip
-        print(json.dumps({"rate": rate, "seeds": args.seeds, "worst_error_points": round(worst, 3),
-                          "within_target": worst <= TARGET_POINTS}), flush=True)  # fmt: skip
+        print(json.dumps({
+            "trace": name, "current": current, "rate": rate, "seeds": args.seeds,
+            "worst_error_points": round(worst, 3), "within_target": worst <= TARGET_POINTS,
+            "covered": round(resolved_covered / resolved, 3) if resolved else None,
+            "differences": len(differences),
+            "differences_covered": round(
+                sum(abs(e) <= s for e, s in differences) / len(differences), 3
+            ) if differences else None,
+        }), flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces", nargs="*", type=Path, help=TRACES_HELP)
+    parser.add_argument("--rates", type=_floats, default=[0.01, 0.02, 0.05, 0.1, 0.2])
+    parser.add_argument("--seeds", type=count, default=8)
+    parser.add_argument("--current", type=count, default=2000)
+    parser.add_argument(
+        "--policies", type=lambda text: text.split(","), default=list(INSIGHT_POLICIES)
+    )
+    parser.add_argument(
+        "--shares", type=_floats, default=[], help="tiers as shares of distinct blocks"
+    )
+    args = parser.parse_args()
+    traces = [("bundled", trace()[1])]
+    traces += [(str(path), requests) for path, requests in named_traces(parser, args.traces)]
+    for name, requests in traces:
+        for current in _tiers(args, requests):
+            _run(name, requests, current, args)
 
 
 if __name__ == "__main__":
