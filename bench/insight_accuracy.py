@@ -11,7 +11,8 @@ and mean error over the seeds, in points, and the share of seeds whose error the
 estimate's own stated error (offload/insight/uncertainty.py) covers; then one line per
 (trace, tier, rate) with the worst error and the share covered over the capacities a
 verdict may rest on (at least ``MIN_SCALED_BLOCKS`` sampled blocks), and the same for
-the doubling and halving differences at the tier; and, on the bundled trace, the stack
+the doubling and halving differences at the tier, with the capacity verdicts they make
+against those a 1-point resolution alone made (``_said``); and, on the bundled trace, the stack
 model's own gap (rate 1) to the ``lru`` replay. ``--shares`` sets the tier to each
 share of a trace's distinct blocks instead of ``--current``. The default rate
 (offload/insight/sampling.py) is the lowest whose worst error on the bundled trace stays
@@ -25,7 +26,7 @@ import json
 from pathlib import Path
 
 from app.settings import INSIGHT_POLICIES
-from app.state.insight_verdicts import MIN_SCALED_BLOCKS
+from app.state.insight_verdicts import MIN_SCALED_BLOCKS, SAMPLED_RESOLUTION_POINTS
 from bench.tooling.common import TRACES_HELP, count, named_traces, trace
 from offload.insight.curve import HitRatioCurve, scaled_capacities
 from offload.insight.estimator import CurveEstimator
@@ -51,9 +52,9 @@ def _stack_gap(requests: list[list[int]], current: int, exact: HitRatioCurve) ->
 
 def _differences(
     estimator: CurveEstimator, estimate: HitRatioCurve, exact: HitRatioCurve, policy: str
-) -> list[tuple[float, float]]:
-    """Halving and doubling the tier under ``policy``: (error, stated error) in points, for
-    each whose both ends hold at least ``MIN_SCALED_BLOCKS`` sampled blocks."""
+) -> list[tuple[float, float, float]]:
+    """Halving and doubling the tier under ``policy``: (estimate, error, stated error) in
+    points, for each whose both ends hold at least ``MIN_SCALED_BLOCKS`` sampled blocks."""
     assert estimate.current is not None
     here = estimate.capacities.index(estimate.current)
     by_size = estimator.capacity_errors(estimate)[policy]
@@ -72,8 +73,24 @@ def _differences(
             estimator.rate,
             estimator.rate * estimator.block_refs,
         )
-        found.append((100 * (guess - truth), 100 * stated))
+        found.append((100 * guess, 100 * (guess - truth), 100 * stated))
     return found
+
+
+def _said(differences: list[tuple[float, float, float]]) -> dict[str, int]:
+    """The capacity verdicts the differences make: how many say a change (beyond the
+    1-point resolution and their stated error), how many a 1-point resolution alone would
+    say, and how many of each are off by more than what they claim (their stated error, at
+    least a point; a point)."""
+    floor = SAMPLED_RESOLUTION_POINTS
+    said = [(e, s) for g, e, s in differences if abs(g) >= max(floor, s)]
+    at_a_point = [e for g, e, _ in differences if abs(g) >= floor]
+    return {
+        "said": len(said),
+        "said_off": sum(abs(e) > max(floor, s) for e, s in said),
+        "said_at_a_point": len(at_a_point),
+        "said_at_a_point_off": sum(abs(e) > floor for e in at_a_point),
+    }
 
 
 def _tiers(args: argparse.Namespace, requests: list[list[int]]) -> list[int]:
@@ -96,7 +113,7 @@ def _run(name: str, requests: list[list[int]], current: int, args: argparse.Name
     for rate in args.rates:
         errors = {p: [[] for _ in capacities] for p in policies}
         covered = {p: [0] * len(capacities) for p in policies}
-        differences: list[tuple[float, float]] = []
+        differences: list[tuple[float, float, float]] = []
         for seed in range(args.seeds):
             sampler = SpatialSampler(rate, seed)
             estimator = CurveEstimator(current, rate, policies)
@@ -132,8 +149,9 @@ def _run(name: str, requests: list[list[int]], current: int, args: argparse.Name
             "covered": round(resolved_covered / resolved, 3) if resolved else None,
             "differences": len(differences),
             "differences_covered": round(
-                sum(abs(e) <= s for e, s in differences) / len(differences), 3
+                sum(abs(e) <= s for _, e, s in differences) / len(differences), 3
             ) if differences else None,
+            **_said(differences),
         }), flush=True)  # fmt: skip
 
 
