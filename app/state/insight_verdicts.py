@@ -452,11 +452,10 @@ def curve_verdicts(
             found.append(_outgrown(policy, blocks, own, f"{word} the tier"))
             continue
         points = 100 * (curve.at(policy, blocks) - here)
-        at = curve.capacities.index(blocks), curve.capacities.index(current)
-        error = _error(curve, points, own, own, (policy, at[0]), (policy, at[1]))
+        error = _error(curve, points, (own, policy, blocks), (own, policy, current))
         if abs(points) >= max(resolution, error or 0.0):
             change = f"would {'add' if points > 0 else 'lose'} {_points(points)} of hit ratio"
-            change += _widened(error, resolution)
+            change += _widened(error, resolution, "these sizes")
         elif curve.exact:
             change = "would not change its hit ratio"
         else:
@@ -479,30 +478,29 @@ def curve_verdicts(
     return found
 
 
-def _error(
-    curve: HitRatioCurve,
-    points: float,
-    first: Simulation,
-    second: Simulation,
-    a: tuple[str, int],
-    b: tuple[str, int],
-) -> float | None:
-    """The standard error, in points, of ``points``: the difference between the curve's point
-    ``a`` (policy, index) in simulation ``first`` and ``b`` in ``second``; None on an exact
-    curve. Two simulations at different rates count the smaller sample's references."""
+Point = tuple[Simulation, str, int]
+"""A point of the curve: the simulation it comes from, its policy and its capacity (blocks)."""
+
+
+def _error(curve: HitRatioCurve, points: float, a: Point, b: Point) -> float | None:
+    """The standard error, in points, of ``points``, the difference between the curve's points
+    ``a`` and ``b``; None on an exact curve. Two simulations at different rates count the
+    smaller sample's references."""
     if curve.exact:
         return None
-    rate, expected = min((s.rate, s.expected_refs) for s in (first, second))
-    error_a = first.capacity_errors(curve, a[0])[a[1]]
-    error_b = second.capacity_errors(curve, b[0])[b[1]]
+    rate, expected = min((s.rate, s.expected_refs) for s, _, _ in (a, b))
+    error_a, error_b = (
+        simulation.capacity_errors(curve, policy)[curve.capacities.index(capacity)]
+        for simulation, policy, capacity in (a, b)
+    )
     return 100 * difference_error(points / 100, error_a, error_b, rate, expected)
 
 
-def _widened(error: float | None, resolution: float) -> str:
+def _widened(error: float | None, resolution: float, where: str) -> str:
     """The error said beside a figure where it is wider than the curve's usual ``resolution``."""
     if error is None or error <= resolution:
         return ""
-    return f" (±{error:.1f}, the sample's error at these sizes)"
+    return f" (±{error:.1f}, the sample's error at {where})"
 
 
 def _tell(error: float | None, resolution: float) -> str:
@@ -566,8 +564,7 @@ def _policy_verdict(
     if unready is not None:
         return unready
     points = 100 * (curve.at(other, current) - curve.at(policy, current))
-    at = curve.capacities.index(current)
-    error = _error(curve, points, theirs, own, (other, at), (policy, at))
+    error = _error(curve, points, (theirs, other, current), (own, policy, current))
     floor = max(POLICY_POINTS, resolution)
     if abs(points) < max(floor, error or 0.0):
         text = f"{other} would hit about as {policy} does at this size"
@@ -575,7 +572,8 @@ def _policy_verdict(
             text += f", within the sample's error at this size (±{error:.1f} points)"
     else:
         verb = "add" if points > 0 else "lose"
-        text = f"{other} would {verb} {_points(points)} at this size{_widened(error, floor)}"
+        text = f"{other} would {verb} {_points(points)} at this size"
+        text += _widened(error, floor, "this size")
     return Verdict("policy", text, policy=other, multiple=1.0, points=points, error=error)
 
 
