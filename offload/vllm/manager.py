@@ -93,6 +93,7 @@ class KVScopeManager(OffloadingManager):
         self._config_info = dict(config_info or {})
         self._generation = 0
         self._next_stats = 0.0
+        self._shut_down = False
         self.store_threshold = settings.store_threshold
         self.max_tracker_size = settings.max_tracker_size
         self.counts: OrderedDict[OffloadKey, int] | None = (
@@ -344,12 +345,16 @@ class KVScopeManager(OffloadingManager):
 
         Closed whatever the publishing raised: an open publisher keeps its thread and its
         bound endpoint, so a connector built again in this process could not bind it.
+        Idempotent: a second call (vLLM's teardown paths may overlap) only waits for the
+        close, since publishing to a closed publisher raises.
         """
         if self.telemetry is None:
             return
         try:
-            self.on_schedule_end(ScheduleEndContext((), ()))
-            self.telemetry.publish_sample(force=True)
+            if not self._shut_down:
+                self._shut_down = True
+                self.on_schedule_end(ScheduleEndContext((), ()))
+                self.telemetry.publish_sample(force=True)
         finally:
             self.telemetry.publisher.close()
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 from vllm.v1.kv_offload.base import GPULoadStoreSpec
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
 from bench.tooling.vllm_config import SPEC, offloading_config
 from offload.vllm import KVScopeOffloadingSpec
+from offload.vllm import manager as manager_module
 from tests.support.ports import held_tcp_ports
 from tests.vllm.test_scheduler_connector import HYBRIDS, PAGE, Engine, _reuse
 from tests.vllm.test_worker_and_metrics import _caches
@@ -67,3 +69,17 @@ def test_a_worker_shut_down_finishes_its_queued_jobs_and_joins_its_threads() -> 
                 assert torch.equal(
                     tier[job].view(torch.int8).flatten(), tensor.tensor[job + attempt]
                 )
+
+
+def test_the_scheduler_connector_shut_down_twice_with_stats_due_does_not_raise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second shutdown once a stats frame is due again (a second later, or at once here)
+    published it to the closed publisher, which raised out of vLLM's teardown."""
+    monkeypatch.setattr(manager_module, "STATS_INTERVAL_S", 0.0)
+    extra = {**SPEC, "kvscope_endpoint": "tcp://127.0.0.1:*", "cpu_bytes_to_use": 64 * PAGE}
+    engine = Engine(extra, HYBRIDS["full16+swa16"])
+    _reuse(engine)
+    engine.connector.shutdown()
+    engine.connector.shutdown()
+    assert _threads("kvscope-publisher") == 0
