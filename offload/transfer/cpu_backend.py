@@ -10,6 +10,7 @@ copies.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -83,6 +84,10 @@ class CPUTransferBackend(TransferBackend):
         self.stats = self._book.stats
         self._worker = threading.Thread(target=self._run, name="kvscope-transfer", daemon=True)
         self._worker.start()
+        # Closed at exit if still open (no shutdown hook ran): the daemon worker, left in a
+        # copy while the interpreter tore down, aborted the process now and then (SIGABRT,
+        # "terminate called without an active exception"). Queued jobs finish first.
+        atexit.register(self.close)
 
     def submit(
         self,
@@ -116,6 +121,7 @@ class CPUTransferBackend(TransferBackend):
         # The stop mark goes after every queued job: they all run first.
         self._book.close(lambda: self._jobs.put(None))
         self._worker.join()  # every caller returns only once the work is done
+        atexit.unregister(self.close)  # nor keep this backend alive until exit
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:

@@ -10,6 +10,7 @@ backend does.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
@@ -138,6 +139,7 @@ class CUDATransferBackend(TransferBackend):
                 target=self._run, args=(lane,), name=f"kvscope-cuda-{lane.direction}", daemon=True
             )
             lane.worker.start()
+        atexit.register(self.close)  # as CPUTransferBackend does, and why
 
     @property
     def zero_copy(self) -> bool:
@@ -175,6 +177,7 @@ class CUDATransferBackend(TransferBackend):
         for lane in self._lanes.values():
             if lane.worker is not None:
                 lane.worker.join()
+        atexit.unregister(self.close)
         for lane in self._lanes.values():
             try:
                 lane.stream.synchronize()  # a failed job may have left work queued

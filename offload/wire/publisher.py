@@ -18,6 +18,7 @@ for all replay answers together, ``replay_max_bytes`` for one.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -29,6 +30,7 @@ from contextlib import suppress
 from itertools import islice
 
 import zmq
+import zmq.utils.garbage  # registers pyzmq's exit hook now: see EventPublisher.__init__
 
 from offload.base import Closeable, OffloadingEvent
 from offload.wire.batch_bounds import bounded_batches
@@ -348,6 +350,13 @@ class EventPublisher(Publisher):
         os.set_blocking(self._wake_r, False)
         self._thread = threading.Thread(target=self._run, name="kvscope-publisher", daemon=True)
         self._thread.start()
+        # Closed at exit if still open (no shutdown hook ran): its thread kept sending
+        # zero-copy frames while pyzmq stopped the garbage thread they need, and the
+        # process aborted (SIGABRT, "terminate called without an active exception") in
+        # half the runs. Exit hooks run last-registered first, and pyzmq registers its own
+        # when zmq.utils.garbage is first imported (lazily, at the first zero-copy send,
+        # so after this one): it is imported above, for this one to run first.
+        atexit.register(self.close)
 
     def _bind(
         self, kind: int, endpoint: str, hwm: int, max_frame: int = -1
@@ -487,6 +496,7 @@ class EventPublisher(Publisher):
             if self._closed:
                 return
             self._closed = True
+            atexit.unregister(self.close)  # nor keep this publisher alive until exit
             os.write(self._wake_w, b"\0")
             self._thread.join()
             os.close(self._wake_r)

@@ -9,6 +9,9 @@ policy, the same caches.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -22,6 +25,9 @@ from offload.vllm import manager as manager_module
 from tests.support.ports import held_tcp_ports
 from tests.vllm.test_scheduler_connector import HYBRIDS, PAGE, Engine, _reuse
 from tests.vllm.test_worker_and_metrics import _caches
+
+HANG_S = 60
+"""Far past the few seconds a process takes to end: only a hang reaches it."""
 
 
 def _threads(name: str) -> int:
@@ -83,3 +89,33 @@ def test_the_scheduler_connector_shut_down_twice_with_stats_due_does_not_raise(
     engine.connector.shutdown()
     engine.connector.shutdown()
     assert _threads("kvscope-publisher") == 0
+
+
+@pytest.mark.parametrize("mode", ["exit", "signal"])
+def test_a_process_running_kvscope_ends_however_vllm_ends_it(mode: str) -> None:
+    """It ends, and with status 0, with peers that never read connected: where no shutdown
+    hook runs (``exit``: its publisher closes at exit, before pyzmq stops the garbage thread
+    zero-copy frames need, and its transfer worker too; either, left running, aborted the
+    process, the publisher in half the runs), and on
+    two SIGTERMs microseconds apart under vLLM's worker handler, stores, batches and replay
+    requests in flight (``signal``: the shutdown runs as the handler's SystemExit unwinds)."""
+    with held_tcp_ports(2) as port:
+        _ends(mode, port)
+
+
+def _ends(mode: str, port: int) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.vllm.kvscope_process", mode, str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "running\n"
+        if mode == "signal":
+            process.send_signal(signal.SIGTERM)
+            process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=HANG_S) == 0
+    finally:
+        process.kill()
+        process.wait()
