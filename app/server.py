@@ -85,6 +85,11 @@ class _Server(uvicorn.Server):
         if isinstance(app, FastAPI):
             app.state.streams.end_all()
         await super().shutdown(sockets)
+        if self.force_exit and not self.lifespan.shutdown_event.is_set():
+            # A second Ctrl-C makes uvicorn skip the app's shutdown, lest an app's hang; ours
+            # cannot (app/api: it ends the streams). Skipped, the lifespan task was left
+            # waiting, cancelled as the event loop closed, and logged as a traceback.
+            await self.lifespan.shutdown()
 
 
 def http_server(

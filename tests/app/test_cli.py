@@ -689,6 +689,28 @@ def test_ctrl_c_stops_serve_quietly_with_status_130() -> None:
     assert "Finished server process" in stderr
 
 
+def test_a_second_ctrl_c_during_the_drain_stops_serve_quietly_with_status_130() -> None:
+    """uvicorn invites it ("CTRL+C to force quit") and then skipped the app's shutdown: its
+    lifespan task, left waiting, was cancelled as the event loop closed, and uvicorn logged
+    a traceback for it, every time."""
+    command = ["serve", "--connect", "tcp://127.0.0.1:5557", "--port", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *command],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment(),
+    ) as process:  # fmt: skip
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "Uvicorn running on" in line:
+                process.send_signal(signal.SIGINT)
+            if "Shutting down" in line:  # the drain then sleeps 0.1 s before it goes on
+                process.send_signal(signal.SIGINT)
+                break
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert "Finished server process" in stderr
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
 def test_demo_on_every_address_prints_a_url_this_machine_can_open(host: str) -> None:
     """It printed ``http://0.0.0.0:PORT/``, which Chrome refuses to open, and
