@@ -415,7 +415,18 @@ def _version() -> str:
         return "(not installed)"
 
 
+def _stand_in_for_closed_output() -> None:
+    """Give Python an output stream to /dev/null for stdout or stderr where the process was
+    started with it closed (``>&-``, some supervisors). Python leaves ``sys.stdout`` None
+    then, and its own ``print`` writes nowhere, but uvicorn's log set-up (``serve``,
+    ``demo``) and ``replay`` called methods on it: a traceback and status 1."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (kept until exit)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _stand_in_for_closed_output()
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:

@@ -7,6 +7,7 @@ skipping requests would change every hit ratio computed from the trace.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -100,6 +101,8 @@ def _opened(path: Path) -> BinaryIO:
     input, which was "trace file not found: -". Closing it closes a duplicate of the
     descriptor, so standard input stays open for the rest of the process."""
     if str(path) == STDIN:
+        if sys.stdin is None:  # the process was started with it closed (<&-)
+            raise OSError(errno.EBADF, "standard input is closed")
         return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
     return path.open("rb")
 

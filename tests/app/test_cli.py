@@ -757,3 +757,51 @@ def test_a_trace_piped_to_dash_replays_as_the_file_does(trace_slice: Path) -> No
     malformed = replay("-", b'{"hash_ids": [1]}\n{"hash_ids": [1, 2\n')
     assert malformed.returncode == 2
     assert malformed.stderr.decode().startswith("kvscope: error: -:2: not valid JSON")
+
+
+def closing(fd: int) -> subprocess.Popen[str]:
+    """`kvscope serve` started with descriptor ``fd`` closed (``>&-``), its other output on
+    a pipe."""
+    command = ["serve", "--connect", "tcp://127.0.0.1:5557", "--port", "0"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
+        preexec_fn=lambda: os.close(fd),
+    )  # fmt: skip
+
+
+def test_serve_started_with_standard_output_closed_serves() -> None:
+    """Python then has no ``sys.stdout``, and uvicorn's log set-up failed on it: a
+    traceback and status 1, before serving."""
+    with closing(1) as process:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "Uvicorn running on" in line:
+                process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("fd", [1, 2], ids=["stdout", "stderr"])
+def test_replay_started_with_an_output_closed_writes_the_other(fd: int) -> None:
+    """As Python's own print does, the closed one's lines go nowhere; it ended in a traceback
+    and status 1 instead."""
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "replay", "--capacity", "200,400"],
+        capture_output=True, text=True, timeout=120, env=environment(),
+        preexec_fn=lambda: os.close(fd),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.count("\n") == (2 if fd == 2 else 0), result.stdout
+
+
+def test_replay_of_dash_with_standard_input_closed_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "replay", "-"],
+        capture_output=True, text=True, timeout=120, env=environment(),
+        preexec_fn=lambda: os.close(0),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr == "kvscope: error: cannot read trace -: standard input is closed\n"
