@@ -25,7 +25,7 @@ from pydantic_core import ErrorDetails
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SettingError, SidecarSettings
-from app.stop_signals import StopSignals
+from app.stop_signals import StopSignals, interrupt_once
 from offload.cpu.manager import MAX_NUM_BLOCKS
 from offload.cpu.policies.registry import policy_names
 from offload.decimal_text import fractional_number, whole_number
@@ -313,6 +313,7 @@ def _no_memory(policy: str, capacity: int, grows: str) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    interrupt_once()
     trace = args.trace if args.trace is not None else bundled_trace_path()
     requests = load_trace(trace)
     if OPT in args.policy and (conflict := prefix_conflict(requests)) is not None:

@@ -10,6 +10,9 @@ a wakeup pipe before it runs them, and the main thread waits on that pipe.
 The handlers are installed, not left to KeyboardInterrupt: a process started in the
 background of a shell (or by some supervisors) inherits SIGINT ignored, and Python then
 never raises it.
+
+``interrupt_once`` is for work the main thread does itself, which only an exception stops:
+Ctrl-C raises one KeyboardInterrupt, and its handler ignores every later one.
 """
 
 from __future__ import annotations
@@ -57,3 +60,23 @@ class StopSignals:
             stops = frozenset(signal.Signals(n) for n in numbers if n in STOP_SIGNALS)
             if stops:
                 return stops
+
+
+def _interrupt_once(signum: int, frame: object) -> None:
+    """Ctrl-C's handler: ignore the next, then raise KeyboardInterrupt (re-entered before
+    the first line, the inner call's raise is the one that propagates: still one)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def interrupt_once() -> None:
+    """From now on Ctrl-C raises one KeyboardInterrupt in the main thread, however many come.
+
+    For work the main thread does itself (``replay``), which only an exception can stop.
+    With Python's own handler, a second SIGINT microseconds after the first (``timeout -s
+    INT`` signals the command and its group) raised again in the middle of the first's
+    unwinding or at exit: a traceback, or death by the signal, 1 run in 2. A SIGINT the
+    process was started ignoring stays ignored, as Python leaves it.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt_once)
