@@ -113,5 +113,14 @@ def write_url_file(path: Path, sock: socket.socket) -> None:
             partial.unlink(missing_ok=True)
 
 
+def remove_url_file(path: Path, sock: socket.socket) -> None:
+    """Remove the file ``write_url_file`` wrote for ``sock`` as serving ends: left, it named
+    a port no longer served, and a reader waiting for the next server's took it at once. A
+    file naming another URL (a server sharing the path wrote it since) is left as it is."""
+    with contextlib.suppress(OSError):
+        if path.read_text() == local_url(sock) + "\n":
+            path.unlink()
+
+
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from app.api import create_app
 from app.api.access_log import redact_access_log
 from app.api.http_connection import BoundedConnection
-from app.http_socket import base_url, bind_http, local_url, write_url_file
+from app.http_socket import base_url, bind_http, local_url, remove_url_file, write_url_file
 from app.ingest import Ingestor
 from app.settings import SidecarSettings
 from app.state.sidecar import SidecarState
@@ -81,6 +81,8 @@ class _Server(uvicorn.Server):
             write_url_file(self.url_file, self.bound[0])
 
     async def shutdown(self, sockets: list | None = None) -> None:
+        if self.url_file is not None:
+            remove_url_file(self.url_file, self.bound[0])
         app = self.config.app
         if isinstance(app, FastAPI):
             app.state.streams.end_all()

@@ -805,3 +805,24 @@ def test_replay_of_dash_with_standard_input_closed_is_one_line() -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr == "kvscope: error: cannot read trace -: standard input is closed\n"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_removes_its_url_file_as_it_stops(tmp_path: Path, stop: signal.Signals) -> None:
+    """It was left naming a port no longer served, and a reader waiting for the next
+    sidecar's file took that one at once."""
+    url_file = tmp_path / "url"
+    command = ["serve", "--connect", "tcp://127.0.0.1:5557", "--port", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *command],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=environment({"KVSCOPE_URL_FILE": str(url_file)}),
+    ) as process:  # fmt: skip
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "Uvicorn running on" in line:  # the file is written next, stopping or not
+                process.send_signal(stop)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode in (-signal.SIGTERM, 130), stderr
+    assert "URL file" not in stderr
+    assert list(tmp_path.iterdir()) == []
