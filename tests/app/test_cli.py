@@ -671,13 +671,18 @@ def test_a_host_the_sidecar_cannot_bind_is_one_line_naming_the_host(
     assert result.stderr.count("\n") == 1 and len(result.stderr) < 500, result.stderr[:500]
 
 
-def test_ctrl_c_stops_serve_quietly_with_status_130() -> None:
-    """uvicorn shut down cleanly, then the interrupt it passed on ended in a traceback."""
+def serving() -> subprocess.Popen[str]:
+    """``kvscope serve`` on a free port, its stderr piped for the caller to read."""
     command = ["serve", "--connect", "tcp://127.0.0.1:5557", "--port", "0"]
-    with subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "app.cli", *command],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment(),
-    ) as process:  # fmt: skip
+    )  # fmt: skip
+
+
+def test_ctrl_c_stops_serve_quietly_with_status_130() -> None:
+    """uvicorn shut down cleanly, then the interrupt it passed on ended in a traceback."""
+    with serving() as process:
         assert process.stderr is not None
         for line in process.stderr:
             if "Uvicorn running on" in line:
@@ -693,11 +698,7 @@ def test_a_second_ctrl_c_during_the_drain_stops_serve_quietly_with_status_130() 
     """uvicorn invites it ("CTRL+C to force quit") and then skipped the app's shutdown: its
     lifespan task, left waiting, was cancelled as the event loop closed, and uvicorn logged
     a traceback for it, every time."""
-    command = ["serve", "--connect", "tcp://127.0.0.1:5557", "--port", "0"]
-    with subprocess.Popen(
-        [sys.executable, "-m", "app.cli", *command],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment(),
-    ) as process:  # fmt: skip
+    with serving() as process:
         assert process.stderr is not None
         for line in process.stderr:
             if "Uvicorn running on" in line:
