@@ -132,8 +132,15 @@ def build_server(settings: SidecarSettings, log_level: str = "info") -> tuple[_S
 
 
 def run_server(settings: SidecarSettings) -> None:
-    """Ingest and serve until interrupted (uvicorn handles SIGINT and SIGTERM)."""
+    """Ingest and serve until Ctrl-C (then KeyboardInterrupt) or SIGTERM (then a return, the
+    ingestor closed either way)."""
     server, ingestor = build_server(settings)
+    # SIGTERM stops the server from here on, before, while and after it serves. uvicorn
+    # handles it while serving, then puts back the handler it found and raises the signal
+    # again: with the default action that killed the process there, before the ingestor
+    # was closed and before anything at exit ran (the OpenTelemetry SDK's export of the
+    # spans it holds). Calling this handler again is harmless.
+    signal.signal(signal.SIGTERM, server.handle_exit)
     # What exists now (the modules, classes and routes of every library: most of the heap)
     # lives as long as the process, so full collections need not walk it again; they pause
     # every request and ingest for tens of milliseconds when they do.
