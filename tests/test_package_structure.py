@@ -75,6 +75,7 @@ LAYERS = {
         "api": 3,
         "server": 4,
         "cli": 5,
+        "entry_point": 6,
     },
 }
 
