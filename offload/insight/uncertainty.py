@@ -22,12 +22,25 @@ points of one sample (a larger tier, another policy) moves with both
 points' capacity error but shares their drawn blocks: only the references
 that hit in one and miss in the other (at least the difference itself)
 differ, so its selection error counts those, not every miss twice.
+
+A quotient of two replays of one sample (the window's tier over its optimum,
+window_optimum.py) errs by which blocks were drawn alone: both run at the
+same scaled size. Each count is a sum over the sampled blocks, so the
+quotient's first-order error is a sum over them too, of each block's misses
+under the one less the quotient times its misses under the other; a block
+both replays treat alike adds nothing, a hot block one of them misses adds
+its square. The sample holds every such term of its own blocks, so its sum,
+over ``rate`` (a Poisson sample's variance), estimates the stream's, with no
+bound on how the misses fall over the blocks.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
+
+Block = TypeVar("Block", bound=Hashable)
 
 
 def capacity_errors(
@@ -85,3 +98,23 @@ def difference_error(
     ``expected_refs`` references (the smaller one's, where two simulations differ)."""
     selection = selection_error(abs(difference), rate, expected_refs)
     return math.sqrt(capacity_error_a**2 + capacity_error_b**2 + selection**2)
+
+
+def quotient_error(
+    misses: Mapping[Block, int],
+    other_misses: Mapping[Block, int],
+    quotient: float,
+    rate: float,
+    other_hits: float,
+) -> float:
+    """The standard error (0..1 units) of ``quotient``, one replay's adjusted hits over
+    another's (``other_hits``, SHARDS-adj on the sample) on the same sample at ``rate``,
+    from each sampled block's misses under the one (``misses``) and the other
+    (``other_misses``); 0 at rate 1."""
+    if other_hits <= 0:
+        return 0.0
+    spread = sum(
+        (misses.get(b, 0) - quotient * other_misses.get(b, 0)) ** 2
+        for b in misses.keys() | other_misses.keys()
+    )
+    return math.sqrt((1.0 - rate) * spread) / other_hits

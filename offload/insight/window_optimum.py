@@ -34,6 +34,12 @@ it (a block the tier held is only lost if the window uses it before anything
 evicts it). ``MIN_WINDOW_REFS`` keeps a tiny tier's window large enough for a
 ratio to mean something. None of these depend on a trace.
 
+The efficiency states its own standard error (``uncertainty.quotient_error``):
+below rate 1 the window's hits depend on which blocks the sample drew, and
+both replays see the same ones, so the error pairs them block by block, from
+each sampled block's misses in either replay (a prefix hit is a request's
+leading blocks, so each replay's per-request hits say which references hit).
+
 The window is kept as whole requests (a request longer than the window is
 cut to its head, a chain's head being a chain, which then stands for its
 share of the request's blocks). It is first computed once half
@@ -47,9 +53,9 @@ replays run wherever the caller runs ``compute``, with no lock held.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress
 from operator import lt
 from typing import Final
@@ -59,7 +65,8 @@ from offload.cpu.policies.registry import policy_names
 from offload.insight.estimator import adjusted_ratio
 from offload.insight.sampling import check_rate
 from offload.insight.shadow import ShadowTiers
-from offload.sim.optimum import offline_hits
+from offload.insight.uncertainty import quotient_error
+from offload.sim.optimum import offline_runs
 
 WINDOW_CAPACITIES: Final = 16
 """The window, in scaled capacities' worth of sampled references (see the module's text)."""
@@ -101,7 +108,11 @@ class WindowResult:
     optimum_hits: int
     tier_hits: int
     seconds: float
-    """The CPU time the two replays took (the thread's: waits for ``pace`` left out)."""
+    """The CPU time the two replays and the error took (the thread's: waits for ``pace``
+    left out)."""
+    efficiency_error: float | None
+    """The standard error of ``efficiency`` (0..1) from the blocks the sample drew
+    (``uncertainty.quotient_error``); None where there is no efficiency, 0 at rate 1."""
 
     @property
     def optimum_ratio(self) -> float:
@@ -219,20 +230,48 @@ class WindowOptimum:
         """
         start = time.thread_time()
         tier = ShadowTiers([self.policy], [self.capacity])
+        tier_runs: list[int] = []
+        tier_hits = 0
         for index, sampled in enumerate(requests, start=1):
             tier.add(sampled)
+            (hits,) = tier.hits(self.policy)
+            tier_runs.append(hits - tier_hits)
+            tier_hits = hits
             if pace is not None and index % PACE_EVERY == 0:
                 pace()
-        (tier_hits,) = tier.hits(self.policy)
         progress = None if pace is None else lambda _done: pace()
-        optimum_hits = max(tier_hits, offline_hits(requests, self.capacity, progress))
-        return WindowResult(
+        optimum_runs = offline_runs(requests, self.capacity, progress)
+        if sum(optimum_runs) < tier_hits:
+            optimum_runs = tier_runs
+        refs = sum(map(len, requests))
+        partial = WindowResult(
             self.policy,
             self.capacity,
             self.rate,
-            sum(map(len, requests)),
+            refs,
             block_refs,
-            optimum_hits,
+            sum(optimum_runs),
             tier_hits,
-            time.thread_time() - start,
+            0.0,
+            None,
         )
+        efficiency = partial.efficiency
+        error = None
+        if efficiency is not None:
+            expected = self.rate * block_refs
+            error = quotient_error(
+                _misses(requests, tier_runs),
+                _misses(requests, optimum_runs),
+                efficiency,
+                self.rate,
+                partial.optimum_hits + expected - refs,
+            )
+        return replace(partial, seconds=time.thread_time() - start, efficiency_error=error)
+
+
+def _misses(requests: Sequence[Sequence[BlockHash]], runs: Sequence[int]) -> Counter[BlockHash]:
+    """Each block's misses over ``requests``, of which each hit its first ``runs`` blocks."""
+    misses: Counter[BlockHash] = Counter()
+    for sampled, run in zip(requests, runs, strict=True):
+        misses.update(sampled[run:])
+    return misses

@@ -51,7 +51,21 @@ def offline_hits(
     *,
     stored_from: int = 1,
 ) -> int:
-    """Prefix hits of the canonical replay under farthest-next-use with bypass.
+    """Prefix hits of the canonical replay under farthest-next-use with bypass
+    (``offline_runs``, summed)."""
+    return sum(offline_runs(requests, capacity, progress, stored_from=stored_from))
+
+
+def offline_runs(
+    requests: Sequence[Sequence[Hashable]],
+    capacity: int,
+    progress: Progress | None = None,
+    *,
+    stored_from: int = 1,
+) -> list[int]:
+    """Per request, its prefix hits (the leading blocks that hit) under farthest-next-use
+    with bypass: which references hit, not only how many, for an error that depends on how
+    the hits fall over the blocks (offload/insight/uncertainty.py).
 
     ``stored_from`` > 1 bounds the policies that never store a block before
     its ``stored_from``-th reference (2: every gate that refuses first offers,
@@ -68,7 +82,7 @@ def offline_hits(
     # Max-heap by (next use, depth), lazily invalidated: an entry is current while
     # it equals the block's resident key.
     farthest: list[tuple[float, int, int, Hashable]] = []
-    hits = 0
+    runs: list[int] = []
     order = 0  # a unique tie-break, so the hashes themselves are never compared
     for done, (hashes, uses) in enumerate(zip(requests, nexts, strict=True), start=1):
         run = 0
@@ -76,7 +90,7 @@ def offline_hits(
             if h not in resident:
                 break
             run += 1
-        hits += run
+        runs.append(run)
         for depth, (h, use) in enumerate(zip(hashes, uses, strict=True)):
             order += 1
             if h in resident:
@@ -103,7 +117,7 @@ def offline_hits(
             progress(PROGRESS_EVERY)
     if progress is not None and len(requests) % PROGRESS_EVERY:
         progress(len(requests) % PROGRESS_EVERY)
-    return hits
+    return runs
 
 
 def prefix_conflict(requests: Sequence[Sequence[Hashable]]) -> tuple[int, Hashable] | None:

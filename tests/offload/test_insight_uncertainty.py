@@ -7,11 +7,20 @@ from __future__ import annotations
 import pytest
 
 from bench.tooling.trace_gen import PROFILES, generate
+from offload.cpu.manager import CPUOffloadingManager
 from offload.insight.curve import scaled_capacities
 from offload.insight.estimator import CurveEstimator
 from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
 from offload.insight.sweep import sweep, sweep_curve
-from offload.insight.uncertainty import capacity_errors, difference_error, point_errors
+from offload.insight.uncertainty import (
+    capacity_errors,
+    difference_error,
+    point_errors,
+    quotient_error,
+)
+from offload.insight.window_optimum import WindowOptimum
+from offload.sim.optimum import offline_hits
+from offload.sim.workload import run_workload
 
 CAPACITIES = (100, 200, 400, 800)
 ONE_STANDARD_ERROR = 0.68
@@ -48,6 +57,49 @@ def test_a_difference_counts_only_the_references_its_points_count_differently() 
     assert difference_error(0.1, 0.0, 0.0, 0.05, 1_000) > difference_error(
         0.01, 0.0, 0.0, 0.05, 1_000
     )
+
+
+def test_a_quotient_of_two_replays_counts_only_the_blocks_they_miss_differently() -> None:
+    """The window's tier over its optimum: blocks both miss alike (at a quotient of 1) add
+    nothing; a hot block one of them misses adds its square, not its count; none at rate 1."""
+    alike = {"a": 3, "b": 1}
+    assert quotient_error(alike, alike, 1.0, 0.05, 100.0) == 0.0
+    assert quotient_error({"a": 5}, {}, 0.9, 1.0, 100.0) == 0.0
+    hot, spread = {"a": 5}, {"a": 1, "b": 1, "c": 1, "d": 1, "e": 1}
+    assert quotient_error(hot, {}, 0.9, 0.05, 100.0) == pytest.approx(0.95**0.5 * 5 / 100)
+    assert quotient_error(hot, {}, 0.9, 0.05, 100.0) > quotient_error(spread, {}, 0.9, 0.05, 100.0)
+
+
+def test_the_window_efficiencys_error_covers_what_a_small_tier_errs_by() -> None:
+    """A tier of 1/32 of a generated trace's distinct blocks: eight samplers' windows read
+    the tier's share of the optimum's hits off the full replay of the same requests by
+    points, and the error each states covers it at least as often as a standard error
+    should."""
+    requests = list(generate(PROFILES["chat"], 1_500, 13))
+    capacity = len({block for request in requests for block in request}) // 32
+    covered, windows, past_a_point = 0, 0, 0
+    for policy in ("lru", "arc"):
+        for seed in range(8):
+            sampler = SpatialSampler(DEFAULT_RATE, seed)
+            window = WindowOptimum(capacity, DEFAULT_RATE, policy)
+            first_sampled = []
+            for index, request in enumerate(requests):
+                sampled = sampler.sample(request)
+                if sampled:
+                    first_sampled.append(index)
+                window.record([sampled], [len(request)])
+            taken, block_refs = window.take()
+            result = window.compute(taken, block_refs)
+            assert result.efficiency is not None and result.efficiency_error is not None
+            full = requests[first_sampled[-len(taken)] :]
+            assert sum(map(len, full)) == block_refs
+            tier = run_workload(CPUOffloadingManager(1, capacity, policy), full).hits
+            off = abs(result.efficiency - tier / offline_hits(full, capacity))
+            windows += 1
+            covered += off <= result.efficiency_error
+            past_a_point += off > 0.01
+    assert past_a_point, "no window erred by more than a point: nothing to cover"
+    assert covered >= ONE_STANDARD_ERROR * windows
 
 
 @pytest.mark.parametrize("profile", ["repeat", "chat"])

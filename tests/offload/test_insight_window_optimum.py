@@ -7,6 +7,7 @@ strategy): prefix-closed, as every trace vLLM makes is.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import pytest
@@ -17,14 +18,15 @@ from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.policies.registry import policy_names
 from offload.insight.estimator import adjusted_ratio
 from offload.insight.sampling import SpatialSampler
+from offload.insight.uncertainty import quotient_error
 from offload.insight.window_optimum import (
     MIN_WINDOW_REFS,
     WINDOW_CAPACITIES,
     WindowOptimum,
 )
 from offload.sim.mooncake import bundled_trace_path, load_trace
-from offload.sim.optimum import offline_hits
-from offload.sim.workload import run_workload
+from offload.sim.optimum import offline_hits, offline_runs
+from offload.sim.workload import run_request, run_workload
 from tests.offload.test_insight_optimum import prefix_closed_traces
 
 
@@ -65,6 +67,7 @@ def test_the_window_is_the_offline_optimum_and_the_policy_on_its_own_references(
     assert result.refs == block_refs == sum(map(len, expected))
     efficiency = result.efficiency
     assert efficiency is None or 0.0 <= efficiency <= 1.0
+    assert result.efficiency_error == (None if efficiency is None else 0.0), "rate 1: exact"
 
 
 @settings(max_examples=100, deadline=None)
@@ -176,6 +179,32 @@ def test_on_a_sample_the_ratios_are_corrected_as_the_curve_is() -> None:
     )
     assert 0 < result.tier_ratio <= result.optimum_ratio <= 1
     assert result.efficiency == pytest.approx(result.tier_ratio / result.optimum_ratio)
+
+
+def test_on_a_sample_the_efficiencys_error_pairs_each_blocks_misses_in_both_replays() -> None:
+    """The bundled trace sampled at 0.05: the efficiency's error is the quotient's over the
+    misses each sampled block had in the tier's own replay and in the optimum's, request by
+    request (a prefix hit is a request's leading blocks)."""
+    trace = load_trace(bundled_trace_path())[:4000]
+    sampler = SpatialSampler(0.05)
+    window = WindowOptimum(2000, 0.05, "arc")
+    window.record([sampler.sample(request) for request in trace], list(map(len, trace)))
+    requests, block_refs = window.take()
+    result = window.compute(requests, block_refs)
+    tier = CPUOffloadingManager(1, result.capacity, "arc")
+    tier_misses: Counter[int] = Counter()
+    for sampled in requests:
+        tier_misses.update(sampled[run_request(tier, sampled) :])
+    optimum_misses: Counter[int] = Counter()
+    for sampled, run in zip(requests, offline_runs(requests, result.capacity), strict=True):
+        optimum_misses.update(sampled[run:])
+    assert result.optimum_hits == result.refs - optimum_misses.total()
+    assert result.efficiency is not None
+    adjusted_optimum_hits = result.optimum_ratio * 0.05 * block_refs
+    assert result.efficiency_error == pytest.approx(
+        quotient_error(tier_misses, optimum_misses, result.efficiency, 0.05, adjusted_optimum_hits)
+    )
+    assert 0 < result.efficiency_error < 1
 
 
 def test_an_unknown_policy_is_refused_by_name() -> None:
