@@ -178,7 +178,8 @@ class WindowOptimumInfo(BaseModel):
     )
     computed_at: float = Field(description="When it was computed (unix seconds).")
     compute_seconds: float = Field(
-        description="The CPU time the two replays took (on the shadow thread, within its share)."
+        description="The CPU time the two replays and their error took (on the shadow thread, "
+        "within its share)."
     )
     runs: int = Field(description="Computations since the sidecar started.")
 
@@ -249,8 +250,9 @@ class VerdictInfo(BaseModel):
     error: float | None = Field(
         default=None,
         description="The standard error of `points` from the sample, in points (capacity and "
-        "policy verdicts on a sampled curve): a change within it is said as such, one wider "
-        "than a point is said with it.",
+        "policy verdicts on a sampled curve), or of `share` (optimum verdicts below rate 1): "
+        "a change, or a gap to the optimum, within it is said as such, one wider than a "
+        "point is said with it.",
     )
 
     @classmethod
@@ -297,6 +299,13 @@ class PublisherInsightInfo(BaseModel):
         "verdict says so), or when the stream's blocks do not form prefix chains (an "
         "unchained verdict says so: both replays then count hits the tier does not get).",
     )
+    efficiency_error: float | None = Field(
+        default=None,
+        description="The standard error of `efficiency` in points, from the blocks the "
+        "window's sample drew, the two replays paired on them "
+        "(offload/insight/uncertainty.py, `quotient_error`); 0 at rate 1, null where "
+        "`efficiency` is. The optimum verdict holds the efficiency to it (its `error`).",
+    )
     miss_reasons: dict[str, int] | None = Field(
         default=None,
         description="Blocks lookups lost, by reason (cold, evicted, not_admitted, no_room, "
@@ -337,13 +346,18 @@ class PublisherInsightInfo(BaseModel):
         computed = None if reading is None else reading.optimum
         result = None if computed is None else computed.result
         efficiency = window_efficiency(result, policy, capacity, basis)
+        efficiency_error = (
+            None
+            if efficiency is None or result is None or result.efficiency_error is None
+            else 100 * result.efficiency_error
+        )
         verdicts = [
             *(_stale(state, stream, now) if insight is not None else []),
             *curve_verdicts(curve, policy, basis),
             *optimum_verdict(
                 result, policy, capacity, None if stream is None else stream.rate, basis
             ),
-            *admission_verdict(dead_ratio, efficiency),
+            *admission_verdict(dead_ratio, efficiency, efficiency_error),
             *(
                 candidate_verdict(worker.admission_hit_ratios, worker.admission_followed)
                 if worker is not None
@@ -375,6 +389,7 @@ class PublisherInsightInfo(BaseModel):
                 else WindowOptimumInfo.of(computed, insight.optimum_runs)
             ),
             efficiency=efficiency,
+            efficiency_error=efficiency_error,
             miss_reasons=worker.miss_blocks if worker is not None and worker.miss_blocks else None,
             admission_candidates=(
                 worker.admission_hit_ratios

@@ -208,7 +208,8 @@ class Verdict:
     sampled blocks met again behind another, less recent predecessor on an unchained stream);
     ``blocks``: a block count (stranded blocks, the capacity a multiple stands for, or
     the tier size a long_requests verdict speaks of); ``error``: the standard error of
-    ``points`` from the sample (``uncertainty.difference_error``), on a sampled curve.
+    ``points`` from the sample (``uncertainty.difference_error``), on a sampled curve, or of
+    an optimum verdict's ``share``, in points (``uncertainty.quotient_error``), below rate 1.
     """
 
     kind: VerdictKind
@@ -609,36 +610,57 @@ def optimum_verdict(
     same size, over the window; a sample_small verdict where that is too few sampled blocks
     (the window may run below the worker's ``worker_rate``), none where
     ``window_efficiency`` is None for another reason (an unchained stream: the unchained
-    verdict says why)."""
+    verdict says why). Held to its error as the curve's verdicts are: a gap to the optimum
+    within it is said as none, and an error wider than a point is said beside the figure."""
     if result is None or result.policy != policy or capacity is None:
         return []
     if basis is not None and basis.unchained is not None:
         return []
     if _too_few_sampled(result.rate, capacity):
         return [_too_small("the distance to the optimum", capacity, result.rate, worker_rate)]
-    efficiency = result.efficiency
-    if efficiency is None:
+    efficiency, error = result.efficiency, result.efficiency_error
+    if efficiency is None or error is None:
         return []
+    error *= 100
+    window = f"under {result.policy}, over its last {result.refs:,} sampled references"
+    if error > 100 * (1.0 - efficiency):
+        text = (
+            "this tier gets about as many hits as a clairvoyant cache of the same size would, "
+            f"within the sample's error over this window (±{error:.1f} points; {window})"
+        )
+    else:
+        widened = (
+            f" (±{error:.1f} points, the sample's error over this window)"
+            if error > SAMPLED_RESOLUTION_POINTS
+            else ""
+        )
+        text = (
+            f"this tier gets {_percent(efficiency)}{widened} of the hits a clairvoyant cache "
+            f"of the same size would ({window})"
+        )
     return [
         Verdict(
             "optimum",
-            f"this tier gets {_percent(efficiency)} of the hits a clairvoyant cache of the "
-            f"same size would (under {result.policy}, over its last {result.refs:,} sampled "
-            "references)",
+            text,
             policy=result.policy,
             share=efficiency,
+            error=None if result.rate == 1.0 else error,
         )
     ]
 
 
-def admission_verdict(dead_write_ratio: float | None, efficiency: float | None) -> list[Verdict]:
+def admission_verdict(
+    dead_write_ratio: float | None, efficiency: float | None, efficiency_error: float | None
+) -> list[Verdict]:
     """Stores never read before they left: the writes admission control would save, and
-    whether the hit ratio has anything to gain from it (the distance to the optimum)."""
+    whether the hit ratio has anything to gain from it (the distance to the optimum, said
+    only where the efficiency is ``LITTLE_TO_GAIN`` or more by its ``efficiency_error``,
+    in points, as a change is said only beyond its error)."""
     if dead_write_ratio is None or dead_write_ratio < DEAD_WRITES_WORTH_SAYING:
         return []
     text = f"{_percent(dead_write_ratio)} of stores are never read before they leave: "
     text += "admission control would save those writes"
-    if efficiency is not None and efficiency >= LITTLE_TO_GAIN:
+    if efficiency is not None and efficiency - (efficiency_error or 0.0) / 100 >= LITTLE_TO_GAIN:
         text += (
             f"; the tier already gets {_percent(efficiency)} of the optimum's hits, so "
             "its hit ratio has little to gain from it"

@@ -377,11 +377,19 @@ def test_the_optimum_is_the_librarys_over_the_window_and_the_api_and_metrics_sho
     assert (shown["policy"], shown["capacity_blocks"]) == ("arc", 40)
     assert shown["max_window_refs"] == computed.max_refs and shown["computed_at"] == computed.ts
     assert publisher["efficiency"] == result.efficiency
+    assert result.efficiency_error is not None and result.efficiency_error > 0
+    assert publisher["efficiency_error"] == pytest.approx(100 * result.efficiency_error)
     assert publisher["stream"]["window_rate"] == RATE
     (verdict,) = [v for v in publisher["verdicts"] if v["kind"] == "optimum"]
     assert verdict["share"] == result.efficiency and verdict["policy"] == "arc"
-    assert verdict["text"].startswith(f"this tier gets {100 * result.efficiency:.3g}% of the hits")
-    assert "efficiency" in schema["PublisherInsightInfo"]["properties"]
+    assert verdict["error"] == publisher["efficiency_error"]
+    # A window of a few hundred sampled references on a tier of 40 sampled blocks: its
+    # error is wider than a point, and said beside the figure.
+    assert verdict["text"].startswith(
+        f"this tier gets {100 * result.efficiency:.3g}% (±{verdict['error']:.1f} points, the "
+        "sample's error over this window) of the hits"
+    )
+    assert {"efficiency", "efficiency_error"} <= set(schema["PublisherInsightInfo"]["properties"])
     assert schema["WindowOptimumInfo"]["properties"]["hit_ratio"]["description"]
     families = {f.name: f for f in text_string_to_metric_families(metrics)}
 

@@ -310,12 +310,18 @@ def test_policies_closer_than_the_samples_error_hit_about_as_each_other() -> Non
 
 
 def window(
-    policy: str, capacity: int, optimum_hits: int, tier_hits: int, rate: float = 0.05
+    policy: str,
+    capacity: int,
+    optimum_hits: int,
+    tier_hits: int,
+    rate: float = 0.05,
+    error: float = 0.005,
 ) -> WindowResult:
-    """A window over a tier of ``capacity`` blocks (scaled as the window scales it)."""
+    """A window over a tier of ``capacity`` blocks (scaled as the window scales it), its
+    efficiency's error ``error`` (0..1)."""
     scaled = max(1, round(rate * capacity))
     refs = round(40_000 * rate)
-    return WindowResult(policy, scaled, rate, refs, 40_000, optimum_hits, tier_hits, 0.1)
+    return WindowResult(policy, scaled, rate, refs, 40_000, optimum_hits, tier_hits, 0.1, error)
 
 
 def test_the_optimum_verdict_speaks_only_of_the_tiers_own_policy_on_enough_blocks() -> None:
@@ -348,24 +354,50 @@ def test_the_optimum_is_withheld_on_the_tiers_own_size_and_its_efficiency_with_i
     assert window_efficiency(exact, "lru", 8, None) == pytest.approx(0.8)
 
 
+def test_the_efficiency_is_held_to_its_error_as_the_curves_verdicts_are() -> None:
+    """Within a point the figure is said alone; wider, with its error; a gap to the optimum
+    within the error is said as none. Rate 1 states no error."""
+    (narrow,) = optimum_verdict(window("lru", 2_000, 500, 400), "lru", 2_000, 0.05, None)
+    assert narrow.text.startswith("this tier gets 80% of the hits a clairvoyant cache")
+    assert narrow.error == pytest.approx(0.5) and narrow.share == pytest.approx(0.8)
+    wide = window("lru", 2_000, 500, 400, error=0.042)
+    (widened,) = optimum_verdict(wide, "lru", 2_000, 0.05, None)
+    assert widened.text.startswith(
+        "this tier gets 80% (±4.2 points, the sample's error over this window) of the hits"
+    )
+    assert widened.error == pytest.approx(4.2)
+    close = window("lru", 2_000, 500, 490, error=0.03)
+    (about,) = optimum_verdict(close, "lru", 2_000, 0.05, None)
+    assert about.text.startswith(
+        "this tier gets about as many hits as a clairvoyant cache of the same size would, "
+        "within the sample's error over this window (±3.0 points; under lru"
+    )
+    assert about.share == pytest.approx(0.98)
+    exact = window("lru", 8, 50, 49, rate=1.0, error=0.0)
+    (told,) = optimum_verdict(exact, "lru", 8, 1.0, None)
+    assert told.text.startswith("this tier gets 98% of the hits") and told.error is None
+
+
 def test_admission_is_said_to_save_writes_and_to_win_hits_only_where_there_are_some() -> None:
-    (plain,) = admission_verdict(0.96, None)
+    (plain,) = admission_verdict(0.96, None, None)
     assert plain.text == (
         "96% of stores are never read before they leave: admission control would save those writes"
     )
-    (at_optimum,) = admission_verdict(0.96, 0.99)
+    (at_optimum,) = admission_verdict(0.96, 0.99, 0.5)
     assert "already gets 99% of the optimum's hits" in at_optimum.text
-    assert admission_verdict(0.05, None) == []
+    assert admission_verdict(0.05, None, None) == []
+    (unsure,) = admission_verdict(0.96, 0.97, 3.0)
+    assert "already gets" not in unsure.text, "97% ±3 points may be short of the 95%"
 
 
 def test_a_verdicts_percent_is_rounded_as_the_page_rounds_the_figure_beside_it() -> None:
     """The page shows the dead-write ratio and the efficiency to three significant figures
     ("97.7%"), and the admission verdict beside them said "98%" and "97%" of the same
     figures: a verdict's percent keeps the page's rule, trailing zeros left off."""
-    (verdict,) = admission_verdict(0.977359, 0.97326)
+    (verdict,) = admission_verdict(0.977359, 0.97326, 0.0)
     assert verdict.text.startswith("97.7% of stores are never read")
     assert "already gets 97.3% of the optimum's hits" in verdict.text
-    (whole,) = admission_verdict(0.5, 0.999999)
+    (whole,) = admission_verdict(0.5, 0.999999, None)
     assert whole.text.startswith("50% of stores") and "already gets 100% of" in whole.text
     (optimum,) = optimum_verdict(window("lru", 8, 47, 40, rate=1.0), "lru", 8, 1.0, None)
     assert optimum.text.startswith("this tier gets 85.1% of the hits"), optimum.text

@@ -1182,6 +1182,12 @@ def test_the_insight_view_draws_the_curve_and_the_verdicts_of_the_api(
     optimum = publisher["optimum"]
     percent = f"{100 * publisher['efficiency']:.3g}%"
     assert shown["efficiencyText"].startswith(percent), (percent, shown["efficiencyText"])
+    # Its standard error beside it, as the API gives it (the demo samples at 0.05).
+    error = publisher["efficiency_error"]
+    assert error > 0 and f"±{error:.3g} points of the hits" in shown["efficiencyText"], (
+        error,
+        shown["efficiencyText"],
+    )
     assert "of the hits a clairvoyant cache of the same size would get" in shown["efficiencyText"]
     assert shown["viewText"].count("clairvoyant cache of the same size") == 1, shown["viewText"]
     # A figure the page shows in a card and a verdict both reads the same in each, the percent

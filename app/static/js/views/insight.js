@@ -277,6 +277,7 @@ function mount(panel, context) {
   function showEfficiency(p) {
     const optimum = p.optimum;
     efficiency.dataset.efficiency = p.efficiency === null ? "" : JSON.stringify(p.efficiency);
+    efficiency.dataset.error = p.efficiency_error == null ? "" : JSON.stringify(p.efficiency_error);
     windowFigure.update(p);
     if (p.efficiency === null) {
       share.textContent = "–";
@@ -293,8 +294,10 @@ function mount(panel, context) {
     const [number, unit] = parts(p.efficiency, "ratio");
     share.textContent = number;
     shareGap.textContent = unitGap(unit);
-    shareUnit.textContent = `${unit} of the hits a clairvoyant cache of the same size would get, `
-      + "over the window below";
+    // Its standard error from the window's sample (0 at rate 1: said only where sampled).
+    const error = p.efficiency_error > 0 ? ` ±${decimal(p.efficiency_error)} points` : "";
+    shareUnit.textContent = `${unit}${error} of the hits a clairvoyant cache of the same size `
+      + "would get, over the window below";
   }
 
   function fact(term, text, attributes = {}) {
