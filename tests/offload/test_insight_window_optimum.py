@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from offload.base import BlockHash
 from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.policies.registry import policy_names
 from offload.insight.estimator import adjusted_ratio
@@ -23,6 +24,7 @@ from offload.insight.window_optimum import (
     MIN_WINDOW_REFS,
     WINDOW_CAPACITIES,
     WindowOptimum,
+    WindowResult,
 )
 from offload.sim.mooncake import bundled_trace_path, load_trace
 from offload.sim.optimum import offline_hits, offline_runs
@@ -165,14 +167,20 @@ def test_no_efficiency_when_the_optimum_hits_nothing_on_the_sample() -> None:
     assert result.efficiency is None
 
 
-def test_on_a_sample_the_ratios_are_corrected_as_the_curve_is() -> None:
-    """The bundled trace sampled at 0.05: hit ratios as the estimator corrects them."""
+def sampled_window() -> tuple[WindowOptimum, list[Sequence[BlockHash]], int, WindowResult]:
+    """The bundled trace's first 4,000 requests sampled at 0.05 into an arc tier's window of
+    2,000 blocks: the window, what it took, and its result."""
     trace = load_trace(bundled_trace_path())[:4000]
     sampler = SpatialSampler(0.05)
     window = WindowOptimum(2000, 0.05, "arc")
     window.record([sampler.sample(request) for request in trace], list(map(len, trace)))
     requests, block_refs = window.take()
-    result = window.compute(requests, block_refs)
+    return window, requests, block_refs, window.compute(requests, block_refs)
+
+
+def test_on_a_sample_the_ratios_are_corrected_as_the_curve_is() -> None:
+    """The bundled trace sampled at 0.05: hit ratios as the estimator corrects them."""
+    window, _, block_refs, result = sampled_window()
     assert result.capacity == 100 and window.max_refs == WINDOW_CAPACITIES * 100
     assert result.optimum_ratio == adjusted_ratio(
         result.optimum_hits, result.refs, block_refs, 0.05
@@ -185,12 +193,7 @@ def test_on_a_sample_the_efficiencys_error_pairs_each_blocks_misses_in_both_repl
     """The bundled trace sampled at 0.05: the efficiency's error is the quotient's over the
     misses each sampled block had in the tier's own replay and in the optimum's, request by
     request (a prefix hit is a request's leading blocks)."""
-    trace = load_trace(bundled_trace_path())[:4000]
-    sampler = SpatialSampler(0.05)
-    window = WindowOptimum(2000, 0.05, "arc")
-    window.record([sampler.sample(request) for request in trace], list(map(len, trace)))
-    requests, block_refs = window.take()
-    result = window.compute(requests, block_refs)
+    _, requests, block_refs, result = sampled_window()
     tier = CPUOffloadingManager(1, result.capacity, "arc")
     tier_misses: Counter[int] = Counter()
     for sampled in requests:
