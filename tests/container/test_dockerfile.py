@@ -160,12 +160,16 @@ def test_healthcheck_checks_the_port_the_sidecar_bound_not_the_environments(
                 break
         try:
             probed = healthcheck(env)
+            written = (tmp_path / "kvscope-url").read_text()  # removed as serving ends
         finally:
             sidecar.send_signal(signal.SIGINT)
             sidecar.communicate(timeout=60)
     assert probed.returncode == 0, probed.stderr
     port = line.rsplit(":", 1)[1].split()[0]
-    assert (tmp_path / "kvscope-url").read_text() == f"http://127.0.0.1:{port}\n"
+    assert written == f"http://127.0.0.1:{port}\n"
+    # Stopped, the sidecar removed its file: the probe falls back to the image's port, where
+    # nothing listens either.
+    assert not (tmp_path / "kvscope-url").exists()
     refused = healthcheck(env)
     assert refused.returncode == 1
-    assert f"http://127.0.0.1:{port}/healthz" in refused.stderr
+    assert f"http://127.0.0.1:{env['KVSCOPE_PORT']}/healthz" in refused.stderr
