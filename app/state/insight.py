@@ -45,7 +45,7 @@ from app.state.insight_verdicts import CurveBasis, Simulation
 from offload.base import BlockHash
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
-from offload.insight.estimator import STACK_POLICY, CurveEstimator, scaled_blocks
+from offload.insight.estimator import STACK_POLICY, CurveEstimator, scaled_tiers
 from offload.insight.prefix_check import PrefixCheck
 from offload.insight.sampling import SpatialSampler
 from offload.insight.shadow import max_bytes
@@ -344,7 +344,7 @@ class PublisherInsight:
         policies = self._shadow_policies
 
         def fits(rate: float) -> bool:
-            tiers = [scaled_blocks(rate, c, stacked=False) for c in capacities]
+            tiers = scaled_tiers(rate, capacities, stacked=False)
             return max_bytes(policies, tiers) + check_bytes * tiers[-1] <= room
 
         if not fits(0.0):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from offload.insight.curve import HitRatioCurve
-from offload.insight.estimator import scaled_blocks
+from offload.insight.estimator import scaled_blocks, scaled_tiers
 from offload.insight.uncertainty import capacity_errors, difference_error, point_errors
 from offload.insight.window_optimum import WindowResult
 
@@ -146,13 +146,13 @@ class Simulation:
     def capacity_errors(self, curve: HitRatioCurve, policy: str) -> tuple[float, ...]:
         """Each of ``policy``'s points' error (0..1) from its scaled tier's size here
         (``uncertainty.capacity_errors``)."""
-        held = [self.held(c) for c in curve.capacities]
+        held = scaled_tiers(self.rate, curve.capacities, stacked=self.stacked)
         return capacity_errors(curve.hit_ratios[policy], curve.capacities, held, self.rate)
 
     def point_errors(self, curve: HitRatioCurve, policy: str) -> tuple[float, ...]:
         """Each of ``policy``'s points' standard error (0..1) here (``uncertainty.point_errors``;
         0 at rate 1)."""
-        held = [self.held(c) for c in curve.capacities]
+        held = scaled_tiers(self.rate, curve.capacities, stacked=self.stacked)
         ratios = curve.hit_ratios[policy]
         return point_errors(ratios, curve.capacities, held, self.rate, self.expected_refs)
 

@@ -54,6 +54,11 @@ def scaled_blocks(rate: float, capacity: int, *, stacked: bool) -> int:
     return math.floor(scaled) if stacked else max(1, round(scaled))
 
 
+def scaled_tiers(rate: float, capacities: Sequence[int], *, stacked: bool) -> list[int]:
+    """``scaled_blocks`` at each of ``capacities``: the sampled tiers a curve's points stand on."""
+    return [scaled_blocks(rate, c, stacked=stacked) for c in capacities]
+
+
 class CurveEstimator:
     """The curve around ``current`` (blocks) from a stream sampled at ``rate``.
 
@@ -84,13 +89,13 @@ class CurveEstimator:
         if unknown:
             raise ValueError(f"unknown cache policy {unknown[0]!r}; known: {', '.join(known)}")
         self._stack = (
-            LRUStackCurve([scaled_blocks(self.rate, c, stacked=True) for c in self.capacities])
+            LRUStackCurve(scaled_tiers(self.rate, self.capacities, stacked=True))
             if STACK_POLICY in self.policies
             else None
         )
         self._shadows = ShadowTiers(
             [p for p in self.policies if p != STACK_POLICY],
-            [scaled_blocks(self.rate, c, stacked=False) for c in self.capacities],
+            scaled_tiers(self.rate, self.capacities, stacked=False),
         )
         largest = (self._shadows if self._stack is None else self._stack).capacities[-1]
         self.prefix_check = PrefixCheck(max(1, largest)) if check_prefixes else None
@@ -188,7 +193,7 @@ class CurveEstimator:
     def _held(self, policy: str) -> list[int]:
         """The sampled blocks ``policy``'s tier holds at each capacity."""
         stacked = policy == STACK_POLICY and self._stack is not None
-        return [scaled_blocks(self.rate, c, stacked=stacked) for c in self.capacities]
+        return scaled_tiers(self.rate, self.capacities, stacked=stacked)
 
 
 def adjusted_ratio(hits: int, sampled_refs: int, block_refs: int, rate: float) -> float:

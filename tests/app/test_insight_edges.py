@@ -34,7 +34,7 @@ from app.state.insight import (
 from app.state.publisher import CONNECTED_WITHIN_S, PublisherState
 from offload.cpu.manager import CPUOffloadingManager
 from offload.insight.curve import scaled_capacities
-from offload.insight.estimator import scaled_blocks
+from offload.insight.estimator import scaled_tiers
 from offload.insight.sampling import SpatialSampler
 from offload.insight.shadow import max_bytes
 from offload.sim.workload import run_request, run_workload
@@ -378,7 +378,7 @@ def test_the_shadows_rate_is_the_highest_whose_tiers_fit_their_share_of_the_boun
     capacities = scaled_capacities(100_000)
 
     def held(at: float) -> int:
-        return max_bytes(["gated"], [scaled_blocks(at, c, stacked=False) for c in capacities])
+        return max_bytes(["gated"], scaled_tiers(at, capacities, stacked=False))
 
     assert held(rate) <= room < held(rate * 1.01)
 
@@ -396,7 +396,7 @@ def test_without_a_stack_the_shadows_rate_leaves_room_for_their_prefix_check() -
     capacities = scaled_capacities(1_000)
 
     def held(at: float) -> int:
-        tiers = [scaled_blocks(at, c, stacked=False) for c in capacities]
+        tiers = scaled_tiers(at, capacities, stacked=False)
         return max_bytes(["arc"], tiers) + PREFIX_CHECK_BYTES_PER_BLOCK * tiers[-1]
 
     assert held(rate) <= room < held(rate * 1.01)
