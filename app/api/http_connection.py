@@ -81,6 +81,14 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   skips the body of such a request, which was answered as if it had none.
   One without a body is served as any other, without the two warnings uvicorn
   logged for it (one telling the operator to install a WebSocket library).
+- a request target in absolute form (``GET http://host/path``) is served by its
+  path, its host put in the Host field for the Host check to read, as RFC 9112
+  (3.2.2) has a server ignore the Host header for such a target: uvicorn kept
+  the path alone, so the host the client named was never checked. A target in
+  authority form (``CONNECT host:port``) or asterisk form (``OPTIONS *``), or
+  an absolute one of another scheme than http(s), with user information or
+  with no host, is a 400 naming the problem (``malformed_request``); see
+  app/api/request_target.py.
 - a refusal of a request's head (a 400, a 431), or of the body of one queued
   behind an answer, comes after the answers owed to the requests sent before
   it, and nothing after it is read: uvicorn wrote its 400 the moment the
@@ -112,6 +120,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from app.api.guards.security_headers import HEADERS
 from app.api.http_counts import HttpCounts, Refusal
 from app.api.limits import HttpLimits
+from app.api.request_target import TargetRefused, read_target
 from app.api.response_buffers import ResponseBuffers
 from app.api.send_wait import SendWait
 
@@ -341,6 +350,14 @@ class BoundedConnection(HttpToolsProtocol):
                 "connection): send it without the Upgrade header",
             )
             raise _StopParsing  # its body is no request's
+        try:
+            target = read_target(self.url)
+        except TargetRefused as refused:
+            self._refuse("malformed_request", 400, str(refused))
+            raise _StopParsing from None
+        self.url = target.path  # uvicorn reads the path and query from it
+        if target.host is not None:
+            self._name_host(target.host)
         self._head_bytes = 0
         if self._head_deadline is not None:
             self._head_deadline.cancel()
@@ -358,6 +375,17 @@ class BoundedConnection(HttpToolsProtocol):
             self._queued_bytes[self.cycle] = self._message_bytes
         if self._declares_body():
             self._arm_body_deadline()
+
+    def _name_host(self, host: bytes) -> None:
+        """Put ``host``, an absolute-form target's, in each Host field (RFC 9112 3.2.2), so
+        that the Host check (app/api/guards/allowed_hosts.py) reads the host the request
+        line named; the fields stay as many as were sent (a second is refused all the same).
+
+        In place: the request's scope holds this very list.
+        """
+        for index, (name, _) in enumerate(self.headers):
+            if name == b"host":
+                self.headers[index] = (name, host)
 
     def _queuing(self) -> bool:
         """Whether a request whose head ends now waits behind one being answered (``cycle``

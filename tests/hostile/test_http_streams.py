@@ -754,8 +754,9 @@ def test_a_request_the_parser_refuses_is_a_json_400_naming_why_counted_and_quiet
         b"GET /api/v1/stats HTTP/9.9\r\nHost: %b\r\n\r\n",
         b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
         b"Content-Length: 2\r\n\r\n{}",
+        b"OPTIONS * HTTP/1.1\r\nHost: %b\r\n\r\n",
     ],
-    ids=["parser", "upgrade with a body"],
+    ids=["parser", "upgrade with a body", "asterisk-form target"],
 )
 def test_a_refusal_behind_pipelined_requests_is_answered_after_theirs(refused: bytes) -> None:
     """The 400 was written the moment the request was refused, ahead of the answers owed to

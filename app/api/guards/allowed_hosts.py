@@ -6,6 +6,9 @@ since to the browser it is still ``evil.example``. The browser still sends
 ``Host: evil.example``, so checking the name against the ones this server is
 reached by stops it, with or without a token. The probes answer any name:
 orchestrators call them by pod address, and they say nothing worth reading.
+A request line's absolute URL (``GET http://evil.example/...``) names the server
+instead of the Host header (RFC 9112 3.2.2): the connection puts its host in the
+Host field (app/api/request_target.py), so that is the name checked here.
 """
 
 from __future__ import annotations
@@ -54,5 +57,8 @@ class AllowedHosts:
             return
         self.counts.refuse("host_not_allowed")
         await send_error(
-            send, 400, "Host header names no address this sidecar serves (see allowed_hosts)"
+            send,
+            400,
+            "Host header (or the request line's absolute URL) names no address this sidecar "
+            "serves (see allowed_hosts)",
         )
