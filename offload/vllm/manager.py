@@ -256,7 +256,11 @@ class KVScopeManager(OffloadingManager):
         return RequestOffloadingContext()
 
     def on_request_finished(self, req_context: ReqContext) -> None:
-        self._uncounted.pop(req_context.req_id, None)  # never scheduled since its lookups
+        # Lookups still uncounted are of a scheduling that never ran (the request waited) or,
+        # under vLLM's V1 model runner, of one scheduled again after a preemption with nothing
+        # loaded, offered or preempted since: vLLM tells the manager the same of both, so
+        # neither counts (the undercount README's "Run inside vLLM" bounds).
+        self._uncounted.pop(req_context.req_id, None)
         access = req_context.get_state(RequestAccess)
         if (
             access is None
@@ -279,7 +283,9 @@ class KVScopeManager(OffloadingManager):
         among the step's new ones (the V2 runner puts it there), and nothing else the
         manager is told names it. vLLM preempts running requests only, so one preempted
         with lookups uncounted from an earlier step ran the scheduling they began: they
-        count now (its next lookup would drop them).
+        count now (its next lookup would drop them). One aborted before any of that (no
+        load, no offer, no later preemption) is told of as one left waiting, and its
+        lookups never count.
         """
         for req_id in context.new_req_ids:
             access = self._uncounted.get(req_id)

@@ -219,7 +219,10 @@ class RequestAccess:
         still being written or loaded), and again after a preemption; a
         lookup in a new step starts a new scheduling. The one before it
         leaves its lookups uncounted (it never ran, or they were taken when
-        it did) and returns its references, if it ran, once, for the sample.
+        it did, or it ran unseen: under vLLM's V1 model runner, scheduled
+        again after a preemption, then preempted by a reset of vLLM's prefix
+        cache before anything counted them) and returns its references, if
+        it ran, once, for the sample.
         Lookups within a step (prefix, tail, group after group, a key asked
         twice) are one scheduling's: each key once, with its latest answer,
         and its references begin at the earliest.

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from vllm.v1.kv_offload.base import ReqContext, ScheduleEndContext
 from vllm.v1.request import RequestStatus
 
 from offload.cpu.manager_stats import ManagerStats
@@ -220,19 +222,106 @@ def test_a_request_scheduled_again_and_preempted_before_its_first_chunk_counts_i
     assert _counts(engine) == (4, 4, 0, 0, 4)
 
 
-@pytest.mark.parametrize(("runner", "lookups"), [("0", 3), ("1", 4)])
-def test_a_request_scheduled_again_and_aborted_before_its_first_chunk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str, lookups: int
-) -> None:
-    """The limit the README states: aborted instead, b leaves kvscope's manager no sign
-    that its second scheduling ran (no offer, no load, not among the step's new requests
-    under the V1 runner), so that lookup counts only under the V2 runner."""
-    engine = _scheduled_again(tmp_path, monkeypatch, runner)
+MANAGER_CALLS = (
+    "on_new_request",
+    "lookup",
+    "get_load_source",
+    "prepare_load",
+    "touch",
+    "complete_load",
+    "prepare_store",
+    "complete_store",
+    "on_request_finished",
+)
+"""The methods through which vLLM's connector tells kvscope's manager of one request."""
+
+
+def _calls_about(engine: Engine, req_id: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """What vLLM tells kvscope's manager of ``req_id`` from here on, in order: each call naming
+    it, with its keys (and a lookup's answer), and at each step's end whether the step names it
+    new or preempted. The manager still does every call."""
+    calls: list[tuple] = []
+    manager = engine.manager
+    for name in MANAGER_CALLS:
+        method = getattr(manager, name)
+
+        def recorded(*args: Any, _name: str = name, _method: Any = method, **kwargs: Any) -> Any:
+            answer = _method(*args, **kwargs)
+            context = next(arg for arg in (*args, *kwargs.values()) if isinstance(arg, ReqContext))
+            if context.req_id == req_id:
+                given = [
+                    sorted(arg) if isinstance(arg, set | frozenset) else arg
+                    for arg in (*args, *kwargs.values())
+                    if arg is not context
+                ]
+                calls.append((_name, given, answer if _name == "lookup" else None))
+            return answer
+
+        monkeypatch.setattr(manager, name, recorded)
+    schedule_end = manager.on_schedule_end
+
+    def ended(context: ScheduleEndContext) -> None:
+        named = (req_id in context.new_req_ids, req_id in context.preempted_req_ids)
+        calls.append(("on_schedule_end", *named))
+        schedule_end(context)
+
+    monkeypatch.setattr(manager, "on_schedule_end", ended)
+    return calls
+
+
+def _preempted_then_aborted(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, num_gpu_blocks: int
+) -> tuple[Engine, list[tuple], dict[str, int]]:
+    """x (three blocks) and b (eight) prefill in steps of 72 tokens; once b's prompt is done
+    and its first token sampled (nine blocks in all), a reset of vLLM's prefix cache preempts
+    both. In the next step x is computed again (51 tokens) and b looked up again, its first
+    chunk missed (never stored: the store threshold is out of reach). With ``num_gpu_blocks``
+    of 20 b is scheduled again with the 21 tokens left, no chunk computed whole; with 13 its
+    whole sequence no longer fits beside x (vLLM admits a request only then), and it is left
+    waiting. Then b is aborted. Returns the engine, what vLLM told kvscope's manager of b, and
+    the tokens the step after the reset scheduled."""
+    model_dir.mkdir()
+    extra = {"num_cpu_blocks": 32, "blocks_per_chunk": 4, "store_threshold": 1000}
+    engine = Engine(model_dir, num_gpu_blocks=num_gpu_blocks, extra=extra, token_budget=72)
+    calls = _calls_about(engine, "b", monkeypatch)
+    engine.add("x", range(1000, 1000 + 3 * BLOCK_TOKENS), max_tokens=30)
+    request = engine.add("b", range(1, 1 + 8 * BLOCK_TOKENS), max_tokens=3)
+    for _ in range(3):
+        engine.step()
+    assert request.num_tokens == 8 * BLOCK_TOKENS + 1
+    assert engine.scheduler.reset_prefix_cache(reset_running_requests=True)
+    output = engine.step()
+    assert output.preempted_req_ids == {"x", "b"}
     engine.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
     engine.step()
-    engine.step()
-    assert engine.manager.core.stats.store_requested_blocks == 1, "x's first chunk only"
-    assert _counts(engine) == (lookups, lookups, 0, 0, lookups)
+    return engine, calls, output.num_scheduled_tokens
+
+
+@pytest.mark.parametrize("runner", ["0", "1"])
+def test_a_request_scheduled_again_and_aborted_before_its_first_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str
+) -> None:
+    """The limit the README states. vLLM counts b's lookup after the reset where it scheduled
+    b again, not where it left b waiting. Under vLLM's V1 model runner (``runner`` "0") it tells
+    kvscope's manager exactly the same of b in both (no load, no offer, not among the step's new
+    requests, then its end), so no count the manager keeps can tell them apart: the scheduled
+    b's lookup goes uncounted, one chunk asked and missed. Under the V2 runner the step names b
+    new where it scheduled it, and that lookup counts."""
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", runner)
+    scheduled, told, ran = _preempted_then_aborted(tmp_path / "scheduled", monkeypatch, 20)
+    left, told_left, ran_left = _preempted_then_aborted(tmp_path / "left", monkeypatch, 13)
+    assert (ran, ran_left) == ({"x": 51, "b": 21}, {"x": 51})
+    assert scheduled.scheduler.use_v2_model_runner is (runner == "1")
+    queried = scheduled.external_queries - left.external_queries
+    assert queried == 8 * BLOCK_TOKENS + 1, "vLLM counted b's lookup where it scheduled b"
+    assert _counts(left) == (1, 1, 0, 0, 1), "b's lookup at its admission, its chunk missed"
+    more = scheduled.manager.core.stats.lookup_tokens - left.manager.core.stats.lookup_tokens
+    if runner == "0":
+        assert told == told_left
+        assert (_counts(scheduled), more) == (_counts(left), 0)
+    else:
+        assert told != told_left
+        assert (_counts(scheduled), more) == ((2, 2, 0, 0, 2), 4 * BLOCK_TOKENS)
 
 
 def test_a_request_preempted_by_a_reset_and_left_waiting_counts_its_lookup_once_scheduled(
