@@ -243,7 +243,7 @@ class VerdictInfo(BaseModel):
         description="A share in 0..1 (dead writes; the efficiency against the optimum; the "
         "stream's share a simulation shed; the share of the tier a stream that fits it "
         "touched; the share of sampled blocks met again behind another, less recent "
-        "predecessor, on an unchained stream).",
+        "predecessor that a tier of half the size may have let go, on an unchained stream).",
     )
     blocks: int | None = None
     medium: str | None = None

@@ -41,7 +41,7 @@ from app.state.insight_queue import (
     ShadowWork,
     requests_bytes,
 )
-from app.state.insight_verdicts import CurveBasis, Simulation
+from app.state.insight_verdicts import HALVING, CurveBasis, Simulation
 from offload.base import BlockHash
 from offload.cpu.policies.registry import policy_names
 from offload.insight.curve import HitRatioCurve, scaled_capacities
@@ -281,7 +281,9 @@ class PublisherInsight:
             self._stack = (
                 None
                 if rates.stack is None
-                else CurveEstimator(stream.capacity, rates.stack, [STACK_POLICY])
+                else CurveEstimator(
+                    stream.capacity, rates.stack, [STACK_POLICY], checked_from=HALVING
+                )
             )
             self._stack_sampler = _sampler(stream, rates.stack)
             self._longest_stacked = 0
@@ -417,6 +419,7 @@ class PublisherInsight:
                     rate,
                     self._shadow_policies,
                     check_prefixes=self.rates.stack is None,  # else the stack checks them
+                    checked_from=HALVING,
                 )
             shadows = self._shadows
         for hashes, block_refs in chain(zip(sampled, refs, strict=True), [((), unsampled)]):

@@ -67,6 +67,10 @@ than still growing into the tier. Counted in the tier's own size, so no workload
 sets it."""
 LITTLE_TO_GAIN: Final = 0.95
 """An efficiency against the optimum from which a policy change has little hit ratio to win."""
+HALVING: Final = 0.5
+"""The smallest multiple of the tier's size a verdict speaks of (halving it): the prefix
+check speaks for tiers from there up (``CurveEstimator``'s ``checked_from``), so the
+unchained verdict that stands in for the others is said of the sizes they speak of."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +108,10 @@ class Simulation:
     def unchained(self) -> bool:
         """Whether its sample shows a stream whose blocks do not form prefix chains: over
         ``MIN_SAMPLED_REFS`` references checked, a share the curve would resolve of
-        predecessors changed to a less recent block (``PrefixCheck.broken``: each such
-        reference may be counted as a hit the tier does not get), below rate 1 (a replay
-        of every block follows every prefix, as the tier does)."""
+        predecessors changed to a less recent block that a tier of half the size may have
+        let go (``PrefixCheck.broken``: each such reference may be counted as a hit the
+        tier does not get), below rate 1 (a replay of every block follows every prefix, as
+        the tier does)."""
         return (
             self.rate < 1.0
             and self.prefix_checked >= MIN_SAMPLED_REFS
@@ -205,7 +210,8 @@ class Verdict:
     capacity: whole blocks, so an odd tier's half is not 0.5); ``share``: a
     ratio in 0..1 (dead writes, the tier's hits over the optimum's, the stream's share a
     simulation shed, the share of the tier a stream that fits it touched, or the share of
-    sampled blocks met again behind another, less recent predecessor on an unchained stream);
+    sampled blocks met again behind another, less recent predecessor, out of a half tier's
+    reach, on an unchained stream);
     ``blocks``: a block count (stranded blocks, the capacity a multiple stands for, or
     the tier size a long_requests verdict speaks of); ``error``: the standard error of
     ``points`` from the sample (``uncertainty.difference_error``), on a sampled curve, or of
@@ -362,7 +368,8 @@ def _unchained(policy: str, simulation: Simulation) -> Verdict:
         f"the curve does not predict this tier: in {policy}'s simulation "
         f"{simulation.prefix_broken:,} of {simulation.prefix_checked:,} sampled blocks met "
         f"again ({_percent(share)}) came behind another sampled block than at their last "
-        "use, one used less recently than they were, so the stream's blocks do not form "
+        "use, one used less recently than they were and too long ago for a tier of half "
+        "this size to hold it, so the stream's blocks do not form "
         "prefix chains (block ids reused behind other prefixes, as vLLM's chained hashes "
         "never are); a lookup stops at a request's "
         "first miss, which a sample of some of its blocks cannot follow, so the curve may "
@@ -432,13 +439,13 @@ def curve_verdicts(
         return [unready]
     resolution = NO_CHANGE_POINTS if curve.exact else SAMPLED_RESOLUTION_POINTS
     found: list[Verdict] = []
-    sizes: tuple[tuple[float, str], ...] = ((2.0, "doubling"), (0.5, "halving"))
+    sizes: tuple[tuple[float, str], ...] = ((2.0, "doubling"), (HALVING, "halving"))
     others = [other for other in basis.policies if other != policy]
     if own.fits(current):
         # Its sentence says what a larger tier and another policy would do; a smaller one
         # may lose hits, which the curve tells.
         found.append(_fits(policy, own.held(current), own))
-        sizes, others = ((0.5, "halving"),), []
+        sizes, others = ((HALVING, "halving"),), []
     here = curve.at(policy, current)
     for multiple, word in sizes:
         # In whole blocks, as the curve's capacities are: the verdict's multiple is then the

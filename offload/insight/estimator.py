@@ -79,9 +79,15 @@ class CurveEstimator:
         multiples: Sequence[float] = DEFAULT_MULTIPLES,
         *,
         check_prefixes: bool = True,
+        checked_from: float | None = None,
     ) -> None:
         self.rate = check_rate(rate)
         self.capacities = scaled_capacities(current, multiples)
+        if checked_from is not None and not checked_from > 0:
+            raise ValueError(f"checked_from must be a positive multiple, got {checked_from}")
+        smallest = (
+            self.capacities[0] if checked_from is None else max(1, round(current * checked_from))
+        )
         self.current = current
         self.policies = list(dict.fromkeys(policy_names() if policies is None else policies))
         known = policy_names()
@@ -97,11 +103,16 @@ class CurveEstimator:
             [p for p in self.policies if p != STACK_POLICY],
             scaled_tiers(self.rate, self.capacities, stacked=False),
         )
-        largest = (self._shadows if self._stack is None else self._stack).capacities[-1]
-        self.prefix_check = PrefixCheck(max(1, largest)) if check_prefixes else None
+        checker = self._shadows if self._stack is None else self._stack
+        reach = scaled_blocks(self.rate, smallest, stacked=self._stack is not None)
+        self.prefix_check = (
+            PrefixCheck(max(1, checker.capacities[-1]), reach) if check_prefixes else None
+        )
         """Whether the sample keeps the premise of its prefix hits (prefix_check.py), as many
-        blocks as the largest simulated tier holds; None where ``check_prefixes`` is off
-        (another estimator checks the same stream)."""
+        blocks as the largest simulated tier holds, for tiers from ``checked_from`` times
+        ``current`` up (None: the curve's smallest capacity), at the scale of the tiers it
+        runs beside; None where ``check_prefixes`` is off (another estimator checks the
+        same stream)."""
         self.block_refs = 0
         self.sampled_refs = 0
 
