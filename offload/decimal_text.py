@@ -13,7 +13,10 @@ ValueError whose message names the form and the problem.
 Fractional numbers (a timestamp, a timeout, a sampling rate) follow the same
 rule, with a minus sign, a fraction and an exponent as Python and JavaScript
 print them (``0.5``, ``-2``, ``1732850000.25``, ``1e-05``): no plus sign,
-space, underscore, ``inf`` or ``nan``.
+space, underscore, ``inf`` or ``nan``; and none that reads as zero unless written as
+one: a negative zero (``-0``, ``-0.0``) equals 0, so every lower bound of 0 took it
+for 0, and ``1e-400`` is 0 to a double, so a rate written above zero read as "off".
+A negative zero given as a float is refused by the same words (``NEGATIVE_ZERO``).
 
 The rule lives in the core, below every layer, because both sides read such
 text: the worker its vLLM settings, the sidecar its URLs, headers and
@@ -22,6 +25,7 @@ text: the worker its vLLM settings, the sidecar its URLs, headers and
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Final, TypeVar
@@ -35,10 +39,14 @@ POSITIVE_PATTERN: Final = rf"[1-9][0-9]{{0,{MAX_DIGITS - 1}}}"
 MAX_FLOAT_CHARS: Final = 64
 """Longest fractional number read: far past any double's shortest spelling (24)."""
 
+NEGATIVE_ZERO: Final = "it is a negative zero (0 is written without a sign)"
+"""Why -0 is refused, as text or as a float."""
+
 T = TypeVar("T")
 
 _DECIMAL: Final = re.compile(f"0|{POSITIVE_PATTERN}")
 _FRACTIONAL: Final = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+_NONZERO_DIGIT: Final = re.compile(r"[1-9]")
 _FORM: Final = (
     f"plain decimal digits 0-9 (at most {MAX_DIGITS}; no sign, space, underscore or leading zero)"
 )
@@ -61,9 +69,19 @@ def _float_problem(text: str) -> str | None:
     """What keeps ``text`` from being a number in the fractional form; None if it is."""
     if len(text) > MAX_FLOAT_CHARS:
         return f"it has more than {MAX_FLOAT_CHARS} characters"
-    if _FRACTIONAL.fullmatch(text):
+    if not _FRACTIONAL.fullmatch(text):
+        return _character_problem(text, "0123456789.eE+-", "+") or "it is not in that form"
+    if float(text) != 0:
         return None
-    return _character_problem(text, "0123456789.eE+-", "+") or "it is not in that form"
+    if _NONZERO_DIGIT.search(re.split("[eE]", text)[0]):
+        return "it is too small: a double reads it as 0"
+    return NEGATIVE_ZERO if text.startswith("-") else None
+
+
+def is_negative_zero(number: float) -> bool:
+    """Whether ``number`` is -0.0: equal to 0, so every lower bound of 0 takes it, yet not
+    the 0 kvscope writes (``NEGATIVE_ZERO`` says why it is refused)."""
+    return number == 0 and math.copysign(1.0, number) < 0
 
 
 def _character_problem(text: str, allowed: str, signs: str) -> str | None:

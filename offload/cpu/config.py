@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from offload.decimal_text import whole_number
+from offload.decimal_text import NEGATIVE_ZERO, is_negative_zero, whole_number
 from offload.shown import shown_repr
 
 
@@ -44,6 +44,10 @@ def positive_int(
     with a message that names no key.
     """
     number: int | None = None
+    if isinstance(value, float) and is_negative_zero(value):  # refused as the text "-0" is
+        raise ConfigError(
+            f"{where} {key}={shown_repr(value)} is not a whole number: {NEGATIVE_ZERO}"
+        )
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
     elif isinstance(value, float) and (value.is_integer() or (floor and math.isfinite(value))):

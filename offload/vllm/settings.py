@@ -19,7 +19,7 @@ from offload.cpu.manager import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from offload.cpu.miss_attribution import attribution_bytes
 from offload.cpu.policies.cache_policy import CachePolicy
 from offload.cpu.policies.registry import metadata_bound, policy_names, register_policy
-from offload.decimal_text import fractional_number
+from offload.decimal_text import NEGATIVE_ZERO, fractional_number, is_negative_zero
 from offload.insight.sampling import DEFAULT_RATE
 from offload.shown import shown, shown_repr
 from offload.transfer.host_tier import size_text
@@ -423,6 +423,11 @@ def _sample_rate(extra_config: Mapping[str, Any], endpoint: str | None) -> float
     if value is None:
         return DEFAULT_RATE if endpoint is not None else 0.0
     rate: float | None = None
+    if isinstance(value, float) and is_negative_zero(value):  # refused as the text "-0" is
+        raise ConfigError(
+            f"kv_connector_extra_config sample_rate={shown_repr(value)} must be a number from 0 "
+            f"(no sample) to 1 (every block): {NEGATIVE_ZERO}"
+        )
     if isinstance(value, int | float) and not isinstance(value, bool):
         # Compared before converting: an int may be beyond any float.
         rate = float(value) if 0 <= value <= 1 else None

@@ -31,7 +31,10 @@ def test_every_integer_setting_is_found() -> None:
     assert len(INTEGERS) == 28
 
 
-LAX_FRACTIONS = ["1_0", "+3", " 3", "03", "1.2.3", "inf", "nan", "0x10", "\u0663", ""]
+LAX_FRACTIONS = [
+    *("1_0", "+3", " 3", "03", "1.2.3", "inf", "nan", "0x10", "\u0663", ""),
+    *("-0", "-0.0", "1e-400"),  # each reads as 0, which only "0" (or "0.0", "0e3") writes
+]
 
 RULES = [(name, LAX_FORMS, "int_parsing", f"at most {MAX_DIGITS}") for name in INTEGERS] + [
     (name, LAX_FRACTIONS, "float_parsing", "such as 2, 0.5 or 1e-05") for name in FRACTIONAL

@@ -20,6 +20,16 @@ def test_a_minimum_of_zero_admits_zero() -> None:
     assert positive_int("store_threshold", "0", minimum=0) == 0
 
 
+def test_a_negative_zero_is_refused_as_text_and_as_a_float() -> None:
+    """-0.0 equals 0, so a minimum of 0 took it while the text "-0" was refused: the two
+    spellings of one value now meet the same answer, naming the key."""
+    for value, problem in (("-0", "it has a sign"), (-0.0, "it is a negative zero")):
+        with pytest.raises(ConfigError) as caught:
+            positive_int("store_threshold", value, minimum=0)
+        assert f"store_threshold={value!r} is not a whole number" in str(caught.value)
+        assert problem in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [

@@ -200,6 +200,12 @@ def test_without_a_publisher_nothing_is_sampled() -> None:
     ("value", "named"),
     [
         (-0.1, "sample_rate=-0.1 must be a number from 0"),
+        # Equal to 0, so taken for it; refused as the text "-0" is.
+        (
+            -0.0,
+            "sample_rate=-0.0 must be a number from 0 (no sample) to 1 (every block): it is a "
+            "negative zero",
+        ),
         (1.5, "sample_rate=1.5 must be a number from 0"),
         ("often", "sample_rate='often' must be a decimal number such as 2, 0.5 or 1e-05"),
         ("2", "sample_rate='2' must be a number from 0"),
@@ -236,6 +242,12 @@ def test_a_bad_sample_rate_is_a_clear_error_naming_it(value: object, named: str)
         ("inf", "it has a character that is not a digit"),
         (".5", "it is not in that form"),
         ("0.\u0665", "it has a digit that is not ASCII 0-9"),
+        # Each equals 0, so every bound took it for the rate 0: off, as written or not.
+        ("-0", "it is a negative zero"),
+        ("-0.0", "it is a negative zero"),
+        ("-0e5", "it is a negative zero"),
+        ("1e-400", "it is too small: a double reads it as 0"),
+        ("-1e-400", "it is too small: a double reads it as 0"),
     ],
 )
 def test_a_sample_rate_given_as_text_is_read_as_every_kvscope_number_is(

@@ -261,7 +261,10 @@ def test_a_chunk_of_more_tokens_than_events_carry_is_refused_naming_its_key(
     assert len(str(caught.value)) < 400
 
 
-HOSTILE = (-1, 0, -0.5, 8.5, math.nan, math.inf, True, "8\n[FAKE]", {"a": 1}, [1], 2**70, None)
+HOSTILE = (
+    *(-1, 0, -0.0, "-0", -0.5, 8.5, math.nan, math.inf, True, "8\n[FAKE]", {"a": 1}, [1]),
+    *(2**70, None),
+)
 """Values a loosely typed extra config may hold where each key wants something else."""
 
 TAKEN: dict[str, tuple[object, ...]] = {
@@ -273,7 +276,7 @@ TAKEN: dict[str, tuple[object, ...]] = {
     "offload_prompt_only": (True,),
     "self_describing_kv_events": (True,),
     # Beside a registered policy's name (lru here) the module is not read, as in vLLM.
-    "cache_policy_module_path": (None, "8\n[FAKE]"),
+    "cache_policy_module_path": (None, "-0", "8\n[FAKE]"),
     # null is a key left out: no publisher, vLLM's own default chunk.
     **dict.fromkeys(
         ("kvscope_endpoint", "kvscope_replay_endpoint", "block_size", "blocks_per_chunk"),
@@ -281,6 +284,12 @@ TAKEN: dict[str, tuple[object, ...]] = {
     ),
 }
 """The hostile values a key takes, as the README documents them; every other is refused."""
+
+
+def _taken(key: str, value: object) -> bool:
+    """Whether ``key`` takes ``value`` (``TAKEN``), compared as written: -0.0 equals 0 and
+    True equals 1, and neither is taken where they are."""
+    return repr(value) in map(repr, TAKEN.get(key, ()))
 
 
 def _vllm_blocks_per_chunk(key: str, value: object) -> int:
@@ -298,9 +307,10 @@ def _vllm_blocks_per_chunk(key: str, value: object) -> int:
 def test_every_key_takes_a_hostile_value_as_documented_or_refuses_it_naming_it(
     key: str, value: object
 ) -> None:
-    """Negative, zero, a fraction, NaN, inf, a bool, text forging a log line, a nested
-    object, 2**70, null: each key takes what the README says it takes, and any other value
-    is one ConfigError at start-up naming the key, on one short line."""
+    """Negative, zero, negative zero (as a float or as text), a fraction, NaN, inf, a bool,
+    text forging a log line, a nested object, 2**70, null: each key takes what the README
+    says it takes, and any other value is one ConfigError at start-up naming the key, on one
+    short line."""
     base: dict[str, object] = {"num_cpu_blocks": 8}
     if key in ("cpu_bytes_to_use", "num_cpu_blocks"):
         base = {}
@@ -309,7 +319,7 @@ def test_every_key_takes_a_hostile_value_as_documented_or_refuses_it_naming_it(
     config = offloading_config(
         {**base, key: value}, blocks_per_chunk=_vllm_blocks_per_chunk(key, value)
     )
-    if value in TAKEN.get(key, ()):
+    if _taken(key, value):
         KVScopeOffloadingSpec(config)
         return
     with pytest.raises(ConfigError) as caught:
