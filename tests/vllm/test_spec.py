@@ -41,6 +41,22 @@ def test_vllm_factory_resolves_the_spec_from_the_extra_config() -> None:
     assert spec.get_manager().core.num_blocks == 8
 
 
+@pytest.mark.parametrize(
+    "name", ["KVScopeOffloadingSpecc", "kvscopeoffloadingspec", "", "x\n[FAKE]"]
+)
+def test_a_spec_name_offload_vllm_lacks_is_refused_naming_the_key(name: str) -> None:
+    """vLLM's factory reads ``spec_name`` with ``getattr`` on ``spec_module_path``'s module,
+    before any of kvscope's checks: a misspelt name failed in Python's own AttributeError,
+    naming neither key."""
+    config = offloading_config({"num_cpu_blocks": 8, "spec_name": name})
+    with pytest.raises(AttributeError) as caught:
+        OffloadingSpecFactory.create_spec(config)
+    message = str(caught.value)
+    assert f"has no attribute {shown_repr(name)}; as kv_connector_extra_config spec_name" in message
+    assert "kvscope's spec is 'KVScopeOffloadingSpec'" in message
+    assert "\n" not in message
+
+
 def test_the_tier_is_sized_from_cpu_bytes_as_vllm_sizes_it() -> None:
     """vLLM: chunk bytes = per-worker bytes x workers x blocks per chunk, rounded up to a page."""
     config = offloading_config(
@@ -302,7 +318,9 @@ def _vllm_blocks_per_chunk(key: str, value: object) -> int:
 
 @pytest.mark.parametrize("value", HOSTILE, ids=repr)
 @pytest.mark.parametrize(
-    "key", sorted(KVSCOPE_KEYS | VLLM_KEYS - {"spec_name", "spec_module_path"})
+    # vLLM's factory reads these two before any spec is built (one test above, the README).
+    "key",
+    sorted(KVSCOPE_KEYS | VLLM_KEYS - {"spec_name", "spec_module_path"}),
 )
 def test_every_key_takes_a_hostile_value_as_documented_or_refuses_it_naming_it(
     key: str, value: object
