@@ -46,10 +46,10 @@ from offload.wire.endpoint_host import (
     connect_reaches,
     families_of,
     interface_refusal,
-    interfaces,
     listened_addresses,
     resolved_addresses,
     source_refusal,
+    unbindable_host,
 )
 from offload.wire.endpoints import Family, connect_target, endpoint_refusal
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_SAMPLE_TOPIC, DEFAULT_STATS_TOPIC
@@ -703,11 +703,7 @@ class SidecarSettings(BaseSettings):
         listened: dict[str, Address] = {}
         for listen, found in listened_addresses(self.listen).items():
             if isinstance(found, str):
-                problem = (
-                    f"{shown_repr(listen)} cannot be bound on this host: ZMQ binds no address "
-                    f"for its host ({found}); a name to bind is one of this host's interfaces "
-                    f"or a host name of one of its IPv4 addresses (its interfaces: {interfaces()})"
-                )
+                problem = f"{shown_repr(listen)} {unbindable_host(found)}"
                 refused = [self._refused("listen", problem)]
                 raise ValidationError.from_exception_data(type(self).__name__, refused)
             listened[listen] = found

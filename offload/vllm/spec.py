@@ -27,7 +27,7 @@ from offload.vllm.manager import KVScopeManager
 from offload.vllm.settings import check_chunk_tokens, read_settings, read_store_threshold
 from offload.vllm.stats import metric_definitions
 from offload.vllm.worker import KVScopeWorker, build_backend
-from offload.wire.endpoint_host import interface_refusal
+from offload.wire.endpoint_host import interface_refusal, listened_addresses, unbindable_host
 from offload.wire.publisher import BindError, EventPublisher
 from offload.worker_telemetry import WorkerTelemetry
 
@@ -136,10 +136,8 @@ class KVScopeOffloadingSpec(OffloadingSpec):
             return None
         replay = self.settings.kvscope_replay_endpoint
         for key, bound in (("kvscope_endpoint", endpoint), ("kvscope_replay_endpoint", replay)):
-            # Here, where they are bound: read_settings checks them by shape on every node.
-            refusal = None if bound is None else interface_refusal(bound)
-            if refusal is not None:
-                raise ConfigError(f"{key}={shown_repr(bound)} {refusal}")
+            if bound is not None:
+                _check_bindable(key, bound)
         rank = self.config.parallel.data_parallel_index
         try:
             return EventPublisher(endpoint, replay, data_parallel_rank=rank)
@@ -156,3 +154,21 @@ class KVScopeOffloadingSpec(OffloadingSpec):
             backend = build_backend(kv_caches, self.blocks_per_chunk, self.settings.num_chunks)
             self._worker = KVScopeWorker(backend)
         return self._worker
+
+
+def _check_bindable(key: str, endpoint: str) -> None:
+    """Refuse ``key``'s ``endpoint`` where this host cannot bind it, as the sidecar refuses
+    its ``--listen``: a zone naming no interface here (``interface_refusal``), or a host name
+    ZMQ binds no address for (``listened_addresses``, ``unbindable_host``), such as
+    ``tcp://LO:5560``, which ZMQ's bind refused as "No such device", saying nothing of what
+    a name to bind is.
+
+    Here, where the scheduler binds: ``read_settings`` checks the endpoints by shape only,
+    in every process, on every node.
+    """
+    refusal = interface_refusal(endpoint)
+    if refusal is None:
+        found = listened_addresses([endpoint]).get(endpoint)
+        refusal = unbindable_host(found) if isinstance(found, str) else None
+    if refusal is not None:
+        raise ConfigError(f"{key}={shown_repr(endpoint)} {refusal}")

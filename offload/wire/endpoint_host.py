@@ -7,8 +7,10 @@ host does not have, and ``source_refusal`` a source it cannot leave from, or
 one of another family than all the target name resolves to there
 (``resolved_addresses``, ``resolved_families``: each name looked up once, its
 answer passed on to whatever else needs it); ``listened_addresses`` finds where
-ZMQ binds each host the sidecar listens on, and ``connect_reaches`` tells whether
-a connect reaches a socket this host binds, by those answers.
+ZMQ binds each host an endpoint to bind names (the sidecar's listen endpoints, the
+connector's publisher's), ``unbindable_host`` says why one it binds nothing for is
+refused, and ``connect_reaches`` tells whether a connect reaches a socket this host
+binds, by those answers.
 """
 
 from __future__ import annotations
@@ -254,17 +256,18 @@ def answer_address(sockaddr: tuple[str, int] | tuple[str, int, int, int]) -> Add
 
 
 def listened_addresses(endpoints: Iterable[str]) -> dict[str, Address | str]:
-    """What each endpoint the sidecar binds (one ``endpoint_refusal`` takes to bind) binds
+    """What each endpoint kvscope binds (one ``endpoint_refusal`` takes to bind) binds
     its host at, as ZMQ binds it: an address's own, ``*`` 0.0.0.0 (``bound_address``), and a
     name's the address ZMQ binds for it; for a name ZMQ binds nothing for, why, as ZMQ says
     it; ipc:// endpoints are left out.
 
     ZMQ binds a name as an interface's, at its first IPv4 address (``tcp://eth0:5557``; the
-    sidecar binds a name without the IPv6 option, ``binds_ipv6``), else as a host name
-    looked up, at its first IPv4 address (``localhost`` is 127.0.0.1), case and a trailing
-    dot included (``LO`` and ``lo.`` name no interface). Rather than follow that here, each
-    name is bound as ZMQ binds it, at a free port, and its ``LAST_ENDPOINT`` read. Call it
-    at start-up: it binds a socket for each name, and may wait on DNS.
+    sidecar and the connector's publisher bind a name without the IPv6 option,
+    ``binds_ipv6``), else as a host name looked up, at its first IPv4 address
+    (``localhost`` is 127.0.0.1), case and a trailing dot included (``LO`` and ``lo.``
+    name no interface). Rather than follow that here, each name is bound as ZMQ binds it,
+    at a free port, and its ``LAST_ENDPOINT`` read. Call it at start-up: it binds a socket
+    for each name, and may wait on DNS.
     """
     found: dict[str, Address | str] = {}
     for endpoint in endpoints:
@@ -273,6 +276,19 @@ def listened_addresses(endpoints: Iterable[str]) -> dict[str, Address | str]:
         host = host_and_port(endpoint.removeprefix("tcp://"))[0]
         found[endpoint] = bound_address(host) or _bind_name(host)
     return found
+
+
+def unbindable_host(reason: str) -> str:
+    """Why an endpoint to bind is refused whose host name ZMQ binds no address for
+    (``listened_addresses`` answered ``reason``, ZMQ's words), as the rest of a sentence
+    that starts with the endpoint: what a name to bind is, and this host's interfaces.
+    One sentence for every endpoint kvscope binds (the sidecar's ``--listen``, the
+    connector's publisher), said before the socket that would fail is made."""
+    return (
+        f"cannot be bound on this host: ZMQ binds no address for its host ({reason}); a name "
+        "to bind is one of this host's interfaces or a host name of one of its IPv4 addresses "
+        f"(its interfaces: {interfaces()})"
+    )
 
 
 def _bind_name(host: str) -> Address | str:

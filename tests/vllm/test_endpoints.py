@@ -25,6 +25,7 @@ from offload.cpu.config import ConfigError
 from offload.cpu.policies import registry
 from offload.vllm import KVScopeOffloadingSpec
 from offload.vllm.manager import KVScopeManager
+from offload.wire.endpoint_host import interfaces
 from offload.wire.framing import DEFAULT_KV_TOPIC, DEFAULT_STATS_TOPIC
 from offload.wire.publisher import EventPublisher
 from offload.wire.rank_offsets import ports_overlap
@@ -308,6 +309,37 @@ def test_a_zone_naming_no_interface_is_refused_where_the_scheduler_binds_not_on_
     assert str(refused.value).startswith(
         f"{key}={endpoint!r} cannot be used on this host: the zone of '[fe80::1%nosuch0]' "
         f"names no interface of this host (its interfaces: {name} ({index})"
+    )
+
+
+@pytest.mark.parametrize("key", ["kvscope_endpoint", "kvscope_replay_endpoint"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "no-such-host.invalid",  # no interface, and no host name (RFC 6761)
+        "LO",  # an interface's name is compared as it is written, case and all
+        "lo.",
+    ],
+)
+def test_a_host_name_zmq_binds_nothing_for_is_refused_as_the_sidecars_listen_is(
+    key: str, host: str
+) -> None:
+    """ZMQ's own bind refused such a name as "No such device", saying nothing of what a
+    name to bind is; the scheduler now says it before binding, in the sidecar's words for
+    its ``--listen``, naming the key and this host's interfaces."""
+    endpoint = f"tcp://{host}:5557"
+    with zmq.Context() as context, context.socket(zmq.PUB) as pub:
+        pub.linger = 0
+        with pytest.raises(zmq.ZMQError) as zmq_refused:
+            pub.bind(endpoint)
+    extra = {"kvscope_endpoint": "tcp://127.0.0.1:*", key: endpoint}
+    spec = KVScopeOffloadingSpec(offloading_config({"num_cpu_blocks": 4, **extra}))
+    with pytest.raises(ConfigError) as refused:
+        spec.get_manager()
+    assert str(refused.value) == (
+        f"{key}={endpoint!r} cannot be bound on this host: ZMQ binds no address for its host "
+        f"({zmq.strerror(zmq_refused.value.errno)}); a name to bind is one of this host's "
+        f"interfaces or a host name of one of its IPv4 addresses (its interfaces: {interfaces()})"
     )
 
 
