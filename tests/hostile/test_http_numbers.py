@@ -105,6 +105,8 @@ LAX_FRACTIONS = {
     "\u0663.5": "not ASCII",  # Arabic-Indic 3
     "": "empty",
     "1" * 65: "more than 64",
+    "-0": "a negative zero",  # equal to 0: a second spelling of it
+    "1e-400": "too small",  # 0 to a double, though not written as 0
 }
 """Text a lax float reader takes for a number, and the words its 400 uses."""
 
