@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from statistics import median
 
 import msgspec
 from prometheus_client import generate_latest
 
 from bench.tooling.common import count, emit, trace
+from bench.tooling.pairing import paired_round
 from bench.tooling.subscriber import Subscriber
 from offload import CPUOffloadingManager
 from offload.base import BlockHash
@@ -135,22 +136,6 @@ class EncodeBound(EventsSide):
 
     def chore(self) -> None:
         self._buffer.clear()
-
-
-Side = Callable[[Sequence[Sequence[BlockHash]]], None]
-
-
-def paired_round(requests: list[list[int]], chunk: int, off: Side, on: Side) -> tuple[float, float]:
-    """Seconds spent by each side over the whole trace, chunk by chunk, order alternating."""
-    clock = time.perf_counter
-    seconds = {off: 0.0, on: 0.0}
-    for index, start in enumerate(range(0, len(requests), chunk)):
-        part = requests[start : start + chunk]
-        for side in (off, on) if index % 2 else (on, off):
-            began = clock()
-            side(part)
-            seconds[side] += clock() - began
-    return seconds[off], seconds[on]
 
 
 def main() -> None:
