@@ -1,15 +1,25 @@
 """The worker's cost of insight (miss attribution and sampling), per block reference,
 against the 30 ns budget.
 
-Run from the repository root: .venv/bin/python -m bench.insight_overhead [--rate R]
-The headline pairs two replays of the bundled trace in
-bench.telemetry_overhead's way (chunk by chunk, alternating, so a noisy
-neighbour lands on both alike; events on in both): the canonical replay as
-the worker runs it, with miss attribution and the sample (each request into
-the worker's sample buffer, a frame taken and encoded when due, checked once
-per request as the worker does once per step), against the same replay with
-attribution off and no sampler. The stored events' parents are in both: they
-are the events' own cost (bench.telemetry_overhead).
+Run from the repository root:
+.venv/bin/python -m bench.insight_overhead [--rate R] [--pairs N]
+The headline pairs two replays of the bundled trace chunk by chunk, the
+leading side alternating from chunk to chunk and, in pairs of rounds, from
+round to round (bench.tooling.pairing: A B B A, so neither side gains from
+running second; events on in both): the canonical replay as the worker runs
+it, with miss attribution and the sample (each request into the worker's
+sample buffer, a frame taken and encoded when due, checked once per request
+as the worker does once per step), against the same replay with attribution
+off and no sampler. The stored events' parents are in both: they are the
+events' own cost (bench.telemetry_overhead).
+
+Everything runs on the calling thread, so it is timed by the thread's CPU
+clock, not the wall's: on a shared host the wall clock also counts the time
+the thread waits while a neighbour runs, which lands on one side of a pair
+and not the other. The headline is the median of the pairs' differences,
+printed with a 95% interval for that median, and the same for the ratio of
+the two replays: two runs whose intervals overlap did not tell their
+figures apart.
 
 Beside it, each the best of several rounds: the sampling test alone
 (``SpatialSampler.sample``) with int hashes and with the same hashes as
@@ -28,11 +38,19 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
+from functools import partial
 from hashlib import sha256
 from statistics import median
 
-from bench.telemetry_overhead import paired_round
-from bench.tooling.common import trace
+from bench.tooling.common import count, trace
+from bench.tooling.pairing import (
+    Round,
+    abba_pairs,
+    median_interval,
+    pair_difference,
+    pair_ratio,
+    paired_round,
+)
 from offload.base import BlockHash
 from offload.cpu.manager import CPUOffloadingManager
 from offload.cpu.miss_attribution import MissAttribution, PyMissAttribution
@@ -46,31 +64,36 @@ from offload.worker_telemetry import WorkerTelemetry
 BUDGET_NS = 30.0
 CAPACITY = 2000
 ROUNDS = 7
+"""Rounds of the best-of figures beside the headline."""
+PAIRS = 12
+"""Pairs of rounds behind the headline: the fewest whose median's 95% interval leaves out
+the two highest and lowest pairs."""
 CHUNK = 32
+CLOCK = time.thread_time
 
 
 def _sampling_alone(sampler: SpatialSampler, requests: Sequence[Sequence[BlockHash]]) -> float:
     sample = sampler.sample
-    start = time.perf_counter()
+    start = CLOCK()
     for request in requests:
         sample(request)
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def _copy_alone(requests: list[list[int]]) -> float:
     """The same loop copying each request's hashes: the interpreter's floor, for scale."""
-    start = time.perf_counter()
+    start = CLOCK()
     for request in requests:
         [h for h in request]  # the measured work: one comprehension per request
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def _compare_alone(requests: list[list[int]], threshold: int) -> float:
     """The same loop keeping the hashes below a threshold: the cheapest per-hash test."""
-    start = time.perf_counter()
+    start = CLOCK()
     for request in requests:
         [h for h in request if h < threshold]  # the measured work
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def _as_vllm_keys(requests: list[list[int]]) -> list[list[bytes]]:
@@ -78,8 +101,8 @@ def _as_vllm_keys(requests: list[list[int]]) -> list[list[bytes]]:
     return [[sha256(h.to_bytes(8, "little")).digest() + bytes(4) for h in r] for r in requests]
 
 
-def _insight_round(rate: float, requests: list[list[int]]) -> tuple[float, float]:
-    """Seconds of the replay without and with insight, in bench.telemetry_overhead's pairs."""
+def _insight_round(rate: float, requests: list[list[int]], insight_leads: bool) -> Round:
+    """CPU seconds of the replay without and with insight, paired chunk by chunk."""
     plain = CPUOffloadingManager(
         BUNDLED_TRACE_BLOCK_SIZE, CAPACITY, "lru", enable_events=True, attribute_misses=False
     )
@@ -102,7 +125,7 @@ def _insight_round(rate: float, requests: list[list[int]]) -> tuple[float, float
                 assert frame is not None
                 encode_sample_frame(frame)
 
-    return paired_round(requests, CHUNK, without, with_insight)
+    return paired_round(requests, CHUNK, without, with_insight, clock=CLOCK, on_leads=insight_leads)
 
 
 def _form(implementation: object, python_form: object) -> str:
@@ -113,6 +136,12 @@ def _form(implementation: object, python_form: object) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE)
+    parser.add_argument(
+        "--pairs",
+        type=count,
+        default=PAIRS,
+        help="pairs of whole-trace rounds behind the headline, each side leading in one",
+    )
     args = parser.parse_args()
     _, requests = trace()
     refs = sum(map(len, requests))
@@ -122,12 +151,15 @@ def main() -> None:
     keys_alone = min(_sampling_alone(sampler, keys) for _ in range(ROUNDS))
     copy = min(_copy_alone(requests) for _ in range(ROUNDS))
     compare = min(_compare_alone(requests, sampler.threshold) for _ in range(ROUNDS))
-    rounds = [_insight_round(args.rate, requests) for _ in range(ROUNDS)]
-    without = median(r[0] for r in rounds)
-    with_insight = median(r[1] for r in rounds)
+    pairs = abba_pairs(args.pairs, partial(_insight_round, args.rate, requests))
+    rounds = [one for pair in pairs for one in pair]
+    without = median(off for off, _ in rounds)
+    with_insight = median(on for _, on in rounds)
     alone_ns = 1e9 * alone / refs
+    per_pair = sorted(1e9 * pair_difference(pair) / refs for pair in pairs)
+    insight_ns = median(per_pair)
+    ratios = [pair_ratio(pair) for pair in pairs]
     per_round = sorted(round(1e9 * (on - off) / refs, 1) for off, on in rounds)
-    insight_ns = median(per_round)
     print(json.dumps({
         "bench": "insight_overhead", "rate": args.rate, "block_refs": refs,
         "forms": {
@@ -138,7 +170,12 @@ def main() -> None:
         },
         "insight_ns_per_block": round(insight_ns, 1),
         "insight_ns_per_request": round(insight_ns * refs / len(requests)),
+        "insight_ns_per_block_interval": [round(x, 1) for x in median_interval(per_pair)],
+        "insight_ns_per_block_pairs": [round(x, 1) for x in per_pair],
         "insight_ns_per_block_rounds": per_round,
+        "with_over_without": round(median(ratios), 4),
+        "with_over_without_interval": [round(x, 4) for x in median_interval(ratios)],
+        "clock": "thread_cpu",
         "budget_ns_per_block": BUDGET_NS,
         "insight_share_of_budget": round(insight_ns / BUDGET_NS, 2),
         "replay_ns_per_block": round(1e9 * without / refs, 1),
