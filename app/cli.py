@@ -25,7 +25,7 @@ from pydantic_core import ErrorDetails
 from app.otel import OtelConfigError, configure_otel
 from app.server import Sidecar, run_server
 from app.settings import SettingError, SidecarSettings
-from app.stop_signals import StopSignals, interrupt_once
+from app.stop_signals import StopSignals, Terminated, stop_once
 from offload.cpu.manager import MAX_NUM_BLOCKS
 from offload.cpu.policies.registry import policy_names
 from offload.decimal_text import fractional_number, whole_number
@@ -313,7 +313,7 @@ def _no_memory(policy: str, capacity: int, grows: str) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    interrupt_once()
+    stop_once()  # the replay runs on this thread: Ctrl-C and SIGTERM end it by an exception
     trace = args.trace if args.trace is not None else bundled_trace_path()
     requests = load_trace(trace)
     if OPT in args.policy and (conflict := prefix_conflict(requests)) is not None:
@@ -450,6 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down cleanly, and said so
         return 130
+    except Terminated:  # SIGTERM cut a replay short: the status a shell gives its death
+        return 143
     except BrokenPipeError:  # the reader of our output went away (| head): stop, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import signal
 
-from app.stop_signals import interrupt_once
+from app.stop_signals import stop_once
 
 
 def main() -> int:
     """Import the command line with Ctrl-C as one quiet stop, then run it under the SIGINT
     handler the process started with (its commands install their own, or rely on Python's)."""
     started_with = signal.getsignal(signal.SIGINT)
-    interrupt_once()  # one KeyboardInterrupt however many come (timeout -s INT sends two)
+    stop_once(frozenset({signal.SIGINT}))  # one KeyboardInterrupt however many come
+    # (timeout -s INT sends two)
     try:
         from app.cli import main as command
     except KeyboardInterrupt:

@@ -11,8 +11,9 @@ The handlers are installed, not left to KeyboardInterrupt: a process started in 
 background of a shell (or by some supervisors) inherits SIGINT ignored, and Python then
 never raises it.
 
-``interrupt_once`` is for work the main thread does itself, which only an exception stops:
-Ctrl-C raises one KeyboardInterrupt, and its handler ignores every later one.
+``stop_once`` is for work the main thread does itself, which only an exception stops:
+Ctrl-C raises one KeyboardInterrupt, SIGTERM one ``Terminated``, and the handler ignores
+every stop signal after the first.
 """
 
 from __future__ import annotations
@@ -62,21 +63,35 @@ class StopSignals:
                 return stops
 
 
-def _interrupt_once(signum: int, frame: object) -> None:
-    """Ctrl-C's handler: ignore the next, then raise KeyboardInterrupt (re-entered before
-    the first line, the inner call's raise is the one that propagates: still one)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread as Ctrl-C raises KeyboardInterrupt: not an
+    ``Exception``, so that no ``except Exception`` takes a stop for a failure."""
 
 
-def interrupt_once() -> None:
-    """From now on Ctrl-C raises one KeyboardInterrupt in the main thread, however many come.
+_RAISED: Final = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated}
+
+
+def _stop_once(signum: int, frame: object) -> None:
+    """The handler: ignore every later stop signal, then raise this one's exception
+    (re-entered before the first line, the inner call's raise is the one that propagates:
+    still one)."""
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, signal.SIG_IGN)
+    raise _RAISED[signal.Signals(signum)]
+
+
+def stop_once(signums: frozenset[signal.Signals] = STOP_SIGNALS) -> None:
+    """From now on the first of ``signums`` to come raises one exception in the main thread
+    (KeyboardInterrupt for Ctrl-C, ``Terminated`` for SIGTERM), and Ctrl-C and SIGTERM are
+    ignored after it, however many come.
 
     For work the main thread does itself (``replay``), which only an exception can stop.
     With Python's own handler, a second SIGINT microseconds after the first (``timeout -s
     INT`` signals the command and its group) raised again in the middle of the first's
-    unwinding or at exit: a traceback, or death by the signal, 1 run in 2. A SIGINT the
+    unwinding or at exit: a traceback, or death by the signal, 1 run in 2; and SIGTERM's
+    default action ended the process where it was, nothing at exit run. A signal the
     process was started ignoring stays ignored, as Python leaves it.
     """
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupt_once)
+    for signum in signums:
+        if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
+            signal.signal(signum, _stop_once)

@@ -830,6 +830,32 @@ def test_replay_of_dash_with_standard_input_closed_is_one_line() -> None:
     assert result.stderr == "kvscope: error: cannot read trace -: standard input is closed\n"
 
 
+def test_sigterm_stops_replay_with_status_143_once_its_spans_are_exported() -> None:
+    """It died by the signal (status -15) where it was, the spans the OpenTelemetry SDK held
+    never exported. Two come, microseconds apart, as `timeout` sends them."""
+    # Nothing exported before the stop: one span in a hundred is kept, fewer than the batch
+    # that would be exported at once, and the timer that would export them never fires.
+    otel = {
+        "OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": str(MAX_BSP_VALUE),
+        "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01",
+    }  # fmt: skip
+    command = ["replay", "--capacity", "100,200,400,800,1600,3200,6400,12800", "--json"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(otel),
+    ) as process:  # fmt: skip
+        assert process.stdout is not None
+        first = process.stdout.readline()  # one capacity replayed, seven to go
+        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)
+        rest, stderr = process.communicate(timeout=60)
+    assert json.loads(first)["capacity"] == 100
+    assert process.returncode == 143, stderr[-2000:]
+    assert '"name": "kvscope.manager.prepare_store"' in stderr
+    assert "Traceback" not in stderr
+    assert rest.count("\n") < 7
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_removes_its_url_file_as_it_stops(tmp_path: Path, stop: signal.Signals) -> None:
     """It was left naming a port no longer served, and a reader waiting for the next

@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 HANG_S = 30.0
 """How long a line may take before the waiting process is taken for hung."""
 
@@ -93,33 +95,42 @@ def test_a_wait_ends_alone_at_its_timeout_and_ctrl_c_ends_it_though_sigint_came_
         assert process.wait(timeout=HANG_S) == 0
 
 
-INTERRUPTED = """
+STOPPED = """
 import sys
-from app.stop_signals import interrupt_once
-interrupt_once()
+from app.stop_signals import Terminated, stop_once
+stop_once()
 try:
     print("ready", flush=True)
     while True:
         pass
 except KeyboardInterrupt:
     sys.exit(130)
+except Terminated:
+    sys.exit(143)
 """
-"""Busy in the main thread, as `kvscope replay` is, until a KeyboardInterrupt; 130 then,
+"""Busy in the main thread, as `kvscope replay` is, until Ctrl-C or SIGTERM; 130 or 143 then,
 as `kvscope` exits."""
 
 
-def test_two_ctrl_cs_microseconds_apart_raise_one_keyboard_interrupt() -> None:
-    """With Python's own handler the second raised again as the first unwound or at exit:
-    a traceback, or death by SIGINT, in about 1 run in 3."""
-    for round_ in range(300):
+@pytest.mark.parametrize(
+    ("stop", "status", "rounds"), [(signal.SIGINT, 130, 300), (signal.SIGTERM, 143, 100)],
+    ids=["SIGINT", "SIGTERM"],
+)  # fmt: skip
+def test_two_stop_signals_microseconds_apart_raise_one_exception(
+    stop: signal.Signals, status: int, rounds: int
+) -> None:
+    """With Python's own handler a second Ctrl-C raised again as the first unwound or at
+    exit: a traceback, or death by SIGINT, in about 1 run in 3. SIGTERM's default action
+    ended the process where it was, before anything at exit ran."""
+    for round_ in range(rounds):
         process = subprocess.Popen(
-            [sys.executable, "-c", INTERRUPTED],
+            [sys.executable, "-c", STOPPED],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         with process:
             assert line(process) == "ready"
-            os.kill(process.pid, signal.SIGINT)
+            os.kill(process.pid, stop)
             spin((round_ % 20) * 5e-6)
-            os.kill(process.pid, signal.SIGINT)
+            os.kill(process.pid, stop)
             _, stderr = process.communicate(timeout=HANG_S)
-        assert (process.returncode, stderr) == (130, ""), round_
+        assert (process.returncode, stderr) == (status, ""), round_
