@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -19,16 +20,27 @@ def script() -> str:
     return f"import sys; from {module} import {function}; sys.exit({function}())"
 
 
+def importing(*args: str) -> subprocess.Popen[str]:
+    """The script, started with -X importtime, which writes a line to stderr as each module's
+    import ends: the lines tell the caller how far the process has come."""
+    return subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-c", script(), *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+def messages(stderr: str) -> list[str]:
+    """What the process wrote to stderr besides -X importtime's lines."""
+    return [line for line in stderr.splitlines() if not line.startswith("import time:")]
+
+
 def test_ctrl_c_while_the_command_still_imports_exits_130_quietly() -> None:
     """The script imported ``app.cli`` (about half a second: pydantic, FastAPI, uvicorn)
     before any of kvscope's code ran, and Ctrl-C then printed Python's KeyboardInterrupt
     traceback. Two come, microseconds apart, as ``timeout -s INT`` sends them."""
-    # -X importtime writes a line as each module is imported: the signals come once
-    # pydantic is, at the start of app.cli's imports, far from their end.
-    with subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-c", script(), "replay", "--capacity", "200"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-    ) as process:  # fmt: skip
+    # The signals come once pydantic is imported, at the start of app.cli's imports, far
+    # from their end.
+    with importing("replay", "--capacity", "200") as process:
         assert process.stderr is not None
         for line in process.stderr:
             if line.rsplit("|", 1)[-1].strip() == "pydantic":
@@ -36,6 +48,33 @@ def test_ctrl_c_while_the_command_still_imports_exits_130_quietly() -> None:
                 process.send_signal(signal.SIGINT)
                 break
         _, stderr = process.communicate(timeout=60)
-    messages = [line for line in stderr.splitlines() if not line.startswith("import time:")]
     assert process.returncode == 130, stderr[-2000:]
-    assert messages == []
+    assert messages(stderr) == []
+
+
+DELAYS_S = [i * 0.0005 for i in range(8)]
+"""When Ctrl-C comes after app.cli is imported: 0 to 3.5 ms, while the arguments are parsed
+(a few milliseconds) before ``replay`` takes the signal over."""
+
+
+def spin(seconds: float) -> None:
+    """Busy-wait ``seconds``: a sleep this short would last far longer."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_ctrl_c_as_the_arguments_are_parsed_exits_130_quietly() -> None:
+    """The entry point put Python's own handler back once ``app.cli`` was imported, and the
+    command parsed its arguments under it: Ctrl-C there printed a traceback (in 5 tries of
+    these 8 here)."""
+    for delay in DELAYS_S:
+        with importing("replay", "--capacity", "200") as process:
+            assert process.stderr is not None
+            for line in process.stderr:
+                if line.rsplit("|", 1)[-1].strip() == "app.cli":
+                    spin(delay)
+                    process.send_signal(signal.SIGINT)
+                    break
+            _, stderr = process.communicate(timeout=60)
+        assert (process.returncode, messages(stderr)) == (130, []), delay
