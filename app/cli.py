@@ -6,13 +6,21 @@ line on stderr and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":
+    # `python -m app.cli` runs as the kvscope script does, through its entry point, which
+    # imports this module again, by its name, with Ctrl-C as a quiet stop from the start.
+    from app.entry_point import main as _script
+
+    sys.exit(_script())
+
 import argparse
 import difflib
 import importlib.metadata
 import json
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -494,7 +502,3 @@ def _setting_name(location: tuple[int | str, ...], flags: frozenset[str]) -> str
     name = str(location[0])
     variable = f"KVSCOPE_{name.upper()}"
     return f"--{name.replace('_', '-')} / {variable}" if name in flags else variable
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,8 @@ The script pip writes imports its entry point before anything of kvscope's runs,
 ``app.cli`` brings the whole sidecar (pydantic, FastAPI, uvicorn, ZMQ): about half a
 second in which Ctrl-C printed Python's KeyboardInterrupt traceback, and so it did in the
 few milliseconds the arguments are then parsed. Here Ctrl-C stops either quietly, and the
-command exits 130 with nothing more, as it does once running.
+command exits 130 with nothing more, as it does once running. ``python -m app.cli`` comes
+here too (the top of app/cli.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The ``kvscope`` console script as pip writes it: the entry point pyproject.toml names,
-imported and called, in a real process."""
+"""The ``kvscope`` console script as pip writes it (the entry point pyproject.toml names,
+imported and called) and ``python -m app.cli``, in a real process."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,11 +22,15 @@ def script() -> str:
     return f"import sys; from {module} import {function}; sys.exit({function}())"
 
 
-def importing(*args: str) -> subprocess.Popen[str]:
-    """The script, started with -X importtime, which writes a line to stderr as each module's
+FORMS = {"script": ["-c", script()], "python -m app.cli": ["-m", "app.cli"]}
+"""The two ways the command is started, as interpreter arguments."""
+
+
+def importing(form: list[str], *args: str) -> subprocess.Popen[str]:
+    """The command, started with -X importtime, which writes a line to stderr as each module's
     import ends: the lines tell the caller how far the process has come."""
     return subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-c", script(), *args],
+        [sys.executable, "-X", "importtime", *form, *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
 
@@ -34,13 +40,15 @@ def messages(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if not line.startswith("import time:")]
 
 
-def test_ctrl_c_while_the_command_still_imports_exits_130_quietly() -> None:
+@pytest.mark.parametrize("form", FORMS.values(), ids=FORMS)
+def test_ctrl_c_while_the_command_still_imports_exits_130_quietly(form: list[str]) -> None:
     """The script imported ``app.cli`` (about half a second: pydantic, FastAPI, uvicorn)
     before any of kvscope's code ran, and Ctrl-C then printed Python's KeyboardInterrupt
-    traceback. Two come, microseconds apart, as ``timeout -s INT`` sends them."""
+    traceback; ``python -m app.cli`` did so until it went through the script's entry point.
+    Two come, microseconds apart, as ``timeout -s INT`` sends them."""
     # The signals come once pydantic is imported, at the start of app.cli's imports, far
     # from their end.
-    with importing("replay", "--capacity", "200") as process:
+    with importing(form, "replay", "--capacity", "200") as process:
         assert process.stderr is not None
         for line in process.stderr:
             if line.rsplit("|", 1)[-1].strip() == "pydantic":
@@ -67,9 +75,9 @@ def spin(seconds: float) -> None:
 def test_ctrl_c_as_the_arguments_are_parsed_exits_130_quietly() -> None:
     """The entry point put Python's own handler back once ``app.cli`` was imported, and the
     command parsed its arguments under it: Ctrl-C there printed a traceback (in 5 tries of
-    these 8 here)."""
+    these 8 here). ``python -m app.cli`` runs the same entry point (the test above)."""
     for delay in DELAYS_S:
-        with importing("replay", "--capacity", "200") as process:
+        with importing(FORMS["script"], "replay", "--capacity", "200") as process:
             assert process.stderr is not None
             for line in process.stderr:
                 if line.rsplit("|", 1)[-1].strip() == "app.cli":
