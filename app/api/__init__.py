@@ -10,9 +10,10 @@ from fastapi import FastAPI
 from app.api.body_errors import install_body_errors
 from app.api.event_stream import EventStreams
 from app.api.guards import install_guards
+from app.api.http_collector import HttpCollector
 from app.api.http_counts import HttpCounts
 from app.api.limits import HttpLimits
-from app.api.metrics import Exposition, HttpCollector
+from app.api.metrics import Exposition
 from app.api.page import mount_page
 from app.api.response_buffers import ResponseBuffers
 from app.api.routes import blocks, docs, events, history, insight, operations, stats

@@ -1,8 +1,9 @@
 """What /metrics serves: every worker's metrics, labelled, and the sidecar's own.
 
-The sidecar's own ``kvscope_sidecar_*`` metrics are defined here, read at
-scrape time from the sidecar's state and from the HTTP side's counts; the
-workers' families come from app/api/worker_families.py.
+The sidecar's own ``kvscope_sidecar_*`` metrics are read at scrape time: from the
+sidecar's state here (the hit-ratio curve's families in app/api/insight_families.py), from
+the HTTP side's counts in app/api/http_collector.py; the workers' families come from
+app/api/worker_families.py.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from app.api.event_stream import EventStreams
 from app.api.exposition_text import TextFormat
-from app.api.http_counts import HttpCounts
-from app.api.response_buffers import ResponseBuffers
+from app.api.http_collector import HttpCollector
+from app.api.insight_families import insight_families
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
 from app.state.block_index import (
@@ -36,9 +36,6 @@ from app.state.block_index import (
     MEDIA_PER_PUBLISHER,
 )
 from app.state.history import DEFAULT_MAX_LABEL_SETS
-from app.state.insight import InsightReading, PublisherInsight
-from app.state.insight_verdicts import window_efficiency
-from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 
 _PUBLISHER_COUNTERS = (
@@ -211,7 +208,7 @@ class SidecarCollector(Collector):
             "Estimated memory of the recent-events log (at most event_buffer_bytes).",
             event_log.bytes,
         )
-        yield from _insight_families(publishers, self._state)
+        yield from insight_families(publishers, self._state)
         history = self._state.history
         yield GaugeMetricFamily(
             "kvscope_sidecar_history_bytes",
@@ -227,175 +224,6 @@ class SidecarCollector(Collector):
             "series one publisher's metric may have (one per medium tracked, at least "
             f"{DEFAULT_MAX_LABEL_SETS}).",
             history.refused,
-        )
-
-
-_SAMPLE_COUNTERS = (
-    ("kvscope_sidecar_sample_frames_total", "Sample frames applied to the hit-ratio curve.",
-     "frames"),
-    ("kvscope_sidecar_sample_missed_frames_total", "Sample frames lost in sequence gaps.",
-     "missed_frames"),
-    ("kvscope_sidecar_sample_block_refs_total",
-     "Block references the sample frames stand for (sampled or not).", "block_refs"),
-    ("kvscope_sidecar_sampled_refs_total", "Sampled block references received.", "sampled_refs"),
-    ("kvscope_sidecar_insight_resets_total",
-     "Times a publisher's hit-ratio curve started over (new stream or restart).", "resets"),
-)  # fmt: skip
-"""A publisher's sampled-stream counts (app/state/insight.py), by attribute."""
-
-
-def _insight_families(publishers: list[PublisherState], state: SidecarState) -> Iterator[Metric]:
-    """The hit-ratio curves as gauges, the sampled streams' counts, the curves' memory."""
-    sampling = [(p.name, p.insight) for p in publishers if p.insight is not None]
-    curve = GaugeMetricFamily(
-        "kvscope_sidecar_hit_ratio_curve",
-        "Estimated hit ratio of a publisher's tier at a multiple of its capacity, per policy.",
-        labels=["publisher", "policy", "multiple"],
-    )
-    memory = 0
-    read = [(name, insight, insight.reading()) for name, insight in sampling]
-    for name, insight, reading in read:
-        memory += insight.memory()[1]
-        found = reading.curve
-        if found is None:
-            continue
-        for policy, ratios in found.hit_ratios.items():
-            for multiple, ratio in zip(found.multiples() or (), ratios, strict=True):
-                curve.add_metric([name, policy, f"{multiple:g}"], ratio)
-    yield curve
-    for metric, help_text, attribute in _SAMPLE_COUNTERS:
-        family = CounterMetricFamily(metric, help_text, labels=["publisher"])
-        for name, insight in sampling:
-            family.add_metric([name], getattr(insight, attribute))
-        yield family
-    shed = CounterMetricFamily(
-        "kvscope_sidecar_sample_shed_block_refs_total",
-        "Block references left out of a curve: by the worker's full buffer (where=worker), "
-        "or by the shadow tiers' full queue (where=shadows: out of every policy but lru).",
-        labels=["publisher", "where"],
-    )
-    for name, insight in sampling:
-        shed.add_metric([name, "worker"], insight.worker_shed_block_refs)
-        shed.add_metric([name, "shadows"], insight.shadow_shed_block_refs)
-    yield shed
-    yield from _optimum_families(read)
-    yield GaugeMetricFamily(
-        "kvscope_sidecar_insight_bytes",
-        "Estimated memory of the hit-ratio curves' simulations and the optimum's windows, "
-        "every publisher (at most insight_max_bytes each).",
-        memory,
-    )
-    queue = state.insight.queue
-    yield GaugeMetricFamily(
-        "kvscope_sidecar_insight_queue_bytes",
-        f"Estimated bytes waiting for the shadow tiers (at most {queue.max_bytes}).",
-        queue.bytes,
-    )
-
-
-def _optimum_families(
-    read: list[tuple[str, PublisherInsight, InsightReading]],
-) -> Iterator[Metric]:
-    """The optimum over each publisher's window: its hits and the tier's policy's, and the
-    block references they are out of (efficiency = tier hits / optimum hits), each from
-    the same reading as its curve."""
-    block_refs = GaugeMetricFamily(
-        "kvscope_sidecar_window_block_refs",
-        "Block references the optimum's window stood for at its latest computation.",
-        labels=["publisher"],
-    )
-    optimum = GaugeMetricFamily(
-        "kvscope_sidecar_window_optimum_hits",
-        "Estimated hits of a clairvoyant cache of the tier's size over the window "
-        "(its hit ratio times window_block_refs).",
-        labels=["publisher"],
-    )
-    tier = GaugeMetricFamily(
-        "kvscope_sidecar_window_tier_hits",
-        "Estimated hits of the tier's policy over the same window, from empty at the same "
-        "size; over window_optimum_hits: the efficiency against the optimum (absent where "
-        "the API's efficiency is null: the curve does not simulate the tier's policy, the "
-        "optimum hit nothing, the tier is too few sampled blocks, or the stream's blocks do "
-        "not form prefix chains).",
-        labels=["publisher"],
-    )
-    runs = CounterMetricFamily(
-        "kvscope_sidecar_window_optimum_runs_total",
-        "Computations of the optimum over the window.",
-        labels=["publisher"],
-    )
-    for name, insight, reading in read:
-        runs.add_metric([name], insight.optimum_runs)
-        computed = reading.optimum
-        if computed is None:
-            continue
-        result = computed.result
-        block_refs.add_metric([name], result.block_refs)
-        optimum.add_metric([name], result.optimum_ratio * result.block_refs)
-        stream = reading.stream
-        efficiency = (
-            None
-            if stream is None
-            else window_efficiency(result, stream.policy, stream.capacity, reading.basis)
-        )
-        if efficiency is not None:
-            tier.add_metric([name], result.tier_ratio * result.block_refs)
-    yield from (block_refs, optimum, tier, runs)
-
-
-class HttpCollector(Collector):
-    """What the HTTP side refused or shed, the event streams open, the events rendered for
-    their backlogs and the response bytes held (``HttpLimits``)."""
-
-    def __init__(self, counts: HttpCounts, streams: EventStreams, buffers: ResponseBuffers) -> None:
-        self._counts = counts
-        self._streams = streams
-        self._buffers = buffers
-
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        refused = CounterMetricFamily(
-            "kvscope_sidecar_http_refused",
-            "Requests refused by a limit: body_too_large (413), host_not_allowed (400), "
-            "sse_clients_full (503), headers_too_large (431), connections_full (503), "
-            "malformed_request (400, bytes the HTTP parser refuses), response_buffer_full "
-            "(503, an answer that would pass the bytes held for clients still reading), "
-            "pipeline_too_large (503, a request that would take those sent ahead of their "
-            "answers past max_header_bytes together); "
-            "connections closed: headers_timeout (no complete head in time), body_timeout (no "
-            "complete body in time), send_timeout "
-            "(a response its client stopped reading), send_too_slow (a response its client "
-            "read slower than min_send_bytes_per_s), pipeline_full (too many requests "
-            "sent ahead of their answers).",
-            labels=["reason"],
-        )
-        for reason, count in self._counts.refused.items():
-            refused.add_metric([reason], count)
-        yield refused
-        yield CounterMetricFamily(
-            "kvscope_sidecar_sse_shed",
-            "Event-stream readers dropped for falling a queue's worth behind.",
-            self._counts.sse_shed,
-        )
-        yield CounterMetricFamily(
-            "kvscope_sidecar_sse_backlog_events",
-            "Events rendered for the backlogs of readers resuming from an older Last-Event-ID, "
-            "rendered per reader (the live broadcast is rendered once for all); none once the "
-            "reader is shed.",
-            self._counts.sse_backlog_events,
-        )
-        yield GaugeMetricFamily(
-            "kvscope_sidecar_sse_clients", "Event streams open.", len(self._streams)
-        )
-        yield GaugeMetricFamily(
-            "kvscope_sidecar_http_response_buffer_bytes",
-            "Response bytes held for clients still reading them: buffers of connections past "
-            "64 KiB unsent, and answers admitted but not yet written. An answer that would "
-            "take it past response_buffer_bytes (an answer other than /metrics: past its "
-            "seven eighths) is refused (response_buffer_full).",
-            self._buffers.held(),
         )
 
 
