@@ -29,8 +29,9 @@ from app.api import create_app
 from app.api.http_counts import Refusal
 from app.cli import build_parser
 from app.settings import SidecarSettings
-from app.state.block_index import PAGE_SCAN, MediaRefusal
+from app.state.block_index import PAGE_SCAN
 from app.state.insight_verdicts import VerdictKind
+from app.state.locations import MediaRefusal
 from app.state.publisher import ReplayOutcome
 from app.state.sidecar import SidecarState
 from offload.cpu.miss_attribution import Reason

@@ -30,12 +30,8 @@ from app.api.http_collector import HttpCollector
 from app.api.insight_families import insight_families
 from app.api.worker_families import WorkerFamilies
 from app.gc_pauses import GcPauses, gc_pauses
-from app.state.block_index import (
-    MAX_GROUPS,
-    MAX_LOCATIONS,
-    MEDIA_PER_PUBLISHER,
-)
 from app.state.history import DEFAULT_MAX_LABEL_SETS
+from app.state.locations import MAX_GROUPS, MAX_LOCATIONS, MEDIA_PER_PUBLISHER
 from app.state.sidecar import SidecarState
 
 _PUBLISHER_COUNTERS = (
@@ -140,10 +136,11 @@ class SidecarCollector(Collector):
                 listener.connections,
             )
         index = self._state.index
+        locations = index.locations
         with self._state.lock:
             tracked, overflow = len(index), index.overflow
-            refused_media = dict(index.refused_media)
-            refused_locations = index.refused_location_events
+            refused_media = dict(locations.refused_media)
+            refused_locations = locations.refused_location_events
             usage = index.usage()
         yield GaugeMetricFamily("kvscope_sidecar_tracked_blocks", "Blocks indexed.", tracked)
         stranded = GaugeMetricFamily(
@@ -165,7 +162,7 @@ class SidecarCollector(Collector):
             "kvscope_sidecar_refused_media_events_total",
             "Events refused for naming a new medium, by reason: past the "
             f"{MEDIA_PER_PUBLISHER} one publisher may name (publisher), past "
-            f"listen_max_media_per_host ({index.media_per_host}) one host's listen-mode "
+            f"listen_max_media_per_host ({locations.media_per_host}) one host's listen-mode "
             "streams may name (host), past max_media, one place of which is held for the GPU "
             "(max_media; and media past it a stats frame gave block sizes for).",
             labels=["reason"],
@@ -177,7 +174,7 @@ class SidecarCollector(Collector):
             "kvscope_sidecar_refused_location_events_total",
             f"Events refused for naming a KV cache group past the {MAX_GROUPS} tracked per "
             "publisher and medium, or a location past listen_max_locations_per_host "
-            f"({index.locations_per_host}) one host's listen-mode streams may hold, or past "
+            f"({locations.locations_per_host}) one host's listen-mode streams may hold, or past "
             f"{MAX_LOCATIONS} in all.",
             refused_locations,
         )

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from heapq import heappop, heappush
 from itertools import islice
-from typing import Final, Literal, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -20,6 +19,7 @@ from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
 from app.state.held_block import HeldBlock, location_numbers
 from app.state.listing import Listing
+from app.state.locations import LOCATIONS_PER_HOST, MEDIA_PER_PUBLISHER, Locations
 from app.state.shards import SHARD_RUN, SHARDS, shard_of
 from app.state.stranded import MAX_REHANG_LINKS, Siblings, StrandedBlocks
 
@@ -29,15 +29,6 @@ from app.state.stranded import MAX_REHANG_LINKS, Siblings, StrandedBlocks
 # either. So an index of millions of blocks adds nothing to a full collection.
 # The dicts are shards (app/state/shards.py), so none is big enough to stall on a rebuild.
 
-MAX_GROUPS: Final = 16
-"""Most KV cache groups tracked per publisher and medium: each is a location bit of its
-own, and the network names them (vLLM's hybrid models have a handful)."""
-MEDIA_PER_PUBLISHER: Final = 4
-"""Most media one publisher names at once: a vLLM engine stores on its GPU and a CPU tier,
-perhaps a disk tier, and one more (a remote store) is spare. Media and locations are shared
-by every publisher, so one publisher alone names at most 4 of the 16 media (the default
-``max_media``) and 64 of the ``MAX_LOCATIONS`` (4 media of ``MAX_GROUPS`` groups): naming
-them first, one took every place, and the engines met after it had none."""
 RESET_TRACKED: Final = 2048
 """Most blocks a publisher may store after a reset (counted as its batches end) for its next
 reset to look at those alone, rather than walk the index: 16 KB per publisher at most. To make
@@ -57,23 +48,6 @@ _DONE: Final = object()
 """What the parts of a batch give when the batch is applied."""
 _NO_BLOCK: Final = object()
 """Never a block hash: what a store's loop knows of before it enters a block."""
-MAX_LOCATIONS: Final = 1024
-"""Most locations (publisher, medium, group) in all: every held block's mask is as wide as
-the highest bit, so its memory and the walks over it grow with them (64 publishers on
-16 media, the worst case before groups). A publisher names at most 64 of them
-(``MEDIA_PER_PUBLISHER``), so 16 publishers holding a block in every one fill them."""
-MediaRefusal = Literal["publisher", "host", "max_media"]
-MEDIA_REFUSALS: Final[tuple[MediaRefusal, ...]] = ("publisher", "host", "max_media")
-"""Why an event naming a new medium was refused: its publisher names ``MEDIA_PER_PUBLISHER``
-media already, or its host's publishers ``media_per_host``, or the index tracks ``max_media``
-(one of them held for the GPU until it is named); the reason labels the refusal's count."""
-LOCATIONS_PER_HOST: Final = MAX_LOCATIONS // 4
-"""The default of ``BlockIndex.locations_per_host``: room for 16 engine ranks of a hybrid
-model of 8 KV cache groups on the GPU and the CPU, and for three more hosts' as many."""
-_LOCATIONS: Final = "locations"
-"""Why a new location has no place, when it is not a medium's: ``MAX_GROUPS``,
-``locations_per_host`` or ``MAX_LOCATIONS`` (``_location``)."""
-_Refusal = MediaRefusal | Literal["locations"]
 _Item = TypeVar("_Item")  # what an event's cuts hold: block hashes, or rehangs
 
 
@@ -142,14 +116,10 @@ class BlockIndex:
         blocks its pool spends)."""
         if max_blocks < 1:
             raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
-        if max_media < 1:
-            raise ValueError(f"max_media must be at least 1, got {max_media}")
-        if media_per_host < 1:
-            raise ValueError(f"media_per_host must be at least 1, got {media_per_host}")
-        if not 1 <= locations_per_host <= MAX_LOCATIONS:
-            raise ValueError(
-                f"locations_per_host must be from 1 to {MAX_LOCATIONS}, got {locations_per_host}"
-            )
+        self.locations = Locations(
+            max_media, media_per_host, locations_per_host, self._forget_location
+        )
+        """Which (publisher, medium, group) each bit of a mask stands for, and its counts."""
         if part_blocks < 1:
             raise ValueError(f"part_blocks must be at least 1, got {part_blocks}")
         self.part_blocks = part_blocks
@@ -159,53 +129,15 @@ class BlockIndex:
         self.page_scan = page_scan
         """Listing records one page examines at most (``page``)."""
         self.max_blocks = max_blocks
-        self.max_media = max_media
-        """Most distinct media tracked: each is a bit of every block's location mask per
-        publisher and a key of every answer, so a peer naming thousands would slow them all."""
-        self.media_per_host = media_per_host
-        """Most distinct media the publishers of one host (``set_host``) name together: a
-        listen socket's peer opens streams at will, each a publisher, and four of them named
-        all 16 media, so that every other engine's, its GPU's included, were refused."""
-        self.locations_per_host = locations_per_host
-        """Most locations the publishers of one host hold together: within its media a
-        listen socket's peer opening stream after stream held every location, and an
-        honest engine's GPU stores were refused."""
         self.overflow = 0
         """Stores of blocks refused because the index was full."""
-        self.refused_media: dict[MediaRefusal, int] = dict.fromkeys(MEDIA_REFUSALS, 0)
-        """Events refused for naming a new medium, by why (``MEDIA_REFUSALS``); under
-        ``max_media`` too, the media past it that a stats frame gave block sizes for."""
-        self._media: dict[str, int] = {}  # medium -> the locations on it
-        self._hosts: dict[str, str] = {}  # publisher -> the host its share is (``set_host``)
-        self._host_media: dict[str, dict[str, int]] = {}
-        """Host -> medium -> the locations of its publishers there: the media it names."""
-        self.refused_location_events = 0
-        """Events refused because they named a KV cache group past ``MAX_GROUPS`` for their
-        publisher and medium, or a location past their host's ``locations_per_host`` or
-        ``MAX_LOCATIONS``."""
-        # publisher -> medium -> the bits of its groups, to tell a pair's first copy
-        self._pair_bits: dict[str, dict[str, int]] = {}
         self.untracked_removals = 0
         """Removals of locations the index did not hold."""
         self._shards: tuple[dict[Hashable, HeldBlock], ...] = tuple({} for _ in range(SHARDS))
         self._held = 0  # blocks in all shards
         self._listing = Listing()
         self._next_seq = 0
-        # (publisher, medium, group) -> bit number, and back, in order of first sight
-        self._locations: dict[tuple[str, str, int | None], int] = {}
-        self._location_names: dict[int, tuple[str, str, int | None]] = {}
-        self._counts: list[int] = []  # bit number -> blocks held there
-        self._empty: dict[str, set[int]] = {}
-        """Publisher -> the bit numbers of its locations that hold no block (their count is
-        0), for publishers that have some: released once a new location has no place
-        (``_has_room``)."""
-        self._free: list[int] = []  # released bit numbers, a heap: the lowest is reused first
-        # bit number -> the largest block size it stored (0 before any), its group's (a
-        # partial block's store names a smaller one): a coarse block covers fine positions
-        # only on the locations of its coarse group (``_cover``)
-        self._sizes: list[int] = []
         self._block_bytes: dict[str, dict[str, int]] = {}  # publisher -> medium -> bytes
-        self._lower_tier_bits = 0  # the bits of every location whose medium is not the GPU
         self.stranded = StrandedBlocks(self._shards)
         """Held blocks no prefix lookup reaches: an ancestor named by the events is held nowhere."""
         self._gained: dict[str, list[Hashable]] = {}
@@ -311,7 +243,7 @@ class BlockIndex:
     def _store(self, publisher: str, event: DecodedEvent, now: float) -> Iterator[int]:
         """Store ``event``'s blocks a cut at a time, yielding each cut's length once it is in."""
         medium = event.medium or DEFAULT_MEDIUM
-        number = self._location(publisher, medium, event.group)
+        number = self.locations.number(publisher, medium, event.group)
         if number is None:
             return
         bit = 1 << number
@@ -350,9 +282,11 @@ class BlockIndex:
         the held blocks stored at a coarser size go on ``coarser``, with the parent this
         store names, for ``_store`` to rehang once the event's blocks are all in."""
         bit = 1 << number
-        reload_bits = 0 if bit & self._lower_tier_bits else self._lower_tier_bits
+        locations = self.locations
+        lower_tier_bits = locations.lower_tier_bits
+        reload_bits = 0 if bit & lower_tier_bits else lower_tier_bits
         # Another group's copy on this medium came with the same reload: one hit, not two.
-        copies = self._pair_bits[publisher][medium]
+        copies = locations.pair_bits[publisher][medium]
         shards = self._shards
         listed = self._listing.open.append  # this event's new records go at its end
         # The blocks continue one chain: each hangs under the one before it.
@@ -424,24 +358,26 @@ class BlockIndex:
             else:  # another copy at the same location
                 extra = self._copies(number)
                 extra[block_hash] = extra.get(block_hash, 0) + 1
-        if block_size and block_size > self._sizes[number]:
-            self._sizes[number] = block_size
+        sizes = locations.sizes
+        if block_size and block_size > sizes[number]:
+            sizes[number] = block_size
         added += seq - first_seq
-        if added and not self._counts[number]:
-            self._hold(publisher, number)
+        counts = locations.counts
+        if added and not counts[number]:
+            locations.hold(publisher, number)
         if added and (gained := self._gained.get(publisher)) is not None:
             gained += block_hashes
             if len(gained) > max(RESET_TRACKED, self._held >> 3):  # a walk costs less
                 del self._gained[publisher]
         self._held += seq - first_seq
         self._next_seq = seq
-        self._counts[number] += added
+        counts[number] += added
         self.overflow += refused
 
     def _remove(self, publisher: str, event: DecodedEvent) -> Iterator[int]:
         """Remove ``event``'s blocks a cut at a time, the tail's cut first, yielding each
         cut's length once it is out."""
-        number = self._location(publisher, event.medium or DEFAULT_MEDIUM, event.group)
+        number = self.locations.number(publisher, event.medium or DEFAULT_MEDIUM, event.group)
         if number is None:
             return
         for cut in self._cuts(event.block_hashes, tail_first=True):
@@ -496,9 +432,10 @@ class BlockIndex:
             entry.mask = mask ^ bit  # held elsewhere too
             if entry.stranded:
                 stranded.count(bit, -1)
-        self._counts[number] -= removed
-        if removed and not self._counts[number]:
-            self._empty.setdefault(self._location_names[number][0], set()).add(number)
+        counts = self.locations.counts
+        counts[number] -= removed
+        if removed and not counts[number]:
+            self.locations.emptied(number)
         self._held -= gone
         self._listing.dead += gone
         self.untracked_removals += len(block_hashes) - removed
@@ -563,143 +500,15 @@ class BlockIndex:
             copies = self._extra_copies[number] = {}
         return copies
 
-    def _location(self, publisher: str, medium: str, group: int | None) -> int | None:
-        """The bit number of a (publisher, medium, group), allocated on first sight.
-
-        None for a medium past the publisher's ``MEDIA_PER_PUBLISHER``, its host's
-        ``media_per_host`` or ``max_media`` (the event counted in ``refused_media``), or a
-        group past ``MAX_GROUPS`` or a location past its host's ``locations_per_host`` or
-        ``MAX_LOCATIONS`` (counted in ``refused_location_events``): see ``_has_room``.
-        """
-        key = (publisher, medium, group)
-        number = self._locations.get(key)
-        if number is None:
-            if not self._has_room(publisher, medium):
-                return None
-            number = heappop(self._free) if self._free else len(self._location_names)
-            if number == len(self._counts):
-                self._counts.append(0)
-                self._sizes.append(0)
-            media = self._pair_bits.setdefault(publisher, {})
-            media[medium] = media.get(medium, 0) | 1 << number
-            self._media[medium] = self._media.get(medium, 0) + 1
-            host = self._hosts.get(publisher)
-            if host is not None:
-                named = self._host_media.setdefault(host, {})
-                named[medium] = named.get(medium, 0) + 1
-            self._locations[key] = number
-            self._location_names[number] = key
-            self._empty.setdefault(publisher, set()).add(number)
-            if medium != DEFAULT_MEDIUM:
-                self._lower_tier_bits |= 1 << number
-        return number
-
-    def _has_room(self, publisher: str, medium: str) -> bool:
-        """Whether a new location of ``publisher`` on ``medium`` has a place; the event is
-        counted as refused when it has none.
-
-        Where the publisher's share is full (``MEDIA_PER_PUBLISHER``, ``MAX_GROUPS``), its
-        own locations that hold no block are released first; where its host's is
-        (``media_per_host``, ``locations_per_host``), those of its host's publishers; where
-        the index's is
-        (``max_media``, ``MAX_LOCATIONS``), every publisher's. A place went to whoever named
-        it first, for good: removals of blocks never stored name a location and leave it
-        empty, and one publisher's frames took every place from the engines met after it.
-        """
-        refused = self._share_full(publisher, medium)
-        if refused is not None:
-            self._release_empty([publisher])
-            refused = self._share_full(publisher, medium)
-        host = self._hosts.get(publisher)
-        if refused is None and host is not None and self._host_full(host, medium) is not None:
-            self._release_host_empty(host)
-            refused = self._host_full(host, medium)
-        if refused is None and self._index_full(medium) is not None:
-            self._release_empty(list(self._empty))
-            refused = self._index_full(medium)
-        if refused == _LOCATIONS:
-            self.refused_location_events += 1
-        elif refused is not None:
-            self.refused_media[refused] += 1
-        return refused is None
-
-    def _share_full(self, publisher: str, medium: str) -> _Refusal | None:
-        """What of ``publisher``'s share a new location on ``medium`` would pass
-        (``"publisher"``, ``_LOCATIONS``), or None."""
-        media = self._pair_bits.get(publisher, {})
-        bits = media.get(medium)
-        if bits is None:
-            return "publisher" if len(media) >= MEDIA_PER_PUBLISHER else None
-        return _LOCATIONS if bits.bit_count() >= MAX_GROUPS else None
-
-    def _host_full(self, host: str, medium: str) -> _Refusal | None:
-        """What of ``host``'s share a new location on ``medium`` would pass (``"host"``:
-        ``media_per_host`` media named, ``medium`` not one; ``_LOCATIONS``), or None."""
-        named = self._host_media.get(host, {})
-        if medium not in named and len(named) >= self.media_per_host:
-            return "host"
-        return _LOCATIONS if sum(named.values()) >= self.locations_per_host else None
-
-    def _index_full(self, medium: str) -> _Refusal | None:
-        """What of the index's caps a new location on ``medium`` would pass
-        (``"max_media"``, ``_LOCATIONS``), or None.
-
-        One place of ``max_media`` is held for the GPU (``DEFAULT_MEDIUM``) while no
-        location is on it: every vLLM engine's prefix cache names it, and other media,
-        named first, left an honest engine's GPU stores no place. Not the only place: a
-        sidecar told to track one medium tracks the first named, as before."""
-        media = self._media
-        if medium not in media:
-            held_for_gpu = (
-                self.max_media > 1 and medium != DEFAULT_MEDIUM and DEFAULT_MEDIUM not in media
-            )
-            if len(media) + held_for_gpu >= self.max_media:
-                return "max_media"
-        return _LOCATIONS if len(self._location_names) >= MAX_LOCATIONS else None
-
-    def _hold(self, publisher: str, number: int) -> None:
-        """Location ``number`` of ``publisher`` holds a block again: it is no longer empty."""
-        empty = self._empty[publisher]
-        empty.discard(number)
-        if not empty:
-            del self._empty[publisher]
-
-    def _release_host_empty(self, host: str) -> None:
-        """Release the locations that hold no block of the publishers in ``host``'s share."""
-        self._release_empty([owner for owner in self._empty if self._hosts.get(owner) == host])
-
-    def _release_empty(self, owners: list[str]) -> None:
-        """Release every location of ``owners`` (publishers) that holds no block: no mask
-        has its bit, so the bit (the lowest first) and its medium, once no location is on
-        it, are free to reuse. Each location is released once per allocation, so this
-        costs no more than the allocations before it."""
-        for owner in owners:
-            for number in self._empty.pop(owner, ()):
-                key = self._location_names.pop(number)
-                del self._locations[key]
-                _owner, medium, _group = key
-                media = self._pair_bits[owner]
-                media[medium] &= ~(1 << number)
-                if not media[medium]:
-                    del media[medium]
-                    if not media:
-                        del self._pair_bits[owner]
-                _discount(self._media, medium)
-                host = self._hosts.get(owner)
-                if host is not None:
-                    named = self._host_media[host]
-                    _discount(named, medium)
-                    if not named:
-                        del self._host_media[host]
-                self._lower_tier_bits &= ~(1 << number)
-                self._sizes[number] = 0
-                self._extra_copies.pop(number, None)
-                self.stranded.counts.pop(number, None)
-                heappush(self._free, number)
+    def _forget_location(self, number: int) -> None:
+        """Location ``number`` was released (``Locations.release_empty``): what the index
+        keeps of it goes."""
+        self._extra_copies.pop(number, None)
+        self.stranded.counts.pop(number, None)
 
     def set_host(self, publisher: str, host: str | None) -> bool:
-        """Count ``publisher``'s locations in ``host``'s share (``media_per_host``,
-        ``locations_per_host``) from now on, no longer in the share of the host it had:
+        """Count ``publisher``'s locations in ``host``'s share (``Locations.media_per_host``,
+        ``Locations.locations_per_host``) from now on, no longer in the share of the host it had:
         ``host`` is the IP address its listen-mode stream's latest frame came from; None
         (a publisher the sidecar connects to, an ipc:// peer's) is held to its own share
         and the index's only.
@@ -712,46 +521,15 @@ class BlockIndex:
         move it to the other and fill it again. Those that do not fit are forgotten, as at
         a restart (an engine back from a new address restarted its sequence). Whether
         they were: the caller counts it."""
-        known = self._hosts.get(publisher)
-        if known == host:
+        locations = self.locations
+        if not locations.leave_host(publisher, host) or host is None:
             return False
-        self._release_empty([publisher])  # from ``known``'s share: only held ones move
-        if known is not None:
-            for medium, bits in self._pair_bits.get(publisher, {}).items():
-                named = self._host_media[known]
-                named[medium] -= bits.bit_count()
-                if not named[medium]:
-                    del named[medium]
-                if not named:
-                    del self._host_media[known]
-            del self._hosts[publisher]
-        if host is None:
-            return False
-        forgotten = False
-        if not self._fits(publisher, host):
-            self._release_host_empty(host)
-        if not self._fits(publisher, host):
+        forgotten = not locations.room_in(publisher, host)
+        if forgotten:
             self.reset_publisher(publisher)
-            self._release_empty([publisher])  # of no host's share now
-            forgotten = True
-        self._hosts[publisher] = host
-        for medium, bits in self._pair_bits.get(publisher, {}).items():
-            named = self._host_media.setdefault(host, {})
-            named[medium] = named.get(medium, 0) + bits.bit_count()
+            locations.release_empty([publisher])  # of no host's share now
+        locations.join_host(publisher, host)
         return forgotten
-
-    def _fits(self, publisher: str, host: str) -> bool:
-        """Whether the locations of ``publisher`` (of no host) fit in ``host``'s share; none
-        always do."""
-        media = self._pair_bits.get(publisher)
-        if not media:
-            return True
-        named = self._host_media.get(host, {})
-        locations = sum(bits.bit_count() for bits in media.values())
-        return (
-            len(named.keys() | media.keys()) <= self.media_per_host
-            and sum(named.values()) + locations <= self.locations_per_host
-        )
 
     def reset_publisher(self, publisher: str) -> None:
         """Forget every location of ``publisher`` (its cache was reset, or it restarted).
@@ -764,9 +542,9 @@ class BlockIndex:
         """
         gained = self._gained.get(publisher)
         self._gained[publisher] = []
-        if not self._holds_any(publisher):
+        if not self.locations.holds_any(publisher):
             return
-        bits = self._bits(publisher=publisher)
+        bits = self.locations.bits(publisher=publisher)
         if gained is not None:
             records = filter(None, map(self._record, gained))
             self._forget_locations(publisher, self._drop(records, bits))
@@ -774,14 +552,6 @@ class BlockIndex:
         records = (entry for blocks in self._shards for entry in list(blocks.values()))
         self._forget_locations(publisher, self._drop(records, bits))
         self._listing.compact()
-
-    def _holds_any(self, publisher: str) -> bool:
-        """Whether some location of ``publisher`` holds a block (or a copy of one)."""
-        return any(
-            self._counts[number]
-            for number, (owner, _medium, _group) in self._location_names.items()
-            if owner == publisher
-        )
 
     def _drop(self, records: Iterable[HeldBlock], bits: int) -> int:
         """Take ``bits`` off each record's mask (a record may come twice), dropping the blocks
@@ -807,11 +577,12 @@ class BlockIndex:
         nothing, and the listing counts the dead."""
         self._held -= gone
         self._listing.dead += gone
-        for number, (owner, _medium, _group) in self._location_names.items():
+        locations = self.locations
+        for number, (owner, _medium, _group) in locations.names.items():
             if owner == publisher:
-                self._counts[number] = 0
+                locations.counts[number] = 0
                 self._extra_copies.pop(number, None)
-                self._empty.setdefault(publisher, set()).add(number)
+                locations.emptied(number)
 
     def set_block_bytes(self, publisher: str, block_bytes: Mapping[str, int]) -> None:
         """Declare the size in bytes of one of ``publisher``'s blocks on each medium named.
@@ -824,22 +595,23 @@ class BlockIndex:
         """
         if any(size < 0 for size in block_bytes.values()):
             raise ValueError(f"block sizes must not be negative, got {block_bytes}")
-        kept = dict(islice(block_bytes.items(), self.max_media))
-        self.refused_media["max_media"] += len(block_bytes) - len(kept)
+        kept = dict(islice(block_bytes.items(), self.locations.max_media))
+        self.locations.refused_media["max_media"] += len(block_bytes) - len(kept)
         self._block_bytes[publisher] = kept
 
     # --- queries --------------------------------------------------------------------
 
     def usage(self) -> list[Usage]:
         """Blocks (and bytes where known) per publisher and medium, in order of first sight
-        (a location released while empty is seen anew: ``_location``); a block held by two
+        (a location released while empty is seen anew: ``Locations.number``); a block held by two
         KV cache groups there is two copies, and counts twice."""
         summed: dict[tuple[str, str], tuple[int, int]] = {}
         stranded = self.stranded.counts
-        for number, (publisher, medium, _group) in self._location_names.items():
+        counts = self.locations.counts
+        for number, (publisher, medium, _group) in self.locations.names.items():
             pair = (publisher, medium)
             blocks, strays = summed.get(pair, (0, 0))
-            summed[pair] = (blocks + self._counts[number], strays + stranded.get(number, 0))
+            summed[pair] = (blocks + counts[number], strays + stranded.get(number, 0))
         rows = []
         for (publisher, medium), (blocks, strays) in summed.items():
             block_bytes = self._block_bytes.get(publisher, {}).get(medium)
@@ -877,7 +649,7 @@ class BlockIndex:
         the coarse chain. Walking the fine chain (a request's hashes) stopped at the first
         block the window dropped.
         """
-        alive = self._bits_by_medium()
+        alive = self.locations.bits_by_medium()
         by_size: dict[int, int] | None = None  # made at the first cover sought (none: held whole)
         runs: dict[str, int] = {}
         covers: list[tuple[int, int]] = []  # (last position, mask) of the covering blocks
@@ -896,7 +668,7 @@ class BlockIndex:
                     mask |= bits
             if not mask or not all(mask & bits for bits in alive.values()):
                 if by_size is None:
-                    by_size = self._bits_by_size()
+                    by_size = self.locations.bits_by_size()
                 cover = self._cover(block_hashes, length, finest, by_size)
                 if cover is not None:
                     covers.append(cover)
@@ -969,7 +741,7 @@ class BlockIndex:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         limit = min(limit, MAX_PAGE_LIMIT)
-        bits = self._bits(medium=medium, publisher=publisher)
+        bits = self.locations.bits(medium=medium, publisher=publisher)
         if not bits:
             return [], None
         found: list[BlockEntry] = []
@@ -983,29 +755,8 @@ class BlockIndex:
             last = entry.seq
         return found, None if next(records, None) is None else last
 
-    def _bits(self, medium: str | None = None, publisher: str | None = None) -> int:
-        """The bits of every location matching both filters (all locations without filters)."""
-        bits = 0
-        for number, (owner, held_on, _group) in self._location_names.items():
-            if medium in (None, held_on) and publisher in (None, owner):
-                bits |= 1 << number
-        return bits
-
-    def _bits_by_medium(self) -> dict[str, int]:
-        bits: dict[str, int] = {}
-        for number, (_owner, medium, _group) in self._location_names.items():
-            bits[medium] = bits.get(medium, 0) | 1 << number
-        return bits
-
-    def _bits_by_size(self) -> dict[int, int]:
-        """Block size -> the bits of the locations whose largest store was of that size."""
-        bits: dict[int, int] = {}
-        for number, size in enumerate(self._sizes):
-            bits[size] = bits.get(size, 0) | 1 << number
-        return bits
-
     def _snapshot(self, entry: HeldBlock) -> BlockEntry:
-        names = self._location_names
+        names = self.locations.names
         held = [names[number] for number in location_numbers(entry.mask)]
         return BlockEntry(
             block_hash=entry.block_hash,
@@ -1028,10 +779,3 @@ def _covers(chain: Sequence[Hashable], at: int, place: int, entry: HeldBlock, fi
     before = place - span  # the position of the block it hangs under when it covers them
     above = None if before < 0 else chain[before]
     return not rest and -1 <= before < at and entry.parent == above
-
-
-def _discount(counts: dict[str, int], key: str) -> None:
-    """One fewer of ``key`` in ``counts``, a key at none forgotten."""
-    counts[key] -= 1
-    if not counts[key]:
-        del counts[key]

@@ -18,16 +18,13 @@ from hypothesis import strategies as st
 from app.decode import DEFAULT_MEDIUM, DecodedBatch, DecodedEvent
 from app.settings import MAX_PAGE_LIMIT
 from app.state.block_index import (
-    LOCATIONS_PER_HOST,
-    MAX_GROUPS,
-    MAX_LOCATIONS,
-    MEDIA_PER_PUBLISHER,
     PAGE_SCAN,
     PART_BLOCKS,
     BlockIndex,
     PrefixMatch,
     Usage,
 )
+from app.state.locations import LOCATIONS_PER_HOST, MAX_GROUPS, MAX_LOCATIONS, MEDIA_PER_PUBLISHER
 from app.state.stranded import MAX_REHANG_LINKS
 
 
@@ -172,9 +169,9 @@ def test_block_sizes_are_kept_per_publisher_for_at_most_max_media_media() -> Non
     index.apply("a", batch(stored([1, 2]), stored([3], None)), now=0.0)
     for frame in range(1000):
         index.set_block_bytes("a", {f"m{frame}-{n}": 1 for n in range(50)} | {"CPU": 1000})
-    assert index.refused_media["max_media"] == 1000 * 49
+    assert index.locations.refused_media["max_media"] == 1000 * 49
     index.set_block_bytes("a", {"CPU": 1000, "GPU": 10, "disk": 5})
-    assert index.refused_media["max_media"] == 1000 * 49 + 1
+    assert index.locations.refused_media["max_media"] == 1000 * 49 + 1
     assert index.bytes_by_medium() == {"CPU": 2000, "GPU": 10}
     assert sum(map(len, index._block_bytes.values())) == 2
 
@@ -434,16 +431,18 @@ def test_kv_cache_groups_and_locations_past_their_caps_are_refused_and_counted()
     would make every mask that wide, and every walk over one that long."""
     index = BlockIndex(max_blocks=10_000)
     index.apply("w", batch(*(stored([g], None, group=g) for g in range(MAX_GROUPS + 10))), 1.0)
-    assert index.refused_location_events == 10
+    assert index.locations.refused_location_events == 10
     assert index.usage() == [Usage("w", "GPU", MAX_GROUPS, None)]
     index.apply("v", batch(stored([1], None, group=MAX_GROUPS + 5)), now=2.0)
-    assert index.refused_location_events == 10, "the group cap is per publisher and medium"
+    assert index.locations.refused_location_events == 10, (
+        "the group cap is per publisher and medium"
+    )
     for publisher in range(MAX_LOCATIONS // MAX_GROUPS + 1):
         groups = [stored([10], None, group=g) for g in range(MAX_GROUPS)]
         index.apply(f"p{publisher}", batch(*groups), now=3.0)
-    assert len(index._location_names) == MAX_LOCATIONS
+    assert len(index.locations.names) == MAX_LOCATIONS
     tried = MAX_GROUPS + 1 + (MAX_LOCATIONS // MAX_GROUPS + 1) * MAX_GROUPS
-    assert index.refused_location_events == 10 + tried - MAX_LOCATIONS
+    assert index.locations.refused_location_events == 10 + tried - MAX_LOCATIONS
 
 
 def test_a_publisher_past_its_media_share_takes_the_place_of_its_own_empty_location() -> None:
@@ -455,7 +454,9 @@ def test_a_publisher_past_its_media_share_takes_the_place_of_its_own_empty_locat
     tiers = [f"m{n}" for n in range(MEDIA_PER_PUBLISHER)]
     index.apply("w", batch(*(stored([n], medium) for n, medium in enumerate(tiers))), 1.0)
     index.apply("w", batch(stored([9], None)), now=2.0)
-    assert index.refused_media["publisher"] == 1, "its share is full, every location holds a block"
+    assert index.locations.refused_media["publisher"] == 1, (
+        "its share is full, every location holds a block"
+    )
     assert index.get(9) is None
     index.apply("w", batch(removed([0], tiers[0])), now=3.0)
     index.apply("w", batch(stored([9], None)), now=4.0)  # in m0's place, and on its bit
@@ -463,7 +464,7 @@ def test_a_publisher_past_its_media_share_takes_the_place_of_its_own_empty_locat
     nine = index.get(9)
     assert nine is not None and (nine.media, nine.publishers) == (("GPU",), ("v", "w"))
     assert nine.hits == 0, "a store on the GPU of a block held on the GPU alone"
-    assert index.refused_media == {"publisher": 1, "host": 0, "max_media": 0}
+    assert index.locations.refused_media == {"publisher": 1, "host": 0, "max_media": 0}
     rows = [(row.publisher, row.medium, row.blocks) for row in index.usage()]
     assert rows == [*(("w", medium, 1) for medium in tiers[1:]), ("w", "GPU", 1), ("v", "GPU", 1)]
 
@@ -475,7 +476,7 @@ def test_one_place_of_max_media_is_held_for_the_gpu_until_it_is_named() -> None:
     index = BlockIndex(max_blocks=100, max_media=2)
     index.apply("a", batch(stored([1], "CPU")), now=1.0)
     index.apply("b", batch(stored([2], "disk")), now=2.0)
-    assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
+    assert index.locations.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
     assert index.get(2) is None
     index.apply("c", batch(stored([3], None)), now=3.0)
     assert index.blocks_by_medium() == {"CPU": 1, DEFAULT_MEDIUM: 1}
@@ -483,7 +484,7 @@ def test_one_place_of_max_media_is_held_for_the_gpu_until_it_is_named() -> None:
     index.apply("a", batch(removed([1], "CPU")), now=5.0)  # nor the CPU's
     index.apply("b", batch(stored([2], "disk")), now=6.0)  # the CPU's place, not the GPU's
     index.apply("b", batch(stored([4], "tape")), now=7.0)
-    assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 2}
+    assert index.locations.refused_media == {"publisher": 0, "host": 0, "max_media": 2}
     index.apply("c", batch(stored([3], None)), now=8.0)
     assert index.blocks_by_medium() == {"disk": 1, DEFAULT_MEDIUM: 1}
 
@@ -495,7 +496,7 @@ def test_a_single_place_of_max_media_is_not_held_for_the_gpu() -> None:
     index.apply("a", batch(stored([1], "CPU")), now=1.0)
     index.apply("b", batch(stored([2], None)), now=2.0)
     assert index.blocks_by_medium() == {"CPU": 1}
-    assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
+    assert index.locations.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
 
 
 def test_the_publishers_of_one_host_name_at_most_its_share_of_media() -> None:
@@ -509,7 +510,7 @@ def test_the_publishers_of_one_host_name_at_most_its_share_of_media() -> None:
     index.apply("h0", batch(stored([1], "m0"), stored([2], "m1")), now=1.0)
     index.apply("h1", batch(stored([3], "m1"), stored([4], "m2")), now=2.0)
     index.apply("h2", batch(stored([5], "m3"), stored([6], None)), now=3.0)
-    assert index.refused_media == {"publisher": 0, "host": 3, "max_media": 0}
+    assert index.locations.refused_media == {"publisher": 0, "host": 3, "max_media": 0}
     assert index.blocks_by_medium() == {"m0": 1, "m1": 2}
     index.set_host("o", "10.0.0.2")
     index.apply("o", batch(stored([7], None), stored([8], "m2")), now=4.0)
@@ -522,13 +523,13 @@ def test_the_publishers_of_one_host_name_at_most_its_share_of_media() -> None:
         "m3": 1,
         "m4": 1,
     }
-    assert index.refused_media["host"] == 3
+    assert index.locations.refused_media["host"] == 3
     index.apply("h0", batch(removed([1], "m0")), now=6.0)  # m0 holds nothing: the host's again
     index.apply("h2", batch(stored([6], None)), now=7.0)
     assert index.blocks_by_medium()[DEFAULT_MEDIUM] == 2
     assert not index.set_host("h0", "10.0.0.1")  # the same host again: nothing changes
     index.apply("h1", batch(stored([11], "m5")), now=8.0)
-    assert index.refused_media["host"] == 4, "still held to 10.0.0.1's share"
+    assert index.locations.refused_media["host"] == 4, "still held to 10.0.0.1's share"
 
 
 def test_the_publishers_of_one_host_hold_at_most_its_share_of_locations() -> None:
@@ -541,13 +542,13 @@ def test_the_publishers_of_one_host_hold_at_most_its_share_of_locations() -> Non
     for n in range(streams + 1):
         index.set_host(f"h{n}", "10.0.0.1")
         index.apply(f"h{n}", batch(*every_location), now=1.0)
-    assert index.refused_location_events == len(every_location)
+    assert index.locations.refused_location_events == len(every_location)
     assert [row.publisher for row in index.usage()].count(f"h{streams}") == 0
     index.apply("honest", batch(stored([2], None)), now=2.0)
     assert index.blocks_by_medium()[DEFAULT_MEDIUM] == 1
     index.apply("h0", batch(removed([1], "m0", group=0)), now=3.0)  # holds nothing now
     index.apply(f"h{streams}", batch(stored([3], "m0", group=0)), now=4.0)
-    assert index.refused_location_events == len(every_location), "h0's empty one released"
+    assert index.locations.refused_location_events == len(every_location), "h0's empty one released"
     assert (f"h{streams}", "m0", 1) in [(r.publisher, r.medium, r.blocks) for r in index.usage()]
 
 
@@ -557,7 +558,7 @@ def test_a_host_set_after_its_publisher_named_media_counts_them() -> None:
     index.set_host("a", "10.0.0.1")
     index.set_host("b", "10.0.0.1")
     index.apply("b", batch(stored([3], "m2")), now=2.0)
-    assert index.refused_media["host"] == 1
+    assert index.locations.refused_media["host"] == 1
     assert index.blocks_by_medium() == {"m0": 1, "m1": 1}
 
 
@@ -570,12 +571,12 @@ def test_a_publisher_moved_to_another_host_takes_what_it_holds_to_that_hosts_sha
     index.apply("a", batch(stored([1], "m0"), stored([2], "m1")), now=1.0)
     index.set_host("b", "10.0.0.1")
     index.apply("b", batch(stored([3], "m2")), now=2.0)
-    assert index.refused_media["host"] == 1
+    assert index.locations.refused_media["host"] == 1
     assert not index.set_host("a", "10.0.0.2")
     index.apply("b", batch(stored([3], "m2")), now=3.0)  # 10.0.0.1 names none now
     index.set_host("c", "10.0.0.2")
     index.apply("c", batch(stored([4], "m3")), now=4.0)  # 10.0.0.2 names a's two
-    assert index.refused_media["host"] == 2
+    assert index.locations.refused_media["host"] == 2
     assert index.blocks_by_medium() == {"m0": 1, "m1": 1, "m2": 1}
     index.apply("a", batch(stored([5], "m0")), now=5.0)
     assert index.blocks_by_medium()["m0"] == 2
@@ -601,7 +602,7 @@ def test_a_move_the_new_hosts_share_cannot_take_forgets_what_the_publisher_held(
     index.apply("b", batch(stored([6], "m0")), now=6.0)
     assert not index.set_host("a", "10.0.0.1")
     assert not index.set_host("b", "10.0.0.1")
-    assert index.refused_location_events == 0
+    assert index.locations.refused_location_events == 0
 
 
 def test_hosts_that_come_and_go_leave_no_share_behind() -> None:
@@ -611,10 +612,10 @@ def test_hosts_that_come_and_go_leave_no_share_behind() -> None:
     for n in range(1000):
         index.set_host("engine", f"10.0.{n // 256}.{n % 256}")
         index.apply("engine", batch(stored([n], None)), now=float(n))
-    assert index._host_media == {"10.0.3.231": {DEFAULT_MEDIUM: 1}}
+    assert index.locations.host_media == {"10.0.3.231": {DEFAULT_MEDIUM: 1}}
     assert index.blocks_by_medium() == {DEFAULT_MEDIUM: 1000}
     assert not index.set_host("engine", None)  # an ipc:// peer's frame: held to no host's
-    assert index._host_media == {}
+    assert index.locations.host_media == {}
     index.set_host("other", "10.0.3.231")
     index.apply("other", batch(stored([2000], "CPU")), now=2000.0)
     assert index.blocks_by_medium()["CPU"] == 1
@@ -627,7 +628,7 @@ def test_locations_per_host_is_from_one_to_every_location() -> None:
     index = BlockIndex(max_blocks=10, locations_per_host=2)
     index.set_host("a", "10.0.0.1")
     index.apply("a", batch(*(stored([g], None, group=g) for g in range(3))), now=1.0)
-    assert index.refused_location_events == 1
+    assert index.locations.refused_location_events == 1
     assert index.blocks_by_medium() == {DEFAULT_MEDIUM: 2}
 
 
@@ -660,8 +661,8 @@ def test_a_block_at_a_high_location_bit_is_counted_and_shown_at_that_bit() -> No
         index.apply(f"p{publisher}", batch(*(removed([0], None, group=g) for g in range(16))), 1.0)
     chain = list(range(1, 20_001))
     index.apply("last", batch(stored(chain[:1], None), stored(chain[1:], None, parent=1)), 2.0)
-    assert index.refused_location_events == 0
-    assert len(index._location_names) == MAX_LOCATIONS - MAX_GROUPS + 1
+    assert index.locations.refused_location_events == 0
+    assert len(index.locations.names) == MAX_LOCATIONS - MAX_GROUPS + 1
     index.apply("last", batch(removed([1], None)), now=3.0)
     assert stranded_by_medium(index) == {"GPU": 19_999}
     (first, *_), _cursor = index.page(limit=10)

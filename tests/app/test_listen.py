@@ -37,8 +37,8 @@ from app.ingest.listen_gate import (
     ipc_peer,
 )
 from app.settings import SidecarSettings
-from app.state.block_index import LOCATIONS_PER_HOST, MAX_GROUPS, MAX_LOCATIONS
 from app.state.listener import ListenerState
+from app.state.locations import LOCATIONS_PER_HOST, MAX_GROUPS, MAX_LOCATIONS
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 from offload.base import OffloadingEvent
@@ -423,7 +423,7 @@ def test_one_hosts_streams_name_at_most_its_share_of_media_and_another_hosts_gpu
             applied(state, 0)
         with ingestor.state.lock:
             assert index.blocks_by_medium() == {f"m{m}": 1 for m in range(4)}
-            assert index.refused_media == {"publisher": 0, "host": 12, "max_media": 0}
+            assert index.locations.refused_media == {"publisher": 0, "host": 12, "max_media": 0}
         honest = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port}", b"vllm")
         peers.append(honest)
         state = heard(ingestor, honest, "vllm", 0)
@@ -436,7 +436,7 @@ def test_one_hosts_streams_name_at_most_its_share_of_media_and_another_hosts_gpu
                 "GPU": 1,
                 "CPU": 1,
             }
-            assert index.refused_media == {"publisher": 0, "host": 12, "max_media": 0}
+            assert index.locations.refused_media == {"publisher": 0, "host": 12, "max_media": 0}
     finally:
         ingestor.close()
 
@@ -466,8 +466,8 @@ def test_one_hosts_streams_hold_at_most_its_share_of_locations(
             applied(state, 0)
         refused = (MAX_LOCATIONS - share) // len(every_location) * len(every_location)
         with ingestor.state.lock:
-            assert len(index._location_names) == share
-            assert index.refused_location_events == refused
+            assert len(index.locations.names) == share
+            assert index.locations.refused_location_events == refused
         honest = RawPublisher(f"tcp://127.0.0.2:0;127.0.0.1:{port_of(ingestor)}", b"vllm")
         peers.append(honest)
         state = heard(ingestor, honest, "vllm", 0)
@@ -475,7 +475,7 @@ def test_one_hosts_streams_hold_at_most_its_share_of_locations(
         applied(state, 0)
         assert blocks_of(ingestor, "vllm@0") == {150}
         with ingestor.state.lock:
-            assert index.refused_location_events == refused
+            assert index.locations.refused_location_events == refused
     finally:
         ingestor.close()
 
@@ -498,7 +498,7 @@ def test_the_gpu_keeps_a_place_when_other_hosts_name_every_other_medium(
             applied(state, 0)
         with ingestor.state.lock:
             assert index.blocks_by_medium() == {"m0": 1, "m1": 1}
-            assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
+            assert index.locations.refused_media == {"publisher": 0, "host": 0, "max_media": 1}
         engine = RawPublisher(bound(ingestor), b"vllm")
         peers.append(engine)
         state = heard(ingestor, engine, "vllm", 0)
@@ -559,7 +559,7 @@ def test_an_engine_back_from_a_new_address_keeps_its_name_and_moves_to_that_host
         assert blocks_of(ingestor, "next@0") == {10, 11}
         assert blocks_of(ingestor, "beside@0") == set()
         with ingestor.state.lock:
-            assert index.refused_media == {"publisher": 0, "host": 1, "max_media": 0}
+            assert index.locations.refused_media == {"publisher": 0, "host": 1, "max_media": 0}
     finally:
         ingestor.close()
 
@@ -590,7 +590,7 @@ def test_a_peer_sending_first_under_an_engines_name_does_not_hold_the_engine_to_
         applied(state, 1)
         assert blocks_of(ingestor, "vllm@0") == {1, 2}
         with ingestor.state.lock:
-            assert sum(index.refused_media.values()) == 0
+            assert sum(index.locations.refused_media.values()) == 0
         assert listener.stream_move_resets == 0
     finally:
         ingestor.close()
@@ -643,7 +643,7 @@ def test_an_ipc_peers_streams_are_held_to_max_media_only(
         index = ingestor.state.index
         with ingestor.state.lock:
             assert index.blocks_by_medium() == {f"m{m}": 1 for m in range(4)}
-            assert sum(index.refused_media.values()) == 0
+            assert sum(index.locations.refused_media.values()) == 0
     finally:
         ingestor.close()
 
@@ -981,7 +981,7 @@ def test_a_hosts_share_of_locations_is_from_one_to_every_location_of_the_index()
         with pytest.raises(ValidationError, match=f"listen_max_locations_per_host\n.*{words}"):
             SidecarSettings(listen=[LISTEN], listen_max_locations_per_host=wrong)
     every = SidecarSettings(listen=[LISTEN], listen_max_locations_per_host=MAX_LOCATIONS)
-    assert SidecarState.from_settings(every).index.locations_per_host == MAX_LOCATIONS
+    assert SidecarState.from_settings(every).index.locations.locations_per_host == MAX_LOCATIONS
 
 
 @pytest.mark.parametrize("endpoints", [("tcp://127.0.0.1:*",), ("tcp://127.0.0.1:*", "ipc:///x")])

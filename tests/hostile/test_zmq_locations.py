@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.state.block_index import MAX_GROUPS, MAX_LOCATIONS, MEDIA_PER_PUBLISHER, Usage
+from app.state.block_index import Usage
+from app.state.locations import MAX_GROUPS, MAX_LOCATIONS, MEDIA_PER_PUBLISHER
 from app.state.publisher import PublisherState
 from app.state.sidecar import SidecarState
 from offload.wire.kv_events import BlockRemoved, BlockStored, KVEventBatch, encode_batch
@@ -79,8 +80,12 @@ def test_one_publisher_naming_every_medium_leaves_the_honest_gpu_store_applied(
             kept = {f"m{m}": MAX_GROUPS for m in range(MEDIA_PER_PUBLISHER)}
             assert index.blocks_by_medium() == kept | {cpu: 0, "GPU": len(HONEST_BLOCKS)}
             refused = (MAX_MEDIA - MEDIA_PER_PUBLISHER) * MAX_GROUPS
-            assert index.refused_media == {"publisher": refused, "host": 0, "max_media": 0}
-            assert index.refused_location_events == 0
+            assert index.locations.refused_media == {
+                "publisher": refused,
+                "host": 0,
+                "max_media": 0,
+            }
+            assert index.locations.refused_location_events == 0
             honest_rows = [row for row in index.usage() if row.publisher == name]
             gpu = Usage(name, "GPU", len(HONEST_BLOCKS), None)
             assert honest_rows == [Usage(name, cpu, 0, None), gpu]
@@ -109,12 +114,16 @@ def test_locations_that_hold_nothing_are_released_for_the_honest_gpu_store(
             sent(peer, wait_connected(peer, ingestor), removals)
         index = ingestor.state.index
         with ingestor.state.lock:
-            assert len(index._location_names) == MAX_LOCATIONS  # every place is named
+            assert len(index.locations.names) == MAX_LOCATIONS  # every place is named
         sent(honest, wait_connected(honest, ingestor), gpu_store())
 
         name = ingestor.state.publishers[honest.endpoints.endpoint].name
         assert honest_blocks(ingestor.state) == [(("GPU",), (name,))] * len(HONEST_BLOCKS)
         with ingestor.state.lock:
-            assert index.refused_location_events == sum(index.refused_media.values()) == 0
+            assert (
+                index.locations.refused_location_events
+                == sum(index.locations.refused_media.values())
+                == 0
+            )
             assert index.untracked_removals == MAX_LOCATIONS
             assert index.usage() == [Usage(name, "GPU", len(HONEST_BLOCKS), None)]  # all else went

@@ -116,7 +116,11 @@ def test_media_past_the_cap_are_refused_and_counted_and_blocks_stay_fast() -> No
             with ingestor.state.lock:
                 # The fourth place is held for the GPU, which no frame names.
                 assert set(index.blocks_by_medium()) == {"m0", "m1", "m2"}
-                assert index.refused_media == {"publisher": 0, "host": 0, "max_media": 197}
+                assert index.locations.refused_media == {
+                    "publisher": 0,
+                    "host": 0,
+                    "max_media": 197,
+                }
                 assert len(index) == 3
     finally:
         raw.close()
