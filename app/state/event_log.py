@@ -131,7 +131,10 @@ class EventLog:
         with self._lock:
             ring, sizes = self._ring, self._sizes
             first = self._last_id + 1
-            for offset, event in enumerate(islice(events, self.max_batch_events)):
+            # Cut at the batch's length: islice takes no stop past sys.maxsize, and the
+            # setting (KVSCOPE_EVENT_BATCH_MAX) takes 20 digits.
+            kept = islice(events, min(len(events), self.max_batch_events))
+            for offset, event in enumerate(kept):
                 size = estimated_bytes(event)
                 if size > self.max_event_bytes:
                     self.shed += 1

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from app.ingest import Ingestor
-from app.settings import PublisherEndpoints
+from app.settings import PublisherEndpoints, SidecarSettings
 from app.state.block_index import BlockIndex
 from app.state.event_log import EventLog
 from app.state.sidecar import SidecarState
@@ -106,6 +106,25 @@ class WatchedLock:
     def __exit__(self, *_exc: object) -> None:
         self.held_at_release.append(len(self._index))
         self._lock.release()
+
+
+def test_the_largest_batch_cap_the_settings_take_logs_every_event(
+    publisher: EventPublisher,
+) -> None:
+    """``KVSCOPE_EVENT_BATCH_MAX`` takes 20 digits; one past ``sys.maxsize`` broke the log's
+    cut of a batch, so every batch was counted as malformed and the feed stayed empty."""
+    settings = SidecarSettings(connect=[publisher.endpoint], event_batch_max="9" * 20)
+    ingestor = Ingestor(SidecarState.from_settings(settings))
+    ingestor.start()
+    try:
+        connected(ingestor, publisher)
+        publisher.publish_events([stored(1, 2, 3), stored(7)])
+        state, log = ingestor.state.publishers[publisher.endpoint], ingestor.state.event_log
+        wait_until(lambda: state.malformed or log.last_id == 2, "the batch logged or refused")
+        assert state.malformed == 0
+        assert [e.event.block_hashes for e in log.page(0, 10).events] == [[1, 2, 3], [7]]
+    finally:
+        ingestor.close()
 
 
 def test_a_frame_is_applied_in_parts_letting_readers_in_between(
