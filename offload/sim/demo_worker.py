@@ -120,7 +120,9 @@ class DemoWorker:
                 self.telemetry.publish_stats()
                 next_stats = now + self.config.stats_period_s
             next_step += interval
-            stop.wait(max(0.0, next_step - time.monotonic()))
+            # At most what a thread can wait: a rate slow enough (1e-300 a second) asks for
+            # more, which raised OverflowError and ended the worker.
+            stop.wait(min(max(0.0, next_step - time.monotonic()), threading.TIMEOUT_MAX))
         self._finish()
 
     def step(self, block_hashes: Sequence[BlockHash]) -> None:

@@ -593,6 +593,15 @@ def test_demo_refuses_a_rate_that_paces_nothing(rate: str, message: str) -> None
     assert "Traceback" not in result.stderr
 
 
+def test_demo_at_a_rate_whose_pause_passes_the_clocks_range_runs_and_stops_quietly() -> None:
+    """At 1e-300 requests a second the worker's pause after its first request (1e300 s) is
+    more than a thread can wait: its thread died in a traceback, and the demo served on
+    without a worker."""
+    result = kvscope("demo", "--port", "0", "--rate", "1e-300", "--duration", "1")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("rate", "message"),
     [
