@@ -77,7 +77,7 @@ def load_trace(path: str | Path) -> list[list[int]]:
         with _opened(path) as file:
             mode = os.fstat(file.fileno()).st_mode
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-                raise TraceError(f"trace path is a device, not a file: {shown(path)}")
+                raise TraceError(_device_refused(path))
             requests = _read_requests(file, shown(path))
     except FileNotFoundError:
         raise TraceError(f"trace file not found: {shown(path)}") from None
@@ -94,6 +94,17 @@ def load_trace(path: str | Path) -> list[list[int]]:
             f"trace {shown(path)} holds no block references: every 'hash_ids' is empty"
         )
     return requests
+
+
+def _device_refused(path: Path) -> str:
+    """Why a device is no trace; for ``-``, said of standard input, which a terminal or a
+    redirect from /dev/null makes one (it was called a path named "-")."""
+    if str(path) == STDIN:
+        return (
+            "- reads standard input, which is a terminal or a device (/dev/null), "
+            "not a file or pipe: pipe a trace into it"
+        )
+    return f"trace path is a device, not a file: {shown(path)}"
 
 
 def _opened(path: Path) -> BinaryIO:

@@ -162,6 +162,20 @@ def test_a_device_is_refused_before_a_byte_is_held() -> None:
     assert "trace path is a device, not a file: /dev/zero" in result.stderr
 
 
+def test_dash_with_standard_input_from_a_device_says_so() -> None:
+    """It said "trace path is a device, not a file: -", as if "-" were a file's name."""
+    with open(os.devnull, "rb") as null:
+        result = subprocess.run(
+            [sys.executable, "-m", "app.cli", "replay", "-"],
+            stdin=null, capture_output=True, text=True, timeout=120, env=environment(),
+        )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr == (
+        "kvscope: error: - reads standard input, which is a terminal or a device (/dev/null), "
+        "not a file or pipe: pipe a trace into it\n"
+    )
+
+
 def test_a_file_name_is_shown_on_one_line_with_its_control_characters_escaped(
     tmp_path: Path,
 ) -> None:
