@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal
@@ -158,6 +159,23 @@ class SettingError(Exception):
     line names the flag and variable as it does for a validation error."""
 
     setting: ClassVar[str] = "settings"
+
+
+def _special_file_kind(path: Path) -> str | None:
+    """What ``path`` is where it is there and no regular file (a link followed); else None."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # not there (yet), or in a folder that is not: written, or warned of
+        return None
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return None
 
 
 class SidecarSettings(BaseSettings):
@@ -577,13 +595,18 @@ class SidecarSettings(BaseSettings):
         """Empty is none (an image's ``KVSCOPE_URL_FILE`` is unset so, as its healthcheck
         reads it). A path that names a directory (``/``, ``.``, a trailing ``/``) is refused
         here: once listening, the sidecar stopped with a traceback on one, or wrote
-        ``.NAME.partial`` beside the directory."""
+        ``.NAME.partial`` beside the directory. So is a path that is there and is no regular
+        file: the URL is moved over the path and removed as serving ends, which replaced and
+        then deleted a FIFO, or /dev/null where the sidecar ran as root."""
         if not isinstance(value, str):
             return value
         if not value:
             return None
         if value.rpartition("/")[2] in ("", ".", ".."):
             raise ValueError(f"{shown_repr(value)} names a directory, not a file to write")
+        kind = _special_file_kind(Path(value))
+        if kind is not None:
+            raise ValueError(f"{shown_repr(value)} names a {kind}, not a file to write")
         return value
 
     @field_validator("token")

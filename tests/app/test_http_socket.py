@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 from pathlib import Path
 
@@ -129,6 +130,31 @@ def test_a_url_file_that_names_a_directory_is_refused_by_the_settings(url_file: 
     assert [error["ctx"]["error"].args[0] for error in refused.value.errors()] == [
         f"{url_file!r} names a directory, not a file to write"
     ]
+
+
+@pytest.mark.parametrize("kind", ["directory", "FIFO", "device"])
+def test_a_url_file_that_is_there_and_no_regular_file_is_refused_and_left_as_it_is(
+    tmp_path: Path, kind: str
+) -> None:
+    """The URL was written beside the path and moved over it, and the file removed as serving
+    ended: a FIFO of the user's was replaced, then deleted, and so was /dev/null for a sidecar
+    run as root; a directory was a warning only once the sidecar listened."""
+    if kind == "directory":
+        path = tmp_path / "run"
+        path.mkdir()
+    elif kind == "FIFO":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    else:
+        path = Path(os.devnull)
+    before = path.stat()
+    with pytest.raises(ValidationError) as refused:
+        SidecarSettings(listen=["tcp://127.0.0.1:0"], url_file=str(path))
+    assert [error["ctx"]["error"].args[0] for error in refused.value.errors()] == [
+        f"{str(path)!r} names a {kind}, not a file to write"
+    ]
+    after = path.stat()
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
 
 
 def test_an_empty_url_file_is_none_as_the_image_healthcheck_reads_it() -> None:
