@@ -23,22 +23,65 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from app.settings import INSIGHT_POLICIES
 from app.state.insight_verdicts import MIN_SCALED_BLOCKS, SAMPLED_RESOLUTION_POINTS
 from bench.tooling.common import TRACES_HELP, count, named_traces, trace
+from offload.decimal_text import fractional_number
 from offload.insight.curve import HitRatioCurve, scaled_capacities
 from offload.insight.estimator import CurveEstimator
 from offload.insight.sampling import SpatialSampler
-from offload.insight.sweep import sweep, sweep_curve
+from offload.insight.sweep import sweep, sweep_curve, sweep_policies
 from offload.insight.uncertainty import difference_error
+from offload.shown import shown
 
 TARGET_POINTS = 2.0
 
 
-def _floats(text: str) -> list[float]:
-    return [float(part) for part in text.split(",")]
+def _numbers(text: str, what: str) -> list[float]:
+    """Comma-separated decimal numbers, as kvscope reads them (``float`` took ``nan``)."""
+    try:
+        return [fractional_number(part.strip()) for part in text.split(",")]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{what} must be {exc}, got {shown(repr(text), 60)}"
+        ) from None
+
+
+def _rates(text: str) -> list[float]:
+    """Sampling rates, each in (0, 1]: one out of it ended the run in a traceback once the
+    exact sweep had run."""
+    rates = _numbers(text, "a sampling rate")
+    for rate in rates:
+        if not 0 < rate <= 1:
+            raise argparse.ArgumentTypeError(
+                f"a sampling rate must be above 0 and at most 1, got {rate}"
+            )
+    return rates
+
+
+def _shares(text: str) -> list[float]:
+    """Shares of a trace's distinct blocks, each above 0 (0 made a tier of one block)."""
+    shares = _numbers(text, "a share")
+    for share in shares:
+        if not 0 < share < math.inf:
+            raise argparse.ArgumentTypeError(f"a share must be above 0, got {share}")
+    return shares
+
+
+def _policies(text: str) -> list[str]:
+    """Policy names the sweep knows: another ended the run in a traceback once the exact
+    sweep had run."""
+    known = sweep_policies()
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if name not in known:
+            raise argparse.ArgumentTypeError(
+                f"unknown policy {shown(repr(name), 60)} (choose from {', '.join(known)})"
+            )
+    return names
 
 
 def _stack_gap(requests: list[list[int]], current: int, exact: HitRatioCurve) -> list[float]:
@@ -158,15 +201,23 @@ def _run(name: str, requests: list[list[int]], current: int, args: argparse.Name
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="*", type=Path, help=TRACES_HELP)
-    parser.add_argument("--rates", type=_floats, default=[0.01, 0.02, 0.05, 0.1, 0.2])
-    parser.add_argument("--seeds", type=count, default=8)
-    parser.add_argument("--current", type=count, default=2000)
     parser.add_argument(
-        "--policies", type=lambda text: text.split(","), default=list(INSIGHT_POLICIES)
-    )
+        "--rates", type=_rates, default=[0.01, 0.02, 0.05, 0.1, 0.2],
+        help="sampling rates, comma-separated (default 0.01,0.02,0.05,0.1,0.2)",
+    )  # fmt: skip
+    parser.add_argument("--seeds", type=count, default=8, help="sampler seeds per rate (default 8)")
     parser.add_argument(
-        "--shares", type=_floats, default=[], help="tiers as shares of distinct blocks"
-    )
+        "--current", type=count, default=2000,
+        help="the tier's size in blocks (default 2000; --shares sets it instead)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--policies", type=_policies, default=list(INSIGHT_POLICIES),
+        help=f"policies, comma-separated (default {','.join(INSIGHT_POLICIES)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shares", type=_shares, default=[],
+        help="tiers as shares of distinct blocks, comma-separated",
+    )  # fmt: skip
     args = parser.parse_args()
     traces = [("bundled", trace()[1])]
     traces += [(str(path), requests) for path, requests in named_traces(parser, args.traces)]
