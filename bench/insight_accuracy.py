@@ -28,7 +28,7 @@ from pathlib import Path
 
 from app.settings import INSIGHT_POLICIES
 from app.state.insight_verdicts import MIN_SCALED_BLOCKS, SAMPLED_RESOLUTION_POINTS
-from bench.tooling.common import TRACES_HELP, count, named_traces, trace
+from bench.tooling.common import TRACES_HELP, count, named_traces, sampling_rate, trace
 from offload.decimal_text import fractional_number
 from offload.insight.curve import HitRatioCurve, scaled_capacities
 from offload.insight.estimator import CurveEstimator
@@ -40,34 +40,26 @@ from offload.shown import shown
 TARGET_POINTS = 2.0
 
 
-def _numbers(text: str, what: str) -> list[float]:
-    """Comma-separated decimal numbers, as kvscope reads them (``float`` took ``nan``)."""
-    try:
-        return [fractional_number(part.strip()) for part in text.split(",")]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{what} must be {exc}, got {shown(repr(text), 60)}"
-        ) from None
-
-
 def _rates(text: str) -> list[float]:
-    """Sampling rates, each in (0, 1]: one out of it ended the run in a traceback once the
-    exact sweep had run."""
-    rates = _numbers(text, "a sampling rate")
-    for rate in rates:
-        if not 0 < rate <= 1:
-            raise argparse.ArgumentTypeError(
-                f"a sampling rate must be above 0 and at most 1, got {rate}"
-            )
-    return rates
+    """Comma-separated sampling rates: one out of (0, 1] ended the run in a traceback once
+    the exact sweep had run."""
+    return [sampling_rate(part.strip()) for part in text.split(",")]
 
 
 def _shares(text: str) -> list[float]:
-    """Shares of a trace's distinct blocks, each above 0 (0 made a tier of one block)."""
-    shares = _numbers(text, "a share")
-    for share in shares:
+    """Comma-separated shares of a trace's distinct blocks, each above 0 (0 made a tier of
+    one block)."""
+    shares = []
+    for part in text.split(","):
+        try:
+            share = fractional_number(part.strip())
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"a share must be {exc}, got {shown(repr(part), 60)}"
+            ) from None
         if not 0 < share < math.inf:
             raise argparse.ArgumentTypeError(f"a share must be above 0, got {share}")
+        shares.append(share)
     return shares
 
 

@@ -17,7 +17,7 @@ import json
 import time
 import tracemalloc
 
-from bench.tooling.common import count, trace
+from bench.tooling.common import count, sampling_rate, trace
 from offload.insight.estimator import CurveEstimator
 from offload.insight.sampling import DEFAULT_RATE, SpatialSampler
 
@@ -38,7 +38,10 @@ def _build(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=DEFAULT_RATE)
+    parser.add_argument(
+        "--rate", type=sampling_rate, default=DEFAULT_RATE,
+        help=f"sampling rate, above 0 and at most 1 (default {DEFAULT_RATE})",
+    )  # fmt: skip
     parser.add_argument("--current", type=count, default=2000)
     args = parser.parse_args()
     _, requests = trace()

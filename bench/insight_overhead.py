@@ -42,7 +42,7 @@ from functools import partial
 from hashlib import sha256
 from statistics import median
 
-from bench.tooling.common import count, trace
+from bench.tooling.common import count, sampling_rate, trace
 from bench.tooling.pairing import (
     Round,
     abba_pairs,
@@ -135,7 +135,10 @@ def _form(implementation: object, python_form: object) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=DEFAULT_RATE)
+    parser.add_argument(
+        "--rate", type=sampling_rate, default=DEFAULT_RATE,
+        help=f"sampling rate, above 0 and at most 1 (default {DEFAULT_RATE})",
+    )  # fmt: skip
     parser.add_argument(
         "--pairs",
         type=count,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from offload import CPUOffloadingManager
-from offload.decimal_text import whole_number
+from offload.decimal_text import fractional_number, whole_number
 from offload.shown import shown
 from offload.sim.mooncake import (
     BUNDLED_TRACE_BLOCK_SIZE,
@@ -90,6 +90,22 @@ def count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{exc}, got {shown(repr(text), 60)}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def sampling_rate(text: str) -> float:
+    """A sampling rate flag: a decimal number above 0 and at most 1, as the sampler takes
+    one. ``float`` took 0, 5 and nan, which ended the benchmark in the sampler's traceback."""
+    try:
+        value = fractional_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"a sampling rate must be {exc}, got {shown(repr(text), 60)}"
+        ) from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"a sampling rate must be above 0 and at most 1, got {value}"
+        )
     return value
 
 
