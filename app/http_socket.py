@@ -54,7 +54,9 @@ def bind_http(host: str, port: int) -> list[socket.socket]:
             host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
     except socket.gaierror as exc:
-        raise HostError(f"cannot resolve {shown_repr(host)}: {exc.strerror}") from None
+        raise HostError(
+            f"cannot resolve {shown_repr(host)}: {exc.strerror}{_written_as_in_a_url(host)}"
+        ) from None
     except UnicodeError as exc:  # a label over 63 characters, or empty: no name to look up
         raise HostError(f"cannot resolve {shown_repr(host)}: {shown(exc)}") from None
     sockets: list[socket.socket] = []
@@ -81,6 +83,22 @@ def bind_http(host: str, port: int) -> list[socket.socket]:
     if not sockets and unusable is not None:
         raise HostError(f"cannot bind {_address(host, port)}: {os.strerror(unusable.errno or 0)}")
     return sockets
+
+
+def _written_as_in_a_url(host: str) -> str:
+    """How to write a host that did not resolve, where it reads as a URL's part (brackets,
+    a port, a scheme) or was pasted with white space; else nothing. The resolver's own
+    words (Name or service not known) say nothing of the fix."""
+    if host != host.strip():
+        return "; it has white space around it"
+    if "/" in host:
+        return "; a host is a name or an address, without a scheme or a path"
+    if host.startswith("[") and host.endswith("]"):
+        return f"; an IPv6 address is written without brackets here: {shown(host[1:-1])}"
+    name, colon, port = host.rpartition(":")
+    if colon and name and ":" not in name and port.isdigit():
+        return "; the port is a setting of its own (--port, KVSCOPE_PORT)"
+    return ""
 
 
 def base_url(host: str, port: int) -> str:

@@ -90,6 +90,24 @@ def test_a_failing_bind_after_a_passed_over_address_closes_what_was_bound(
     assert len(no_ipv6.made) == 2 and all(sock.fileno() == -1 for sock in no_ipv6.made)
 
 
+@pytest.mark.parametrize(
+    ("host", "hint"),
+    [
+        ("[::1]", "an IPv6 address is written without brackets here: ::1"),
+        ("localhost:8000", "the port is a setting of its own (--port, KVSCOPE_PORT)"),
+        ("http://localhost", "a host is a name or an address, without a scheme or a path"),
+        ("127.0.0.1 ", "it has white space around it"),
+    ],
+)
+def test_a_host_written_as_in_a_url_is_refused_saying_how_to_write_it(host: str, hint: str) -> None:
+    """A host as a URL writes it (brackets, a port, a scheme) or pasted with a space was only
+    "cannot resolve '[::1]': Name or service not known", which says nothing of the fix."""
+    with pytest.raises(HostError) as refused:
+        bind_http(host, 0)
+    assert str(refused.value).startswith(f"cannot resolve {host!r}: ")
+    assert str(refused.value).endswith(f"; {hint}")
+
+
 def test_a_url_file_that_cannot_be_written_is_named_on_one_escaped_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
