@@ -76,14 +76,27 @@ def _capacity(text: str) -> int:
     return value
 
 
+def _items(text: str) -> list[str]:
+    """A comma-separated list's items, spaces around them dropped; an empty one is refused
+    naming the list (``1,,2`` was "it is empty, got ''", and ``lru,`` "invalid choice: ''")."""
+    items = [part.strip() for part in text.split(",")]
+    if items == [""]:
+        raise argparse.ArgumentTypeError("it is empty: give one value or more, comma-separated")
+    if "" in items:
+        raise argparse.ArgumentTypeError(
+            f"{shown(repr(text), 60)} has an empty item: one comma between each two values"
+        )
+    return items
+
+
 def _capacities(text: str) -> list[int]:
     """A comma-separated list of capacities, each checked, in the order given, no repeats."""
-    return list(dict.fromkeys(_capacity(part.strip()) for part in text.split(",")))
+    return list(dict.fromkeys(map(_capacity, _items(text))))
 
 
 def _policies(text: str) -> list[str]:
     known = sweep_policies()
-    names = [part.strip() for part in text.split(",")]
+    names = _items(text)
     for name in names:
         if name not in known:
             raise argparse.ArgumentTypeError(

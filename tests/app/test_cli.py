@@ -131,6 +131,16 @@ def test_replay_defaults_to_the_bundled_trace() -> None:
             "capacity must be at most 4294967296 blocks",
         ),
         ('{"hash_ids": [1]}\n', ["--policy", "mru"], "invalid choice: 'mru'"),
+        (
+            '{"hash_ids": [1]}\n',
+            ["--capacity", "1,,2"],
+            "argument --capacity: '1,,2' has an empty item: one comma between each two values",
+        ),
+        (
+            '{"hash_ids": [1]}\n',
+            ["--policy", "lru,"],
+            "argument --policy: 'lru,' has an empty item: one comma between each two values",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line_and_a_nonzero_exit(
