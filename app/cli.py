@@ -311,7 +311,18 @@ def _run_demo(args: argparse.Namespace) -> int:
             engine = DemoWorker(requests, publisher, config, sampler)
         except MemoryError:  # a --capacity within bounds this machine cannot hold
             return _no_memory(args.policy, args.capacity, "its capacity")
-        worker = threading.Thread(target=engine.run, args=(stop,), name="kvscope-demo-worker")
+        failed: list[Exception] = []
+
+        def work() -> None:
+            """The worker's loop; a failure ends the demo (it served stale figures, exit 0)."""
+            try:
+                engine.run(stop)
+            except Exception as exc:
+                failed.append(exc)
+            finally:
+                signals.wake()
+
+        worker = threading.Thread(target=work, name="kvscope-demo-worker")
         settings = _settings(args, connect=[publisher.endpoint], replay=[publisher.replay_endpoint])
         with Sidecar(settings) as sidecar:
             worker.start()
@@ -322,6 +333,10 @@ def _run_demo(args: argparse.Namespace) -> int:
             finally:
                 stop.set()
                 worker.join()
+    if failed:
+        print(f"kvscope: error: the demo worker stopped: {type(failed[0]).__name__}: "
+              f"{shown(str(failed[0]))}", file=sys.stderr)  # fmt: skip
+        return 1
     return 0
 
 

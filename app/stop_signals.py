@@ -22,9 +22,12 @@ import os
 import select
 import signal
 import time
+from contextlib import suppress
 from typing import Final
 
 STOP_SIGNALS: Final = frozenset((signal.SIGINT, signal.SIGTERM))
+_WAKE: Final = b"\0"
+"""What ``wake`` writes to the pipe: no signal's number (the interpreter writes those)."""
 
 
 def _noted(signum: int, frame: object) -> None:
@@ -40,17 +43,24 @@ class StopSignals:
     """
 
     def __init__(self) -> None:
-        self._read, write = os.pipe()
-        for fd in (self._read, write):
+        self._read, self._write = os.pipe()
+        for fd in (self._read, self._write):
             os.set_blocking(fd, False)
-        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         for signum in STOP_SIGNALS:
             signal.signal(signum, _noted)
 
+    def wake(self) -> None:
+        """End the wait now, from any thread, as if its time had passed: a thread the main
+        one waits beside (``demo``'s worker) says so when it stops early."""
+        with suppress(BlockingIOError):  # the pipe is full: the wait has plenty to read
+            os.write(self._write, _WAKE)
+
     def wait(self, timeout: float | None = None) -> frozenset[signal.Signals]:
-        """Block until Ctrl-C or SIGTERM comes or ``timeout`` seconds pass (None: no limit);
-        the stop signals that came (every one waiting is read), none if the time passed.
-        Other signals with a Python handler also reach the pipe and are passed over."""
+        """Block until Ctrl-C or SIGTERM comes, ``wake`` is called or ``timeout`` seconds pass
+        (None: no limit); the stop signals that came (every one waiting is read), none if
+        they did not. Other signals with a Python handler also reach the pipe and are
+        passed over."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -59,7 +69,7 @@ class StopSignals:
                 return frozenset()
             numbers = os.read(self._read, 512)
             stops = frozenset(signal.Signals(n) for n in numbers if n in STOP_SIGNALS)
-            if stops:
+            if stops or _WAKE[0] in numbers:
                 return stops
 
 

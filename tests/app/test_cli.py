@@ -626,6 +626,31 @@ def test_demo_at_a_rate_whose_pause_passes_the_clocks_range_runs_and_stops_quiet
     assert "Traceback" not in result.stderr
 
 
+FAILING_DEMO = """
+import sys
+from app.cli import main
+from offload.sim.demo_worker import DemoWorker
+def fail(self, block_hashes):
+    raise RuntimeError("the stand-in GPU failed")
+DemoWorker.step = fail  # the one fault put in: the worker's request step
+sys.exit(main(["demo", "--port", "0", "--duration", "60"]))
+"""
+
+
+def test_demo_whose_worker_fails_stops_with_its_error_on_one_line() -> None:
+    """Its worker thread died in a traceback and the demo served the last figures on, then
+    exited 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", FAILING_DEMO],
+        capture_output=True, text=True, timeout=120, env=environment(),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "kvscope: error: the demo worker stopped: RuntimeError: the stand-in GPU failed"
+    )
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("rate", "message"),
     [

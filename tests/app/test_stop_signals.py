@@ -134,3 +134,20 @@ def test_two_stop_signals_microseconds_apart_raise_one_exception(
             os.kill(process.pid, stop)
             _, stderr = process.communicate(timeout=HANG_S)
         assert (process.returncode, stderr) == (status, ""), round_
+
+
+WOKEN = """
+import threading
+from app.stop_signals import StopSignals
+signals = StopSignals()
+threading.Timer(0.01, signals.wake).start()
+print(" ".join(sorted(s.name for s in signals.wait())) or "woken", flush=True)
+"""
+
+
+def test_a_thread_ends_the_wait_with_no_stop_signal() -> None:
+    """``demo``'s worker wakes the main thread when it stops early: the demo then ends rather
+    than serve its last figures on."""
+    with subprocess.Popen([sys.executable, "-c", WOKEN], stdout=subprocess.PIPE, text=True) as p:
+        assert line(p) == "woken"
+        assert p.wait(timeout=HANG_S) == 0
