@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from bench.tooling.common import emit
+from bench.tooling.common import count, emit
 from bench.tooling.peer_env import VLLM_VERSION
 from bench.tooling.vllm_wheel import load_member, stand_in
 from offload.transfer import CUDATransferBackend, Direction, KVLayout, KVOrder, TransferPlan
@@ -389,7 +389,9 @@ def sweep(sizes: list[int], batches: list[int], budget: float) -> Iterator[tuple
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="timed runs per figure")
+    parser.add_argument(
+        "--repeat", type=count, default=DEFAULT_REPEAT, help="timed runs per figure"
+    )
     parser.add_argument(
         "--budget-gib",
         type=float,
@@ -399,7 +401,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-peer", action="store_true", help="skip vLLM's Triton kernel")
     parser.add_argument(
         "--sizes",
-        type=int,
+        type=count,
         nargs="+",
         metavar="KIB",
         default=[b // KIB for b in BLOCK_BYTES],
@@ -407,7 +409,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--batches",
-        type=int,
+        type=count,
         nargs="+",
         metavar="N",
         default=list(BATCHES),
@@ -415,7 +417,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--layers",
-        type=int,
+        type=count,
         default=DEFAULT_LAYERS,
         help="layers of the GPU cache (K and V apart: two pages of 16 KiB each per block)",
     )
@@ -425,10 +427,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the GPU cache as one int8 tensor of whole pages, as vLLM 0.33 hands it over",
     )
     args = parser.parse_args(argv)
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
-    if args.layers < 1:
-        parser.error("--layers must be at least 1")
+    if not (math.isfinite(args.budget_gib) and args.budget_gib > 0):
+        parser.error(f"--budget-gib must be a number of GiB above 0, got {args.budget_gib}")
     gpu_block_kib = args.layers * LAYER_BLOCK_BYTES // KIB
     for size in args.sizes:
         if size % gpu_block_kib:
@@ -436,8 +436,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 f"--sizes: {size} KiB is not a multiple of the GPU block, {gpu_block_kib} KiB "
                 f"over {args.layers} layers"
             )
-    if any(b < 1 for b in args.batches):
-        parser.error("--batches must be at least 1")
     return args
 
 

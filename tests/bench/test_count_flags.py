@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
         (["bench.telemetry_overhead", "--chunk", "0"], "argument --chunk: must be at least 1"),
         (["bench.insight_accuracy", "--seeds", "2.5"], "it has a character that is not a digit"),
         (["bench.insight_overhead", "--pairs", "0"], "argument --pairs: must be at least 1"),
+        (["bench.transfer_cuda", "--sizes", "0"], "argument --sizes: must be at least 1"),
+        (["bench.transfer_cuda", "--batches", "8", "-1"], "argument --batches: plain decimal"),
     ],
 )
 def test_a_count_below_one_or_not_whole_is_refused_before_any_run(

@@ -34,6 +34,10 @@ OUT_OF_RANGE = "a sampling rate must be above 0 and at most 1"
         (["bench.insight_curve", "--rate", "nan"],
          "argument --rate: a sampling rate must be a decimal number"),
         (["bench.insight_overhead", "--rate", "5"], f"argument --rate: {OUT_OF_RANGE}, got 5"),
+        (["bench.transfer_cuda", "--budget-gib", "-1"],
+         "--budget-gib must be a number of GiB above 0, got -1.0"),
+        (["bench.transfer_cuda", "--budget-gib", "nan"],
+         "--budget-gib must be a number of GiB above 0, got nan"),
     ],
 )  # fmt: skip
 def test_a_bad_value_is_refused_by_name_before_any_run(command: list[str], message: str) -> None:
