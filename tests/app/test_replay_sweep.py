@@ -127,7 +127,7 @@ def test_opt_on_a_trace_that_is_not_prefix_closed_says_what_it_is(tmp_path: Path
     ("args", "message"),
     [
         (["--capacity", "500,0"], "capacity must be at least 1 block, got 0"),
-        (["--capacity", "500,,1000"], "it is empty, got ''"),
+        (["--capacity", "500,,1000"], "'500,,1000' has an empty item"),
         (["--policy", "lru,mru"], "invalid choice: 'mru' (choose from lru, arc"),
         (["--plot", "curves.svg"], "unsupported file type '.svg'; use .html or .png"),
         (["--plot", "/nonexistent-dir/curves.html"], "no directory /nonexistent-dir"),
@@ -151,6 +151,17 @@ def test_a_plot_path_that_is_a_directory_is_refused_before_any_replay(
     result = kvscope("replay", str(trace_slice), "--plot", str(taken))
     assert result.returncode == 2
     assert f"cannot plot to {taken}: it is a directory" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_a_plot_in_a_directory_it_cannot_write_in_is_refused_before_any_replay(
+    trace_slice: Path,
+) -> None:
+    """/proc takes no new file, root's or anyone's: the replay ran whole, then the plot
+    failed."""
+    result = kvscope("replay", str(trace_slice), "--plot", "/proc/curves.html")
+    assert result.returncode == 2
+    assert "cannot plot to /proc/curves.html: " in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
