@@ -44,7 +44,30 @@ def check_plot_path(path: str | Path) -> Path:
         raise PlotError(f"cannot plot to {shown(path)}: no directory {shown(path.parent)}")
     if path.is_dir():  # found here, not after a replay of minutes as the plot is written
         raise PlotError(f"cannot plot to {shown(path)}: it is a directory")
+    target = _target(path)
+    # A directory this process cannot write in (a read-only mount, another user's, /proc)
+    # is found by writing there, as the plot will be: permission bits alone do not tell
+    # (root passes them, a read-only mount fails whatever they say).
+    probe = _partial(target, ".probe")
+    try:
+        probe.touch(exist_ok=False)
+        probe.unlink()
+    except OSError as exc:
+        raise PlotError(f"cannot plot to {shown(path)}: {exc.strerror or exc}") from None
     return path
+
+
+def _target(path: Path) -> Path:
+    """The file a plot at ``path`` replaces: through a link, the link's file."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links (RuntimeError before 3.13)
+        raise PlotError(f"cannot write plot {shown(path)}: {shown(exc)}") from None
+
+
+def _partial(target: Path, suffix: str) -> Path:
+    """A name of its own beside ``target``, hidden, for a file made before it is renamed."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.partial{suffix}")
 
 
 def write_plot(curve: HitRatioCurve, path: str | Path, title: str) -> Path:
@@ -54,11 +77,8 @@ def write_plot(curve: HitRatioCurve, path: str | Path, title: str) -> Path:
     # then renamed over it: a failure part way leaves the old file whole, and two writers
     # never share a half-written one. The new file keeps the old one's mode. Its format is
     # the one asked for (the path's suffix), whatever a link points at.
-    try:
-        target = path.resolve()
-    except (OSError, RuntimeError) as exc:  # a loop of links (RuntimeError before 3.13)
-        raise PlotError(f"cannot write plot {shown(path)}: {shown(exc)}") from None
-    partial = target.with_name(f".{target.name}.{secrets.token_hex(6)}.partial{path.suffix}")
+    target = _target(path)
+    partial = _partial(target, path.suffix)
     try:
         if path.suffix.lower() == ".png":
             _write_png(curve, partial, title)
