@@ -287,3 +287,31 @@ def test_the_pages_policy_stops_a_script_or_a_foreign_load_that_got_in_anyway(
         "script-src-attr",
         "script-src-elem",
     ]
+
+
+@pytest.mark.parametrize(
+    ("view", "picker", "name"),
+    [
+        ("blocks", "#filter-medium", LONG_MEDIUM),
+        ("blocks", "#filter-publisher", f"hex:{HOSTILE_TOPIC.hex()}@0"),
+        ("events", "#filter-event-medium", LONG_MEDIUM),
+        ("insight", "#insight-publisher", f"hex:{HOSTILE_TOPIC.hex()}@0"),
+    ],
+)
+def test_a_picker_holding_a_long_name_never_widens_a_narrow_phones_page(
+    page: sync_api.Page, hostile: Hostile, view: str, picker: str, name: str
+) -> None:
+    """The pickers were at most 32em wide, 448 px: in a 360 px window one offering a
+    32-character medium or a 68-character publisher pushed its view past the window's edge."""
+    base, _ = hostile
+    page.set_viewport_size({"width": 360, "height": 800})
+    page.goto(f"{base}/#/{view}")
+    page.wait_for_function(
+        "([picker, name]) => [...document.querySelectorAll(`${picker} option`)]"
+        ".some(o => o.textContent === name)",
+        arg=[picker, name],
+    )
+    width = page.evaluate(WIDTH)
+    assert width[0] <= width[1], f"the {view} view is {width[0]} px wide in a {width[1]} px window"
+    right = page.eval_on_selector(picker, "select => select.getBoundingClientRect().right")
+    assert right <= width[1], f"{picker} ends at {right} px in a {width[1]} px window"
