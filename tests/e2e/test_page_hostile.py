@@ -315,3 +315,76 @@ def test_a_picker_holding_a_long_name_never_widens_a_narrow_phones_page(
     assert width[0] <= width[1], f"the {view} view is {width[0]} px wide in a {width[1]} px window"
     right = page.eval_on_selector(picker, "select => select.getBoundingClientRect().right")
     assert right <= width[1], f"{picker} ends at {right} px in a {width[1]} px window"
+
+
+def lookalike_stats(step: int) -> bytes:
+    """A stats frame of stream e0@0 whose transfer direction and miss reason are blank ("",
+    the first of each metric's label values) beside one named, counting up by step."""
+    counters = [
+        Sample(name="kvscope_transfer_bytes_total", labels={"direction": d}, value=1e3 * step)
+        for d in ("", "gpu_to_cpu")
+    ] + [
+        Sample(name="kvscope_lookup_miss_blocks_total", labels={"reason": r}, value=float(step))
+        for r in ("", "cold")
+    ]
+    config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
+    frame = StatsFrame(ts=time.time(), engine_id="e0", rank=0, config=config, counters=counters)
+    return encode_stats_frame(frame)
+
+
+LOOKALIKE_MEDIA = ("CPU", "cpu")
+"""Two media whose names differ only by case."""
+
+
+@pytest.fixture(scope="module")
+def lookalikes() -> Iterator[str]:
+    """A sidecar whose one peer (e0@0) holds a block on each of ``LOOKALIKE_MEDIA`` and whose
+    history holds rates of the blank labels of ``lookalike_stats``: its URL."""
+    settings = SidecarSettings(listen=["tcp://127.0.0.1:*"], port=0, token=None)  # env aside
+    with Sidecar(settings) as sidecar, httpx.Client(base_url=sidecar.url) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        peer = RawPublisher(connect=bound, topic=b"e0")
+        try:
+            steps = iter(range(10**6))
+
+            def history() -> dict[str, Any]:
+                step = next(steps)
+                peer.pub.send_multipart([b"kvscope.stats", b"\0" * 8, lookalike_stats(step)])
+                events = [
+                    msgspec.msgpack.decode(kv_batch([i], medium))[1][0]
+                    for i, medium in enumerate(LOOKALIKE_MEDIA)
+                ]
+                peer.send(step, msgspec.msgpack.encode([time.time(), events, 0]))
+                return http.get("/api/v1/history", params={"resolution": 1}).json()
+
+            def blank_rates(answer: dict[str, Any]) -> bool:
+                points = {
+                    (s["metric"], s["labels"].get("direction", s["labels"].get("reason"))): sum(
+                        v is not None for v in s["values"]
+                    )
+                    for s in answer["series"]
+                }
+                media = http.get("/api/v1/stats").json()["blocks_by_medium"]
+                return (
+                    points.get(("transfer_bytes_per_s", ""), 0) >= 1
+                    and points.get(("miss_blocks", ""), 0) >= 2
+                    and set(LOOKALIKE_MEDIA) <= set(media)
+                )
+
+            wait_for(history, blank_rates, "the blank labels' rates", 60)
+            yield sidecar.url
+        finally:
+            peer.close()
+
+
+def test_media_whose_names_differ_only_by_case_head_cards_that_read_apart(
+    page: sync_api.Page, lookalikes: str
+) -> None:
+    """A card's heading is set in capitals: the cards of media "CPU" and "cpu" both read
+    "CPU BLOCKS". A medium's name keeps the case its peer wrote."""
+    page.goto(f"{lookalikes}/#/overview")
+    headings = page.locator("[data-card^='blocks:'] h2")
+    sync_api.expect(headings).to_have_count(len(LOOKALIKE_MEDIA))
+    shown = headings.evaluate_all("hs => hs.map(h => h.innerText)")  # as drawn, capitals and all
+    assert len(set(shown)) == len(LOOKALIKE_MEDIA), shown
+    assert {text.split(" ")[0] for text in shown} == set(LOOKALIKE_MEDIA), shown

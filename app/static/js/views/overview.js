@@ -76,14 +76,15 @@ const CHARTS = [
 const COPIES = "Blocks per medium count copies held: a block held by two workers, or by two KV "
   + "cache groups of one worker, counts twice.";
 
-/** A card headed `title`; `describedBy` names the id of a visible note on what it counts. */
+/** A card headed `title` (text, or nodes); `describedBy` names the id of a visible note on
+what it counts. */
 function card(id, title, describedBy) {
   const value = h("span", { class: "value", text: "–" });
   const gap = document.createTextNode(" ");
   const unit = h("span", { class: "unit" });
   const detail = h("p", { class: "detail" });
   const element = h("div", { class: "card", "data-card": id },
-    h("h2", { text: title, "aria-describedby": describedBy }),
+    h("h2", { "aria-describedby": describedBy }, title),
     h("p", { class: "big" }, value, gap, unit), detail);
   return { element, show(number, unitText, detailText = "") {
     value.textContent = number;
@@ -135,7 +136,10 @@ function mount(panel, context) {
     const media = mediaOf(s);
     for (const medium of media) {
       if (!mediumCards.has(medium)) {
-        const made = card(`blocks:${medium}`, `${medium} blocks`, copiesNote.id);
+        // The medium's name as its peer wrote it: headings are set in capitals, which made
+        // "cpu" and "CPU", two media, two cards that read alike.
+        const name = h("span", { class: "name", text: medium });
+        const made = card(`blocks:${medium}`, [name, " blocks"], copiesNote.id);
         copiesNote.hidden = false;
         mediumCards.set(medium, made);
         cards.insertBefore(made.element, cards.children[mediumCards.size - 1] ?? null);
