@@ -388,3 +388,21 @@ def test_media_whose_names_differ_only_by_case_head_cards_that_read_apart(
     shown = headings.evaluate_all("hs => hs.map(h => h.innerText)")  # as drawn, capitals and all
     assert len(set(shown)) == len(LOOKALIKE_MEDIA), shown
     assert {text.split(" ")[0] for text in shown} == set(LOOKALIKE_MEDIA), shown
+
+
+@pytest.mark.parametrize(
+    ("view", "chart", "named"),
+    [("overview", "bandwidth", "GPU→CPU"), ("insight?publisher=e0@0", "miss-reasons", "cold")],
+)
+def test_a_line_a_worker_left_unnamed_is_drawn_and_its_legend_button_named(
+    page: sync_api.Page, lookalikes: str, view: str, chart: str, named: str
+) -> None:
+    """A label value may be empty: a chart whose first line was named "" stayed blank (no
+    plot, and no note saying there was nothing to draw), and its legend's button for that
+    line had no name to show or to be read by."""
+    page.goto(f"{lookalikes}/#/{view}")
+    legend = page.locator(f"[data-chart='{chart}'] .u-legend")
+    for name in ("(blank)", named):
+        sync_api.expect(legend.get_by_role("button", name=name, exact=True)).to_have_count(1)
+    sync_api.expect(legend.get_by_role("button")).to_have_count(2)
+    assert page.is_visible(f"[data-chart='{chart}'] .plot canvas")

@@ -201,6 +201,13 @@ function showLatest(u) {
   if (u.cursor.left < 0 && u.legend.idx !== u.data[0].length - 1) u.setLegend({ idx: u.data[0].length - 1 });
 }
 
+/** A line's name in the legend, where it is the button that hides the line: a blank one
+(a worker's label value "" or spaces) as words, so that the button has a name to show and to
+be read by. */
+function legendName(name) {
+  return name.trim() ? name : "(blank)";
+}
+
 const charts = new Set();
 matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {
   charts.forEach((chart) => chart.rebuild());
@@ -219,7 +226,7 @@ export class TimeChart {
       this.empty, this.plotArea);
     container.append(this.element);
     this.plot = null;
-    this.names = "";
+    this.names = [];
     this.data = null;
     new ResizeObserver(() => this.resize()).observe(this.plotArea);
     charts.add(this);
@@ -241,11 +248,12 @@ export class TimeChart {
     // before zoomed() compared its scale with them, so every chart read as zoomed in and kept
     // the time range it was built with as new points came.
     this.data = [times.slice(), ...shown.map((line) => line.values)];
-    const names = shown.map((line) => line.name).join("\u0000");
+    const names = shown.map((line) => line.name);
+    const renamed = names.length !== this.names.length || names.some((name, i) => name !== this.names[i]);
+    this.names = names;
     if (!shown.length) return;
-    if (names !== this.names || !this.plot) {
-      this.names = names;
-      this.rebuild(shown.map((line) => line.name));
+    if (renamed || !this.plot) {
+      this.rebuild();
     } else {
       this.plot.setData(this.data, !this.zoomed());
     }
@@ -257,8 +265,10 @@ export class TimeChart {
     return times.length > 1 && (min > times[0] || max < times.at(-1));
   }
 
-  rebuild(names = this.names.split("\u0000")) {
-    if (!this.data || !names[0]) return;
+  rebuild() {
+    // A line may be named "" (a worker's empty label value): only no line at all is nothing
+    // to draw. Its chart once stayed blank, neither plot nor note, whenever "" came first.
+    if (!this.data || !this.names.length) return;
     // A new plot replaces the focused one (a line added, the colour scheme changed): the
     // keyboard's place moves to it, not back to the top of the page.
     const focused = this.plot?.over === document.activeElement;
@@ -285,8 +295,8 @@ export class TimeChart {
       plugins: [legendToggles(), keyboardCursor(this.title), keyboardZoom()],
       series: [
         { label: "time", value: (u, ts) => (ts === null ? "–" : clock(ts)) },
-        ...names.map((name) => ({
-          label: name, stroke: colours.colour(name), width: 1.5, value: (u, v) => format(v),
+        ...this.names.map((name) => ({
+          label: legendName(name), stroke: colours.colour(name), width: 1.5, value: (u, v) => format(v),
           points: { show: false },
         })),
       ],
