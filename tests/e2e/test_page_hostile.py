@@ -10,6 +10,7 @@ stretches the page past its window. Each wait is a condition, never a duration.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -406,3 +407,38 @@ def test_a_line_a_worker_left_unnamed_is_drawn_and_its_legend_button_named(
         sync_api.expect(legend.get_by_role("button", name=name, exact=True)).to_have_count(1)
     sync_api.expect(legend.get_by_role("button")).to_have_count(2)
     assert page.is_visible(f"[data-chart='{chart}'] .plot canvas")
+
+
+STATS_CLOCKS = {"boot": 12_345.0, "past": -1e300}
+"""Stats frames' times by a worker clock that counts from its boot, and by one far in the past
+(any finite time is a frame's)."""
+
+
+def test_stats_stamped_by_a_clock_far_behind_read_as_grouped_days(
+    page: sync_api.Page, sidecar: str
+) -> None:
+    """The stats lag read "498884 h 9 min" for a clock counting from its worker's boot, and
+    "2.7777777638888895e+296 h 40 min" for one in the far past: past a day, an age is days,
+    grouped as every count on the page is, and hours."""
+    with httpx.Client(base_url=sidecar) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        peer = RawPublisher(connect=bound, topic=b"boot")
+        config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
+        frames = [
+            encode_stats_frame(StatsFrame(ts=ts, engine_id=name, rank=0, config=config))
+            for name, ts in STATS_CLOCKS.items()
+        ]
+
+        def names() -> list[str]:
+            for frame in frames:
+                peer.pub.send_multipart([b"kvscope.stats", b"\0" * 8, frame])
+            return [p["name"] for p in http.get("/api/v1/stats").json()["publishers"]]
+
+        try:
+            wait_for(names, lambda found: all(f"{n}@0" in found for n in STATS_CLOCKS), "both")
+        finally:
+            peer.close()
+    page.goto(f"{sidecar}/#/publishers")
+    for name in STATS_CLOCKS:
+        lag = page.locator(f"#publishers tr[data-publisher='{name}@0'] td").nth(3)
+        sync_api.expect(lag).to_have_text(re.compile(r"^\d{1,3}(,\d{3})* d \d{1,2} h$"))

@@ -119,12 +119,16 @@ export function dateTime(ts) {
   return ts === null || ts === undefined ? "–" : new Date(ts * 1000).toLocaleString();
 }
 
-/** How long ago, from a number of seconds: "6.27 ms", "12.3 s", "4 min 10 s" (under a minute
-by the rule for seconds: a frame 6 ms old read "0.00627 s"). */
+/** How long ago, from a number of seconds: "6.27 ms", "12.3 s", "4 min 10 s", "5 h 2 min",
+"20,787 d 12 h" (under a minute by the rule for seconds: a frame 6 ms old read "0.00627 s"; days
+grouped as every count is: a worker's stats stamped by a clock counting from its boot read
+"498884 h 9 min" behind, and stamped in the far past "2.7777777638888895e+296 h 40 min"). */
 export function age(secondsAgo) {
   if (secondsAgo === null || secondsAgo === undefined) return "–";
   if (secondsAgo < 60) return withUnit(Math.max(0, secondsAgo), "seconds");
   const minutes = Math.floor(secondsAgo / 60);
   if (minutes < 60) return `${minutes} min ${Math.floor(secondsAgo % 60)} s`;
-  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+  const hours = Math.floor(minutes / 60);
+  if (hours < 24) return `${hours} h ${minutes % 60} min`;
+  return `${count(Math.floor(hours / 24))} d ${hours % 24} h`;
 }
