@@ -318,16 +318,28 @@ def test_a_picker_holding_a_long_name_never_widens_a_narrow_phones_page(
     assert right <= width[1], f"{picker} ends at {right} px in a {width[1]} px window"
 
 
+LOOKALIKE_REASONS = ("a b", "a  b", "a   b")
+"""Eviction reasons that differ only by the spaces between their words."""
+
+
 def lookalike_stats(step: int) -> bytes:
     """A stats frame of stream e0@0 whose transfer direction and miss reason are blank ("",
-    the first of each metric's label values) beside one named, counting up by step."""
-    counters = [
-        Sample(name="kvscope_transfer_bytes_total", labels={"direction": d}, value=1e3 * step)
-        for d in ("", "gpu_to_cpu")
-    ] + [
-        Sample(name="kvscope_lookup_miss_blocks_total", labels={"reason": r}, value=float(step))
-        for r in ("", "cold")
-    ]
+    the first of each metric's label values) beside one named, and whose eviction reasons are
+    ``LOOKALIKE_REASONS``, counting up by step."""
+    counters = (
+        [
+            Sample(name="kvscope_transfer_bytes_total", labels={"direction": d}, value=1e3 * step)
+            for d in ("", "gpu_to_cpu")
+        ]
+        + [
+            Sample(name="kvscope_lookup_miss_blocks_total", labels={"reason": r}, value=float(step))
+            for r in ("", "cold")
+        ]
+        + [
+            Sample(name="kvscope_evicted_blocks_total", labels={"reason": r}, value=float(step))
+            for r in LOOKALIKE_REASONS
+        ]
+    )
     config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
     frame = StatsFrame(ts=time.time(), engine_id="e0", rank=0, config=config, counters=counters)
     return encode_stats_frame(frame)
@@ -369,6 +381,7 @@ def lookalikes() -> Iterator[str]:
                 return (
                     points.get(("transfer_bytes_per_s", ""), 0) >= 1
                     and points.get(("miss_blocks", ""), 0) >= 2
+                    and all(points.get(("evictions", r), 0) >= 2 for r in LOOKALIKE_REASONS)
                     and set(LOOKALIKE_MEDIA) <= set(media)
                 )
 
@@ -442,3 +455,17 @@ def test_stats_stamped_by_a_clock_far_behind_read_as_grouped_days(
     for name in STATS_CLOCKS:
         lag = page.locator(f"#publishers tr[data-publisher='{name}@0'] td").nth(3)
         sync_api.expect(lag).to_have_text(re.compile(r"^\d{1,3}(,\d{3})* d \d{1,2} h$"))
+
+
+def test_reasons_that_differ_only_by_spaces_name_legend_lines_that_read_apart(
+    page: sync_api.Page, lookalikes: str
+) -> None:
+    """A label value is printable ASCII, runs of spaces included: the legend folded each run
+    into one space, and three eviction reasons read as one name three times."""
+    page.goto(f"{lookalikes}/#/overview")
+    wanted = {f"evicted: {reason}" for reason in LOOKALIKE_REASONS}
+    wait_for(lambda: legend(page, "throughput"), lambda s: wanted <= set(s), "the reasons")
+    shown = page.eval_on_selector_all(
+        "[data-chart='throughput'] .u-legend th", "cells => cells.map(c => c.innerText.trim())"
+    )
+    assert wanted <= set(shown), shown  # as drawn, spaces and all
