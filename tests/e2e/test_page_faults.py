@@ -24,6 +24,7 @@ from app.settings import SidecarSettings
 from tests.e2e.conftest import CHROMIUM, WAIT_MS
 from tests.support.polling import wait_for
 from tests.support.ports import held_tcp_ports
+from tests.support.zmq_peers import RawPublisher, stats_probe
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} absent")
 WAIT_S = WAIT_MS / 1000
@@ -306,3 +307,36 @@ def test_the_insight_view_stops_reading_when_hidden_with_a_read_in_flight(
     page.wait_for_function("() => document.getElementById('insight-status').textContent")
     page.clock.run_for(60_000)
     assert page.evaluate("() => window.__reads['api/v1/insight']") == 1
+
+
+def test_the_insight_view_shows_nothing_of_a_publisher_the_restarted_sidecar_has_not_met(
+    page: sync_api.Page, allowed_errors: list[str]
+) -> None:
+    """Up again with no publisher yet, the sidecar lists none: the view said "No publisher
+    yet." under the picker, the headline and the facts of the one the sidecar before knew."""
+    allowed_errors.append("net::ERR_")  # the refused connections, as the browser reports them
+    facts = "#insight-facts dd"
+
+    def settings(port: int) -> SidecarSettings:
+        return SidecarSettings(listen=["tcp://127.0.0.1:*"], port=port, token=None)  # env aside
+
+    with held_tcp_ports() as port:
+        with Sidecar(settings(port)) as first, httpx.Client(base_url=first.url) as http:
+            bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+            peer = RawPublisher(connect=bound, topic=b"e0")
+            try:
+                wait_for(
+                    lambda: peer.pub.send_multipart([b"kvscope.stats", b"\0" * 8, stats_probe()])
+                    or http.get("/api/v1/insight").json()["publishers"],
+                    bool, "the publisher listed", WAIT_S,
+                )  # fmt: skip
+            finally:
+                peer.close()
+            page.goto(f"{first.url}/#/insight")
+            sync_api.expect(page.locator("#insight-publisher option")).to_have_text(["e0@0"])
+            sync_api.expect(page.locator(facts).first).to_be_visible()
+        with Sidecar(settings(port)):
+            sync_api.expect(page.locator("#insight-status")).to_have_text("No publisher yet.")
+            sync_api.expect(page.locator("#insight-publisher option")).to_have_count(0)
+            sync_api.expect(page.locator(facts)).to_have_count(0)
+            sync_api.expect(page.locator("#insight-efficiency")).to_have_text("\u2013")

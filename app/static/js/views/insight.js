@@ -304,10 +304,25 @@ function mount(panel, context) {
     return [h("dt", { text: term }), h("dd", { text, ...attributes })];
   }
 
+  /** No publisher to show (a sidecar restarted, and none has sent to it yet): nothing of the
+   * one shown before stays, under words that say there is none. */
+  function clear() {
+    picker.replaceChildren();
+    delete panel.dataset.publisher;
+    Object.assign(efficiency.dataset, { efficiency: "", error: "" });
+    [share.textContent, shareGap.textContent, shareUnit.textContent] = ["–", "", ""];
+    windowFigure.update({ optimum: null });
+    chart.update(null);
+    verdicts.replaceChildren();
+    facts.replaceChildren();
+    if (context.history.times.length) showMisses(context.history);
+    status.textContent = "No publisher yet.";
+  }
+
   function render(body) {
     const names = body.publishers.map((p) => p.publisher);
     if (!names.length) {
-      status.textContent = "No publisher yet.";
+      clear();
       return;
     }
     fillSelect(picker, names.map((n) => [n, n]), wanted || names[0]);
