@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from playwright import sync_api
 
@@ -340,3 +341,43 @@ def test_the_insight_view_shows_nothing_of_a_publisher_the_restarted_sidecar_has
             sync_api.expect(page.locator("#insight-publisher option")).to_have_count(0)
             sync_api.expect(page.locator(facts)).to_have_count(0)
             sync_api.expect(page.locator("#insight-efficiency")).to_have_text("\u2013")
+
+
+def test_the_overview_drops_the_card_of_a_medium_the_restarted_sidecar_does_not_report(
+    page: sync_api.Page, allowed_errors: list[str]
+) -> None:
+    """Up again with no block indexed, the sidecar reports no medium: the CPU card kept the
+    count the sidecar before it gave, as though the blocks were still held."""
+    allowed_errors.append("net::ERR_")  # the refused connections, as the browser reports them
+    stored = {
+        "type": "BlockStored",
+        "block_hashes": [1, 2],
+        "parent_block_hash": None,
+        "token_ids": [],
+        "block_size": 16,
+        "lora_id": None,
+        "medium": "CPU",
+    }
+
+    def settings(port: int) -> SidecarSettings:
+        return SidecarSettings(listen=["tcp://127.0.0.1:*"], port=port, token=None)  # env aside
+
+    with held_tcp_ports() as port:
+        with Sidecar(settings(port)) as first, httpx.Client(base_url=first.url) as http:
+            bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+            peer = RawPublisher(connect=bound, topic=b"e0")
+            sent = iter(range(10**6))
+            try:
+                wait_for(
+                    lambda: peer.send(next(sent), msgspec.msgpack.encode([1.0, [stored], 0]))
+                    or http.get("/api/v1/stats").json()["blocks_by_medium"],
+                    lambda media: media.get("CPU") == 2, "two blocks on the CPU", WAIT_S,
+                )  # fmt: skip
+            finally:
+                peer.close()
+            page.goto(f"{first.url}/#/overview")
+            card = page.locator("[data-card='blocks:CPU'] .big")
+            sync_api.expect(card).to_have_text("2 blocks")
+        with Sidecar(settings(port)):
+            sync_api.expect(card).to_have_count(0)
+            sync_api.expect(page.locator("#copies-note")).to_be_hidden()

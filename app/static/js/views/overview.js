@@ -134,13 +134,21 @@ function mount(panel, context) {
 
   function showStats(s) {
     const media = mediaOf(s);
+    // A medium the sidecar no longer reports (it restarted) loses its card, which kept the
+    // last count the sidecar before it gave.
+    for (const [medium, gone] of mediumCards) {
+      if (!media.includes(medium)) {
+        gone.element.remove();
+        mediumCards.delete(medium);
+      }
+    }
+    copiesNote.hidden = !media.length;
     for (const medium of media) {
       if (!mediumCards.has(medium)) {
         // The medium's name as its peer wrote it: headings are set in capitals, which made
         // "cpu" and "CPU", two media, two cards that read alike.
         const name = h("span", { class: "name", text: medium });
         const made = card(`blocks:${medium}`, [name, " blocks"], copiesNote.id);
-        copiesNote.hidden = false;
         mediumCards.set(medium, made);
         cards.insertBefore(made.element, cards.children[mediumCards.size - 1] ?? null);
       }
