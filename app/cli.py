@@ -9,11 +9,13 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":
-    # `python -m app.cli` runs as the kvscope script does, through its entry point, which
-    # imports this module again, by its name, with Ctrl-C as a quiet stop from the start.
-    from app.entry_point import main as _script
+    # `python -m app.cli` runs as the kvscope script does (app/entry_point.py): the command
+    # is this module imported by its name, with Ctrl-C a quiet stop from the start.
+    import importlib
 
-    sys.exit(_script())
+    from app.stop_signals import quiet_start
+
+    sys.exit(quiet_start(lambda: importlib.import_module(__spec__.name).main()))
 
 import argparse
 import difflib

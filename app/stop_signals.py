@@ -22,6 +22,7 @@ import os
 import select
 import signal
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Final
 
@@ -105,3 +106,19 @@ def stop_once(signums: frozenset[signal.Signals] = STOP_SIGNALS) -> None:
     for signum in signums:
         if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
             signal.signal(signum, _stop_once)
+
+
+def quiet_start(command: Callable[[], int]) -> int:
+    """Run ``command``, which imports what it runs, with Ctrl-C as one quiet stop (exit 130)
+    until a command takes the signal over: ``serve``'s uvicorn and ``demo``'s StopSignals
+    install their own handlers, and ``replay`` adds SIGTERM to this one.
+
+    The sidecar's modules take about half a second to import, and the arguments a few
+    milliseconds to parse: Python's handler printed a KeyboardInterrupt traceback there.
+    One KeyboardInterrupt however many Ctrl-Cs come (``timeout -s INT`` sends two).
+    """
+    stop_once(frozenset({signal.SIGINT}))
+    try:
+        return command()
+    except KeyboardInterrupt:
+        return 130

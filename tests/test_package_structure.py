@@ -89,31 +89,14 @@ def _layer(module: str) -> tuple[str, int] | None:
     return name, LAYERS[package][name]
 
 
-def _is_main_block(node: ast.AST) -> bool:
-    """``if __name__ == "__main__":``: code run when the module is the program (``python -m``),
-    which may hand over to a higher layer, never when it is imported."""
-    return (
-        isinstance(node, ast.If)
-        and isinstance(node.test, ast.Compare)
-        and isinstance(node.test.left, ast.Name)
-        and node.test.left.id == "__name__"
-        and [type(op) for op in node.test.ops] == [ast.Eq]
-        and [getattr(c, "value", None) for c in node.test.comparators] == ["__main__"]
-    )
-
-
 def _imports(path: Path) -> set[str]:
-    """The modules a module imports, wherever in it, but for its ``__main__`` block."""
+    tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
-    nodes: list[ast.AST] = [ast.parse(path.read_text(), filename=str(path))]
-    while nodes:
-        node = nodes.pop()
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
-        if not _is_main_block(node):
-            nodes.extend(ast.iter_child_nodes(node))
     return found
 
 
