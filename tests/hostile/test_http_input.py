@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,7 +25,7 @@ from app.api.hash_text import MAX_HASH_TEXT
 from app.api.limits import HttpLimits
 from app.api.schemas import MAX_LOOKUP_HASHES
 from app.decode import DecodedBatch, DecodedEvent
-from tests.support.http_app import AUTH, TOKEN, in_process, record, sidecar_app
+from tests.support.http_app import AUTH, TOKEN, in_process, record, serving, sidecar_app
 
 pytestmark = pytest.mark.timeout(120)
 LOOKUP = "/api/v1/lookup"
@@ -312,6 +313,31 @@ def test_with_a_token_the_page_and_its_assets_need_it_too() -> None:
             assert http.get(path, headers=AUTH).status_code == 200, path
         for path in ("/healthz", "/readyz"):
             assert http.get(path).status_code == 200, path
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"block_hashes": [1',
+        b"\xff",
+        b'{"block_hashes": [1], "block_hashes": [2]}',
+        b'{"block_hashes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"block_hashes": [1]}',
+    ],
+    ids=["no json", "not utf-8", "key twice", "nested", "well formed"],
+)
+def test_a_lookup_without_the_token_is_a_401_whatever_its_body(body: bytes) -> None:
+    """FastAPI reads a JSON body before any dependency runs, the token's included: a body
+    that was no JSON was a 422, one that was no UTF-8 or gave a key twice a 400 naming the
+    key, to a client without the token, and the sidecar parsed its body for it."""
+    app, _ = sidecar_app(token=TOKEN)
+    with serving(app) as url, httpx.Client(base_url=url) as http:
+        for credentials in ({}, {"Authorization": "Bearer wrong"}):
+            answer = http.post(LOOKUP, content=body, headers={**JSON, **credentials})
+            assert answer.status_code == 401, answer.text
+            assert answer.headers["www-authenticate"].startswith("Bearer")
+            assert "block_hashes" not in answer.text and "body" not in answer.text
+        assert http.post(LOOKUP, content=body, headers={**JSON, **AUTH}).status_code != 401
 
 
 def test_readyz_counts_unseen_publishers_but_names_them_only_with_the_token() -> None:

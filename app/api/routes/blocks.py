@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
 
 from app.api.body_errors import plain_body
-from app.api.deps import UNAUTHORIZED, PageSize, State, require_token
+from app.api.deps import UNAUTHORIZED, PageSize, State, check_token, require_token
 from app.api.hash_text import BlockHashText
 from app.api.json_body import JsonBodyRoute
 from app.api.repeated_parameters import refuse_repeated_parameters
@@ -15,11 +16,31 @@ from app.api.schemas import BlockInfo, BlockPage, LookupRequest, LookupResponse
 from app.api.validation_errors import MALFORMED_TEXT
 from app.decimal_text import MAX_DECIMAL, decimal_int
 
+
+class _TokenFirstRoute(JsonBodyRoute):
+    """A route that checks the token before it reads a request body, then as every route does.
+
+    FastAPI reads and parses a body before any dependency runs, the token's included, so
+    a lookup without the token had its body parsed and was told what was wrong with it (a
+    422 for no JSON, a 400 naming a key given twice) instead of a 401."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
+
+        async def token_first(request: Request) -> Response:
+            check_token(request, request.app.state.settings)
+            return await handler(request)
+
+        return token_first
+
+
 router = APIRouter(
     tags=["api"],
     dependencies=[Depends(require_token), Depends(refuse_repeated_parameters)],
     responses=UNAUTHORIZED,
-    route_class=JsonBodyRoute,  # the lookup's body
+    route_class=_TokenFirstRoute,  # the lookup's body
 )
 
 _Cursor = decimal_int(0, MAX_DECIMAL)
