@@ -89,6 +89,10 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   an absolute one of another scheme than http(s), with user information or
   with no host, is a 400 naming the problem (``malformed_request``); see
   app/api/request_target.py.
+- a header field's value is given to the app without the white space after it,
+  as RFC 9112 (5) has a parser drop it like that before it: httptools dropped
+  only the leading, so ``Last-Event-ID: 3`` with a space after it was a 400
+  saying the id has white space, and every reader of a header had to strip it.
 - a refusal of a request's head (a 400, a 431), or of the body of one queued
   behind an answer, comes after the answers owed to the requests sent before
   it, and nothing after it is read: uvicorn wrote its 400 the moment the
@@ -335,7 +339,7 @@ class BoundedConnection(HttpToolsProtocol):
             self._refuse("headers_too_large", 431, detail)
             raise _StopParsing
         self._held(len(name) + len(value))
-        super().on_header(name, value)
+        super().on_header(name, value.rstrip(b" \t"))  # RFC 9112 (5): OWS is no part of it
 
     def on_url(self, url: bytes) -> None:
         self._held(len(url))

@@ -13,6 +13,7 @@ stays a 422; and no refused request leaves anything behind.
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -150,6 +151,29 @@ def test_a_last_event_id_in_any_other_form_is_a_400_and_joins_no_stream(
     error = refusal(sidecar.get(STREAM, headers={"Last-Event-ID": value}))
     assert error["loc"] == ["header", "last-event-id"] and problem in error["msg"]
     assert stream_readers(sidecar) == 0
+
+
+@pytest.mark.parametrize("padding", [b" ", b"\t", b" \t "], ids=ascii)
+def test_white_space_after_a_header_value_is_http_s_not_the_value_s(
+    sidecar: httpx.Client, padding: bytes
+) -> None:
+    """RFC 9112 (5) has a parser drop white space after a field's value as before it;
+    httptools dropped only that before, so ``Last-Event-ID: 3`` with a space after it was
+    a 400 saying the id "has white space". httpx strips it, so this is written on a socket."""
+    wait_until(lambda: stream_readers(sidecar) == 0, "no reader left from an earlier test")
+    url = httpx.URL(str(sidecar.base_url))
+    head = b"GET %s HTTP/1.1\r\nHost: %s\r\nLast-Event-ID: 3%s\r\nConnection: close\r\n\r\n" % (
+        STREAM.encode(),
+        url.netloc,
+        padding,
+    )
+    with socket.create_connection((url.host, url.port), timeout=WAIT_S) as raw:
+        raw.sendall(head)
+        received = b""
+        while b"\nid: 5\n" not in received and (chunk := raw.recv(65536)):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 200 "), received[:300]
+    assert re.findall(rb"\nid: (\d+)\n", received) == [b"4", b"5"]
 
 
 def test_numbers_in_their_one_form_are_read_and_bounds_stay_422s(sidecar: httpx.Client) -> None:
