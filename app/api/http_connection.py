@@ -93,6 +93,11 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   as RFC 9112 (5) has a parser drop it like that before it: httptools dropped
   only the leading, so ``Last-Event-ID: 3`` with a space after it was a 400
   saying the id has white space, and every reader of a header had to strip it.
+- a body whose ``Transfer-Encoding`` names a coding before a last ``chunked``
+  (``gzip, chunked``) is a 501 saying so (``malformed_request``), as RFC 9112
+  (6.1) has it (without ``chunked`` last, the parser's 400 stands): the parser
+  took the chunks off and handed on what they held, still gzipped, so a
+  lookup's JSON was a 400 saying the body is not UTF-8.
 - a refusal of a request's head (a 400, a 431), or of the body of one queued
   behind an answer, comes after the answers owed to the requests sent before
   it, and nothing after it is read: uvicorn wrote its 400 the moment the
@@ -354,6 +359,14 @@ class BoundedConnection(HttpToolsProtocol):
                 "connection): send it without the Upgrade header",
             )
             raise _StopParsing  # its body is no request's
+        if self._other_transfer_coding():
+            self._refuse(
+                "malformed_request",
+                501,
+                "the request's body has a transfer coding besides chunked, which the sidecar "
+                "does not decode: send it chunked alone, or with a Content-Length",
+            )
+            raise _StopParsing  # what its chunks hold is no request's body as sent
         try:
             target = read_target(self.url)
         except TargetRefused as refused:
@@ -575,6 +588,19 @@ class BoundedConnection(HttpToolsProtocol):
             ):
                 return True
         return False
+
+    def _other_transfer_coding(self) -> bool:
+        """Whether the request's Transfer-Encoding names a coding before a last ``chunked``:
+        the parser takes only the chunks off. Without ``chunked`` last the body's length
+        cannot be known, which the parser refuses itself with the 400 RFC 9112 (6.3) asks."""
+        codings = [
+            coding.strip()
+            for name, value in self.headers
+            if name == b"transfer-encoding"
+            for coding in value.lower().split(b",")
+            if coding.strip()
+        ]
+        return len(codings) > 1 and codings[-1] == b"chunked"
 
     def _refuse(self, reason: Refusal, status: int, detail: str, headers: bytes = b"") -> None:
         """Answer ``status`` with ``{"detail": detail}`` and close, as the guards answer, with

@@ -10,6 +10,7 @@ quiet, never a traceback. Waits poll with a deadline; nothing asserts on time.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
@@ -746,6 +747,39 @@ def test_a_request_the_parser_refuses_is_a_json_400_naming_why_counted_and_quiet
         reason = {"reason": "malformed_request"}
         assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
         assert http.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("codings", "status"),
+    [
+        (b"Transfer-Encoding: gzip, chunked", b"501"),
+        (b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked", b"501"),
+        (b"Transfer-Encoding: gzip", b"400"),
+        (b"Transfer-Encoding: chunked, gzip", b"400"),
+    ],
+    ids=["one field", "two fields", "no chunked", "chunked first"],
+)
+def test_a_body_in_a_transfer_coding_beside_chunked_is_a_501_naming_why(
+    codings: bytes, status: bytes
+) -> None:
+    """The parser takes the chunks off and hands on what is inside them, still in the other
+    coding: a lookup whose JSON was gzipped was a 400 saying the body is not UTF-8. RFC 9112
+    (6.1) has a server answer a transfer coding it does not decode with a 501, and (6.3) one
+    whose last coding is not chunked, whose length cannot be known, with a 400."""
+    app, _ = sidecar_app()
+    with served_quietly(app) as (url, http):
+        host = urlsplit(url).netloc.encode()
+        inside = gzip.compress(b'{"block_hashes": [1]}')
+        head = (
+            b"POST /api/v1/lookup HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json\r\n" % host
+        )
+        chunks = b"%x\r\n%b\r\n0\r\n\r\n" % (len(inside), inside)
+        answer = read_all(raw_connection(url, head + codings + b"\r\n\r\n" + chunks))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 " + status), answer[:300]
+        assert b"Transfer-Encoding" in body or b"transfer coding" in body
+        reason = {"reason": "malformed_request"}
+        assert metric(http, "kvscope_sidecar_http_refused_total", **reason) == 1
 
 
 @pytest.mark.parametrize(
