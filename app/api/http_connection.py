@@ -581,10 +581,11 @@ class BoundedConnection(HttpToolsProtocol):
         self.transport.abort()  # close() would wait for the buffer to drain: for ever
 
     def _declares_body(self) -> bool:
-        """Whether the request's head declares a body (a length above 0, or chunks)."""
+        """Whether the request's head declares a body (a length above 0, ``00`` being 0 too,
+        or chunks)."""
         for name, value in self.headers:
             if name == b"transfer-encoding" or (
-                name == b"content-length" and value.strip() not in (b"", b"0")
+                name == b"content-length" and value.strip().lstrip(b"0") != b""
             ):
                 return True
         return False

@@ -348,6 +348,27 @@ def test_a_stream_request_that_declares_a_body_is_refused_before_the_stream_star
         assert metric(http, "kvscope_sidecar_sse_clients") == 0
 
 
+@pytest.mark.parametrize("length", [b"00", b"000"])
+def test_a_request_declaring_an_empty_body_in_more_zeros_has_none(length: bytes) -> None:
+    """``Content-Length: 00`` declares no body, as ``0`` does (RFC 9110 8.6: any number of
+    digits), but only ``0`` was read as none: an event stream was refused, a 413 saying it
+    takes no request body, and a request asking for an Upgrade a 400 saying it has one."""
+    app, state = sidecar_app()
+    record(state, events=2)
+    with served_quietly(app) as (url, _http):
+        empty = b"Content-Length: " + length + b"\r\n\r\n"
+        sock = raw_connection(url, stream_request(url, last_event_id=0)[:-2] + empty)
+        answer = b""
+        while b"\nid: 2\n" not in answer and (part := sock.recv(65536)):
+            answer += part
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        host = urlsplit(url).netloc.encode()
+        upgrade = b"GET /healthz HTTP/1.1\r\nHost: %b\r\nConnection: Upgrade, close\r\n" % host
+        plain = read_all(raw_connection(url, upgrade + b"Upgrade: h2c\r\n" + empty))
+        assert plain.startswith(b"HTTP/1.1 200"), plain[:200]
+
+
 # --- item 13: the token never reaches the access log -----------------------------------
 
 

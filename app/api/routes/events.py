@@ -106,5 +106,7 @@ async def event_stream(
 
 
 def _declares_body(request: Request) -> bool:
-    length = request.headers.get("content-length", "0")
-    return "transfer-encoding" in request.headers or length.strip() not in ("", "0")
+    """Chunks, or a length above 0: ``00`` is 0 too (RFC 9110 8.6 allows any number of digits,
+    which the parser has checked are digits)."""
+    length = request.headers.get("content-length", "")
+    return "transfer-encoding" in request.headers or length.strip().lstrip("0") != ""
