@@ -43,7 +43,7 @@ def read_target(target: bytes) -> RequestTarget:
     recipient treat it, and so is an empty host (4.2.1).
     """
     if target.startswith(b"/"):
-        return RequestTarget(target, None)
+        return RequestTarget(_served_path(target), None)
     if target == b"*":
         raise TargetRefused(
             "the request target * (asterisk-form, as OPTIONS * sends) asks about the server "
@@ -64,4 +64,21 @@ def read_target(target: bytes) -> RequestTarget:
         raise TargetRefused("an absolute request target may not carry user information (user@host)")
     if not host_name(authority):
         raise TargetRefused("an absolute request target names no host")
-    return RequestTarget(path if path.startswith(b"/") else b"/" + path, authority)
+    return RequestTarget(_served_path(path if path.startswith(b"/") else b"/" + path), authority)
+
+
+def _served_path(target: bytes) -> bytes:
+    """``target`` (origin-form), or ``TargetRefused`` where its path holds an encoded slash.
+
+    uvicorn decodes the path before routing, so ``/api%2Fv1/stats`` was served as
+    ``/api/v1/stats``: a proxy in front that allows or denies by the raw path (``/metrics``
+    only, say) read one path and the sidecar served another. No path of the sidecar's
+    holds a slash within a segment, so none is lost.
+    """
+    path = target.partition(b"?")[0].partition(b"#")[0]
+    if b"%2f" in path.lower():
+        raise TargetRefused(
+            "the request path holds an encoded slash (%2F), which no path or block hash of "
+            "the sidecar's holds (a proxy in front may read it as another path)"
+        )
+    return target

@@ -71,8 +71,22 @@ def test_an_absolute_target_is_checked_by_its_own_host_not_the_host_header() -> 
         (b"GET http://ann@localhost/api/v1/stats HTTP/1.1", "user information"),
         (b"GET http:///api/v1/stats HTTP/1.1", "names no host"),
         (b"GET http://:80/api/v1/stats HTTP/1.1", "names no host"),
+        (b"GET /api%2Fv1/stats HTTP/1.1", "encoded slash"),
+        (b"GET /api%2fv1%2fstats?ftp HTTP/1.1", "encoded slash"),
+        (b"GET http://localhost/api%2Fv1/stats HTTP/1.1", "encoded slash"),
     ],
-    ids=["options *", "get *", "connect", "ftp", "userinfo", "no host", "only a port"],
+    ids=[
+        "options *",
+        "get *",
+        "connect",
+        "ftp",
+        "userinfo",
+        "no host",
+        "only a port",
+        "encoded slash",
+        "encoded slashes",
+        "absolute encoded slash",
+    ],
 )
 def test_a_target_naming_no_resource_here_is_a_400_naming_why(
     request_line: bytes, problem: str
