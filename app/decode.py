@@ -8,7 +8,7 @@ is decoded event by event, and may hold no more events than well-formed ones
 of its size could be). The shapes: docs/PROTOCOL.md.
 
 What a peer sends is bounded here, where its bytes enter (offload/wire/labels.py):
-a medium is a short name of plain characters, a bytes block hash at most 64
+a medium is a short name of plain characters, a bytes block hash 1 to 64
 bytes, ``ts`` a finite number, a rank a 32-bit integer. An event that breaks a
 bound is malformed like any other; a batch whose ``ts`` or rank does is no batch.
 """

@@ -52,8 +52,10 @@ LabelName = Annotated[
 ]
 """A Prometheus label name (names starting ``__`` are Prometheus's own)."""
 
-BlockHash = int | Annotated[bytes, msgspec.Meta(max_length=MAX_HASH_BYTES)]
-"""A block hash as read: an int (msgpack's are 64-bit at most) or at most 64 bytes."""
+BlockHash = int | Annotated[bytes, msgspec.Meta(min_length=1, max_length=MAX_HASH_BYTES)]
+"""A block hash as read: an int (msgpack's are 64-bit at most) or 1 to 64 bytes. Empty bytes
+digest nothing, and the sidecar's API names a bytes hash ``0x`` and its hex, which for none
+would be a name it refuses: a block it listed that no lookup could fetch."""
 
 Rank = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 """A data-parallel or worker rank."""

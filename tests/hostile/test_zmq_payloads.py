@@ -159,3 +159,29 @@ def test_a_bytes_block_hash_longer_than_64_bytes_is_a_malformed_event() -> None:
             assert state.malformed == 1 and len(ingestor.state.index) == 1
     finally:
         raw.close()
+
+
+@pytest.mark.parametrize(
+    "empty",
+    [
+        BlockStored([b""], None, [], 16, None, "CPU", None),
+        BlockStored([b"h" * 32], b"", [], 16, None, "CPU", None),
+    ],
+    ids=["hash", "parent"],
+)
+def test_an_empty_bytes_block_hash_is_a_malformed_event(empty: BlockStored) -> None:
+    """An empty hash was indexed and listed as ``0x``, a name /api/v1/blocks/{hash} refuses:
+    a block no lookup could fetch."""
+    raw = RawPublisher()
+    try:
+        with ingesting(raw.endpoints) as ingestor:
+            state = wait_connected(raw, ingestor)
+            fine = BlockStored([b"f" * 32], None, [], 16, None, "CPU", None)
+            raw.send(0, encode_batch(KVEventBatch(ts=1.0, events=[empty, fine])))
+            wait_until(lambda: state.last_seq == 0, "the frame applied")
+            assert state.malformed == 1
+            with ingestor.state.lock:
+                assert len(ingestor.state.index) == 1
+                assert ingestor.state.index.get(b"f" * 32) is not None
+    finally:
+        raw.close()

@@ -52,6 +52,7 @@ BAD = {
         frame(requests=[[2, [1, b"\x01" * 32]]])
     ),
     "a 1 KiB hash": msgspec.msgpack.encode(frame(requests=[[1, [b"x" * 1024]]])),
+    "an empty hash": msgspec.msgpack.encode(frame(requests=[[1, [b""]]])),
     "a hash that is a string": msgspec.msgpack.encode(frame(requests=[[1, ["abc"]]])),
     "a negative count": msgspec.msgpack.encode(frame(unsampled_block_refs=-5)),
     "a policy with a newline": msgspec.msgpack.encode(frame(policy="lru\n")),
