@@ -21,7 +21,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.api import create_app
 from app.ingest import Ingestor
 from app.settings import InsightConfig, KiB, MiB, SidecarSettings
-from app.state.insight import STACK_HOLD_REFS, InsightState, PublisherInsight, SampledStream
+from app.state.insight import (
+    STACK_HOLD_REFS,
+    InsightReading,
+    InsightState,
+    PublisherInsight,
+    SampledStream,
+)
 from app.state.insight_verdicts import SAMPLED_RESOLUTION_POINTS, curve_verdicts
 from app.state.sidecar import SidecarState
 from app.state.worker_stats import WorkerStats
@@ -709,6 +715,18 @@ def test_shadows_at_a_lower_rate_that_shed_frames_are_caught_up_with_the_stack(t
     assert shed.share == pytest.approx(insight.shadow_shed_block_refs / insight.block_refs)
 
 
+def _read_as_sampled(trace: list[list[int]], capacity: int) -> InsightReading:
+    """The curve and its basis of a publisher sending ``trace`` sampled at the default rate
+    from a tier of ``capacity`` blocks, every frame's work done as it comes."""
+    state = InsightState()
+    insight = state.new_publisher()
+    for seq, frame in enumerate(sample_frames(trace, capacity, rate=DEFAULT_RATE)):
+        insight.receive(seq, frame)
+        while (work := state.queue.get(0)) is not None:
+            work.apply(lambda: None)
+    return insight.reading()
+
+
 def test_documents_behind_several_hot_system_prompts_keep_the_curves_verdicts() -> None:
     """bench.tooling.trace_gen opens a session with a shared document behind any of a few
     system prompts: its block ids are not prefix-closed, and a document's first sampled
@@ -721,13 +739,7 @@ def test_documents_behind_several_hot_system_prompts_keep_the_curves_verdicts() 
     trace = list(generate(PROFILES["repeat"], 3_000, 3))
     assert prefix_conflict(trace) is not None
     capacity = 1_750
-    state = InsightState()
-    insight = state.new_publisher()
-    for seq, frame in enumerate(sample_frames(trace, capacity, rate=DEFAULT_RATE)):
-        insight.receive(seq, frame)
-        while (work := state.queue.get(0)) is not None:
-            work.apply(lambda: None)
-    reading = insight.reading()
+    reading = _read_as_sampled(trace, capacity)
     assert reading.curve is not None
     verdicts = curve_verdicts(reading.curve, "lru", reading.basis)
     assert [v.kind for v in verdicts] == ["capacity", "capacity", "policy"]
@@ -748,13 +760,7 @@ def test_documents_behind_a_less_recent_system_prompt_still_in_the_tier_keep_the
     within a point of full replays at the sizes the verdicts speak of."""
     trace = list(generate(random_profile(3), 1_500, 3))
     capacity = 6_000
-    state = InsightState()
-    insight = state.new_publisher()
-    for seq, frame in enumerate(sample_frames(trace, capacity, rate=DEFAULT_RATE)):
-        insight.receive(seq, frame)
-        while (work := state.queue.get(0)) is not None:
-            work.apply(lambda: None)
-    reading = insight.reading()
+    reading = _read_as_sampled(trace, capacity)
     assert reading.curve is not None and reading.basis is not None
     stack = reading.basis.simulations["lru"]
     assert stack.prefix_checked >= 500

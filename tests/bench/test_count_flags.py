@@ -6,13 +6,9 @@ negative ``--requests``, which sliced the trace to all but its last requests in 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench_flags import assert_refused_before_any_run
 
 
 @pytest.mark.parametrize(
@@ -30,14 +26,4 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_count_below_one_or_not_whole_is_refused_before_any_run(
     command: list[str], message: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", *command],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert done.returncode == 2
-    assert message in done.stderr
-    assert "Traceback" not in done.stderr
-    assert done.stdout == ""
+    assert_refused_before_any_run(command, message)

@@ -8,13 +8,10 @@ function.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench_flags import assert_refused_before_any_run
+
 OUT_OF_RANGE = "a sampling rate must be above 0 and at most 1"
 
 
@@ -41,14 +38,4 @@ OUT_OF_RANGE = "a sampling rate must be above 0 and at most 1"
     ],
 )  # fmt: skip
 def test_a_bad_value_is_refused_by_name_before_any_run(command: list[str], message: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", *command],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert done.returncode == 2
-    assert message in done.stderr
-    assert "Traceback" not in done.stderr
-    assert done.stdout == ""
+    assert_refused_before_any_run(command, message)

@@ -195,21 +195,24 @@ def test_a_session_that_ends_is_named_with_what_to_do(
         assert "open the page as /?token=TOKEN again" in header(page)["text"]
 
 
+def _restartable(port: int) -> SidecarSettings:
+    """A sidecar listening for publishers, served on ``port`` (held for the test, so that a
+    second sidecar binds it again), with no token whatever the environment holds."""
+    return SidecarSettings(listen=["tcp://127.0.0.1:*"], port=port, token=None)
+
+
 def test_a_sidecar_that_restarts_is_waited_for_and_read_again(
     page: sync_api.Page, allowed_errors: list[str]
 ) -> None:
     """Down, then up again with every counter back at zero, on the same port."""
     allowed_errors.append("net::ERR_")  # the refused connections, as the browser reports them
 
-    def settings(port: int) -> SidecarSettings:
-        return SidecarSettings(listen=["tcp://127.0.0.1:*"], port=port, token=None)  # env aside
-
     page.add_init_script(COUNT_READS)
     page.clock.install()
     # Held for the whole test (tests/support/ports.py): freed by the first sidecar, the port
     # could be taken (another test's bind, a connection's local end) before the second bound it.
     with held_tcp_ports() as port:
-        with Sidecar(settings(port)) as first:
+        with Sidecar(_restartable(port)) as first:
             page.goto(f"{first.url}/#/events")
             page.wait_for_function(
                 "() => document.getElementById('updated').dataset.state === 'ok'"
@@ -222,7 +225,7 @@ def test_a_sidecar_that_restarts_is_waited_for_and_read_again(
         page.wait_for_function(
             "() => document.getElementById('feed-state').textContent.startsWith('reconnecting')"
         )
-        with Sidecar(settings(port)):
+        with Sidecar(_restartable(port)):
             # The clock runs in real time here too (the feed draws on animation frames): a retry
             # may have gone out as the sidecar came up, and one failing just before sets its
             # next after any move. Moved by the longest wait until the page has read again.
@@ -318,11 +321,8 @@ def test_the_insight_view_shows_nothing_of_a_publisher_the_restarted_sidecar_has
     allowed_errors.append("net::ERR_")  # the refused connections, as the browser reports them
     facts = "#insight-facts dd"
 
-    def settings(port: int) -> SidecarSettings:
-        return SidecarSettings(listen=["tcp://127.0.0.1:*"], port=port, token=None)  # env aside
-
     with held_tcp_ports() as port:
-        with Sidecar(settings(port)) as first, httpx.Client(base_url=first.url) as http:
+        with Sidecar(_restartable(port)) as first, httpx.Client(base_url=first.url) as http:
             bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
             peer = RawPublisher(connect=bound, topic=b"e0")
             try:
@@ -336,7 +336,7 @@ def test_the_insight_view_shows_nothing_of_a_publisher_the_restarted_sidecar_has
             page.goto(f"{first.url}/#/insight")
             sync_api.expect(page.locator("#insight-publisher option")).to_have_text(["e0@0"])
             sync_api.expect(page.locator(facts).first).to_be_visible()
-        with Sidecar(settings(port)):
+        with Sidecar(_restartable(port)):
             sync_api.expect(page.locator("#insight-status")).to_have_text("No publisher yet.")
             sync_api.expect(page.locator("#insight-publisher option")).to_have_count(0)
             sync_api.expect(page.locator(facts)).to_have_count(0)
@@ -359,11 +359,8 @@ def test_the_overview_drops_the_card_of_a_medium_the_restarted_sidecar_does_not_
         "medium": "CPU",
     }
 
-    def settings(port: int) -> SidecarSettings:
-        return SidecarSettings(listen=["tcp://127.0.0.1:*"], port=port, token=None)  # env aside
-
     with held_tcp_ports() as port:
-        with Sidecar(settings(port)) as first, httpx.Client(base_url=first.url) as http:
+        with Sidecar(_restartable(port)) as first, httpx.Client(base_url=first.url) as http:
             bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
             peer = RawPublisher(connect=bound, topic=b"e0")
             sent = iter(range(10**6))
@@ -378,6 +375,6 @@ def test_the_overview_drops_the_card_of_a_medium_the_restarted_sidecar_does_not_
             page.goto(f"{first.url}/#/overview")
             card = page.locator("[data-card='blocks:CPU'] .big")
             sync_api.expect(card).to_have_text("2 blocks")
-        with Sidecar(settings(port)):
+        with Sidecar(_restartable(port)):
             sync_api.expect(card).to_have_count(0)
             sync_api.expect(page.locator("#copies-note")).to_be_hidden()
