@@ -55,7 +55,8 @@ header that an operation reads, given more than once, is a 400 too
 **Authentication.** When the sidecar is started with a token, every route
 except the probes (`/healthz`, `/readyz`) needs `Authorization: Bearer
 <token>`, this schema and the web page included; a missing or wrong token is
-a 401. In a browser, open `/?token=<token>` once: the answer sets a session
+a 401, and two `Authorization` fields or session cookies are a 400
+(`repeated_parameter`). In a browser, open `/?token=<token>` once: the answer sets a session
 cookie (HttpOnly, SameSite=Strict) that the page and its requests then carry,
 and redirects to `/`. The event stream also takes `?token=<token>`, since an
 EventSource cannot send headers. Without the token, `/readyz` counts the

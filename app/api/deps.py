@@ -20,6 +20,7 @@ from fastapi.security import APIKeyCookie, APIKeyQuery, HTTPBearer
 from app.api.event_stream import EventStreams
 from app.api.limits import HttpLimits
 from app.api.metrics import Exposition
+from app.api.repeated_parameters import refuse_repeated_credentials
 from app.api.session import COOKIE, session_value
 from app.decimal_text import decimal_int
 from app.settings import MAX_PAGE_LIMIT, SidecarSettings
@@ -132,7 +133,7 @@ def is_authorized(request: Request, settings: SidecarSettings) -> bool:
     """Whether the request may read what the token guards (always, without a token)."""
     try:
         check_token(request, settings)
-    except HTTPException:
+    except (HTTPException, RequestValidationError):  # a 401, or a credential given twice
         return False
     return True
 
@@ -142,10 +143,12 @@ def check_token(request: Request, settings: SidecarSettings, *, query: bool = Fa
 
     In order: the Authorization header (its bytes as sent), the session
     cookie, and, with ``query``, ``?token=``. A wrong one is refused even
-    when a later one would be right.
+    when a later one would be right. The header or the cookie given twice is a 400
+    (``repeated_parameter``) before anything is compared: which one counts is not agreed.
     """
     if settings.token is None:
         return
+    refuse_repeated_credentials(request)
     token = settings.token.get_secret_value()
     header = request.headers.get("authorization")
     cookie = request.cookies.get(COOKIE)

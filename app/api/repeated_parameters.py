@@ -8,7 +8,10 @@ answered. This is why the sidecar refuses a JSON key given twice
 (app/api/body_errors.py) and a second Host header (app/api/guards/allowed_hosts.py).
 
 Only names the route reads are refused (others it never looks at, and ``?token=``
-is read by its own rule, app/api/deps.py). The answer is the validation errors'
+is read by its own rule, app/api/deps.py). The credentials are refused alike, by the
+token check itself before it compares them (``refuse_repeated_credentials``): the first
+``Authorization`` field counted, where a proxy in front may have judged the request by
+the other. Their values are never echoed. The answer is the validation errors'
 shape (app/api/validation_errors.py), one error per name with its values, cut.
 Looking up what a route reads walks its dependencies, so it is done only for a
 request that repeats some name: the others pay one pass over their query and headers.
@@ -23,6 +26,8 @@ from fastapi import Request, params
 from fastapi.dependencies.utils import get_flat_params
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+
+from app.api.session import COOKIE
 
 REPEATED_PARAMETER: Final = "repeated_parameter"
 """The error type of a parameter given more than once."""
@@ -58,6 +63,28 @@ async def refuse_repeated_parameters(request: Request) -> None:
         _error("header", name, request.headers.getlist(name))
         for name in read_headers
         if name in headers
+    ]
+    if errors:
+        raise RequestValidationError(errors)
+
+
+def refuse_repeated_credentials(request: Request) -> None:
+    """A 400 when the request gives ``Authorization`` or the session cookie more than once
+    (over every ``Cookie`` field, split as Starlette splits one), each value shown as
+    ``REDACTED``."""
+    authorizations = sum(name.lower() == b"authorization" for name, _ in request.headers.raw)
+    cookies = sum(
+        "=" in chunk and chunk.split("=", 1)[0].strip() == COOKIE
+        for field in request.headers.getlist("cookie")
+        for chunk in field.split(";")
+    )
+    errors = [
+        _error(where, name, ["REDACTED"] * count)
+        for where, name, count in (
+            ("header", "authorization", authorizations),
+            ("cookie", COOKIE, cookies),
+        )
+        if count > 1
     ]
     if errors:
         raise RequestValidationError(errors)

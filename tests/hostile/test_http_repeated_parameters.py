@@ -3,7 +3,8 @@
 FastAPI read a repeated query parameter's last value and a repeated header's
 first, so ``?medium=CPU&medium=GPU`` was answered for GPU alone, and
 ``Last-Event-ID: 4`` then ``Last-Event-ID: x`` resumed a stream from 4
-(app/api/repeated_parameters.py says why either is refused).
+(app/api/repeated_parameters.py says why either is refused). So did the token
+check: of two ``Authorization`` fields or session cookies the first counted.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from app.api.session import COOKIE, session_value
 from app.decode import DecodedBatch, DecodedEvent
 from tests.support.http_app import AUTH, TOKEN, record, serving, sidecar_app
 from tests.support.polling import WAIT_S
@@ -122,3 +124,70 @@ def test_a_request_without_the_token_is_a_401_whatever_it_repeats(sidecar: httpx
             assert answer.status_code == 401, (path, name)
         twice = [("Last-Event-ID", "1"), ("Last-Event-ID", "1")]
         assert anonymous.get(STREAM, headers=twice).status_code == 401
+
+
+GUARDED = [
+    ("GET", "/"),
+    ("GET", "/static/app.js"),
+    ("GET", "/openapi.json"),
+    ("GET", "/metrics"),
+    ("GET", "/api/v1/stats"),
+    ("GET", "/api/v1/history"),
+    ("GET", "/api/v1/insight"),
+    ("GET", BLOCKS),
+    ("GET", f"{BLOCKS}/1"),
+    ("GET", EVENTS),
+    ("GET", STREAM),
+    ("POST", "/api/v1/lookup"),
+]
+"""A route of each router that needs the token (the lookup's checks it before its body)."""
+
+
+def refused_everywhere(
+    sidecar: httpx.Client, headers: list[tuple[str, str]]
+) -> list[dict[str, object]]:
+    """The errors of the 400 each guarded route gives ``headers`` (the same on each)."""
+    answers = []
+    for method, path in GUARDED:
+        with sidecar.stream(method, path, headers=headers, json={"hashes": ["1"]}) as answer:
+            assert answer.status_code == 400, (method, path, answer.status_code)
+            answers.append(answer.read())
+    assert len(set(answers)) == 1, answers
+    return httpx.Response(400, content=answers[0]).json()["detail"]
+
+
+def test_an_authorization_field_given_twice_is_a_400_on_every_guarded_route(
+    sidecar: httpx.Client,
+) -> None:
+    """The first field counted: the right token then a wrong one was let in, where a proxy
+    reading the second would have judged an anonymous request. The values stay unechoed;
+    the probes, which read no token, answer as before."""
+    right, wrong = f"Bearer {TOKEN}", "Bearer wrong"
+    for values in ([right, wrong], [wrong, right], [right, right]):
+        headers = [("Authorization", value) for value in values]
+        (error,) = refused_everywhere(sidecar, headers)
+        assert error["loc"] == ["header", "authorization"], values
+        assert error["type"] == "repeated_parameter" and "once, not 2 times" in error["msg"]
+        assert error["input"] == ["REDACTED", "REDACTED"]
+        assert sidecar.get("/healthz", headers=headers).status_code == 200
+        assert sidecar.get("/readyz", headers=headers).status_code == 200
+
+
+def test_a_session_cookie_given_twice_is_a_400_on_every_guarded_route(
+    sidecar: httpx.Client,
+) -> None:
+    """In one ``Cookie`` field or two, and beside a repeated header each is named; one
+    header beside one cookie is no repeat."""
+    good, stale = f"{COOKIE}={session_value(TOKEN)}", f"{COOKIE}={'0' * 64}"
+    for cookies in ([f"{good}; {stale}"], [f"{stale}; other=1; {good}"], [good, good]):
+        headers = [("Cookie", field) for field in cookies]
+        (error,) = refused_everywhere(sidecar, headers)
+        assert error["loc"] == ["cookie", COOKIE], cookies
+        assert error["input"] == ["REDACTED", "REDACTED"]
+    both = [("Authorization", f"Bearer {TOKEN}")] * 2 + [("Cookie", f"{good}; {good}")]
+    assert [error["loc"] for error in refused_everywhere(sidecar, both)] == [
+        ["header", "authorization"],
+        ["cookie", COOKIE],
+    ]
+    once_each = [("Authorization", f"Bearer {TOKEN}"), ("Cookie", f"{COOKIE}=x; other=1")]
+    assert sidecar.get("/api/v1/stats", headers=once_each).status_code == 200
