@@ -457,6 +457,39 @@ def test_stats_stamped_by_a_clock_far_behind_read_as_grouped_days(
         sync_api.expect(lag).to_have_text(re.compile(r"^\d{1,3}(,\d{3})* d \d{1,2} h$"))
 
 
+AHEAD_CLOCKS = {"ahead": 3 * 86_400.0, "future": 1e300}
+"""How far ahead of the sidecar's clock a worker's stamps its stats frames."""
+
+
+def test_stats_stamped_by_a_clock_ahead_say_how_far_ahead(
+    page: sync_api.Page, sidecar: str
+) -> None:
+    """A negative stats lag read "0 s", hiding the skew: it reads as the clock ahead."""
+    with httpx.Client(base_url=sidecar) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        peer = RawPublisher(connect=bound, topic=b"ahead")
+        config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
+
+        def names() -> list[str]:
+            for name, ahead in AHEAD_CLOCKS.items():
+                frame = StatsFrame(ts=time.time() + ahead, engine_id=name, rank=0, config=config)
+                peer.pub.send_multipart([b"kvscope.stats", b"\0" * 8, encode_stats_frame(frame)])
+            return [p["name"] for p in http.get("/api/v1/stats").json()["publishers"]]
+
+        try:
+            wait_for(names, lambda found: all(f"{n}@0" in found for n in AHEAD_CLOCKS), "both")
+        finally:
+            peer.close()
+    page.goto(f"{sidecar}/#/publishers")
+    expected = {
+        "ahead": r"^clock (2 d 23 h|3 d 0 h) ahead$",
+        "future": r"^clock \d{1,3}(,\d{3})* d \d{1,2} h ahead$",
+    }
+    for name, text in expected.items():
+        lag = page.locator(f"#publishers tr[data-publisher='{name}@0'] td").nth(3)
+        sync_api.expect(lag).to_have_text(re.compile(text))
+
+
 def test_reasons_that_differ_only_by_spaces_name_legend_lines_that_read_apart(
     page: sync_api.Page, lookalikes: str
 ) -> None:

@@ -23,6 +23,13 @@ function cell(text, problem = false) {
     "aria-describedby": problem ? PROBLEM_KEY : null });
 }
 
+// A worker clock ahead of the sidecar's stamps its stats after the sidecar's now: said so,
+// where the age of a negative lag read "0 s" and hid the skew.
+function lagText(lag) {
+  if (lag === null) return "–";
+  return lag < 0 ? `clock ${age(-lag)} ahead` : age(lag);
+}
+
 function healthRow(p, now) {
   const failed = Object.entries(p.replays).filter(([k]) => k !== "complete").reduce((a, [, v]) => a + v, 0);
   const lag = p.stats_ts === null || p.stats_ts === undefined ? null : now - p.stats_ts;
@@ -31,7 +38,7 @@ function healthRow(p, now) {
   const counted = (name) => cell(p[name] === null ? "–" : count(p[name]), p[name] > 0);
   return h("tr", { "data-publisher": p.name, "data-connected": String(p.connected) },
     status, cell(p.name), cell(p.last_frame_at === null ? "never" : `${age(now - p.last_frame_at)} ago`),
-    cell(lag === null ? "–" : age(lag)), cell(count(p.frames)),
+    cell(lagText(lag)), cell(count(p.frames)),
     counted("gaps"), counted("missed"), cell(count(p.replayed)),
     cell(`${count(p.replays.complete)} / ${count(failed)}`, failed > 0),
     counted("malformed"), counted("held_dropped"), cell(count(p.family_changes)),
