@@ -316,7 +316,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         failed: list[Exception] = []
 
         def work() -> None:
-            """The worker's loop; a failure ends the demo (it served stale figures, exit 0)."""
+            """The worker's loop; a failure ends the demo, exit 1 (it served stale figures on,
+            then exited 0)."""
             try:
                 engine.run(stop)
             except Exception as exc:

@@ -4,9 +4,9 @@ An int is written in decimal (``"12345"``, ``"-7"``); bytes as ``0x`` and
 lower-case hex. Text reads as an int when it is written so: ASCII digits with
 no leading zero, at most ``MAX_DIGITS`` of them (a 64-bit hash, the widest
 the wire carries), after an optional ``-`` (offload/decimal_text.py); as bytes
-when it is ``0x`` and an even number of hex digits, or exactly 64 hex digits
-(a sha256 hash as vLLM logs it). Ints travel as strings because 64-bit
-hashes exceed what JavaScript numbers hold exactly.
+when it is ``0x`` and an even number (two or more) of hex digits, or exactly 64
+hex digits (a sha256 hash as vLLM logs it). Ints travel as strings because
+64-bit hashes exceed what JavaScript numbers hold exactly.
 """
 
 from __future__ import annotations

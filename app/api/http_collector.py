@@ -35,8 +35,8 @@ class HttpCollector(Collector):
             "kvscope_sidecar_http_refused",
             "Requests refused by a limit: body_too_large (413), host_not_allowed (400), "
             "sse_clients_full (503), headers_too_large (431), connections_full (503), "
-            "malformed_request (400, bytes the HTTP parser refuses; 501, a transfer coding "
-            "before chunked), response_buffer_full "
+            "malformed_request (400, bytes the HTTP parser refuses or a request target not "
+            "served; 501, a transfer coding before chunked), response_buffer_full "
             "(503, an answer that would pass the bytes held for clients still reading), "
             "pipeline_too_large (503, a request that would take those sent ahead of their "
             "answers past max_header_bytes together); "

@@ -87,8 +87,8 @@ what uvicorn lacks, each counted in ``HttpCounts``:
   the path alone, so the host the client named was never checked. A target in
   authority form (``CONNECT host:port``) or asterisk form (``OPTIONS *``), or
   an absolute one of another scheme than http(s), with user information or
-  with no host, is a 400 naming the problem (``malformed_request``); see
-  app/api/request_target.py.
+  with no host, is a 400 naming the problem (``malformed_request``), and so is
+  a path holding an encoded slash (``%2F``); see app/api/request_target.py.
 - a header field's value is given to the app without the white space after it,
   as RFC 9112 (5) has a parser drop it like that before it: httptools dropped
   only the leading, so ``Last-Event-ID: 3`` with a space after it was a 400

@@ -590,7 +590,7 @@ class BlockIndex:
         Events carry no byte sizes; stats frames do, and from then on ``usage``
         reports bytes for those locations. Each declaration replaces the
         publisher's last one whole, and keeps its first ``max_media`` media
-        (the rest are counted in ``refused_media``): the network
+        (the rest are counted in ``locations.refused_media``): the network
         writes these names, so what they take must not grow frame by frame.
         """
         if any(size < 0 for size in block_bytes.values()):
