@@ -44,7 +44,7 @@ def messages(stderr: str) -> list[str]:
 def test_ctrl_c_while_the_command_still_imports_exits_130_quietly(form: list[str]) -> None:
     """The script imported ``app.cli`` (about half a second: pydantic, FastAPI, uvicorn)
     before any of kvscope's code ran, and Ctrl-C then printed Python's KeyboardInterrupt
-    traceback; ``python -m app.cli`` did so until it went through the script's entry point.
+    traceback; ``python -m app.cli`` did so until it started under the script's ``quiet_start``.
     Two come, microseconds apart, as ``timeout -s INT`` sends them."""
     # The signals come once pydantic is imported, at the start of app.cli's imports, far
     # from their end.
@@ -75,7 +75,8 @@ def spin(seconds: float) -> None:
 def test_ctrl_c_as_the_arguments_are_parsed_exits_130_quietly() -> None:
     """The entry point put Python's own handler back once ``app.cli`` was imported, and the
     command parsed its arguments under it: Ctrl-C there printed a traceback (in 5 tries of
-    these 8 here). ``python -m app.cli`` runs the same entry point (the test above)."""
+    these 8 here). ``python -m app.cli`` starts under the same ``quiet_start`` (the test
+    above)."""
     for delay in DELAYS_S:
         with importing(FORMS["script"], "replay", "--capacity", "200") as process:
             assert process.stderr is not None
