@@ -2,8 +2,8 @@
 
 HTML is inline SVG written by hand, so it needs no dependency and opens
 anywhere, offline. PNG needs matplotlib, the optional ``plot`` extra; the
-format is checked before any replay runs, so a missing extra or a bad suffix
-costs the user nothing.
+format and the folder are checked before any replay runs, so a missing extra,
+a bad suffix or a folder that takes no file costs the user nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class PlotError(ValueError):
 
 
 def check_plot_path(path: str | Path) -> Path:
-    """The path, if its suffix is a format this can write (and PNG's extra is installed)."""
+    """The path, if its suffix is a format this can write (and PNG's extra is installed) and
+    a plot can be written there: its folder is there and takes a file, and it is no folder."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
