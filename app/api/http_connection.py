@@ -359,13 +359,9 @@ class BoundedConnection(HttpToolsProtocol):
                 "connection): send it without the Upgrade header",
             )
             raise _StopParsing  # its body is no request's
-        if self._other_transfer_coding():
-            self._refuse(
-                "malformed_request",
-                501,
-                "the request's body has a transfer coding besides chunked, which the sidecar "
-                "does not decode: send it chunked alone, or with a Content-Length",
-            )
+        refusal = self._transfer_coding_refusal()
+        if refusal is not None:
+            self._refuse("malformed_request", *refusal)
             raise _StopParsing  # what its chunks hold is no request's body as sent
         try:
             target = read_target(self.url)
@@ -590,10 +586,12 @@ class BoundedConnection(HttpToolsProtocol):
                 return True
         return False
 
-    def _other_transfer_coding(self) -> bool:
-        """Whether the request's Transfer-Encoding names a coding before a last ``chunked``:
-        the parser takes only the chunks off. Without ``chunked`` last the body's length
-        cannot be known, which the parser refuses itself with the 400 RFC 9112 (6.3) asks."""
+    def _transfer_coding_refusal(self) -> tuple[int, str] | None:
+        """The status and words for a Transfer-Encoding that names codings before a last
+        ``chunked``, or None: chunked given twice is a 400 (RFC 9112 6.1 forbids it), another
+        coding a 501 (the parser takes only the chunks off). Without ``chunked`` last the
+        body's length cannot be known, which the parser refuses itself with the 400 RFC 9112
+        (6.3) asks."""
         codings = [
             coding.strip()
             for name, value in self.headers
@@ -601,7 +599,15 @@ class BoundedConnection(HttpToolsProtocol):
             for coding in value.lower().split(b",")
             if coding.strip()
         ]
-        return len(codings) > 1 and codings[-1] == b"chunked"
+        if len(codings) < 2 or codings[-1] != b"chunked":
+            return None
+        if b"chunked" in codings[:-1]:
+            return 400, "the request's body is chunked twice, which HTTP/1.1 forbids"
+        return (
+            501,
+            "the request's body has a transfer coding besides chunked, which the sidecar "
+            "does not decode: send it chunked alone, or with a Content-Length",
+        )
 
     def _refuse(self, reason: Refusal, status: int, detail: str, headers: bytes = b"") -> None:
         """Answer ``status`` with ``{"detail": detail}`` and close, as the guards answer, with
