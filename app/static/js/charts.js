@@ -205,7 +205,8 @@ function showLatest(u) {
 (a worker's label value "" or spaces) as words, so that the button has a name to show and to
 be read by. */
 function legendName(name) {
-  return name.trim() ? name : "(blank)";
+  if (name === "") return "(blank)";
+  return name.trim() ? name : JSON.stringify(name); // white space alone, quoted: " " and "  " differ
 }
 
 const charts = new Set();

@@ -119,6 +119,10 @@ export function dateTime(ts) {
   return ts === null || ts === undefined ? "–" : new Date(ts * 1000).toLocaleString();
 }
 
+/** Past this many days (about 270 years) an age is no clock's: it reads "over 100,000 d", where a
+stamp in the far past wrote out hundreds of digits. */
+const MOST_DAYS = 100_000;
+
 /** How long ago, from a number of seconds: "6.27 ms", "12.3 s", "4 min 10 s", "5 h 2 min",
 "20,787 d 12 h" (under a minute by the rule for seconds: a frame 6 ms old read "0.00627 s"; days
 grouped as every count is: a worker's stats stamped by a clock counting from its boot read
@@ -130,5 +134,7 @@ export function age(secondsAgo) {
   if (minutes < 60) return `${minutes} min ${Math.floor(secondsAgo % 60)} s`;
   const hours = Math.floor(minutes / 60);
   if (hours < 24) return `${hours} h ${minutes % 60} min`;
-  return `${count(Math.floor(hours / 24))} d ${hours % 24} h`;
+  const days = Math.floor(hours / 24);
+  if (days >= MOST_DAYS) return `over ${count(MOST_DAYS)} d`;
+  return `${count(days)} d ${hours % 24} h`;
 }
