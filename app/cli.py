@@ -15,7 +15,8 @@ if __name__ == "__main__":
 
     from app.stop_signals import quiet_start
 
-    sys.exit(quiet_start(lambda: importlib.import_module(__spec__.name).main()))
+    name = __spec__.name if __spec__ is not None else "app.cli"  # None: run as a file path
+    sys.exit(quiet_start(lambda: importlib.import_module(name).main()))
 
 import argparse
 import difflib

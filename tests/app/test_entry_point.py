@@ -22,8 +22,13 @@ def script() -> str:
     return f"import sys; from {module} import {function}; sys.exit({function}())"
 
 
-FORMS = {"script": ["-c", script()], "python -m app.cli": ["-m", "app.cli"]}
-"""The two ways the command is started, as interpreter arguments."""
+FORMS = {
+    "script": ["-c", script()],
+    "python -m app.cli": ["-m", "app.cli"],
+    "python app/cli.py": ["app/cli.py"],
+}
+"""The ways the command is started, as interpreter arguments (a file path has no module
+spec: its name is app.cli all the same)."""
 
 
 def importing(form: list[str], *args: str) -> subprocess.Popen[str]:
