@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -433,6 +433,34 @@ STATS_LAGS = {"boot": re.compile(r"^\d{1,3}(,\d{3})* d \d{1,2} h$"), "past": "ov
 """The stats lag each reads as: days and hours, or past any clock's range, a bound."""
 
 
+def stats_lags(
+    page: sync_api.Page, sidecar: str, topic: bytes, stamps: Mapping[str, Callable[[], float]]
+) -> dict[str, sync_api.Locator]:
+    """Each worker of ``stamps`` (its name, and the time its stats frames carry) publishing
+    on ``topic`` until the sidecar lists it: the stats lag cell of its row, the publishers
+    view open."""
+    with httpx.Client(base_url=sidecar) as http:
+        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
+        peer = RawPublisher(connect=bound, topic=topic)
+        config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
+
+        def names() -> list[str]:
+            for name, stamp in stamps.items():
+                frame = StatsFrame(ts=stamp(), engine_id=name, rank=0, config=config)
+                peer.pub.send_multipart([b"kvscope.stats", b"\0" * 8, encode_stats_frame(frame)])
+            return [p["name"] for p in http.get("/api/v1/stats").json()["publishers"]]
+
+        try:
+            wait_for(names, lambda found: all(f"{n}@0" in found for n in stamps), "every worker")
+        finally:
+            peer.close()
+    page.goto(f"{sidecar}/#/publishers")
+    return {
+        name: page.locator(f"#publishers tr[data-publisher='{name}@0'] td").nth(3)
+        for name in stamps
+    }
+
+
 def test_stats_stamped_by_a_clock_far_behind_read_as_grouped_days(
     page: sync_api.Page, sidecar: str
 ) -> None:
@@ -440,61 +468,29 @@ def test_stats_stamped_by_a_clock_far_behind_read_as_grouped_days(
     "2.7777777638888895e+296 h 40 min" for one in the far past: past a day, an age is days,
     grouped as every count on the page is, and hours; past 100,000 days (no clock's lag) a
     bound, where the day count took hundreds of digits."""
-    with httpx.Client(base_url=sidecar) as http:
-        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
-        peer = RawPublisher(connect=bound, topic=b"boot")
-        config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
-        frames = [
-            encode_stats_frame(StatsFrame(ts=ts, engine_id=name, rank=0, config=config))
-            for name, ts in STATS_CLOCKS.items()
-        ]
-
-        def names() -> list[str]:
-            for frame in frames:
-                peer.pub.send_multipart([b"kvscope.stats", b"\0" * 8, frame])
-            return [p["name"] for p in http.get("/api/v1/stats").json()["publishers"]]
-
-        try:
-            wait_for(names, lambda found: all(f"{n}@0" in found for n in STATS_CLOCKS), "both")
-        finally:
-            peer.close()
-    page.goto(f"{sidecar}/#/publishers")
-    for name in STATS_CLOCKS:
-        lag = page.locator(f"#publishers tr[data-publisher='{name}@0'] td").nth(3)
+    stamps = {name: (lambda ts=ts: ts) for name, ts in STATS_CLOCKS.items()}
+    for name, lag in stats_lags(page, sidecar, b"boot", stamps).items():
         sync_api.expect(lag).to_have_text(STATS_LAGS[name])
 
 
 AHEAD_CLOCKS = {"ahead": 3 * 86_400.0, "future": 1e300}
 """How far ahead of the sidecar's clock a worker's stamps its stats frames."""
+AHEAD_LAGS = {
+    "ahead": r"^clock (2 d 23 h|3 d 0 h) ahead$",
+    "future": r"^clock over 100,000 d ahead$",
+}
+"""The stats lag each reads as."""
 
 
 def test_stats_stamped_by_a_clock_ahead_say_how_far_ahead(
     page: sync_api.Page, sidecar: str
 ) -> None:
     """A negative stats lag read "0 s", hiding the skew: it reads as the clock ahead."""
-    with httpx.Client(base_url=sidecar) as http:
-        bound = http.get("/api/v1/stats").json()["listener"]["endpoints"][0]
-        peer = RawPublisher(connect=bound, topic=b"ahead")
-        config = WorkerConfig(policy="lru", capacity_blocks=8, block_size=16)
-
-        def names() -> list[str]:
-            for name, ahead in AHEAD_CLOCKS.items():
-                frame = StatsFrame(ts=time.time() + ahead, engine_id=name, rank=0, config=config)
-                peer.pub.send_multipart([b"kvscope.stats", b"\0" * 8, encode_stats_frame(frame)])
-            return [p["name"] for p in http.get("/api/v1/stats").json()["publishers"]]
-
-        try:
-            wait_for(names, lambda found: all(f"{n}@0" in found for n in AHEAD_CLOCKS), "both")
-        finally:
-            peer.close()
-    page.goto(f"{sidecar}/#/publishers")
-    expected = {
-        "ahead": r"^clock (2 d 23 h|3 d 0 h) ahead$",
-        "future": r"^clock over 100,000 d ahead$",
+    stamps = {
+        name: (lambda ahead=ahead: time.time() + ahead) for name, ahead in AHEAD_CLOCKS.items()
     }
-    for name, text in expected.items():
-        lag = page.locator(f"#publishers tr[data-publisher='{name}@0'] td").nth(3)
-        sync_api.expect(lag).to_have_text(re.compile(text))
+    for name, lag in stats_lags(page, sidecar, b"ahead", stamps).items():
+        sync_api.expect(lag).to_have_text(re.compile(AHEAD_LAGS[name]))
 
 
 def test_reasons_that_differ_only_by_spaces_name_legend_lines_that_read_apart(
