@@ -126,6 +126,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+from app.api.declared_body import declares_body
 from app.api.guards.security_headers import HEADERS
 from app.api.http_counts import HttpCounts, Refusal
 from app.api.limits import HttpLimits
@@ -351,7 +352,7 @@ class BoundedConnection(HttpToolsProtocol):
         super().on_url(url)
 
     def on_headers_complete(self) -> None:
-        if self.parser.should_upgrade() and self._declares_body():
+        if self.parser.should_upgrade() and declares_body(self.headers):
             self._refuse(
                 "malformed_request",
                 400,
@@ -386,7 +387,7 @@ class BoundedConnection(HttpToolsProtocol):
         super().on_headers_complete()
         if queued:
             self._queued_bytes[self.cycle] = self._message_bytes
-        if self._declares_body():
+        if declares_body(self.headers):
             self._arm_body_deadline()
 
     def _name_host(self, host: bytes) -> None:
@@ -575,16 +576,6 @@ class BoundedConnection(HttpToolsProtocol):
             return
         self.counts.refuse(refusal)
         self.transport.abort()  # close() would wait for the buffer to drain: for ever
-
-    def _declares_body(self) -> bool:
-        """Whether the request's head declares a body (a length above 0, ``00`` being 0 too,
-        or chunks)."""
-        for name, value in self.headers:
-            if name == b"transfer-encoding" or (
-                name == b"content-length" and value.strip().lstrip(b"0") != b""
-            ):
-                return True
-        return False
 
     def _transfer_coding_refusal(self) -> tuple[int, str] | None:
         """The status and words for a Transfer-Encoding that names codings before a last

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
 
+from app.api.declared_body import declares_body
 from app.api.deps import (
     UNAUTHORIZED,
     Limits,
@@ -93,7 +94,7 @@ async def event_stream(
     reader that falls a megabyte behind is dropped, and resumes with
     `Last-Event-ID` (its EventSource does so by itself).
     """
-    if _declares_body(request):
+    if declares_body(request.headers.raw):
         # Refused before the stream starts: the stream reads its request only to see the
         # client go, so a body past the limit was refused there, mid-stream, as a traceback.
         streams.counts.refuse("body_too_large")
@@ -103,10 +104,3 @@ async def event_stream(
             {"Connection": "close"},
         )
     return EventStreamResponse(streams, streams.join(last_event_id))
-
-
-def _declares_body(request: Request) -> bool:
-    """Chunks, or a length above 0: ``00`` is 0 too (RFC 9110 8.6 allows any number of digits,
-    which the parser has checked are digits)."""
-    length = request.headers.get("content-length", "")
-    return "transfer-encoding" in request.headers or length.strip().lstrip("0") != ""
